@@ -1,0 +1,31 @@
+# Quick start: `make demo` and `make test` each create .venv if needed and install what they use.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# torch 2.13.0 resolves to a local CPU build on the project's machines (fast); elsewhere pip picks
+# a matching wheel. Override with `make TORCH_SPEC=torch test`.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: demo test bench lint clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_SPEC)" || $(PY) -m pip install -q torch
+	$(PY) -m pip install -q -e ".[dev,examples,bench]"
+	touch $@
+
+demo: $(VENV)/.installed
+	$(PY) examples/tagging_demo.py
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+bench: $(VENV)/.installed
+	$(PY) benchmarks/chain.py
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check structtorch tests examples benchmarks
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,90 @@
+"""Pure-PyTorch chain dynamic programs: the reference, the CUDA path and the fallback.
+
+Batched over sequences and labels, looping in Python over time only. ``log_partition`` here is
+plain autograd (so it supports double backward); the compiled CPU kernels in ``csrc/chain.cpp``
+compute the same quantities with a hand-written backward.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ._checks import Chain
+
+NEG_INF = float("-inf")
+
+
+def step_blocks(chain: Chain) -> list[Tensor]:
+    """Transition blocks for steps 1..T-1, each broadcastable to (B, N, N)."""
+    T = chain.unary.shape[1]
+    if chain.shared:
+        return [chain.transitions] * max(T - 1, 0)
+    return list(chain.transitions.unbind(1))
+
+
+def safe_logsumexp(x: Tensor, dim: int) -> Tensor:
+    """logsumexp whose value and gradient stay finite-or--inf when every entry is -inf."""
+    m = x.detach().amax(dim, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    s = torch.exp(x - m).sum(dim)
+    positive = s > 0
+    out = torch.log(torch.where(positive, s, torch.ones_like(s))) + m.squeeze(dim)
+    return torch.where(positive, out, torch.full_like(out, NEG_INF))
+
+
+def log_partition(chain: Chain) -> Tensor:
+    """(B,) log-partition by the forward recursion, differentiable by autograd (any order)."""
+    unary, lengths = chain.unary, chain.lengths
+    units = unary.unbind(1)
+    if not units:
+        return unary.sum(dim=(1, 2))  # zeros, connected to the graph
+    alpha = chain.start + units[0]
+    for t, block in enumerate(step_blocks(chain), start=1):
+        new = safe_logsumexp(alpha.unsqueeze(2) + block, dim=1) + units[t]
+        alpha = torch.where((t < lengths)[:, None], new, alpha)
+    logz = safe_logsumexp(alpha + chain.end, dim=1)
+    return torch.where(lengths > 0, logz, torch.zeros_like(logz))
+
+
+def backtrack(bps: list[Tensor], last: Tensor, lengths: Tensor, T: int) -> Tensor:
+    """Follow (B, N) backpointers from ``last`` (B,) at position length-1; -1 beyond lengths."""
+    path = torch.full((last.shape[0], T), -1, dtype=torch.long, device=last.device)
+    cur = last
+    for t in range(T - 1, -1, -1):
+        cur = torch.where(lengths - 1 == t, last, cur)
+        path[:, t] = torch.where(t < lengths, cur, torch.full_like(cur, -1))
+        if t > 0:
+            prev = bps[t - 1].gather(1, cur.unsqueeze(1)).squeeze(1).long()
+            cur = torch.where(t < lengths, prev, cur)
+    return path
+
+
+def small_index_dtype(n: int) -> torch.dtype:
+    """The smallest integer dtype holding indices in [0, n)."""
+    return torch.uint8 if n <= 256 else torch.int16 if n <= 32768 else torch.int32
+
+
+@torch.no_grad()
+def viterbi(chain: Chain) -> tuple[Tensor, Tensor]:
+    """Max-plus forward, first maximal index on ties. Returns (best (B,), path (B, T))."""
+    unary, lengths = chain.unary, chain.lengths
+    B, T, N = unary.shape
+    if T == 0:
+        return unary.new_zeros(B), torch.empty(B, 0, dtype=torch.long, device=unary.device)
+    bp_dtype = small_index_dtype(N)
+    alpha = chain.start + unary[:, 0]
+    bps = []
+    for t, block in enumerate(step_blocks(chain), start=1):
+        cand = alpha.unsqueeze(2) + block
+        bp = cand.argmax(1)
+        new = cand.gather(1, bp.unsqueeze(1)).squeeze(1) + unary[:, t]
+        bps.append(bp.to(bp_dtype))
+        alpha = torch.where((t < lengths)[:, None], new, alpha)
+    final = alpha + chain.end
+    last = final.argmax(1)
+    best = final.gather(1, last.unsqueeze(1)).squeeze(1)
+    path = backtrack(bps, last, lengths, T)
+    best = torch.where(lengths > 0, best, torch.zeros_like(best))
+    path[best == NEG_INF] = -1
+    return best, path

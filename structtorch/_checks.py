@@ -1,0 +1,185 @@
+"""Input validation and canonical forms shared by every chain dynamic program.
+
+Every public entry point converts its arguments to a :class:`Chain` first, so that bad input gets
+one clear ``ValueError``/``TypeError`` naming the argument and the expected shape, and the kernels
+can assume canonical, contiguous tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+LengthsLike = Tensor | Sequence[int] | None
+FLOAT_DTYPES = (torch.float32, torch.float64)
+
+
+@dataclass
+class Chain:
+    """Canonical chain potentials.
+
+    Attributes
+    ----------
+    unary : Tensor (B, T, N)
+    transitions : Tensor (N, N) when ``shared`` else (B, T-1, N, N)
+    start, end : Tensor (B, N) (possibly expanded views)
+    lengths : Tensor (B,) int64 on the potentials' device
+    """
+
+    unary: Tensor
+    transitions: Tensor
+    start: Tensor
+    end: Tensor
+    lengths: Tensor
+
+    @property
+    def shared(self) -> bool:
+        return self.transitions.dim() == 2
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        B, T, N = self.unary.shape
+        return B, T, N
+
+    def mask(self) -> Tensor:
+        """(B, T) bool, True at positions inside each sequence."""
+        T = self.unary.shape[1]
+        return torch.arange(T, device=self.unary.device) < self.lengths[:, None]
+
+
+def _fmt(shape) -> str:
+    return str(tuple(int(s) for s in shape))
+
+
+def check_float(name: str, x: object, ref: Tensor | None = None) -> Tensor:
+    """Check that ``x`` is a float32/float64 tensor without NaN/+inf (-inf is allowed).
+
+    With ``ref`` (the unary scores), ``x`` must also share its dtype and device.
+    """
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name} must be float32 or float64, got {x.dtype}")
+    if ref is not None:
+        if x.dtype != ref.dtype:
+            raise TypeError(f"{name} has dtype {x.dtype} but unary has dtype {ref.dtype}; use one dtype")
+        check_device(name, x, ref)
+    check_values(name, x)
+    return x
+
+
+def check_values(name: str, x: Tensor) -> None:
+    """Raise a ValueError locating the first NaN or +inf entry of ``x`` (-inf is allowed)."""
+    bad = torch.isnan(x) | torch.isposinf(x)
+    if bool(bad.any()):
+        idx = tuple(int(i) for i in bad.nonzero()[0].tolist())
+        what = "NaN" if bool(torch.isnan(x[idx])) else "+inf"
+        raise ValueError(
+            f"{name} contains {what} at index {idx}; potentials must be finite or -inf"
+        )
+
+
+def check_device(name: str, x: Tensor, ref: Tensor) -> None:
+    if x.device != ref.device:
+        raise ValueError(f"{name} is on {x.device} but unary is on {ref.device}; use one device")
+
+
+def check_lengths(lengths: LengthsLike, B: int, T: int, device: torch.device) -> Tensor:
+    """Return lengths as an int64 (B,) tensor on ``device``; None means all T."""
+    if lengths is None:
+        return torch.full((B,), T, dtype=torch.long, device=device)
+    if not isinstance(lengths, Tensor):
+        try:
+            lengths = torch.as_tensor(lengths)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise TypeError(f"lengths must be a (B,) = ({B},) integer tensor: {exc}") from None
+        lengths = lengths.to(device)
+    if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
+        raise TypeError(f"lengths must be an integer tensor of shape ({B},), got {lengths.dtype}")
+    if lengths.shape != (B,):
+        raise ValueError(f"lengths must have shape (B,) = ({B},), got {_fmt(lengths.shape)}")
+    if lengths.device != device:
+        raise ValueError(f"lengths is on {lengths.device} but unary is on {device}; use one device")
+    if B and (bool((lengths < 0).any()) or bool((lengths > T).any())):
+        raise ValueError(
+            f"lengths must lie in [0, T] = [0, {T}], got min {int(lengths.min())} "
+            f"and max {int(lengths.max())}"
+        )
+    return lengths.long()
+
+
+def check_unary(unary: object) -> Tensor:
+    if not isinstance(unary, Tensor):
+        raise TypeError(f"unary must be a torch.Tensor of shape (B, T, N), got {type(unary).__name__}")
+    if unary.dim() != 3:
+        raise ValueError(f"unary must have shape (B, T, N), got {_fmt(unary.shape)}")
+    if unary.shape[2] < 1:
+        raise ValueError(f"unary must have at least one label (N >= 1), got {_fmt(unary.shape)}")
+    return check_float("unary", unary)
+
+
+def _check_transitions(transitions: object, B: int, T: int, N: int, ref: Tensor) -> Tensor:
+    t = check_float("transitions", transitions, ref)
+    steps = max(T - 1, 0)
+    if t.dim() == 2 and t.shape == (N, N):
+        return t.contiguous()
+    if t.dim() == 4 and t.shape == (B, steps, N, N):
+        return t.contiguous()
+    raise ValueError(
+        f"transitions must have shape (N, N) = ({N}, {N}) or (B, T-1, N, N) = "
+        f"({B}, {steps}, {N}, {N}), got {_fmt(t.shape)}"
+    )
+
+
+def _check_boundary(name: str, x: Tensor | None, B: int, N: int, ref: Tensor) -> Tensor:
+    if x is None:
+        return ref.new_zeros(1, N).expand(B, N)
+    x = check_float(name, x, ref)
+    if x.shape == (N,):
+        return x.unsqueeze(0).expand(B, N)
+    if x.shape == (B, N):
+        return x
+    raise ValueError(f"{name} must have shape (N,) = ({N},) or (B, N) = ({B}, {N}), got {_fmt(x.shape)}")
+
+
+def check_chain(
+    unary: Tensor,
+    transitions: Tensor,
+    start: Tensor | None = None,
+    end: Tensor | None = None,
+    lengths: LengthsLike = None,
+) -> Chain:
+    """Validate chain potentials and return them in canonical form."""
+    unary = check_unary(unary)
+    B, T, N = unary.shape
+    return Chain(
+        unary=unary.contiguous(),
+        transitions=_check_transitions(transitions, B, T, N, unary),
+        start=_check_boundary("start", start, B, N, unary),
+        end=_check_boundary("end", end, B, N, unary),
+        lengths=check_lengths(lengths, B, T, unary.device),
+    )
+
+
+def check_labels(labels: object, chain: Chain) -> Tensor:
+    """Validate (B, T) integer labels; entries beyond each length are ignored."""
+    B, T, N = chain.shape
+    if not isinstance(labels, Tensor):
+        raise TypeError(f"labels must be a torch.Tensor of shape (B, T) = ({B}, {T})")
+    if labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
+        raise TypeError(f"labels must be an integer tensor of shape (B, T) = ({B}, {T}), got {labels.dtype}")
+    if labels.shape != (B, T):
+        raise ValueError(f"labels must have shape (B, T) = ({B}, {T}), got {_fmt(labels.shape)}")
+    check_device("labels", labels, chain.unary)
+    inside = chain.mask()
+    bad = inside & ((labels < 0) | (labels >= N))
+    if bool(bad.any()):
+        b, t = (int(i) for i in bad.nonzero()[0].tolist())
+        raise ValueError(
+            f"labels must lie in [0, N) = [0, {N}) within each length; labels[{b}, {t}] = "
+            f"{int(labels[b, t])}"
+        )
+    return torch.where(inside, labels.long(), torch.zeros((), dtype=torch.long, device=labels.device))

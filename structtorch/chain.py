@@ -1,0 +1,306 @@
+"""Linear-chain dynamic programs: Viterbi, log-partition, marginals, path scores and k-best.
+
+Shapes: B batch, T max length, N labels. Scores are maximized. ``transitions[..., i, j]`` scores
+label i at position t followed by label j at t + 1; it is (N, N) shared by all positions or
+(B, T-1, N, N) per position. ``start``/``end`` are (N,) or (B, N); ``lengths`` is (B,) with
+0 <= length <= T (None: all T). Entries may be -inf (forbidden); NaN and +inf are rejected.
+
+On CPU the dynamic programs run in compiled kernels (``csrc/chain.cpp``, built on first use) with
+double accumulators; elsewhere, or without a compiler, in the batched PyTorch loops of
+:mod:`structtorch._chain_torch`.
+
+Tie-breaking of :func:`viterbi`: among optimal labelings the returned one is the smallest in
+reverse lexicographic order: the smallest possible last label, then the smallest possible label
+before it, and so on (every backpointer takes the first maximal index).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from . import _chain_torch
+from ._checks import Chain, LengthsLike, check_chain, check_labels
+from ._extension import chain_ops
+
+__all__ = ["viterbi", "log_partition", "marginals", "path_score", "kbest", "Viterbi"]
+
+NEG_INF = float("-inf")
+
+
+def _ops(chain: Chain):
+    """The compiled kernels when they apply to these inputs, else None."""
+    if chain.unary.device.type != "cpu" or chain.unary.shape[2] > 32767:
+        return None
+    return chain_ops()
+
+
+def _kernel_args(chain: Chain) -> tuple[Tensor, ...]:
+    return (
+        chain.unary,
+        chain.transitions,
+        chain.start.contiguous(),
+        chain.end.contiguous(),
+        chain.lengths.contiguous(),
+    )
+
+
+class _LogPartition(torch.autograd.Function):
+    """log-partition on the compiled CPU kernels with the forward-backward recursion as backward.
+
+    Double backward (``create_graph=True``) recomputes the gradient through the differentiable
+    PyTorch recursion, so higher-order derivatives stay exact.
+    """
+
+    @staticmethod
+    def forward(ctx, unary, transitions, start, end, lengths):
+        logz, alpha = chain_ops().logz_forward(unary, transitions, start, end, lengths)
+        ctx.save_for_backward(unary, transitions, start, end, lengths, alpha, logz)
+        return logz.to(unary.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        unary, transitions, start, end, lengths, alpha, logz = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph=True: differentiate the torch recursion
+            inputs = (unary, transitions, start, end)
+            ref = _chain_torch.log_partition(Chain(*inputs, lengths))
+            wanted = [x for x, need in zip(inputs, ctx.needs_input_grad, strict=False) if need]
+            got = iter(torch.autograd.grad(ref, wanted, grad, create_graph=True, allow_unused=True))
+            return (*(next(got) if need else None for need in ctx.needs_input_grad[:4]), None)
+        gu, gt, gs, ge = chain_ops().logz_backward(
+            grad.double().contiguous(), alpha, logz, unary, transitions, end, lengths
+        )
+        if transitions.dim() == 2:
+            gt = gt.sum(0)
+        dtype = unary.dtype
+        return gu.to(dtype), gt.to(dtype), gs.to(dtype), ge.to(dtype), None
+
+
+def _log_partition(chain: Chain, differentiable_twice: bool = False) -> Tensor:
+    if _ops(chain) is None or differentiable_twice:
+        return _chain_torch.log_partition(chain)
+    return _LogPartition.apply(*_kernel_args(chain))
+
+
+def _path_score(chain: Chain, labels: Tensor) -> Tensor:
+    """(B,) score of in-range ``labels`` (B, T) (any value beyond each length)."""
+    unary, lengths = chain.unary, chain.lengths
+    B, T, N = unary.shape
+    if T == 0:
+        return unary.sum(dim=(1, 2))  # zeros, connected to the graph
+    mask = chain.mask()
+    zero = unary.new_zeros(())
+    total = torch.where(mask, unary.gather(2, labels.unsqueeze(2)).squeeze(2), zero).sum(1)
+    if T > 1:
+        prev, nxt = labels[:, :-1], labels[:, 1:]
+        if chain.shared:
+            trans = chain.transitions[prev, nxt]
+        else:
+            flat = chain.transitions.flatten(2)
+            trans = flat.gather(2, (prev * N + nxt).unsqueeze(2)).squeeze(2)
+        total = total + torch.where(mask[:, 1:], trans, zero).sum(1)
+    last = labels.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1))
+    first_end = chain.start.gather(1, labels[:, :1]) + chain.end.gather(1, last)
+    return total + torch.where(lengths > 0, first_end.squeeze(1), zero)
+
+
+def _score_paths(chain: Chain, path: Tensor) -> Tensor:
+    """Differentiable scores of DP-returned paths; -inf where the path is all -1 (infeasible)."""
+    feasible = (path[:, :1] >= 0).all(1) | (chain.lengths == 0)
+    scores = _path_score(chain, path.clamp(min=0))
+    return torch.where(feasible, scores, scores.new_full((), NEG_INF))
+
+
+def viterbi(
+    unary: Tensor,
+    transitions: Tensor,
+    *,
+    start: Tensor | None = None,
+    end: Tensor | None = None,
+    lengths: LengthsLike = None,
+) -> tuple[Tensor, Tensor]:
+    """Highest-scoring labeling of each chain.
+
+    Parameters
+    ----------
+    unary : Tensor (B, T, N)
+        Label scores per position.
+    transitions : Tensor (N, N) or (B, T-1, N, N)
+        ``transitions[..., i, j]`` scores label i at t followed by label j at t + 1.
+    start, end : Tensor (N,) or (B, N), optional
+        Scores of the first and the last label.
+    lengths : Tensor (B,), optional
+        Integer lengths in [0, T]; None means all T.
+
+    Returns
+    -------
+    score : Tensor (B,)
+        Best score; 0 for zero-length rows, -inf for rows with no feasible labeling. Its gradient
+        with respect to every potential is the indicator of the returned path.
+    path : Tensor (B, T) int64
+        Best labeling, -1 at positions >= length and on infeasible rows. Ties: see the module doc.
+    """
+    chain = check_chain(unary, transitions, start, end, lengths)
+    ops = _ops(chain)
+    if ops is None:
+        _, path = _chain_torch.viterbi(chain)
+    else:
+        _, path = ops.viterbi_forward(*_kernel_args(chain))
+    return _score_paths(chain, path), path
+
+
+def log_partition(
+    unary: Tensor,
+    transitions: Tensor,
+    *,
+    start: Tensor | None = None,
+    end: Tensor | None = None,
+    lengths: LengthsLike = None,
+) -> Tensor:
+    """Log of the sum over all labelings of exp(score).
+
+    Arguments as for :func:`viterbi`. Returns a (B,) tensor: 0 for zero-length rows and -inf for
+    rows with no feasible labeling. Its gradient w.r.t. ``unary`` is the node marginals, w.r.t.
+    ``transitions`` the edge marginals (summed over positions when shared), w.r.t. ``start`` and
+    ``end`` the marginals of the first and last label. Infeasible rows get zero gradients.
+    """
+    return _log_partition(check_chain(unary, transitions, start, end, lengths))
+
+
+def marginals(
+    unary: Tensor,
+    transitions: Tensor,
+    *,
+    start: Tensor | None = None,
+    end: Tensor | None = None,
+    lengths: LengthsLike = None,
+) -> Tensor:
+    """Node marginals p(y_t = j) as a (B, T, N) tensor, 0 beyond each length and on infeasible rows.
+
+    Arguments as for :func:`viterbi`. The result is differentiable (double backward through the
+    log-partition) when any input requires grad.
+    """
+    chain = check_chain(unary, transitions, start, end, lengths)
+    inputs = (chain.unary, chain.transitions, chain.start, chain.end)
+    create_graph = torch.is_grad_enabled() and any(x.requires_grad for x in inputs)
+    with torch.enable_grad():
+        u = chain.unary if create_graph and chain.unary.requires_grad else chain.unary.detach()
+        u.requires_grad_()
+        chain.unary = u
+        if not create_graph:
+            chain.transitions, chain.start, chain.end = (x.detach() for x in inputs[1:])
+        logz = _log_partition(chain, differentiable_twice=create_graph)
+        (marg,) = torch.autograd.grad(logz.sum(), u, create_graph=create_graph)
+    return marg
+
+
+def path_score(
+    unary: Tensor,
+    transitions: Tensor,
+    labels: Tensor,
+    *,
+    start: Tensor | None = None,
+    end: Tensor | None = None,
+    lengths: LengthsLike = None,
+) -> Tensor:
+    """Score of given labelings.
+
+    Parameters
+    ----------
+    unary, transitions, start, end, lengths
+        As for :func:`viterbi`.
+    labels : Tensor (B, T) integer
+        Labels in [0, N) within each length; entries beyond the length are ignored.
+
+    Returns
+    -------
+    Tensor (B,)
+        Sum of the unary, transition, start and end scores along ``labels``.
+    """
+    chain = check_chain(unary, transitions, start, end, lengths)
+    return _path_score(chain, check_labels(labels, chain))
+
+
+def _kbest_paths(chain: Chain, k: int) -> tuple[Tensor, Tensor]:
+    """k best distinct labelings by a k-list Viterbi.
+
+    Returns ``paths`` (B, k, T) and ``valid`` (B, k) bool; invalid entries (fewer than k feasible
+    labelings) have paths -1.
+    """
+    unary, lengths = chain.unary, chain.lengths
+    B, T, N = unary.shape
+    first = torch.arange(k, device=unary.device) == 0
+    paths = torch.full((B, k, T), -1, dtype=torch.long, device=unary.device)
+    if T == 0:
+        return paths, first.expand(B, k)
+    alpha = unary.new_full((B, N, k), NEG_INF)
+    alpha[:, :, 0] = chain.start + unary[:, 0]
+    bps = []
+    for t, block in enumerate(_chain_torch.step_blocks(chain), start=1):
+        # cand[b, j, i * k + r] = alpha[b, i, r] + block[b, i, j]
+        cand = (alpha.unsqueeze(2) + block.unsqueeze(-1)).permute(0, 2, 1, 3).reshape(B, N, N * k)
+        vals, idx = cand.topk(k, dim=2)
+        bps.append(idx)
+        alpha = torch.where((t < lengths)[:, None, None], vals + unary[:, t, :, None], alpha)
+    final = (alpha + chain.end.unsqueeze(2)).reshape(B, N * k)
+    best, code = final.topk(k, dim=1)  # code = label * k + rank
+    cur = code
+    for t in range(T - 1, -1, -1):
+        cur = torch.where((lengths - 1 == t)[:, None], code, cur)
+        inside = (t < lengths)[:, None]
+        paths[:, :, t] = torch.where(inside, cur // k, -1)
+        if t > 0:
+            prev = bps[t - 1].reshape(B, N * k).gather(1, cur)  # prev = label * k + rank
+            cur = torch.where(inside, prev, cur)
+    valid = torch.where((lengths == 0)[:, None], first, best > NEG_INF)
+    paths[~valid] = -1
+    return paths, valid
+
+
+def kbest(
+    unary: Tensor,
+    transitions: Tensor,
+    k: int,
+    *,
+    start: Tensor | None = None,
+    end: Tensor | None = None,
+    lengths: LengthsLike = None,
+) -> tuple[Tensor, Tensor]:
+    """The k highest-scoring distinct labelings of each chain.
+
+    Arguments as for :func:`viterbi`, plus ``k >= 1``. Returns ``scores`` (B, k), descending, and
+    ``paths`` (B, k, T) int64; where fewer than k feasible labelings exist the remaining scores are
+    -inf and paths -1. A zero-length row has exactly one (empty) labeling of score 0. Scores are
+    differentiable (the gradient of each is the indicator of its path).
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be a positive int, got {k!r}")
+    chain = check_chain(unary, transitions, start, end, lengths)
+    B, T, N = chain.shape
+    with torch.no_grad():
+        paths, valid = _kbest_paths(chain, k)
+    flat = paths.reshape(B * k, T)
+    rep = Chain(
+        unary=chain.unary.repeat_interleave(k, 0),
+        transitions=chain.transitions if chain.shared else chain.transitions.repeat_interleave(k, 0),
+        start=chain.start.repeat_interleave(k, 0),
+        end=chain.end.repeat_interleave(k, 0),
+        lengths=chain.lengths.repeat_interleave(k, 0),
+    )
+    scores = _path_score(rep, flat.clamp(min=0)).reshape(B, k)
+    return torch.where(valid, scores, scores.new_full((), NEG_INF)), paths
+
+
+class Viterbi(nn.Module):
+    """Parameter-free layer computing :func:`viterbi`; ``forward`` takes the same arguments."""
+
+    def forward(
+        self,
+        unary: Tensor,
+        transitions: Tensor,
+        *,
+        start: Tensor | None = None,
+        end: Tensor | None = None,
+        lengths: LengthsLike = None,
+    ) -> tuple[Tensor, Tensor]:
+        return viterbi(unary, transitions, start=start, end=end, lengths=lengths)

@@ -1,0 +1,107 @@
+"""Viterbi for chains of order l: scores of windows of l + 1 consecutive labels.
+
+A joint feature map that is additively decomposable of order l (Definition 1 of Bauer et al.,
+2014) scores a labeling as sum_t g_t(y_{t-l}, ..., y_t). The dynamic program runs over states
+(y_{t-l+1}, ..., y_t), N^l of them, in O(T N^(l+1)) time.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ._chain_torch import NEG_INF, small_index_dtype
+from ._checks import LengthsLike, _fmt, check_float, check_lengths
+
+__all__ = ["viterbi_window"]
+
+
+def _check_scores(scores: object) -> tuple[Tensor, int, int]:
+    if not isinstance(scores, Tensor):
+        raise TypeError("scores must be a torch.Tensor of shape (B, T) + (N,) * (l + 1)")
+    if scores.dim() < 3:
+        raise ValueError(f"scores must have shape (B, T) + (N,) * (l + 1), got {_fmt(scores.shape)}")
+    N = scores.shape[2]
+    if N < 1 or any(s != N for s in scores.shape[2:]):
+        raise ValueError(
+            "scores must have shape (B, T) + (N,) * (l + 1) with N >= 1 on every label axis, "
+            f"got {_fmt(scores.shape)}"
+        )
+    return check_float("scores", scores), scores.dim() - 3, N
+
+
+def _window_indices(path: Tensor, order: int, N: int) -> Tensor:
+    """(B, T) flat index of (y_{t-l}, ..., y_t) per position, labels before the start read as 0."""
+    padded = torch.cat([path.new_zeros(path.shape[0], order), path.clamp(min=0)], dim=1)
+    windows = padded.unfold(1, order + 1, 1)  # (B, T, l + 1)
+    weights = N ** torch.arange(order, -1, -1, device=path.device)
+    return (windows * weights).sum(-1)
+
+
+@torch.no_grad()
+def _window_path(flat: Tensor, lengths: Tensor, N: int) -> Tensor:
+    """Best path for flat scores (B, T, N^l, N) = g_t[(y_{t-l}..y_{t-1}), y_t]."""
+    B, T, S, _ = flat.shape
+    path = torch.full((B, T), -1, dtype=torch.long, device=flat.device)
+    if T == 0:
+        return path
+    alpha = flat.new_full((B, S), NEG_INF)  # state = (y_{t-l+1}, ..., y_t), oldest most significant
+    alpha[:, :N] = flat[:, 0, 0]
+    bps = []
+    for t in range(1, T):
+        cand = (alpha.unsqueeze(2) + flat[:, t]).view(B, N, S // N, N)  # (B, y_{t-l}, rest, y_t)
+        bp = cand.argmax(1)
+        new = cand.gather(1, bp.unsqueeze(1)).squeeze(1).reshape(B, S)
+        bps.append(bp.reshape(B, S).to(small_index_dtype(N)))
+        alpha = torch.where((t < lengths)[:, None], new, alpha)
+    final = alpha.argmax(1)
+    feasible = alpha.gather(1, final.unsqueeze(1)).squeeze(1) > NEG_INF
+    cur = final
+    for t in range(T - 1, -1, -1):
+        cur = torch.where(lengths - 1 == t, final, cur)
+        inside = t < lengths
+        path[:, t] = torch.where(inside, cur % N, -1)
+        if t > 0:
+            oldest = bps[t - 1].gather(1, cur.unsqueeze(1)).squeeze(1).long()
+            cur = torch.where(inside, oldest * (S // N) + cur // N, cur)
+    path[~feasible] = -1
+    return path
+
+
+def viterbi_window(scores: Tensor, *, lengths: LengthsLike = None) -> tuple[Tensor, Tensor]:
+    """Highest-scoring labeling of a chain of order l.
+
+    Parameters
+    ----------
+    scores : Tensor (B, T) + (N,) * (l + 1)
+        ``scores[b, t, j_0, ..., j_l]`` = g_t(y_{t-l} = j_0, ..., y_t = j_l). Label axes that fall
+        before the start of the sequence (t - l + k < 0) are ignored: index 0 of them is used.
+        -inf entries are forbidden windows.
+    lengths : Tensor (B,), optional
+        Integer lengths in [0, T]; None means all T.
+
+    Returns
+    -------
+    score : Tensor (B,)
+        Best score (0 for zero-length rows, -inf where no labeling is feasible); its gradient
+        w.r.t. ``scores`` is the indicator of the windows of the returned path.
+    path : Tensor (B, T) int64
+        Best labeling, -1 beyond each length and on infeasible rows. Ties go to the first maximal
+        index of every backpointer, as in :func:`structtorch.viterbi`.
+    """
+    scores, order, N = _check_scores(scores)
+    B, T = scores.shape[:2]
+    lengths = check_lengths(lengths, B, T, scores.device)
+    if T == 0:
+        empty = torch.empty(B, 0, dtype=torch.long, device=scores.device)
+        return scores.reshape(B, -1).sum(1), empty
+    if order == 0:  # solved as order 1 with windows that ignore the previous label
+        flat = scores.unsqueeze(2).expand(B, T, N, N)
+    else:
+        flat = scores.reshape(B, T, N**order, N)
+    path = _window_path(flat.detach(), lengths, N)
+    inside = torch.arange(T, device=scores.device) < lengths[:, None]
+    picked = scores.reshape(B, T, N ** (order + 1)).gather(2, _window_indices(path, order, N).unsqueeze(2))
+    total = torch.where(inside, picked.squeeze(2), scores.new_zeros(())).sum(1)
+    feasible = (path[:, :1] >= 0).all(1) | (lengths == 0)
+    return torch.where(feasible, total, scores.new_full((), NEG_INF)), path

@@ -1,0 +1,146 @@
+"""Gradients: path indicators for max DPs, marginals for the log-partition, gradcheck in float64."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from conftest import brute_logsumexp, enumerate_row, instances
+from hypothesis import given
+
+import structtorch as st
+
+
+def leaf(x):
+    return None if x is None else x.clone().requires_grad_(True)
+
+
+@given(inst=instances())
+def test_viterbi_gradient_is_path_indicator(backend, inst):
+    u, A, s, e = leaf(inst.unary), leaf(inst.transitions), leaf(inst.start), leaf(inst.end)
+    score, path = st.viterbi(u, A, start=s, end=e, lengths=inst.lengths)
+    weights = torch.arange(1.0, len(score) + 1, dtype=torch.float64)
+    feasible = torch.isfinite(score)
+    (score[feasible] * weights[feasible]).sum().backward()
+    B, T, N = u.shape
+    gu, gA = torch.zeros_like(u), torch.zeros_like(A)
+    gs = torch.zeros(N, dtype=torch.float64)
+    ge = torch.zeros(B, N, dtype=torch.float64)
+    for b in range(B):
+        L = int(inst.lengths[b])
+        if not feasible[b] or L == 0:
+            continue
+        y = path[b, :L].tolist()
+        w = weights[b]
+        for t in range(L):
+            gu[b, t, y[t]] += w
+        for t in range(L - 1):
+            if A.dim() == 2:
+                gA[y[t], y[t + 1]] += w
+            else:
+                gA[b, t, y[t], y[t + 1]] += w
+        gs[y[0]] += w
+        ge[b, y[-1]] += w
+    torch.testing.assert_close(u.grad if u.grad is not None else torch.zeros_like(u), gu)
+    torch.testing.assert_close(A.grad if A.grad is not None else torch.zeros_like(A), gA)
+    if s is not None:
+        torch.testing.assert_close(s.grad if s.grad is not None else gs * 0, gs)
+        torch.testing.assert_close(e.grad if e.grad is not None else ge * 0, ge)
+
+
+def brute_edge_marginals(inst, b):
+    rows = enumerate_row(inst, b)
+    T, N = inst.unary.shape[1:]
+    logz = brute_logsumexp([s for _, s in rows])
+    edge = np.zeros((max(T - 1, 0), N, N))
+    node = np.zeros((T, N))
+    if logz == -np.inf:
+        return node, edge
+    for y, s in rows:
+        p = np.exp(s - logz)
+        for t, j in enumerate(y):
+            node[t, j] += p
+        for t in range(len(y) - 1):
+            edge[t, y[t], y[t + 1]] += p
+    return node, edge
+
+
+@given(inst=instances())
+def test_log_partition_gradient_is_marginals(backend, inst):
+    u, A, s, e = leaf(inst.unary), leaf(inst.transitions), leaf(inst.start), leaf(inst.end)
+    logz = st.log_partition(u, A, start=s, end=e, lengths=inst.lengths)
+    weights = torch.arange(1.0, len(logz) + 1, dtype=torch.float64)
+    (logz[torch.isfinite(logz)] * weights[torch.isfinite(logz)]).sum().backward()
+    zero = lambda x: x.grad if x.grad is not None else torch.zeros_like(x)  # noqa: E731
+    B = u.shape[0]
+    g_trans = torch.zeros_like(A)
+    for b in range(B):
+        node, edge = brute_edge_marginals(inst, b)
+        np.testing.assert_allclose(zero(u)[b].numpy(), weights[b].item() * node, atol=1e-9)
+        if A.dim() == 2:
+            g_trans += weights[b] * torch.from_numpy(edge.sum(0) if len(edge) else np.zeros(A.shape))
+        else:
+            g_trans[b] = weights[b] * torch.from_numpy(edge)
+        L = int(inst.lengths[b])
+        if s is not None and L > 0:
+            np.testing.assert_allclose(zero(e)[b].numpy(), weights[b].item() * node[L - 1], atol=1e-9)
+    torch.testing.assert_close(zero(A), g_trans, atol=1e-9, rtol=1e-9)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_gradcheck_log_partition(backend, shared):
+    torch.manual_seed(1)
+    B, T, N = 3, 5, 3
+    u = torch.randn(B, T, N, dtype=torch.float64, requires_grad=True)
+    A = torch.randn(*((N, N) if shared else (B, T - 1, N, N)), dtype=torch.float64, requires_grad=True)
+    s = torch.randn(N, dtype=torch.float64, requires_grad=True)
+    e = torch.randn(B, N, dtype=torch.float64, requires_grad=True)
+    lengths = torch.tensor([5, 2, 1])
+    f = lambda u, A, s, e: st.log_partition(u, A, start=s, end=e, lengths=lengths)  # noqa: E731
+    assert torch.autograd.gradcheck(f, (u, A, s, e))
+
+
+def test_gradcheck_marginals(backend):
+    torch.manual_seed(2)
+    B, T, N = 2, 4, 3
+    u = torch.randn(B, T, N, dtype=torch.float64, requires_grad=True)
+    A = torch.randn(N, N, dtype=torch.float64, requires_grad=True)
+    A_masked = torch.tensor([[0.0, float("-inf"), 0.0]] * 3, dtype=torch.float64)
+    lengths = torch.tensor([4, 3])
+    f = lambda u, A: st.marginals(u, A + A_masked, lengths=lengths)  # noqa: E731
+    assert torch.autograd.gradcheck(f, (u, A))
+    assert torch.autograd.gradgradcheck(lambda u: st.log_partition(u, A.detach(), lengths=lengths), (u,))
+
+
+def test_kbest_scores_are_differentiable():
+    torch.manual_seed(3)
+    u = torch.randn(1, 3, 2, dtype=torch.float64, requires_grad=True)
+    A = torch.randn(2, 2, dtype=torch.float64)
+    scores, paths = st.kbest(u, A, 2)
+    scores[0, 1].backward()
+    expected = torch.zeros_like(u)
+    for t, j in enumerate(paths[0, 1].tolist()):
+        expected[0, t, j] = 1
+    torch.testing.assert_close(u.grad, expected)
+
+
+def test_viterbi_gradient_through_expanded_start():
+    """start given as (N,) is shared by the batch: its gradient sums the first-label indicators."""
+    u = torch.tensor([[[1.0, 0.0]], [[1.0, 0.0]], [[0.0, 1.0]]])
+    s = torch.zeros(2, requires_grad=True)
+    score, _ = st.viterbi(u, torch.zeros(2, 2), start=s)
+    score.sum().backward()
+    assert s.grad.tolist() == [2.0, 1.0]
+
+
+def test_enumeration_helper_counts():
+    """Guard for the brute force itself: N^L labelings per row."""
+    inst = type("I", (), {})()
+    inst.unary = torch.zeros(1, 3, 2, dtype=torch.float64)
+    inst.transitions = torch.zeros(2, 2, dtype=torch.float64)
+    inst.start = inst.end = None
+    inst.lengths = torch.tensor([3])
+    rows = enumerate_row(inst, 0)
+    assert sorted(y for y, _ in rows) == list(itertools.product(range(2), repeat=3))

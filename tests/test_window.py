@@ -1,0 +1,108 @@
+"""Higher-order Viterbi (order l windows) against brute-force enumeration."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from conftest import pad
+from hypothesis import given
+from hypothesis import strategies as st_
+
+import structtorch as st
+
+
+def brute_window(scores: np.ndarray, L: int, order: int):
+    N = scores.shape[-1] if scores.ndim > 1 else 1
+    best, arg = -np.inf, None
+    for y in itertools.product(range(N), repeat=L):
+        total = 0.0
+        for t in range(L):
+            window = tuple(y[t - order + k] if t - order + k >= 0 else 0 for k in range(order + 1))
+            total += scores[(t,) + window]
+        if total > best or (total == best and arg is not None and tuple(reversed(y)) < tuple(reversed(arg))):
+            best, arg = total, y
+    if L == 0:
+        return 0.0, ()
+    return best, arg
+
+
+@given(
+    order=st_.integers(0, 2),
+    B=st_.integers(1, 3),
+    T=st_.integers(0, 5),
+    N=st_.integers(1, 3),
+    integer=st_.booleans(),
+    p_inf=st_.sampled_from([0.0, 0.3]),
+    seed=st_.integers(0, 2**31),
+    data=st_.data(),
+)
+def test_viterbi_window_matches_enumeration(order, B, T, N, integer, p_inf, seed, data):
+    rng = np.random.default_rng(seed)
+    shape = (B, T) + (N,) * (order + 1)
+    x = rng.integers(-2, 3, size=shape).astype(float) if integer else rng.normal(size=shape)
+    x[rng.random(shape) < p_inf] = -np.inf
+    lengths = torch.tensor(data.draw(st_.lists(st_.integers(0, T), min_size=B, max_size=B)))
+    scores = torch.tensor(x, requires_grad=True)
+    score, path = st.viterbi_window(scores, lengths=lengths)
+    score_value = score.detach()
+    assert score.shape == (B,) and path.shape == (B, T)
+    finite = torch.isfinite(score)
+    score[finite].sum().backward()
+    for b in range(B):
+        L = int(lengths[b])
+        best, y = brute_window(x[b], L, order)
+        if best == -np.inf:
+            assert score_value[b] == float("-inf") and (path[b] == -1).all()
+            assert (scores.grad[b] == 0).all()
+            continue
+        assert np.isclose(score_value[b].item(), best, atol=1e-9)
+        assert path[b].tolist() == pad(y, T)
+        indicator = np.zeros(x.shape[1:])
+        for t in range(L):
+            indicator[(t,) + tuple(y[t - order + k] if t - order + k >= 0 else 0 for k in range(order + 1))] += 1
+        np.testing.assert_array_equal(scores.grad[b].numpy(), indicator)
+
+
+def test_order_one_window_equals_viterbi():
+    torch.manual_seed(0)
+    u = torch.randn(4, 7, 3, dtype=torch.float64)
+    A = torch.randn(3, 3, dtype=torch.float64)
+    lengths = torch.tensor([7, 5, 1, 0])
+    # g_0(y_{-1}=0, y_0) = u_0(y_0); g_t(i, j) = A[i, j] + u_t(j)
+    g = A.expand(4, 7, 3, 3) + u.unsqueeze(2)
+    g = torch.cat([u[:, :1].unsqueeze(2).expand(4, 1, 3, 3), g[:, 1:]], dim=1)
+    s1, p1 = st.viterbi(u, A, lengths=lengths)
+    s2, p2 = st.viterbi_window(g, lengths=lengths)
+    assert torch.equal(p1, p2)
+    torch.testing.assert_close(s1, s2)
+
+
+def test_ignored_prestart_axes_do_not_matter():
+    """Entries with a nonzero pre-start label are never read."""
+    g = torch.zeros(1, 3, 2, 2, 2)
+    g[0, 0, 1] = -1000.0  # y_{-2} = 1: ignored
+    g[0, 1, 1] = 5000.0  # y_{-1} = 1 at t = 1: ignored
+    g[0, 2, 1, 1, 1] = 1.0
+    score, path = st.viterbi_window(g)
+    assert path.tolist() == [[1, 1, 1]] and score.item() == 1.0
+
+
+@pytest.mark.parametrize(
+    "scores, message",
+    [
+        (torch.zeros(2, 3), r"scores must have shape \(B, T\) \+ \(N,\) \* \(l \+ 1\), got \(2, 3\)"),
+        (torch.zeros(2, 3, 4, 5), r"N >= 1 on every label axis, got \(2, 3, 4, 5\)"),
+        (torch.zeros(2, 3, 4, dtype=torch.long), "scores must be float32 or float64"),
+    ],
+)
+def test_viterbi_window_bad_input(scores, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        st.viterbi_window(scores)
+
+
+def test_viterbi_window_bad_lengths():
+    with pytest.raises(ValueError, match=r"lengths must lie in \[0, T\] = \[0, 3\]"):
+        st.viterbi_window(torch.zeros(2, 3, 2, 2), lengths=torch.tensor([1, 4]))
