@@ -1,43 +1,63 @@
 """Build-on-first-use loader for the compiled CPU kernels in ``csrc/chain.cpp``.
 
-The kernels are registered as torch operators (``torch.ops.structtorch_chain.*``). Building needs
-a C++ compiler and ninja; when either is missing, or ``STRUCTTORCH_NO_EXTENSION=1`` is set, the
-pure-PyTorch implementations in :mod:`structtorch._chain_torch` are used instead (one warning).
+The kernels are registered as torch operators (``torch.ops.structtorch_chain.*``) and compiled
+with ``-march=native`` for the machine that runs them; the build is cached by torch under
+``~/.cache/torch_extensions`` (or ``$TORCH_EXTENSIONS_DIR``) in a folder named after the CPU, so
+machines sharing a home directory never load each other's builds. Building needs a C++ compiler
+and ninja (a dependency). Without them, or with ``STRUCTTORCH_NO_EXTENSION=1``, the pure-PyTorch
+dynamic programs in :mod:`structtorch._chain_torch` are used instead, after one warning.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
+import platform
 import warnings
 from pathlib import Path
 
 import torch
 
 _SOURCE = Path(__file__).parent / "csrc" / "chain.cpp"
+_FLAG_SETS = (["-O3", "-fopenmp-simd", "-march=native"], ["-O3", "-fopenmp-simd"])
 
 
-@functools.cache
+def _cpu_tag() -> str:
+    """A short hash of the CPU model and feature flags."""
+    text = platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            text += "".join(sorted({ln for ln in fh if ln.startswith(("model name", "flags"))}))
+    except OSError:
+        text += platform.processor()
+    return hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
+@functools.lru_cache(maxsize=None)
 def chain_ops():
     """Return ``torch.ops.structtorch_chain`` once built, or ``None`` when unavailable."""
     if os.environ.get("STRUCTTORCH_NO_EXTENSION", "") not in ("", "0"):
         return None
-    try:
-        from torch.utils.cpp_extension import load
+    from torch.utils.cpp_extension import load
 
-        load(
-            name="structtorch_chain",
-            sources=[str(_SOURCE)],
-            extra_cflags=["-O3"],
-            is_python_module=False,
-            verbose=False,
-        )
-    except Exception as exc:  # pragma: no cover - depends on the machine's toolchain
-        warnings.warn(
-            f"structtorch: compiled CPU kernels unavailable ({type(exc).__name__}: {exc}); "
-            "falling back to the pure-PyTorch dynamic programs, which are slower.",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        return None
-    return torch.ops.structtorch_chain
+    errors = []
+    for flags in _FLAG_SETS:
+        try:
+            load(
+                name=f"structtorch_chain_{_cpu_tag()}_{len(flags)}",
+                sources=[str(_SOURCE)],
+                extra_cflags=flags,
+                is_python_module=False,
+                verbose=False,
+            )
+            return torch.ops.structtorch_chain
+        except Exception as exc:  # pragma: no cover - depends on the machine's toolchain
+            errors.append(f"{' '.join(flags)}: {type(exc).__name__}: {exc}")
+    warnings.warn(
+        "structtorch: compiled CPU kernels unavailable; falling back to the pure-PyTorch "
+        "dynamic programs, which are slower.\n" + "\n".join(errors),
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return None

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from . import _chain_torch
+from ._chain_cpu import LogPartition
 from ._checks import Chain, LengthsLike, check_chain, check_labels
 from ._extension import chain_ops
 
@@ -30,7 +31,8 @@ NEG_INF = float("-inf")
 
 def _ops(chain: Chain):
     """The compiled kernels when they apply to these inputs, else None."""
-    if chain.unary.device.type != "cpu" or chain.unary.shape[2] > 32767:
+    _, T, N = chain.shape
+    if chain.unary.device.type != "cpu" or T == 0 or N > 32767:
         return None
     return chain_ops()
 
@@ -45,41 +47,10 @@ def _kernel_args(chain: Chain) -> tuple[Tensor, ...]:
     )
 
 
-class _LogPartition(torch.autograd.Function):
-    """log-partition on the compiled CPU kernels with the forward-backward recursion as backward.
-
-    Double backward (``create_graph=True``) recomputes the gradient through the differentiable
-    PyTorch recursion, so higher-order derivatives stay exact.
-    """
-
-    @staticmethod
-    def forward(ctx, unary, transitions, start, end, lengths):
-        logz, alpha = chain_ops().logz_forward(unary, transitions, start, end, lengths)
-        ctx.save_for_backward(unary, transitions, start, end, lengths, alpha, logz)
-        return logz.to(unary.dtype)
-
-    @staticmethod
-    def backward(ctx, grad):
-        unary, transitions, start, end, lengths, alpha, logz = ctx.saved_tensors
-        if torch.is_grad_enabled():  # create_graph=True: differentiate the torch recursion
-            inputs = (unary, transitions, start, end)
-            ref = _chain_torch.log_partition(Chain(*inputs, lengths))
-            wanted = [x for x, need in zip(inputs, ctx.needs_input_grad, strict=False) if need]
-            got = iter(torch.autograd.grad(ref, wanted, grad, create_graph=True, allow_unused=True))
-            return (*(next(got) if need else None for need in ctx.needs_input_grad[:4]), None)
-        gu, gt, gs, ge = chain_ops().logz_backward(
-            grad.double().contiguous(), alpha, logz, unary, transitions, end, lengths
-        )
-        if transitions.dim() == 2:
-            gt = gt.sum(0)
-        dtype = unary.dtype
-        return gu.to(dtype), gt.to(dtype), gs.to(dtype), ge.to(dtype), None
-
-
 def _log_partition(chain: Chain, differentiable_twice: bool = False) -> Tensor:
     if _ops(chain) is None or differentiable_twice:
         return _chain_torch.log_partition(chain)
-    return _LogPartition.apply(*_kernel_args(chain))
+    return LogPartition.apply(*_kernel_args(chain))
 
 
 def _path_score(chain: Chain, labels: Tensor) -> Tensor:

@@ -43,19 +43,6 @@ Blocks<T> make_blocks(const at::Tensor& trans, int64_t n) {
   return {trans.data_ptr<T>(), n, shared ? 0 : trans.size(1), shared};
 }
 
-// Row-normalized exponentials: r[i] = max_j a[i, j] and f[i, j] = exp(a[i, j] - r[i]) <= 1.
-template <typename T>
-void row_normalize(const T* a, int64_t n, double* r, double* f) {
-  for (int64_t i = 0; i < n; ++i) {
-    const T* row = a + i * n;
-    double m = kNegInf;
-    for (int64_t j = 0; j < n; ++j) m = std::max(m, static_cast<double>(row[j]));
-    r[i] = m;
-    for (int64_t j = 0; j < n; ++j)
-      f[i * n + j] = m == kNegInf ? 0.0 : std::exp(static_cast<double>(row[j]) - m);
-  }
-}
-
 double finish_lse(double m, double s) { return m == kNegInf ? kNegInf : m + std::log(s); }
 
 // log sum_i exp(alpha[i] + a[i, j]), exactly.
@@ -96,27 +83,36 @@ void viterbi_one(const T* u, const Blocks<T>& blk, const T* st, const T* en, int
     *score = 0.0;
     return;
   }
-  std::vector<double> alpha(n), next(n);
+  std::vector<double> alpha(n), next(n), argd(n);
   for (int64_t j = 0; j < n; ++j) alpha[j] = static_cast<double>(st[j]) + static_cast<double>(u[j]);
   bp.assign(static_cast<size_t>(std::max<int64_t>(len - 1, 0) * n), 0);
   for (int64_t t = 1; t < len; ++t) {
     const T* a = blk.at(b, t - 1);
-    int16_t* bpt = bp.data() + (t - 1) * n;
-    std::fill(next.begin(), next.end(), kNegInf);
+    double* nx = next.data();
+    double* ag = argd.data();  // argmax as double: same width as the scores, so the blend vectorizes
+    for (int64_t j = 0; j < n; ++j) {
+      nx[j] = kNegInf;
+      ag[j] = 0.0;
+    }
     for (int64_t i = 0; i < n; ++i) {
       const double ai = alpha[i];
       if (ai == kNegInf) continue;
       const T* row = a + i * n;
+      const double di = static_cast<double>(i);
+#pragma omp simd
       for (int64_t j = 0; j < n; ++j) {
         const double v = ai + static_cast<double>(row[j]);
-        if (v > next[j]) {
-          next[j] = v;
-          bpt[j] = static_cast<int16_t>(i);
-        }
+        const bool better = v > nx[j];  // strict: the first maximal i wins ties
+        nx[j] = better ? v : nx[j];
+        ag[j] = better ? di : ag[j];
       }
     }
+    int16_t* bpt = bp.data() + (t - 1) * n;
     const T* ut = u + t * n;
-    for (int64_t j = 0; j < n; ++j) alpha[j] = next[j] + static_cast<double>(ut[j]);
+    for (int64_t j = 0; j < n; ++j) {
+      bpt[j] = static_cast<int16_t>(ag[j]);
+      alpha[j] = nx[j] + static_cast<double>(ut[j]);
+    }
   }
   double best = kNegInf;
   int64_t arg = 0;
@@ -161,49 +157,71 @@ std::tuple<at::Tensor, at::Tensor> viterbi_forward(const at::Tensor& unary, cons
 }
 
 // ----------------------------------------------------------------------------------------------
-// Log-partition: forward recursion alpha_t[j] = u_t[j] + log sum_i exp(alpha_{t-1}[i] + a[i, j]),
-// computed as r-scaled sums of f = exp(a - r) (O(N) exponentials per step for shared transitions).
+// Log-partition. The transitions arrive row-normalized from Python (r[i] = max_j a[i, j],
+// f[i, j] = exp(a[i, j] - r[i]) in double, computed there with vectorized exponentials), so a
+// step costs one mat-vec and O(N) exponentials:
+//   alpha_t[j] = u_t[j] + m + log sum_i exp(alpha_{t-1}[i] + r[i] - m) f[i, j]
+//   beta_t[i]  = r[i] + mw + log sum_j f[i, j] exp(u_{t+1}[j] + beta_{t+1}[j] - mw)
+// A sum below kTiny is recomputed exactly in log space from the raw scores.
+
+struct Normalized {
+  const double* r;  // (N) shared or (B, T-1, N)
+  const double* f;  // (N, N) shared or (B, T-1, N, N)
+  int64_t n, steps;
+  bool shared;
+  const double* r_at(int64_t b, int64_t t) const { return shared ? r : r + (b * steps + t) * n; }
+  const double* f_at(int64_t b, int64_t t) const { return shared ? f : f + (b * steps + t) * n * n; }
+};
+
+Normalized make_normalized(const at::Tensor& r, const at::Tensor& f, int64_t n) {
+  const bool shared = f.dim() == 2;
+  return {r.data_ptr<double>(), f.data_ptr<double>(), n, shared ? 0 : f.size(1), shared};
+}
+
+// Forward: also records, for each transition t -> t + 1, the scale m_t = max_i alpha_t[i] + r[i]
+// and p_t[i] = exp(alpha_t[i] + r[i] - m_t), which the backward reuses instead of exponentiating.
+struct ForwardOut {
+  double* alpha;  // (T, N)
+  double* p;      // (T, N), rows 0 .. len - 2 used
+  double* m;      // (T)
+};
 
 template <typename T>
-double logz_one(const T* u, const Blocks<T>& blk, const double* shared_r, const double* shared_f,
-                const T* st, const T* en, int64_t b, int64_t len, int64_t n, double* alpha_out) {
+double logz_one(const T* u, const Blocks<T>& blk, const Normalized& nrm, const T* st, const T* en,
+                int64_t b, int64_t len, int64_t n, ForwardOut out) {
   if (len == 0) return 0.0;
-  std::vector<double> r(n), f, p(n), s(n);
-  if (!blk.shared) f.resize(n * n);
-  double* alpha = alpha_out;
+  std::vector<double> s(n), w(n);
+  double* alpha = out.alpha;
   for (int64_t j = 0; j < n; ++j) alpha[j] = static_cast<double>(st[j]) + static_cast<double>(u[j]);
-  for (int64_t t = 1; t < len; ++t) {
-    const T* a = blk.at(b, t - 1);
-    const double* rr = shared_r;
-    const double* ff = shared_f;
-    if (!blk.shared) {
-      row_normalize(a, n, r.data(), f.data());
-      rr = r.data();
-      ff = f.data();
-    }
+  for (int64_t t = 1; t < len; ++t, alpha += n) {
+    const double* rr = nrm.r_at(b, t - 1);
+    const double* ff = nrm.f_at(b, t - 1);
     double* next = alpha + n;
+    double* p = out.p + (t - 1) * n;
     double m = kNegInf;
     for (int64_t i = 0; i < n; ++i) m = std::max(m, alpha[i] + rr[i]);
-    const T* ut = u + t * n;
+    out.m[t - 1] = m;
     if (m == kNegInf) {
       for (int64_t j = 0; j < n; ++j) next[j] = kNegInf;
-      alpha = next;
       continue;
     }
+    double* sp = s.data();
     std::fill(s.begin(), s.end(), 0.0);
     for (int64_t i = 0; i < n; ++i) {
       const double pi = std::exp(alpha[i] + rr[i] - m);
+      p[i] = pi;
       if (pi == 0.0) continue;
       const double* fi = ff + i * n;
-      for (int64_t j = 0; j < n; ++j) s[j] += pi * fi[j];
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) sp[j] += pi * fi[j];
     }
+    const T* ut = u + t * n;
+    const T* a = blk.at(b, t - 1);
     for (int64_t j = 0; j < n; ++j) {
-      const double lse = s[j] > kTiny ? m + std::log(s[j]) : exact_lse_column(alpha, a, n, j);
+      const double lse = sp[j] > kTiny ? m + std::log(sp[j]) : exact_lse_column(alpha, a, n, j);
       next[j] = lse + static_cast<double>(ut[j]);
     }
-    alpha = next;
   }
-  std::vector<double> w(n);
   for (int64_t j = 0; j < n; ++j) w[j] = alpha[j] + static_cast<double>(en[j]);
   const double m = max_of(w.data(), n);
   if (m == kNegInf) return m;
@@ -212,141 +230,137 @@ double logz_one(const T* u, const Blocks<T>& blk, const double* shared_r, const 
   return finish_lse(m, tot);
 }
 
-template <typename T>
-void shared_normalization(const at::Tensor& trans, int64_t n, std::vector<double>& r,
-                          std::vector<double>& f) {
-  if (trans.dim() != 2) return;
-  r.resize(n);
-  f.resize(n * n);
-  row_normalize(trans.data_ptr<T>(), n, r.data(), f.data());
-}
-
-std::tuple<at::Tensor, at::Tensor> logz_forward(const at::Tensor& unary, const at::Tensor& trans,
-                                                const at::Tensor& start, const at::Tensor& end,
-                                                const at::Tensor& lengths) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_forward(
+    const at::Tensor& unary, const at::Tensor& trans, const at::Tensor& r, const at::Tensor& f,
+    const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths) {
   const int64_t B = unary.size(0), T = unary.size(1), N = unary.size(2);
-  auto logz = at::empty({B}, unary.options().dtype(at::kDouble));
-  auto alpha = at::full({B, T, N}, kNegInf, unary.options().dtype(at::kDouble));
+  const auto dopt = unary.options().dtype(at::kDouble);
+  auto logz = at::empty({B}, dopt);
+  auto alpha = at::full({B, T, N}, kNegInf, dopt);
+  auto p = at::zeros({B, T, N}, dopt);
+  auto m = at::full({B, T}, kNegInf, dopt);
   const int64_t* len = lengths.data_ptr<int64_t>();
+  const auto nrm = make_normalized(r, f, N);
   AT_DISPATCH_FLOATING_TYPES(unary.scalar_type(), "logz_forward", [&] {
     const auto blk = make_blocks<scalar_t>(trans, N);
-    std::vector<double> r, f;
-    shared_normalization<scalar_t>(trans, N, r, f);
     const scalar_t* u = unary.data_ptr<scalar_t>();
     const scalar_t* st = start.data_ptr<scalar_t>();
     const scalar_t* en = end.data_ptr<scalar_t>();
     double* lz = logz.data_ptr<double>();
-    double* al = alpha.data_ptr<double>();
     at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
-      for (int64_t b = lo; b < hi; ++b)
-        lz[b] = logz_one(u + b * T * N, blk, r.data(), f.data(), st + b * N, en + b * N, b, len[b], N,
-                         al + b * T * N);
+      for (int64_t b = lo; b < hi; ++b) {
+        ForwardOut out{alpha.data_ptr<double>() + b * T * N, p.data_ptr<double>() + b * T * N,
+                       m.data_ptr<double>() + b * T};
+        lz[b] = logz_one(u + b * T * N, blk, nrm, st + b * N, en + b * N, b, len[b], N, out);
+      }
     });
   });
-  return {logz, alpha};
+  return {logz, alpha, p, m};
 }
 
-// ----------------------------------------------------------------------------------------------
-// Backward of the log-partition: the beta recursion, node marginals exp(alpha + beta - logZ) and
-// edge marginals exp(alpha_t[i] + a[i, j] + u_{t+1}[j] + beta_{t+1}[j] - logZ), scaled by grad.
-
-struct Grads {
-  double* unary;  // (T, N)
-  double* trans;  // (N, N) accumulated (shared) or (T - 1, N, N)
-  double* start;  // (N)
-  double* end;    // (N)
+// Backward: the beta recursion, with every marginal read off the same factors,
+//   node_t[i]      = p_t[i] * s_t[i] * c_t,       s_t[i] = sum_j f[i, j] q_t[j],
+//   edge_t[i, j]   = p_t[i] * f[i, j] * q_t[j] * c_t,   q_t[j] = exp(w_t[j] - mw_t),
+//   c_t = exp(m_t + mw_t - logZ),  w_t = u_{t+1} + beta_{t+1},
+// so a step costs one mat-vec, N exponentials, N logarithms and one exp. Steps where c_t would
+// overflow (log c_t > kBigLog) are flagged and done exactly: nodes here, edges in Python.
+struct BackwardOut {
+  double* s_edge;  // (T - 1, N): g * p_t[i] * c_t, the row factors of the edge marginals
+  double* q_edge;  // (T - 1, N): q_t[j], the column factors
+  bool* exact;     // (T - 1): edges of this step must be computed exactly
+  double* beta;    // (T, N)
 };
 
 template <typename T>
-void logz_backward_one(double g, const double* alpha, double logz, const T* u, const Blocks<T>& blk,
-                       const double* shared_r, const double* shared_f, const T* en, int64_t b,
-                       int64_t len, int64_t n, Grads out) {
+void backward_one(double g, double logz, const T* u, const Blocks<T>& blk, const Normalized& nrm,
+                  const T* en, int64_t b, int64_t len, int64_t n, const ForwardOut fw, T* g_unary,
+                  BackwardOut out) {
   if (len == 0 || logz == kNegInf || g == 0.0) return;
-  std::vector<double> beta(n), w(n), q(n), r(n), f;
-  if (!blk.shared) f.resize(n * n);
+  std::vector<double> w(n), s(n);
   const int64_t last = len - 1;
+  double* beta = out.beta;
   for (int64_t j = 0; j < n; ++j) {
-    beta[j] = static_cast<double>(en[j]);
-    const double m = std::exp(alpha[last * n + j] + beta[j] - logz);
-    out.unary[last * n + j] = g * m;
-    out.end[j] = g * m;
+    beta[last * n + j] = static_cast<double>(en[j]);
+    g_unary[last * n + j] = static_cast<T>(g * std::exp(fw.alpha[last * n + j] + beta[last * n + j] - logz));
   }
   for (int64_t t = last - 1; t >= 0; --t) {
-    const T* a = blk.at(b, t);
-    const double* rr = shared_r;
-    const double* ff = shared_f;
-    if (!blk.shared) {
-      row_normalize(a, n, r.data(), f.data());
-      rr = r.data();
-      ff = f.data();
-    }
+    const double* rr = nrm.r_at(b, t);
+    const double* ff = nrm.f_at(b, t);
+    const double* nb = beta + (t + 1) * n;
     const T* un = u + (t + 1) * n;
-    for (int64_t j = 0; j < n; ++j) w[j] = static_cast<double>(un[j]) + beta[j];
+    for (int64_t j = 0; j < n; ++j) w[j] = static_cast<double>(un[j]) + nb[j];
     const double mw = max_of(w.data(), n);
-    for (int64_t j = 0; j < n; ++j) q[j] = mw == kNegInf ? 0.0 : std::exp(w[j] - mw);
-    const double* at = alpha + t * n;
-    double* gt = out.trans + (blk.shared ? 0 : t * n * n);
+    double* cur = beta + t * n;
+    if (mw == kNegInf) {  // nothing feasible follows: zero marginals
+      for (int64_t i = 0; i < n; ++i) cur[i] = kNegInf;
+      continue;
+    }
+    double* q = out.q_edge + t * n;
+    for (int64_t j = 0; j < n; ++j) q[j] = std::exp(w[j] - mw);
+    const T* a = blk.at(b, t);
     for (int64_t i = 0; i < n; ++i) {
       const double* fi = ff + i * n;
-      double s = 0.0;
-      for (int64_t j = 0; j < n; ++j) s += fi[j] * q[j];
-      beta[i] = (s > kTiny) ? rr[i] + mw + std::log(s) : exact_lse_row(a, w.data(), n, i);
-      if (at[i] == kNegInf || rr[i] == kNegInf || mw == kNegInf) continue;
-      const double lf = at[i] + rr[i] + mw - logz;  // edge marginal (i, j) = exp(lf) f[i, j] q[j]
-      double* gi = gt + i * n;
-      if (lf <= kBigLog) {
-        const double scale = g * std::exp(lf);
-        for (int64_t j = 0; j < n; ++j) gi[j] += scale * fi[j] * q[j];
-      } else {
-        for (int64_t j = 0; j < n; ++j)
-          gi[j] += g * std::exp(at[i] + static_cast<double>(a[i * n + j]) + w[j] - logz);
-      }
+      double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+      for (int64_t j = 0; j < n; ++j) acc += fi[j] * q[j];
+      s[i] = acc;
+      cur[i] = acc > kTiny ? rr[i] + mw + std::log(acc) : exact_lse_row(a, w.data(), n, i);
     }
-    for (int64_t i = 0; i < n; ++i) out.unary[t * n + i] = g * std::exp(at[i] + beta[i] - logz);
+    const double lc = fw.m[t] + mw - logz;
+    const double* at = fw.alpha + t * n;
+    const double* p = fw.p + t * n;
+    double* se = out.s_edge + t * n;
+    const bool exact = !(lc <= kBigLog);
+    out.exact[t] = exact;
+    const double c = exact ? 0.0 : std::exp(lc);
+    for (int64_t i = 0; i < n; ++i) {
+      se[i] = g * p[i] * c;
+      const double node = (!exact && s[i] > kTiny) ? p[i] * s[i] * c : std::exp(at[i] + cur[i] - logz);
+      g_unary[t * n + i] = static_cast<T>(g * node);
+    }
   }
-  for (int64_t j = 0; j < n; ++j) out.start[j] = out.unary[j];
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_backward(
-    const at::Tensor& grad, const at::Tensor& alpha, const at::Tensor& logz, const at::Tensor& unary,
-    const at::Tensor& trans, const at::Tensor& end, const at::Tensor& lengths) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_backward(
+    const at::Tensor& grad, const at::Tensor& unary, const at::Tensor& trans, const at::Tensor& r,
+    const at::Tensor& f, const at::Tensor& end, const at::Tensor& lengths, const at::Tensor& logz,
+    const at::Tensor& alpha, const at::Tensor& p, const at::Tensor& m) {
   const int64_t B = unary.size(0), T = unary.size(1), N = unary.size(2);
-  const bool shared = trans.dim() == 2;
-  auto dopt = unary.options().dtype(at::kDouble);
-  auto g_unary = at::zeros({B, T, N}, dopt);
-  auto g_trans = shared ? at::zeros({B, N, N}, dopt) : at::zeros(trans.sizes(), dopt);
-  auto g_start = at::zeros({B, N}, dopt);
-  auto g_end = at::zeros({B, N}, dopt);
+  const int64_t E = std::max<int64_t>(T - 1, 0);
+  const auto dopt = unary.options().dtype(at::kDouble);
+  auto g_unary = at::zeros({B, T, N}, unary.options());
+  auto s_edge = at::zeros({B, E, N}, dopt);
+  auto q_edge = at::zeros({B, E, N}, dopt);
+  auto exact = at::zeros({B, E}, unary.options().dtype(at::kBool));
+  auto beta = at::full({B, T, N}, kNegInf, dopt);
   const int64_t* len = lengths.data_ptr<int64_t>();
-  const int64_t steps = shared ? 0 : trans.size(1);
+  const auto nrm = make_normalized(r, f, N);
   AT_DISPATCH_FLOATING_TYPES(unary.scalar_type(), "logz_backward", [&] {
     const auto blk = make_blocks<scalar_t>(trans, N);
-    std::vector<double> r, f;
-    shared_normalization<scalar_t>(trans, N, r, f);
     const scalar_t* u = unary.data_ptr<scalar_t>();
     const scalar_t* en = end.data_ptr<scalar_t>();
     const double* gr = grad.data_ptr<double>();
-    const double* al = alpha.data_ptr<double>();
     const double* lz = logz.data_ptr<double>();
     at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t b = lo; b < hi; ++b) {
-        Grads out{g_unary.data_ptr<double>() + b * T * N,
-                  g_trans.data_ptr<double>() + b * (shared ? N * N : steps * N * N),
-                  g_start.data_ptr<double>() + b * N, g_end.data_ptr<double>() + b * N};
-        logz_backward_one(gr[b], al + b * T * N, lz[b], u + b * T * N, blk, r.data(), f.data(),
-                          en + b * N, b, len[b], N, out);
+        const ForwardOut fw{alpha.data_ptr<double>() + b * T * N, p.data_ptr<double>() + b * T * N,
+                            m.data_ptr<double>() + b * T};
+        BackwardOut out{s_edge.data_ptr<double>() + b * E * N, q_edge.data_ptr<double>() + b * E * N,
+                        exact.data_ptr<bool>() + b * E, beta.data_ptr<double>() + b * T * N};
+        backward_one(gr[b], lz[b], u + b * T * N, blk, nrm, en + b * N, b, len[b], N, fw,
+                     g_unary.data_ptr<scalar_t>() + b * T * N, out);
       }
     });
   });
-  return {g_unary, g_trans, g_start, g_end};
+  return {g_unary, s_edge, q_edge, exact, beta};
 }
 
 }  // namespace
 
 TORCH_LIBRARY(structtorch_chain, m) {
   m.def("viterbi_forward(Tensor unary, Tensor trans, Tensor start, Tensor end, Tensor lengths) -> (Tensor, Tensor)");
-  m.def("logz_forward(Tensor unary, Tensor trans, Tensor start, Tensor end, Tensor lengths) -> (Tensor, Tensor)");
-  m.def("logz_backward(Tensor grad, Tensor alpha, Tensor logz, Tensor unary, Tensor trans, Tensor end, Tensor lengths) -> (Tensor, Tensor, Tensor, Tensor)");
+  m.def("logz_forward(Tensor unary, Tensor trans, Tensor r, Tensor f, Tensor start, Tensor end, Tensor lengths) -> (Tensor, Tensor, Tensor, Tensor)");
+  m.def("logz_backward(Tensor grad, Tensor unary, Tensor trans, Tensor r, Tensor f, Tensor end, Tensor lengths, Tensor logz, Tensor alpha, Tensor p, Tensor m) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(structtorch_chain, CPU, m) {

@@ -1,0 +1,90 @@
+"""Glue between the compiled CPU kernels (``csrc/chain.cpp``) and autograd.
+
+The kernels run the two sequential recursions (alpha forward, beta backward) in double; all other
+work (row-normalized exponentials of the transitions, node and edge marginals, the shared-
+transition gradient as one matrix product) is done here with vectorized tensor ops.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from . import _chain_torch
+from ._checks import Chain
+from ._extension import chain_ops
+
+def finite_or_zero(x: Tensor) -> Tensor:
+    return torch.where(torch.isfinite(x), x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+def row_normalize(transitions: Tensor) -> tuple[Tensor, Tensor]:
+    """r = max_j a[.., i, j] (may be -inf) and f = exp(a - r) <= 1 (0 on all -inf rows), in double."""
+    a = transitions.double()
+    r = a.amax(-1)
+    return r.contiguous(), torch.exp(a - finite_or_zero(r).unsqueeze(-1)).contiguous()
+
+
+def _edge_gradient(chain: Chain, f: Tensor, s_edge: Tensor, q_edge: Tensor, exact: Tensor,
+                   alpha: Tensor, beta: Tensor, logz: Tensor, g: Tensor) -> Tensor:
+    """g-weighted edge marginals (summed over (b, t) when shared), in double.
+
+    edge[b, t, i, j] = s_edge[b, t, i] * f[i, j] * q_edge[b, t, j], except on steps flagged
+    ``exact`` (where that product could overflow), recomputed as
+    exp(alpha_t[i] + a[i, j] + u_{t+1}[j] + beta_{t+1}[j] - logZ).
+    """
+    N = f.shape[-1]
+    if chain.shared:
+        grad = (s_edge.reshape(-1, N).t() @ q_edge.reshape(-1, N)) * f
+    else:
+        grad = s_edge.unsqueeze(-1) * f * q_edge.unsqueeze(-2)
+    if bool(exact.any()):
+        b, t = exact.nonzero(as_tuple=True)
+        a = chain.transitions.double()
+        blocks = a.expand(len(b), N, N) if chain.shared else a[b, t]
+        w = chain.unary[b, t + 1].double() + beta[b, t + 1]
+        log_edge = alpha[b, t, :, None] + blocks + w[:, None, :] - logz[b, None, None]
+        edge = g[b, None, None] * torch.exp(log_edge)
+        if chain.shared:
+            grad += edge.sum(0)
+        else:
+            grad[b, t] += edge
+    return grad
+
+
+class LogPartition(torch.autograd.Function):
+    """log-partition on the compiled CPU kernels with the forward-backward recursion as backward.
+
+    Double backward (``create_graph=True``) recomputes the gradient through the differentiable
+    PyTorch recursion, so higher-order derivatives stay exact.
+    """
+
+    @staticmethod
+    def forward(ctx, unary, transitions, start, end, lengths):
+        r, f = row_normalize(transitions)
+        logz, alpha, p, m = chain_ops().logz_forward(unary, transitions, r, f, start, end, lengths)
+        ctx.save_for_backward(unary, transitions, start, end, lengths, r, f, logz, alpha, p, m)
+        return logz.to(unary.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        unary, transitions, start, end, lengths, r, f, logz, alpha, p, m = ctx.saved_tensors
+        chain = Chain(unary, transitions, start, end, lengths)
+        if torch.is_grad_enabled():  # create_graph=True: differentiate the torch recursion
+            return _double_backward(ctx, chain, grad)
+        g = grad.double().contiguous()
+        g_unary, s_edge, q_edge, exact, beta = chain_ops().logz_backward(
+            g, unary, transitions, r, f, end, lengths, logz, alpha, p, m
+        )
+        last = (lengths - 1).clamp(min=0)[:, None, None].expand(-1, 1, unary.shape[2])
+        g_end = g_unary.gather(1, last).squeeze(1)
+        g_trans = _edge_gradient(chain, f, s_edge, q_edge, exact, alpha, beta, logz, g)
+        return g_unary, g_trans.to(unary.dtype), g_unary[:, 0], g_end, None
+
+
+def _double_backward(ctx, chain: Chain, grad: Tensor):
+    inputs = (chain.unary, chain.transitions, chain.start, chain.end)
+    ref = _chain_torch.log_partition(chain)
+    wanted = [x for x, need in zip(inputs, ctx.needs_input_grad) if need]
+    got = iter(torch.autograd.grad(ref, wanted, grad, create_graph=True, allow_unused=True))
+    return (*(next(got) if need else None for need in ctx.needs_input_grad[:4]), None)
