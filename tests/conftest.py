@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 from dataclasses import dataclass
 from unittest import mock
 
@@ -28,7 +29,10 @@ NEG_INF = float("-inf")
 def use_backend(name: str):
     """Run the chain DPs on the compiled CPU kernels or on the pure-PyTorch loops."""
     if name == "compiled":
-        assert chain_mod.chain_ops() is not None, "compiled kernels failed to build"
+        if chain_mod.chain_ops() is None:
+            if os.environ.get("STRUCTTORCH_REQUIRE_EXTENSION"):
+                raise AssertionError("the compiled kernels failed to build (see the warning)")
+            pytest.skip("compiled kernels unavailable on this machine")
         yield
     else:
         with mock.patch.object(chain_mod, "_ops", lambda chain: None):

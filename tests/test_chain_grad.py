@@ -144,3 +144,31 @@ def test_enumeration_helper_counts():
     inst.lengths = torch.tensor([3])
     rows = enumerate_row(inst, 0)
     assert sorted(y for y, _ in rows) == list(itertools.product(range(2), repeat=3))
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_gradient_when_factored_scales_overflow(backend, shared):
+    """Row maxima and column maxima point different ways by 1000 nats: the exact edge path runs."""
+    u = torch.tensor([[[0.0, float("-inf")], [-1000.0, 0.0]]], dtype=torch.float64, requires_grad=True)
+    A0 = torch.tensor([[0.0, -1000.0], [0.0, 0.0]], dtype=torch.float64)
+    A = (A0 if shared else A0.expand(1, 1, 2, 2)).clone().requires_grad_(True)
+    logz = st.log_partition(u, A)
+    assert np.isclose(logz.item(), -1000.0 + np.log(2.0))
+    logz.backward()
+    torch.testing.assert_close(u.grad[0], torch.tensor([[1.0, 0.0], [0.5, 0.5]], dtype=torch.float64))
+    torch.testing.assert_close(A.grad.reshape(2, 2), torch.tensor([[0.5, 0.5], [0.0, 0.0]], dtype=torch.float64))
+
+
+@given(inst=instances(max_t=9, max_n=5))
+def test_backend_gradients_agree(inst):
+    from conftest import use_backend
+
+    grads = []
+    for name in ("compiled", "torch"):
+        with use_backend(name):
+            u, A, s, e = leaf(inst.unary), leaf(inst.transitions), leaf(inst.start), leaf(inst.end)
+            logz = st.log_partition(u, A, start=s, end=e, lengths=inst.lengths)
+            logz[torch.isfinite(logz)].sum().backward()
+            grads.append([torch.zeros_like(x) if x.grad is None else x.grad for x in (u, A, s, e) if x is not None])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
