@@ -147,8 +147,8 @@ def main() -> None:
                 peers[name] = {}
         for op, t in ours.items():
             crf, ts = peers["crf"].get(op), peers["ts"].get(op)
-            print(f"| {B},{T},{N} | {op} | {fmt(t)} | {fmt(crf)} | {fmt(ts)} | {ratio(t, crf)} | {ratio(t, ts)} |",
-                  flush=True)
+            cells = [f"{B},{T},{N}", op, fmt(t), fmt(crf), fmt(ts), ratio(t, crf), ratio(t, ts)]
+            print("| " + " | ".join(cells) + " |", flush=True)
         print(f"| {B},{T},{N} | fwd+bwd / fwd | {ours['logZ fwd+bwd'] / ours['logZ fwd']:.2f} | | | | |")
     for n in notes:
         print("note:", n)

@@ -14,6 +14,7 @@ from . import _chain_torch
 from ._checks import Chain
 from ._extension import chain_ops
 
+
 def finite_or_zero(x: Tensor) -> Tensor:
     return torch.where(torch.isfinite(x), x, torch.zeros((), dtype=x.dtype, device=x.device))
 
@@ -85,6 +86,6 @@ class LogPartition(torch.autograd.Function):
 def _double_backward(ctx, chain: Chain, grad: Tensor):
     inputs = (chain.unary, chain.transitions, chain.start, chain.end)
     ref = _chain_torch.log_partition(chain)
-    wanted = [x for x, need in zip(inputs, ctx.needs_input_grad) if need]
+    wanted = [x for x, need in zip(inputs, ctx.needs_input_grad[:4], strict=True) if need]
     got = iter(torch.autograd.grad(ref, wanted, grad, create_graph=True, allow_unused=True))
     return (*(next(got) if need else None for need in ctx.needs_input_grad[:4]), None)

@@ -34,7 +34,7 @@ def _cpu_tag() -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:10]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def chain_ops():
     """Return ``torch.ops.structtorch_chain`` once built, or ``None`` when unavailable."""
     if os.environ.get("STRUCTTORCH_NO_EXTENSION", "") not in ("", "0"):

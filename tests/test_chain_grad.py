@@ -170,5 +170,5 @@ def test_backend_gradients_agree(inst):
             logz = st.log_partition(u, A, start=s, end=e, lengths=inst.lengths)
             logz[torch.isfinite(logz)].sum().backward()
             grads.append([torch.zeros_like(x) if x.grad is None else x.grad for x in (u, A, s, e) if x is not None])
-    for a, b in zip(*grads):
+    for a, b in zip(*grads, strict=True):
         torch.testing.assert_close(a, b)
