@@ -74,8 +74,9 @@ class LogPartition(torch.autograd.Function):
         if torch.is_grad_enabled():  # create_graph=True: differentiate the torch recursion
             return _double_backward(ctx, chain, grad)
         g = grad.double().contiguous()
+        ft = f.transpose(-1, -2).contiguous()
         g_unary, s_edge, q_edge, exact, beta = chain_ops().logz_backward(
-            g, unary, transitions, r, f, end, lengths, logz, alpha, p, m
+            g, unary, transitions, r, ft, end, lengths, logz, alpha, p, m
         )
         last = (lengths - 1).clamp(min=0)[:, None, None].expand(-1, 1, unary.shape[2])
         g_end = g_unary.gather(1, last).squeeze(1)

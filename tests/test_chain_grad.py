@@ -172,3 +172,23 @@ def test_backend_gradients_agree(inst):
             grads.append([torch.zeros_like(x) if x.grad is None else x.grad for x in (u, A, s, e) if x is not None])
     for a, b in zip(*grads, strict=True):
         torch.testing.assert_close(a, b)
+
+
+def test_log_partition_saves_linear_memory():
+    """The compiled path keeps O(B T N) for the backward beyond the inputs, never O(B T N^2)."""
+    B, T, N = 4, 60, 40
+    u = torch.randn(B, T, N, requires_grad=True)
+    A = torch.randn(N, N, requires_grad=True)
+    saved = []
+
+    def pack(x):
+        saved.append(x)
+        return x
+
+    from conftest import use_backend
+
+    with use_backend("compiled"), torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        st.log_partition(u, A)
+    inputs = {u.data_ptr(), A.data_ptr()}
+    extra = sum(x.numel() * x.element_size() for x in saved if x.data_ptr() not in inputs)
+    assert extra <= 3 * B * T * N * 8 + 2 * N * N * 8 + 4096, extra

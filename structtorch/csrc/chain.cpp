@@ -258,7 +258,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_forward(
   return {logz, alpha, p, m};
 }
 
-// Backward: the beta recursion, with every marginal read off the same factors,
+// Backward: the beta recursion, with every marginal read off the same factors (``ft`` is f with
+// its last two axes transposed, so that s = f q runs as contiguous axpys),
 //   node_t[i]      = p_t[i] * s_t[i] * c_t,       s_t[i] = sum_j f[i, j] q_t[j],
 //   edge_t[i, j]   = p_t[i] * f[i, j] * q_t[j] * c_t,   q_t[j] = exp(w_t[j] - mw_t),
 //   c_t = exp(m_t + mw_t - logZ),  w_t = u_{t+1} + beta_{t+1},
@@ -285,7 +286,7 @@ void backward_one(double g, double logz, const T* u, const Blocks<T>& blk, const
   }
   for (int64_t t = last - 1; t >= 0; --t) {
     const double* rr = nrm.r_at(b, t);
-    const double* ff = nrm.f_at(b, t);
+    const double* ft = nrm.f_at(b, t);  // the backward receives f transposed
     const double* nb = beta + (t + 1) * n;
     const T* un = u + (t + 1) * n;
     for (int64_t j = 0; j < n; ++j) w[j] = static_cast<double>(un[j]) + nb[j];
@@ -298,14 +299,17 @@ void backward_one(double g, double logz, const T* u, const Blocks<T>& blk, const
     double* q = out.q_edge + t * n;
     for (int64_t j = 0; j < n; ++j) q[j] = std::exp(w[j] - mw);
     const T* a = blk.at(b, t);
-    for (int64_t i = 0; i < n; ++i) {
-      const double* fi = ff + i * n;
-      double acc = 0.0;
-#pragma omp simd reduction(+ : acc)
-      for (int64_t j = 0; j < n; ++j) acc += fi[j] * q[j];
-      s[i] = acc;
-      cur[i] = acc > kTiny ? rr[i] + mw + std::log(acc) : exact_lse_row(a, w.data(), n, i);
+    double* sp = s.data();
+    std::fill(s.begin(), s.end(), 0.0);
+    for (int64_t j = 0; j < n; ++j) {  // s = f q as axpys over the columns of f (ft's rows)
+      const double qj = q[j];
+      if (qj == 0.0) continue;
+      const double* fj = ft + j * n;
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i) sp[i] += qj * fj[i];
     }
+    for (int64_t i = 0; i < n; ++i)
+      cur[i] = sp[i] > kTiny ? rr[i] + mw + std::log(sp[i]) : exact_lse_row(a, w.data(), n, i);
     const double lc = fw.m[t] + mw - logz;
     const double* at = fw.alpha + t * n;
     const double* p = fw.p + t * n;
@@ -323,7 +327,7 @@ void backward_one(double g, double logz, const T* u, const Blocks<T>& blk, const
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_backward(
     const at::Tensor& grad, const at::Tensor& unary, const at::Tensor& trans, const at::Tensor& r,
-    const at::Tensor& f, const at::Tensor& end, const at::Tensor& lengths, const at::Tensor& logz,
+    const at::Tensor& ft, const at::Tensor& end, const at::Tensor& lengths, const at::Tensor& logz,
     const at::Tensor& alpha, const at::Tensor& p, const at::Tensor& m) {
   const int64_t B = unary.size(0), T = unary.size(1), N = unary.size(2);
   const int64_t E = std::max<int64_t>(T - 1, 0);
@@ -334,7 +338,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_back
   auto exact = at::zeros({B, E}, unary.options().dtype(at::kBool));
   auto beta = at::full({B, T, N}, kNegInf, dopt);
   const int64_t* len = lengths.data_ptr<int64_t>();
-  const auto nrm = make_normalized(r, f, N);
+  const auto nrm = make_normalized(r, ft, N);
   AT_DISPATCH_FLOATING_TYPES(unary.scalar_type(), "logz_backward", [&] {
     const auto blk = make_blocks<scalar_t>(trans, N);
     const scalar_t* u = unary.data_ptr<scalar_t>();
@@ -360,7 +364,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_back
 TORCH_LIBRARY(structtorch_chain, m) {
   m.def("viterbi_forward(Tensor unary, Tensor trans, Tensor start, Tensor end, Tensor lengths) -> (Tensor, Tensor)");
   m.def("logz_forward(Tensor unary, Tensor trans, Tensor r, Tensor f, Tensor start, Tensor end, Tensor lengths) -> (Tensor, Tensor, Tensor, Tensor)");
-  m.def("logz_backward(Tensor grad, Tensor unary, Tensor trans, Tensor r, Tensor f, Tensor end, Tensor lengths, Tensor logz, Tensor alpha, Tensor p, Tensor m) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def("logz_backward(Tensor grad, Tensor unary, Tensor trans, Tensor r, Tensor ft, Tensor end, Tensor lengths, Tensor logz, Tensor alpha, Tensor p, Tensor m) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(structtorch_chain, CPU, m) {
