@@ -53,6 +53,36 @@ def _edge_gradient(chain: Chain, f: Tensor, s_edge: Tensor, q_edge: Tensor, exac
     return grad
 
 
+def _forward(chain: Chain) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor]]:
+    """logZ (B,) in double and the forward factors (alpha, p, m) the backward reuses."""
+    r, f = row_normalize(chain.transitions)
+    logz, alpha, p, m = chain_ops().logz_forward(
+        chain.unary, chain.transitions, r, f, chain.start, chain.end, chain.lengths
+    )
+    return logz, (alpha, p, m)
+
+
+def _backward(chain: Chain, logz: Tensor, factors: tuple[Tensor, Tensor, Tensor], g: Tensor,
+              edges: bool = True):
+    """(grad unary, grad transitions or None) for upstream gradient g (B,) in double."""
+    alpha, p, m = factors
+    r, f = row_normalize(chain.transitions)  # recomputed rather than kept alive between passes
+    ft = f.transpose(-1, -2).contiguous()
+    g_unary, s_edge, q_edge, exact, beta = chain_ops().logz_backward(
+        g, chain.unary, chain.transitions, r, ft, chain.end, chain.lengths, logz, alpha, p, m
+    )
+    if not edges:
+        return g_unary, None
+    return g_unary, _edge_gradient(chain, f, s_edge, q_edge, exact, alpha, beta, logz, g)
+
+
+def node_marginals(chain: Chain) -> Tensor:
+    """(B, T, N) node marginals straight from the kernels, outside autograd."""
+    logz, factors = _forward(chain)
+    ones = torch.ones_like(logz)
+    return _backward(chain, logz, factors, ones, edges=False)[0]
+
+
 class LogPartition(torch.autograd.Function):
     """log-partition on the compiled CPU kernels with the forward-backward recursion as backward.
 
@@ -62,25 +92,19 @@ class LogPartition(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, unary, transitions, start, end, lengths):
-        r, f = row_normalize(transitions)
-        logz, alpha, p, m = chain_ops().logz_forward(unary, transitions, r, f, start, end, lengths)
-        ctx.save_for_backward(unary, transitions, start, end, lengths, r, f, logz, alpha, p, m)
+        logz, factors = _forward(Chain(unary, transitions, start, end, lengths))
+        ctx.save_for_backward(unary, transitions, start, end, lengths, logz, *factors)
         return logz.to(unary.dtype)
 
     @staticmethod
     def backward(ctx, grad):
-        unary, transitions, start, end, lengths, r, f, logz, alpha, p, m = ctx.saved_tensors
+        unary, transitions, start, end, lengths, logz, *factors = ctx.saved_tensors
         chain = Chain(unary, transitions, start, end, lengths)
         if torch.is_grad_enabled():  # create_graph=True: differentiate the torch recursion
             return _double_backward(ctx, chain, grad)
-        g = grad.double().contiguous()
-        ft = f.transpose(-1, -2).contiguous()
-        g_unary, s_edge, q_edge, exact, beta = chain_ops().logz_backward(
-            g, unary, transitions, r, ft, end, lengths, logz, alpha, p, m
-        )
+        g_unary, g_trans = _backward(chain, logz, tuple(factors), grad.double().contiguous())
         last = (lengths - 1).clamp(min=0)[:, None, None].expand(-1, 1, unary.shape[2])
         g_end = g_unary.gather(1, last).squeeze(1)
-        g_trans = _edge_gradient(chain, f, s_edge, q_edge, exact, alpha, beta, logz, g)
         return g_unary, g_trans.to(unary.dtype), g_unary[:, 0], g_end, None
 
 

@@ -25,8 +25,8 @@ class Chain:
     ----------
     unary : Tensor (B, T, N)
     transitions : Tensor (N, N) when ``shared`` else (B, T-1, N, N)
-    start, end : Tensor (B, N) (possibly expanded views)
-    lengths : Tensor (B,) int64 on the potentials' device
+    start, end : Tensor (B, N) contiguous
+    lengths : Tensor (B,) int64 contiguous, on the potentials' device
     """
 
     unary: Tensor
@@ -108,7 +108,7 @@ def check_lengths(lengths: LengthsLike, B: int, T: int, device: torch.device) ->
             f"lengths must lie in [0, T] = [0, {T}], got min {int(lengths.min())} "
             f"and max {int(lengths.max())}"
         )
-    return lengths.long()
+    return lengths.long().contiguous()
 
 
 def check_unary(unary: object) -> Tensor:
@@ -136,12 +136,12 @@ def _check_transitions(transitions: object, B: int, T: int, N: int, ref: Tensor)
 
 def _check_boundary(name: str, x: Tensor | None, B: int, N: int, ref: Tensor) -> Tensor:
     if x is None:
-        return ref.new_zeros(1, N).expand(B, N)
+        return ref.new_zeros(B, N)
     x = check_float(name, x, ref)
     if x.shape == (N,):
-        return x.unsqueeze(0).expand(B, N)
+        return x.unsqueeze(0).expand(B, N).contiguous()
     if x.shape == (B, N):
-        return x
+        return x.contiguous()
     raise ValueError(f"{name} must have shape (N,) = ({N},) or (B, N) = ({B}, {N}), got {_fmt(x.shape)}")
 
 

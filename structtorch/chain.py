@@ -16,11 +16,13 @@ before it, and so on (every backpointer takes the first maximal index).
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch import Tensor, nn
 
 from . import _chain_torch
-from ._chain_cpu import LogPartition
+from ._chain_cpu import LogPartition, node_marginals
 from ._checks import Chain, LengthsLike, check_chain, check_labels
 from ._extension import chain_ops
 
@@ -38,17 +40,11 @@ def _ops(chain: Chain):
 
 
 def _kernel_args(chain: Chain) -> tuple[Tensor, ...]:
-    return (
-        chain.unary,
-        chain.transitions,
-        chain.start.contiguous(),
-        chain.end.contiguous(),
-        chain.lengths.contiguous(),
-    )
+    return chain.unary, chain.transitions, chain.start, chain.end, chain.lengths
 
 
-def _log_partition(chain: Chain, differentiable_twice: bool = False) -> Tensor:
-    if _ops(chain) is None or differentiable_twice:
+def _log_partition(chain: Chain) -> Tensor:
+    if _ops(chain) is None:
         return _chain_torch.log_partition(chain)
     return LogPartition.apply(*_kernel_args(chain))
 
@@ -153,16 +149,18 @@ def marginals(
     """
     chain = check_chain(unary, transitions, start, end, lengths)
     inputs = (chain.unary, chain.transitions, chain.start, chain.end)
-    create_graph = torch.is_grad_enabled() and any(x.requires_grad for x in inputs)
-    with torch.enable_grad():
-        u = chain.unary if create_graph and chain.unary.requires_grad else chain.unary.detach()
+    if torch.is_grad_enabled() and any(x.requires_grad for x in inputs):
+        with torch.enable_grad():  # marginals as a differentiable function of the inputs
+            u = chain.unary if chain.unary.requires_grad else chain.unary.detach().requires_grad_()
+            logz = _chain_torch.log_partition(Chain(u, *inputs[1:], chain.lengths))
+            return torch.autograd.grad(logz.sum(), u, create_graph=True)[0]
+    if _ops(chain) is not None:
+        return node_marginals(chain)
+    with torch.inference_mode(False), torch.enable_grad():  # also works under inference_mode
+        u, trans, start_, end_ = (x.detach().clone() for x in inputs)
         u.requires_grad_()
-        chain.unary = u
-        if not create_graph:
-            chain.transitions, chain.start, chain.end = (x.detach() for x in inputs[1:])
-        logz = _log_partition(chain, differentiable_twice=create_graph)
-        (marg,) = torch.autograd.grad(logz.sum(), u, create_graph=create_graph)
-    return marg
+        logz = _chain_torch.log_partition(Chain(u, trans, start_, end_, chain.lengths.clone()))
+        return torch.autograd.grad(logz.sum(), u)[0]
 
 
 def path_score(
@@ -244,8 +242,11 @@ def kbest(
     -inf and paths -1. A zero-length row has exactly one (empty) labeling of score 0. Scores are
     differentiable (the gradient of each is the indicator of its path).
     """
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be a positive int, got {k!r}")
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise TypeError(f"k must be an int, got {type(k).__name__}")
+    k = int(k)
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
     chain = check_chain(unary, transitions, start, end, lengths)
     B, T, N = chain.shape
     with torch.no_grad():
@@ -259,7 +260,10 @@ def kbest(
         lengths=chain.lengths.repeat_interleave(k, 0),
     )
     scores = _path_score(rep, flat.clamp(min=0)).reshape(B, k)
-    return torch.where(valid, scores, scores.new_full((), NEG_INF)), paths
+    scores = torch.where(valid, scores, scores.new_full((), NEG_INF))
+    # re-rank: the recomputed sums may differ from the DP's by rounding on near-ties
+    order = scores.detach().argsort(dim=1, descending=True, stable=True)
+    return scores.gather(1, order), paths.gather(1, order.unsqueeze(2).expand(B, k, T))
 
 
 class Viterbi(nn.Module):

@@ -49,7 +49,12 @@ class LinearChainCRF(nn.Module):
     def extra_repr(self) -> str:
         return f"num_labels={self.num_labels}"
 
-    def _potentials(self) -> dict:
+    def _potentials(self, unary: Tensor) -> dict:
+        if isinstance(unary, Tensor) and unary.dim() == 3 and unary.shape[2] != self.num_labels:
+            raise ValueError(
+                f"unary must have shape (B, T, num_labels) = (B, T, {self.num_labels}), "
+                f"got {tuple(unary.shape)}"
+            )
         return {"start": self.start, "end": self.end}
 
     def forward(self, unary: Tensor, labels: Tensor, lengths: LengthsLike = None) -> Tensor:
@@ -65,14 +70,14 @@ class LinearChainCRF(nn.Module):
         -------
         Tensor (B,)
         """
-        logz = log_partition(unary, self.transitions, lengths=lengths, **self._potentials())
-        gold = path_score(unary, self.transitions, labels, lengths=lengths, **self._potentials())
+        logz = log_partition(unary, self.transitions, lengths=lengths, **self._potentials(unary))
+        gold = path_score(unary, self.transitions, labels, lengths=lengths, **self._potentials(unary))
         return logz - gold
 
     def decode(self, unary: Tensor, lengths: LengthsLike = None) -> tuple[Tensor, Tensor]:
         """Best labeling: ``(score (B,), path (B, T))`` as returned by :func:`structtorch.viterbi`."""
-        return viterbi(unary, self.transitions, lengths=lengths, **self._potentials())
+        return viterbi(unary, self.transitions, lengths=lengths, **self._potentials(unary))
 
     def marginals(self, unary: Tensor, lengths: LengthsLike = None) -> Tensor:
         """Node marginals (B, T, N), 0 beyond each length."""
-        return marginals(unary, self.transitions, lengths=lengths, **self._potentials())
+        return marginals(unary, self.transitions, lengths=lengths, **self._potentials(unary))

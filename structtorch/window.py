@@ -38,9 +38,15 @@ def _window_indices(path: Tensor, order: int, N: int) -> Tensor:
     return (windows * weights).sum(-1)
 
 
+def _newest_first(order: int, N: int, device: torch.device) -> Tensor:
+    """The N^order state indices (oldest label most significant) in newest-label-first order."""
+    idx = torch.arange(N**order, device=device).view((N,) * order)
+    return idx.permute(*reversed(range(order))).reshape(-1)
+
+
 @torch.no_grad()
-def _window_path(flat: Tensor, lengths: Tensor, N: int) -> Tensor:
-    """Best path for flat scores (B, T, N^l, N) = g_t[(y_{t-l}..y_{t-1}), y_t]."""
+def _window_path(flat: Tensor, lengths: Tensor, order: int, N: int) -> Tensor:
+    """Best path for flat scores (B, T, N^l, N) = g_t[(y_{t-l}..y_{t-1}), y_t], l = order >= 1."""
     B, T, S, _ = flat.shape
     path = torch.full((B, T), -1, dtype=torch.long, device=flat.device)
     if T == 0:
@@ -54,7 +60,8 @@ def _window_path(flat: Tensor, lengths: Tensor, N: int) -> Tensor:
         new = cand.gather(1, bp.unsqueeze(1)).squeeze(1).reshape(B, S)
         bps.append(bp.reshape(B, S).to(small_index_dtype(N)))
         alpha = torch.where((t < lengths)[:, None], new, alpha)
-    final = alpha.argmax(1)
+    newest_first = _newest_first(order, N, flat.device)
+    final = newest_first[alpha[:, newest_first].argmax(1)]
     feasible = alpha.gather(1, final.unsqueeze(1)).squeeze(1) > NEG_INF
     cur = final
     for t in range(T - 1, -1, -1):
@@ -99,7 +106,7 @@ def viterbi_window(scores: Tensor, *, lengths: LengthsLike = None) -> tuple[Tens
         flat = scores.unsqueeze(2).expand(B, T, N, N)
     else:
         flat = scores.reshape(B, T, N**order, N)
-    path = _window_path(flat.detach(), lengths, N)
+    path = _window_path(flat.detach(), lengths, max(order, 1), N)
     inside = torch.arange(T, device=scores.device) < lengths[:, None]
     picked = scores.reshape(B, T, N ** (order + 1)).gather(2, _window_indices(path, order, N).unsqueeze(2))
     total = torch.where(inside, picked.squeeze(2), scores.new_zeros(())).sum(1)

@@ -19,7 +19,11 @@ import structtorch.chain as chain_mod
 settings.register_profile(
     "default", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )
-settings.load_profile("default")
+settings.register_profile(
+    "thorough", max_examples=1000, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 BACKENDS = ["compiled", "torch"]
 NEG_INF = float("-inf")
@@ -48,6 +52,11 @@ class Instance:
     lengths: torch.Tensor
 
     @property
+    def tol(self) -> float:
+        """Absolute tolerance for non-integer results (float32 instances are integer-valued)."""
+        return 1e-9 if self.unary.dtype == torch.float64 else 2e-5
+
+    @property
     def kwargs(self) -> dict:
         return {"start": self.start, "end": self.end, "lengths": self.lengths}
 
@@ -63,34 +72,44 @@ def _values(rng, shape, integer: bool, p_inf: float) -> np.ndarray:
 
 @st.composite
 def instances(draw, max_t: int = 6, max_n: int = 4, max_b: int = 3):
+    """Random chains: float64 (integer-valued or Gaussian) or float32 (integer-valued, so that
+    float32 sums are exact), shared or per-position transitions, (N,) or (B, N) start/end."""
     B = draw(st.integers(1, max_b))
     T = draw(st.integers(0, max_t))
     N = draw(st.integers(1, max_n))
     lengths = draw(st.lists(st.integers(0, T), min_size=B, max_size=B))
-    integer = draw(st.booleans())
+    dtype = draw(st.sampled_from([torch.float64, torch.float64, torch.float32]))
+    integer = dtype == torch.float32 or draw(st.booleans())
     p_inf = draw(st.sampled_from([0.0, 0.0, 0.2, 0.5]))
     shared = draw(st.booleans())
-    boundary = draw(st.booleans())
+    start_shape, end_shape = (draw(st.sampled_from([None, (N,), (B, N)])) for _ in range(2))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    t = lambda a: torch.tensor(a, dtype=torch.float64)  # noqa: E731
-    trans_shape = (N, N) if shared else (B, max(T - 1, 0), N, N)
+
+    def make(shape, p):
+        return None if shape is None else torch.tensor(_values(rng, shape, integer, p), dtype=dtype)
+
     return Instance(
-        unary=t(_values(rng, (B, T, N), integer, p_inf / 2)),
-        transitions=t(_values(rng, trans_shape, integer, p_inf)),
-        start=t(_values(rng, (N,), integer, p_inf / 2)) if boundary else None,
-        end=t(_values(rng, (B, N), integer, p_inf / 2)) if boundary else None,
+        unary=make((B, T, N), p_inf / 2),
+        transitions=make((N, N) if shared else (B, max(T - 1, 0), N, N), p_inf),
+        start=make(start_shape, p_inf / 2),
+        end=make(end_shape, p_inf / 2),
         lengths=torch.tensor(lengths, dtype=torch.long),
     )
+
+
+def _per_row(x, b: int, N: int) -> np.ndarray:
+    if x is None:
+        return np.zeros(N)
+    return x.double().numpy() if x.dim() == 1 else x[b].double().numpy()
 
 
 def enumerate_row(inst: Instance, b: int):
     """All labelings of row b with their float64 scores, and the edge/node indicator arrays."""
     L = int(inst.lengths[b])
     N = inst.unary.shape[2]
-    u = inst.unary[b].numpy()
-    A = inst.transitions.numpy()
-    s = np.zeros(N) if inst.start is None else inst.start.numpy()
-    e = np.zeros(N) if inst.end is None else inst.end[b].numpy()
+    u = inst.unary[b].double().numpy()
+    A = inst.transitions.double().numpy()
+    s, e = _per_row(inst.start, b, N), _per_row(inst.end, b, N)
     out = []
     for y in itertools.product(range(N), repeat=L):
         if L == 0:

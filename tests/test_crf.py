@@ -74,6 +74,8 @@ def test_crf_rejects_wrong_dtype_and_bad_labels():
         crf(torch.zeros(1, 2, 3, dtype=torch.float64), torch.zeros(1, 2, dtype=torch.long))
     with pytest.raises(ValueError, match=r"labels must lie in \[0, N\) = \[0, 3\) within each length; labels\[0, 1\] = 3"):
         crf(torch.zeros(1, 2, 3), torch.tensor([[0, 3]]))
+    with pytest.raises(ValueError, match=r"unary must have shape \(B, T, num_labels\) = \(B, T, 3\), got \(1, 2, 5\)"):
+        crf.decode(torch.zeros(1, 2, 5))
     with pytest.raises(ValueError, match="num_labels must be a positive int"):
         st.LinearChainCRF(0)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -68,9 +69,12 @@ def test_path_score_label_errors():
     assert got.tolist() == [0.0, 0.0]
 
 
-def test_kbest_k_must_be_positive():
-    with pytest.raises(ValueError, match="k must be a positive int"):
+def test_kbest_k_must_be_a_positive_integer():
+    with pytest.raises(ValueError, match="k must be >= 1, got 0"):
         st.kbest(U, A, 0)
+    with pytest.raises(TypeError, match="k must be an int, got float"):
+        st.kbest(U, A, 2.0)
+    assert st.kbest(U, A, np.int64(2))[0].shape == (2, 2)
 
 
 def test_devices_must_match():

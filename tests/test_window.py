@@ -106,3 +106,17 @@ def test_viterbi_window_bad_input(scores, message):
 def test_viterbi_window_bad_lengths():
     with pytest.raises(ValueError, match=r"lengths must lie in \[0, T\] = \[0, 3\]"):
         st.viterbi_window(torch.zeros(2, 3, 2, 2), lengths=torch.tensor([1, 4]))
+
+
+@pytest.mark.parametrize("order", [1, 2, 3])
+def test_window_ties_follow_viterbi_rule(order):
+    """All-tied windows except a penalty on the all-zero tail: the answer is reverse-lex smallest."""
+    N, T = 2, order + 2
+    g = torch.zeros((1, T) + (N,) * (order + 1))
+    g[(0, T - 1) + (0,) * (order + 1)] = -1.0  # the window of zeros at the end is worse
+    score, path = st.viterbi_window(g)
+    rows = [(y, sum(float(g[(0, t) + tuple(y[t - order + k] if t - order + k >= 0 else 0 for k in range(order + 1))])
+                    for t in range(T))) for y in itertools.product(range(N), repeat=T)]
+    best = max(s for _, s in rows)
+    expected = min((y for y, s in rows if s == best), key=lambda y: tuple(reversed(y)))
+    assert path[0].tolist() == list(expected) and score.item() == best

@@ -23,7 +23,7 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 // A factored sum below kTiny, or a factored product whose log-scale exceeds kBigLog, is
 // recomputed exactly in log space: the factorization then cannot lose a dominant term.
 constexpr double kTiny = 1e-280;
-constexpr double kBigLog = 600.0;
+constexpr double kBigLog = 300.0;
 
 // The transition block used between steps t and t + 1 of sequence b.
 template <typename T>
@@ -272,18 +272,29 @@ struct BackwardOut {
   double* beta;    // (T, N)
 };
 
+// Node marginals of one position, renormalized to sum to one (they do exactly; this removes the
+// cancellation error of exp(alpha + beta - logZ) at large magnitudes), times the gradient g.
+template <typename T>
+void write_nodes(const double* node, int64_t n, double g, T* out) {
+  double total = 0.0;
+  for (int64_t i = 0; i < n; ++i) total += node[i];
+  const double scale = total > 0.0 ? g / total : 0.0;
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(node[i] * scale);
+}
+
 template <typename T>
 void backward_one(double g, double logz, const T* u, const Blocks<T>& blk, const Normalized& nrm,
                   const T* en, int64_t b, int64_t len, int64_t n, const ForwardOut fw, T* g_unary,
                   BackwardOut out) {
   if (len == 0 || logz == kNegInf || g == 0.0) return;
-  std::vector<double> w(n), s(n);
+  std::vector<double> w(n), s(n), node(n);
   const int64_t last = len - 1;
   double* beta = out.beta;
   for (int64_t j = 0; j < n; ++j) {
     beta[last * n + j] = static_cast<double>(en[j]);
-    g_unary[last * n + j] = static_cast<T>(g * std::exp(fw.alpha[last * n + j] + beta[last * n + j] - logz));
+    node[j] = std::exp(fw.alpha[last * n + j] + beta[last * n + j] - logz);
   }
+  write_nodes(node.data(), n, g, g_unary + last * n);
   for (int64_t t = last - 1; t >= 0; --t) {
     const double* rr = nrm.r_at(b, t);
     const double* ft = nrm.f_at(b, t);  // the backward receives f transposed
@@ -319,9 +330,9 @@ void backward_one(double g, double logz, const T* u, const Blocks<T>& blk, const
     const double c = exact ? 0.0 : std::exp(lc);
     for (int64_t i = 0; i < n; ++i) {
       se[i] = g * p[i] * c;
-      const double node = (!exact && s[i] > kTiny) ? p[i] * s[i] * c : std::exp(at[i] + cur[i] - logz);
-      g_unary[t * n + i] = static_cast<T>(g * node);
+      node[i] = (!exact && s[i] > kTiny) ? p[i] * s[i] * c : std::exp(at[i] + cur[i] - logz);
     }
+    write_nodes(node.data(), n, g, g_unary + t * n);
   }
 }
 
