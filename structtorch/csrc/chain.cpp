@@ -182,7 +182,7 @@ Normalized make_normalized(const at::Tensor& r, const at::Tensor& f, int64_t n) 
 // and p_t[i] = exp(alpha_t[i] + r[i] - m_t), which the backward reuses instead of exponentiating.
 struct ForwardOut {
   double* alpha;  // (T, N)
-  double* p;      // (T, N), rows 0 .. len - 2 used
+  double* p;      // (T, N), rows 0 .. len - 2 used (0 beyond)
   double* m;      // (T)
 };
 
@@ -202,7 +202,7 @@ double logz_one(const T* u, const Blocks<T>& blk, const Normalized& nrm, const T
     for (int64_t i = 0; i < n; ++i) m = std::max(m, alpha[i] + rr[i]);
     out.m[t - 1] = m;
     if (m == kNegInf) {
-      for (int64_t j = 0; j < n; ++j) next[j] = kNegInf;
+      for (int64_t j = 0; j < n; ++j) next[j] = kNegInf, p[j] = 0.0;
       continue;
     }
     double* sp = s.data();
@@ -236,9 +236,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_forward(
   const int64_t B = unary.size(0), T = unary.size(1), N = unary.size(2);
   const auto dopt = unary.options().dtype(at::kDouble);
   auto logz = at::empty({B}, dopt);
-  auto alpha = at::full({B, T, N}, kNegInf, dopt);
-  auto p = at::zeros({B, T, N}, dopt);
-  auto m = at::full({B, T}, kNegInf, dopt);
+  auto alpha = at::empty({B, T, N}, dopt);  // every entry is written below: no fill pass
+  auto p = at::empty({B, T, N}, dopt);
+  auto m = at::empty({B, T}, dopt);
   const int64_t* len = lengths.data_ptr<int64_t>();
   const auto nrm = make_normalized(r, f, N);
   AT_DISPATCH_FLOATING_TYPES(unary.scalar_type(), "logz_forward", [&] {
@@ -252,6 +252,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_forward(
         ForwardOut out{alpha.data_ptr<double>() + b * T * N, p.data_ptr<double>() + b * T * N,
                        m.data_ptr<double>() + b * T};
         lz[b] = logz_one(u + b * T * N, blk, nrm, st + b * N, en + b * N, b, len[b], N, out);
+        const int64_t used = std::max<int64_t>(len[b] - 1, 0);  // transitions inside the length
+        std::fill(out.alpha + len[b] * N, out.alpha + T * N, kNegInf);
+        std::fill(out.p + used * N, out.p + T * N, 0.0);
+        std::fill(out.m + used, out.m + T, kNegInf);
       }
     });
   });
@@ -286,7 +290,6 @@ template <typename T>
 void backward_one(double g, double logz, const T* u, const Blocks<T>& blk, const Normalized& nrm,
                   const T* en, int64_t b, int64_t len, int64_t n, const ForwardOut fw, T* g_unary,
                   BackwardOut out) {
-  if (len == 0 || logz == kNegInf || g == 0.0) return;
   std::vector<double> w(n), s(n), node(n);
   const int64_t last = len - 1;
   double* beta = out.beta;
@@ -304,7 +307,12 @@ void backward_one(double g, double logz, const T* u, const Blocks<T>& blk, const
     const double mw = max_of(w.data(), n);
     double* cur = beta + t * n;
     if (mw == kNegInf) {  // nothing feasible follows: zero marginals
-      for (int64_t i = 0; i < n; ++i) cur[i] = kNegInf;
+      for (int64_t i = 0; i < n; ++i) {
+        cur[i] = kNegInf;
+        out.s_edge[t * n + i] = out.q_edge[t * n + i] = 0.0;
+        g_unary[t * n + i] = T(0);
+      }
+      out.exact[t] = false;
       continue;
     }
     double* q = out.q_edge + t * n;
@@ -343,11 +351,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_back
   const int64_t B = unary.size(0), T = unary.size(1), N = unary.size(2);
   const int64_t E = std::max<int64_t>(T - 1, 0);
   const auto dopt = unary.options().dtype(at::kDouble);
-  auto g_unary = at::zeros({B, T, N}, unary.options());
-  auto s_edge = at::zeros({B, E, N}, dopt);
-  auto q_edge = at::zeros({B, E, N}, dopt);
-  auto exact = at::zeros({B, E}, unary.options().dtype(at::kBool));
-  auto beta = at::full({B, T, N}, kNegInf, dopt);
+  auto g_unary = at::empty({B, T, N}, unary.options());  // every entry is written below
+  auto s_edge = at::empty({B, E, N}, dopt);
+  auto q_edge = at::empty({B, E, N}, dopt);
+  auto exact = at::empty({B, E}, unary.options().dtype(at::kBool));
+  auto beta = at::empty({B, T, N}, dopt);
   const int64_t* len = lengths.data_ptr<int64_t>();
   const auto nrm = make_normalized(r, ft, N);
   AT_DISPATCH_FLOATING_TYPES(unary.scalar_type(), "logz_backward", [&] {
@@ -362,8 +370,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_back
                             m.data_ptr<double>() + b * T};
         BackwardOut out{s_edge.data_ptr<double>() + b * E * N, q_edge.data_ptr<double>() + b * E * N,
                         exact.data_ptr<bool>() + b * E, beta.data_ptr<double>() + b * T * N};
-        backward_one(gr[b], lz[b], u + b * T * N, blk, nrm, en + b * N, b, len[b], N, fw,
-                     g_unary.data_ptr<scalar_t>() + b * T * N, out);
+        scalar_t* gu = g_unary.data_ptr<scalar_t>() + b * T * N;
+        const bool active = len[b] > 0 && lz[b] != kNegInf && gr[b] != 0.0;
+        if (active) backward_one(gr[b], lz[b], u + b * T * N, blk, nrm, en + b * N, b, len[b], N, fw, gu, out);
+        const int64_t rows = active ? len[b] : 0, edges = active ? len[b] - 1 : 0;
+        std::fill(gu + rows * N, gu + T * N, scalar_t(0));
+        std::fill(out.beta + rows * N, out.beta + T * N, kNegInf);
+        std::fill(out.s_edge + edges * N, out.s_edge + E * N, 0.0);
+        std::fill(out.q_edge + edges * N, out.q_edge + E * N, 0.0);
+        std::fill(out.exact + edges, out.exact + E, false);
       }
     });
   });
