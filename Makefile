@@ -10,7 +10,6 @@ TORCH_SPEC ?= torch==2.13.0
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)" || $(PY) -m pip install -q torch
 	$(PY) -m pip install -q -e ".[dev,examples,bench]"
 	touch $@
