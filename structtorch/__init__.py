@@ -2,6 +2,7 @@
 
 from .chain import Viterbi, kbest, log_partition, marginals, path_score, viterbi
 from .crf import LinearChainCRF
+from .hamming import loss_augmented_viterbi, loss_augmented_viterbi_window
 from .window import viterbi_window
 
 __all__ = [
@@ -13,6 +14,8 @@ __all__ = [
     "viterbi_window",
     "Viterbi",
     "LinearChainCRF",
+    "loss_augmented_viterbi",
+    "loss_augmented_viterbi_window",
 ]
 
 __version__ = "0.1.0"

@@ -164,22 +164,25 @@ def check_chain(
     )
 
 
-def check_labels(labels: object, chain: Chain) -> Tensor:
-    """Validate (B, T) integer labels; entries beyond each length are ignored."""
-    B, T, N = chain.shape
+def check_labels(labels: object, mask: Tensor, N: int, name: str = "labels") -> Tensor:
+    """Validate (B, T) integer labels against ``mask`` (B, T) of positions inside each length.
+
+    Entries beyond each length are ignored (returned as 0).
+    """
+    B, T = mask.shape
     if not isinstance(labels, Tensor):
-        raise TypeError(f"labels must be a torch.Tensor of shape (B, T) = ({B}, {T})")
+        raise TypeError(f"{name} must be a torch.Tensor of shape (B, T) = ({B}, {T})")
     if labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
-        raise TypeError(f"labels must be an integer tensor of shape (B, T) = ({B}, {T}), got {labels.dtype}")
+        raise TypeError(f"{name} must be an integer tensor of shape (B, T) = ({B}, {T}), got {labels.dtype}")
     if labels.shape != (B, T):
-        raise ValueError(f"labels must have shape (B, T) = ({B}, {T}), got {_fmt(labels.shape)}")
-    check_device("labels", labels, chain.unary)
-    inside = chain.mask()
-    bad = inside & ((labels < 0) | (labels >= N))
+        raise ValueError(f"{name} must have shape (B, T) = ({B}, {T}), got {_fmt(labels.shape)}")
+    if labels.device != mask.device:
+        raise ValueError(f"{name} is on {labels.device} but unary is on {mask.device}; use one device")
+    bad = mask & ((labels < 0) | (labels >= N))
     if bool(bad.any()):
         b, t = (int(i) for i in bad.nonzero()[0].tolist())
         raise ValueError(
-            f"labels must lie in [0, N) = [0, {N}) within each length; labels[{b}, {t}] = "
+            f"{name} must lie in [0, N) = [0, {N}) within each length; {name}[{b}, {t}] = "
             f"{int(labels[b, t])}"
         )
-    return torch.where(inside, labels.long(), torch.zeros((), dtype=torch.long, device=labels.device))
+    return torch.where(mask, labels.long(), torch.zeros((), dtype=torch.long, device=labels.device))

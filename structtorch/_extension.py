@@ -1,4 +1,4 @@
-"""Build-on-first-use loader for the compiled CPU kernels in ``csrc/chain.cpp``.
+"""Build-on-first-use loader for the compiled CPU kernels in ``csrc/*.cpp``.
 
 The kernels are registered as torch operators (``torch.ops.structtorch_chain.*``) and compiled
 with ``-march=native`` for the machine that runs them; the build is cached by torch under
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-_SOURCE = Path(__file__).parent / "csrc" / "chain.cpp"
+_SOURCES = sorted(str(p) for p in (Path(__file__).parent / "csrc").glob("*.cpp"))
 # -fopenmp makes at::parallel_for (inline OpenMP) split the batch over torch's intra-op threads;
 # the extension then shares the libgomp that torch has already loaded.
 _FLAG_SETS = (
@@ -52,7 +52,7 @@ def chain_ops():
         try:
             load(
                 name=f"structtorch_chain_{_cpu_tag()}_{variant}",
-                sources=[str(_SOURCE)],
+                sources=_SOURCES,
                 extra_cflags=flags,
                 extra_ldflags=["-fopenmp"] if "-fopenmp" in flags else [],
                 is_python_module=False,

@@ -187,7 +187,7 @@ def path_score(
         Sum of the unary, transition, start and end scores along ``labels``.
     """
     chain = check_chain(unary, transitions, start, end, lengths)
-    return _path_score(chain, check_labels(labels, chain))
+    return _path_score(chain, check_labels(labels, chain.mask(), chain.shape[2]))
 
 
 def _kbest_paths(chain: Chain, k: int) -> tuple[Tensor, Tensor]:

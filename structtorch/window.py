@@ -13,7 +13,7 @@ from torch import Tensor
 from ._chain_torch import NEG_INF, small_index_dtype
 from ._checks import LengthsLike, _fmt, check_float, check_lengths
 
-__all__ = ["viterbi_window"]
+__all__ = ["viterbi_window", "window_score"]
 
 
 def _check_scores(scores: object) -> tuple[Tensor, int, int]:
@@ -101,14 +101,24 @@ def viterbi_window(scores: Tensor, *, lengths: LengthsLike = None) -> tuple[Tens
     lengths = check_lengths(lengths, B, T, scores.device)
     if T == 0:
         empty = torch.empty(B, 0, dtype=torch.long, device=scores.device)
-        return scores.reshape(B, -1).sum(1), empty
+        return window_score(scores, empty, lengths), empty
     if order == 0:  # solved as order 1 with windows that ignore the previous label
         flat = scores.unsqueeze(2).expand(B, T, N, N)
     else:
         flat = scores.reshape(B, T, N**order, N)
     path = _window_path(flat.detach(), lengths, max(order, 1), N)
+    return window_score(scores, path, lengths), path
+
+
+def window_score(scores: Tensor, path: Tensor, lengths: Tensor) -> Tensor:
+    """(B,) differentiable score of ``path`` (B, T) under window ``scores``; -inf for rows whose
+    path is all -1 (infeasible), 0 for zero-length rows."""
+    B, T = scores.shape[:2]
+    N, order = scores.shape[2], scores.dim() - 3
+    if T == 0:
+        return scores.reshape(B, -1).sum(1)
     inside = torch.arange(T, device=scores.device) < lengths[:, None]
     picked = scores.reshape(B, T, N ** (order + 1)).gather(2, _window_indices(path, order, N).unsqueeze(2))
     total = torch.where(inside, picked.squeeze(2), scores.new_zeros(())).sum(1)
     feasible = (path[:, :1] >= 0).all(1) | (lengths == 0)
-    return torch.where(feasible, total, scores.new_full((), NEG_INF)), path
+    return torch.where(feasible, total, scores.new_full((), NEG_INF))

@@ -6,42 +6,18 @@
 //   unary  (B, T, N) contiguous;  trans (N, N) shared or (B, T-1, N, N) per position;
 //   start, end (B, N);  lengths (B,) int64 in [0, T].
 //   trans[..., i, j] scores label i at step t followed by label j at step t + 1.
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-#include <torch/library.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <limits>
-#include <tuple>
-#include <vector>
+#include "common.h"
 
 namespace {
 
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+using structtorch::Blocks;
+using structtorch::kNegInf;
+using structtorch::make_blocks;
+
 // A factored sum below kTiny, or a factored product whose log-scale exceeds kBigLog, is
 // recomputed exactly in log space: the factorization then cannot lose a dominant term.
 constexpr double kTiny = 1e-280;
 constexpr double kBigLog = 300.0;
-
-// The transition block used between steps t and t + 1 of sequence b.
-template <typename T>
-struct Blocks {
-  const T* data;
-  int64_t n;
-  int64_t steps;
-  bool shared;
-  const T* at(int64_t b, int64_t t) const {
-    return shared ? data : data + (b * steps + t) * n * n;
-  }
-};
-
-template <typename T>
-Blocks<T> make_blocks(const at::Tensor& trans, int64_t n) {
-  const bool shared = trans.dim() == 2;
-  return {trans.data_ptr<T>(), n, shared ? 0 : trans.size(1), shared};
-}
 
 double finish_lse(double m, double s) { return m == kNegInf ? kNegInf : m + std::log(s); }
 
@@ -387,7 +363,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_back
 
 }  // namespace
 
-TORCH_LIBRARY(structtorch_chain, m) {
+TORCH_LIBRARY_FRAGMENT(structtorch_chain, m) {
   m.def("viterbi_forward(Tensor unary, Tensor trans, Tensor start, Tensor end, Tensor lengths) -> (Tensor, Tensor)");
   m.def("logz_forward(Tensor unary, Tensor trans, Tensor r, Tensor f, Tensor start, Tensor end, Tensor lengths) -> (Tensor, Tensor, Tensor, Tensor)");
   m.def("logz_backward(Tensor grad, Tensor unary, Tensor trans, Tensor r, Tensor ft, Tensor end, Tensor lengths, Tensor logz, Tensor alpha, Tensor p, Tensor m) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");

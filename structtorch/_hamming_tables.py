@@ -1,0 +1,122 @@
+"""The Hamming-dimension dynamic program (Bauer et al. 2014, Algorithm 1) behind
+:mod:`structtorch.hamming`.
+
+A table run returns, for every (weighted) Hamming count k, the best score of a labeling whose
+distance to the target is exactly k, and can backtrack the labeling for any chosen k. Two
+backends: the compiled CPU kernel for linear chains (``csrc/hamming.cpp``) and a batched PyTorch
+loop over order-l window scores (any device; linear chains are converted to order-1 windows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from ._chain_torch import NEG_INF, small_index_dtype
+from ._checks import Chain
+from ._extension import chain_ops
+
+
+@dataclass
+class Tables:
+    """best[b, k]: best score with count exactly k (-inf if none); backtrack(k) -> (B, T) paths."""
+
+    best: Tensor  # (B, K + 1) float64
+    backtrack: Callable[[Tensor], Tensor]
+
+
+def negate_scores(x: Tensor) -> Tensor:
+    """-x with forbidden (-inf) entries kept forbidden: max over -x gives -min over x."""
+    return torch.where(x == NEG_INF, x, -x)
+
+
+def chain_tables_cpu(chain: Chain, target: Tensor, weights: Tensor, K: int) -> Tables:
+    """Compiled tables for a linear chain on CPU; weights (B, T) int64."""
+    ops = chain_ops()
+    args = (chain.lengths, target.contiguous(), weights.contiguous())
+    best, last, bp = ops.hamming_forward(
+        chain.unary, chain.transitions, chain.start, chain.end, *args, K
+    )
+
+    def backtrack(k: Tensor) -> Tensor:
+        end_label = last.gather(1, k.clamp(min=0).unsqueeze(1)).squeeze(1)
+        return ops.hamming_backtrack(bp, *args, k.contiguous(), end_label.contiguous())
+
+    return Tables(best, backtrack)
+
+
+def chain_to_windows(chain: Chain) -> Tensor:
+    """Order-1 window scores (B, T, N, N): g_t(i, j) = A_t[i, j] + u_t[j], with start folded into
+    t = 0 (previous label 0) and end into each row's last position."""
+    u, lengths = chain.unary, chain.lengths
+    B, T, N = u.shape
+    g = u.unsqueeze(2).expand(B, T, N, N).clone()
+    if T > 1:
+        g[:, 1:] += chain.transitions  # (N, N) broadcasts; (B, T-1, N, N) aligns
+    g[:, 0, 0] += chain.start
+    rows = torch.nonzero(lengths > 0).squeeze(1)
+    g[rows, lengths[rows] - 1] += chain.end[rows].unsqueeze(1)
+    return g
+
+
+def _newest_first(order: int, N: int, device: torch.device) -> Tensor:
+    idx = torch.arange(N**order, device=device).view((N,) * order)
+    return idx.permute(*reversed(range(order))).reshape(-1)
+
+
+def window_tables(flat: Tensor, target: Tensor, weights: Tensor, lengths: Tensor, K: int, order: int) -> Tables:
+    """PyTorch tables over window scores flat (B, T, N^order, N) = g_t[(y_{t-l}..y_{t-1}), y_t]."""
+    B, T, S, N = flat.shape
+    R, K1, dev = S // N, K + 1, flat.device
+    kidx = torch.arange(K1, device=dev)
+    labels = torch.arange(N, device=dev)
+
+    def shift(t: int) -> Tensor:  # (B, N): count added by label j at step t
+        return weights[:, t, None] * (labels != target[:, t, None])
+
+    table = flat.new_full((B, K1, S), NEG_INF, dtype=torch.float64)
+    s0 = shift(0)
+    table.view(B, K1 * S).scatter_(1, (s0.clamp(max=K) * S + labels).long(), flat[:, 0, 0].double())
+    table[:, :, :N][(s0 > K).unsqueeze(1).expand(B, K1, N)] = NEG_INF
+    bps = []
+    for t in range(1, T):
+        cand = (table.unsqueeze(3) + flat[:, t].double().unsqueeze(1)).view(B, K1, N, R, N)
+        arg = cand.argmax(2)  # first maximal oldest label
+        best = cand.gather(2, arg.unsqueeze(2)).squeeze(2)  # (B, K1, R, N)
+        src = kidx.view(1, K1, 1, 1) - shift(t).view(B, 1, 1, N)
+        ok = (src >= 0).expand(B, K1, R, N)
+        src = src.clamp(min=0).expand(B, K1, R, N)
+        new = torch.where(ok, best.gather(1, src), NEG_INF).reshape(B, K1, S)
+        bps.append(torch.where(ok, arg.gather(1, src), 0).reshape(B, K1, S).to(small_index_dtype(N)))
+        table = torch.where((t < lengths)[:, None, None], new, table)
+    order_idx = _newest_first(order, N, dev)
+    ranked = table[:, :, order_idx]
+    pick = ranked.argmax(2)
+    best = ranked.gather(2, pick.unsqueeze(2)).squeeze(2)
+    final_state = order_idx[pick]
+    empty = lengths == 0
+    best[empty] = torch.where(kidx == 0, 0.0, NEG_INF).to(best.dtype)
+
+    def backtrack(k: Tensor) -> Tensor:
+        path = torch.full((B, T), -1, dtype=torch.long, device=dev)
+        kk = k.clamp(min=0)
+        state = final_state.gather(1, kk.unsqueeze(1)).squeeze(1)
+        cur, cur_k = state, kk
+        for t in range(T - 1, -1, -1):
+            at_end = lengths - 1 == t
+            cur, cur_k = torch.where(at_end, state, cur), torch.where(at_end, kk, cur_k)
+            inside = t < lengths
+            label = cur % N
+            path[:, t] = torch.where(inside, label, -1)
+            if t > 0:
+                oldest = bps[t - 1][torch.arange(B, device=dev), cur_k, cur].long()
+                step = weights[:, t] * (label != target[:, t])
+                cur = torch.where(inside, oldest * R + cur // N, cur)
+                cur_k = torch.where(inside, cur_k - step, cur_k)
+        path[k < 0] = -1
+        return path
+
+    return Tables(best, backtrack)
