@@ -9,8 +9,8 @@ loop over order-l window scores (any device; linear chains are converted to orde
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import Tensor
@@ -67,7 +67,9 @@ def _newest_first(order: int, N: int, device: torch.device) -> Tensor:
     return idx.permute(*reversed(range(order))).reshape(-1)
 
 
-def window_tables(flat: Tensor, target: Tensor, weights: Tensor, lengths: Tensor, K: int, order: int) -> Tables:
+def window_tables(
+    flat: Tensor, target: Tensor, weights: Tensor, lengths: Tensor, K: int, order: int
+) -> Tables:
     """PyTorch tables over window scores flat (B, T, N^order, N) = g_t[(y_{t-l}..y_{t-1}), y_t]."""
     B, T, S, N = flat.shape
     R, K1, dev = S // N, K + 1, flat.device

@@ -18,16 +18,17 @@ h(H(y, y')) for slack rescaling.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
 from . import _chain_torch
+from . import chain as _chain
 from ._checks import LengthsLike, _fmt, check_chain, check_labels, check_lengths, check_values
 from ._hamming_tables import Tables, chain_tables_cpu, chain_to_windows, negate_scores, window_tables
-from . import chain as _chain
 from .window import _check_scores, _window_path, window_score
 
 __all__ = ["loss_augmented_viterbi", "loss_augmented_viterbi_window"]
