@@ -3,7 +3,7 @@
 from .chain import Viterbi, kbest, log_partition, marginals, path_score, viterbi
 from .crf import LinearChainCRF
 from .hamming import loss_augmented_viterbi, loss_augmented_viterbi_window
-from .window import viterbi_window
+from .window import viterbi_window, window_score
 
 __all__ = [
     "viterbi",
@@ -12,6 +12,7 @@ __all__ = [
     "path_score",
     "kbest",
     "viterbi_window",
+    "window_score",
     "Viterbi",
     "LinearChainCRF",
     "loss_augmented_viterbi",

@@ -54,6 +54,8 @@ def chain_to_windows(chain: Chain) -> Tensor:
     u, lengths = chain.unary, chain.lengths
     B, T, N = u.shape
     g = u.unsqueeze(2).expand(B, T, N, N).clone()
+    if T == 0:
+        return g
     if T > 1:
         g[:, 1:] += chain.transitions  # (N, N) broadcasts; (B, T-1, N, N) aligns
     g[:, 0, 0] += chain.start
@@ -79,6 +81,9 @@ def window_tables(
     def shift(t: int) -> Tensor:  # (B, N): count added by label j at step t
         return weights[:, t, None] * (labels != target[:, t, None])
 
+    if T == 0:  # every row is empty: one labeling, count 0, score 0
+        best = torch.where(kidx == 0, 0.0, NEG_INF).double().expand(B, K1).clone()
+        return Tables(best, lambda k: torch.empty(B, 0, dtype=torch.long, device=dev))
     table = flat.new_full((B, K1, S), NEG_INF, dtype=torch.float64)
     s0 = shift(0)
     table.view(B, K1 * S).scatter_(1, (s0.clamp(max=K) * S + labels).long(), flat[:, 0, 0].double())

@@ -1,0 +1,255 @@
+"""Loss-augmented Viterbi against brute-force enumeration, for both rescalings and any h."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from conftest import enumerate_row, instances, use_backend
+from hypothesis import given
+from hypothesis import strategies as st_
+
+import structtorch as st
+
+
+def brute_force(rows, target, L, h, rescaling, weights=None, cost=None):
+    """max over labelings of the margin/slack objective; rows = [(labeling, score)]."""
+    table = dict(rows)
+    gold = table[tuple(target[:L])]
+    best = -np.inf
+    for y, s in rows:
+        if s == -np.inf:
+            continue
+        if cost is not None:
+            loss = sum(cost[t][y[t]] for t in range(L))
+        else:
+            k = sum((1 if weights is None else weights[t]) * (y[t] != target[t]) for t in range(L))
+            loss = h(k)
+        best = max(best, s + loss - gold if rescaling == "margin" else loss * (1 + s - gold))
+    return best
+
+
+def feasible_target(inst, rng):
+    """A target labeling with a finite score in every row, or None."""
+    B, T, N = inst.unary.shape
+    target = np.zeros((B, T), dtype=np.int64)
+    for b in range(B):
+        L = int(inst.lengths[b])
+        finite = [y for y, s in enumerate_row(inst, b) if s > -np.inf]
+        if not finite:
+            return None
+        target[b, :L] = finite[rng.integers(len(finite))]
+    return torch.tensor(target)
+
+
+H_CHOICES = ["identity", "random", "square", "negative_affine"]
+
+
+def h_of(name, T, rng):
+    table = {
+        "identity": np.arange(T + 1.0),
+        "random": rng.integers(-3, 4, size=T + 1).astype(float),
+        "square": np.minimum(np.arange(T + 1.0), 2) ** 2,
+        "negative_affine": 1.0 - 0.5 * np.arange(T + 1.0),
+    }[name]
+    return torch.tensor(table), (lambda k: table[k])
+
+
+@given(inst=instances(max_t=5, max_n=3), rescaling=st_.sampled_from(["margin", "slack"]),
+       h_name=st_.sampled_from(H_CHOICES), seed=st_.integers(0, 2**31))
+def test_matches_enumeration(backend, inst, rescaling, h_name, seed):
+    rng = np.random.default_rng(seed)
+    target = feasible_target(inst, rng)
+    if target is None:
+        return
+    T = inst.unary.shape[1]
+    h_tensor, h_fn = h_of(h_name, T, rng)
+    value, path, hamming = st.loss_augmented_viterbi(
+        *inst.args(), target, h=h_tensor.to(inst.unary.dtype), rescaling=rescaling, **inst.kwargs
+    )
+    for b in range(inst.unary.shape[0]):
+        L = int(inst.lengths[b])
+        rows = enumerate_row(inst, b)
+        expected = brute_force(rows, target[b].tolist(), L, h_fn, rescaling)
+        assert np.isclose(value[b].item(), expected, atol=inst.tol, rtol=inst.tol)
+        y = tuple(path[b, :L].tolist())
+        assert (path[b, L:] == -1).all()
+        assert hamming[b].item() == sum(y[t] != target[b, t].item() for t in range(L))
+        # the returned labeling attains the value
+        s = dict(rows)[y]
+        gold = dict(rows)[tuple(target[b, :L].tolist())]
+        k = hamming[b].item()
+        attained = s + h_fn(k) - gold if rescaling == "margin" else h_fn(k) * (1 + s - gold)
+        assert np.isclose(attained, expected, atol=inst.tol, rtol=inst.tol)
+
+
+@given(inst=instances(max_t=5, max_n=3), rescaling=st_.sampled_from(["margin", "slack"]),
+       seed=st_.integers(0, 2**31))
+def test_integer_weights_match_enumeration(backend, inst, rescaling, seed):
+    rng = np.random.default_rng(seed)
+    target = feasible_target(inst, rng)
+    if target is None:
+        return
+    B, T, _ = inst.unary.shape
+    weights = torch.tensor(rng.integers(0, 3, size=(B, T)))
+    h = lambda k: torch.sin(k) * 3  # noqa: E731  nonlinear, sign-changing
+    value, path, hamming = st.loss_augmented_viterbi(*inst.args(), target, h=h, rescaling=rescaling,
+                                                     weights=weights, **inst.kwargs)
+    for b in range(B):
+        L = int(inst.lengths[b])
+        expected = brute_force(enumerate_row(inst, b), target[b].tolist(), L,
+                               lambda k: 3 * np.sin(k), rescaling, weights=weights[b].tolist())
+        assert np.isclose(value[b].item(), expected, atol=1e-5, rtol=1e-5)
+        assert hamming.dtype == torch.int64
+
+
+@given(inst=instances(max_t=5, max_n=3), seed=st_.integers(0, 2**31), shape=st_.sampled_from(["NN", "BTN", "w"]))
+def test_decomposable_margin_losses_match_enumeration(backend, inst, seed, shape):
+    rng = np.random.default_rng(seed)
+    target = feasible_target(inst, rng)
+    if target is None:
+        return
+    B, T, N = inst.unary.shape
+    kwargs, costs = {}, []
+    if shape == "w":
+        w = rng.uniform(0.1, 2.0, size=(B, T))
+        kwargs["weights"] = torch.tensor(w)
+        costs = [[[w[b, t] * (j != target[b, t].item()) for j in range(N)] for t in range(T)] for b in range(B)]
+    else:
+        c = rng.uniform(0, 2, size=(N, N) if shape == "NN" else (B, T, N))
+        kwargs["cost"] = torch.tensor(c, dtype=inst.unary.dtype)
+        costs = [[c[target[b, t].item()] if shape == "NN" else c[b, t] for t in range(T)] for b in range(B)]
+    value, path, _ = st.loss_augmented_viterbi(*inst.args(), target, **kwargs, **inst.kwargs)
+    for b in range(B):
+        L = int(inst.lengths[b])
+        expected = brute_force(enumerate_row(inst, b), target[b].tolist(), L, None, "margin", cost=costs[b])
+        assert np.isclose(value[b].item(), expected, atol=1e-5, rtol=1e-5)
+
+
+@given(inst=instances(max_t=6, max_n=3), seed=st_.integers(0, 2**31))
+def test_fold_and_table_agree_for_affine_h(inst, seed):
+    target = feasible_target(inst, np.random.default_rng(seed))
+    if target is None:
+        return
+    h = lambda k: 2.5 * k - 1.0  # noqa: E731
+    a = st.loss_augmented_viterbi(*inst.args(), target, h=h, algorithm="viterbi", **inst.kwargs)
+    b = st.loss_augmented_viterbi(*inst.args(), target, h=h, algorithm="hamming", **inst.kwargs)
+    torch.testing.assert_close(a[0], b[0], atol=inst.tol, rtol=inst.tol)
+
+
+@given(inst=instances(max_t=7, max_n=4), rescaling=st_.sampled_from(["margin", "slack"]),
+       seed=st_.integers(0, 2**31))
+def test_compiled_and_torch_tables_agree(inst, rescaling, seed):
+    target = feasible_target(inst, np.random.default_rng(seed)) if inst.unary.shape[1] <= 5 else None
+    if target is None:
+        target = torch.zeros(inst.unary.shape[:2], dtype=torch.long)
+        if not torch.isfinite(st.path_score(*inst.args(), target, **inst.kwargs)).all():
+            return
+    h = torch.tensor(np.random.default_rng(seed).normal(size=inst.unary.shape[1] + 1), dtype=inst.unary.dtype)
+    out = []
+    for name in ("compiled", "torch"):
+        with use_backend(name):
+            out.append(st.loss_augmented_viterbi(*inst.args(), target, h=h, rescaling=rescaling,
+                                                 algorithm="hamming", **inst.kwargs))
+    torch.testing.assert_close(out[0][0], out[1][0])
+
+
+def brute_window(x, target, L, order, h, rescaling):
+    N = x.shape[-1]
+
+    def score(y):
+        return sum(x[(t,) + tuple(y[t - order + k] if t - order + k >= 0 else 0 for k in range(order + 1))]
+                   for t in range(L))
+
+    gold = score(target[:L])
+    best = -np.inf
+    for y in itertools.product(range(N), repeat=L):
+        s = score(y)
+        if s == -np.inf:
+            continue
+        k = sum(y[t] != target[t] for t in range(L))
+        best = max(best, s + h(k) - gold if rescaling == "margin" else h(k) * (1 + s - gold))
+    return best
+
+
+@given(order=st_.integers(0, 2), B=st_.integers(1, 2), T=st_.integers(0, 5), N=st_.integers(1, 3),
+       rescaling=st_.sampled_from(["margin", "slack"]), h_name=st_.sampled_from(H_CHOICES),
+       seed=st_.integers(0, 2**31), data=st_.data())
+def test_window_matches_enumeration(order, B, T, N, rescaling, h_name, seed, data):
+    rng = np.random.default_rng(seed)
+    shape = (B, T) + (N,) * (order + 1)
+    x = rng.integers(-2, 3, size=shape).astype(float)
+    x[rng.random(shape) < 0.15] = -np.inf
+    lengths = torch.tensor(data.draw(st_.lists(st_.integers(0, T), min_size=B, max_size=B)))
+    target = torch.tensor(rng.integers(0, N, size=(B, T)))
+    scores = torch.tensor(x)
+    gold = st.window_score(scores, target, lengths) if T else torch.zeros(B)
+    if not torch.isfinite(gold).all():
+        with pytest.raises(ValueError, match="target has score -inf"):
+            st.loss_augmented_viterbi_window(scores, target, lengths=lengths)
+        return
+    h_tensor, h_fn = h_of(h_name, T, rng)
+    value, path, hamming = st.loss_augmented_viterbi_window(scores, target, h=h_tensor, rescaling=rescaling,
+                                                            lengths=lengths)
+    for b in range(B):
+        L = int(lengths[b])
+        expected = brute_window(x[b], target[b].tolist(), L, order, h_fn, rescaling)
+        assert np.isclose(value[b].item(), expected, atol=1e-9)
+
+
+def test_subgradient_margin_and_slack():
+    torch.manual_seed(0)
+    u = torch.randn(2, 6, 3, dtype=torch.float64, requires_grad=True)
+    A = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(0, 3, (2, 6))
+    for rescaling in ("margin", "slack"):
+        u.grad = A.grad = None
+        value, path, hamming = st.loss_augmented_viterbi(u, A, target, rescaling=rescaling)
+        value.sum().backward()
+        scale = torch.ones(2, dtype=torch.float64) if rescaling == "margin" else hamming.double()
+        expected_u = torch.zeros_like(u)
+        expected_A = torch.zeros_like(A)
+        for b in range(2):
+            for lab, sign in ((path[b], 1.0), (target[b], -1.0)):
+                for t in range(6):
+                    expected_u[b, t, lab[t]] += sign * scale[b]
+                for t in range(5):
+                    expected_A[lab[t], lab[t + 1]] += sign * scale[b]
+        torch.testing.assert_close(u.grad, expected_u)
+        torch.testing.assert_close(A.grad, expected_A)
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, message",
+    [
+        ({"rescaling": "hinge"}, ValueError, "rescaling must be 'margin' or 'slack', got 'hinge'"),
+        ({"h": torch.zeros(3)}, ValueError, r"h must have shape \(T\+1,\) = \(5,\) or \(B, T\+1\) = \(2, 5\), got \(3,\)"),
+        ({"h": lambda k: k * float("nan")}, ValueError, "h is NaN at count 0"),
+        ({"h": lambda k: torch.zeros(2)}, ValueError, r"h must return a tensor of shape \(T\+1,\) = \(5,\)"),
+        ({"h": "square"}, TypeError, "h must be None, a callable or a tensor"),
+        ({"weights": torch.full((2, 4), 0.5), "rescaling": "slack"}, ValueError, "weights must be non-negative integers"),
+        ({"weights": torch.ones(2, 3)}, ValueError, r"weights must have shape \(B, T\) = \(2, 4\)"),
+        ({"cost": torch.zeros(3, 3), "rescaling": "slack"}, ValueError, "cost needs rescaling='margin'"),
+        ({"cost": torch.zeros(2, 2)}, ValueError, r"cost must have shape \(N, N\) = \(3, 3\)"),
+        ({"algorithm": "fast"}, ValueError, "algorithm must be one of"),
+        ({"algorithm": "viterbi", "rescaling": "slack"}, ValueError, "algorithm='viterbi' needs margin"),
+    ],
+)
+def test_bad_input(kwargs, exc, message):
+    u, A = torch.zeros(2, 4, 3), torch.zeros(3, 3)
+    with pytest.raises(exc, match=message):
+        st.loss_augmented_viterbi(u, A, torch.zeros(2, 4, dtype=torch.long), **kwargs)
+
+
+def test_bad_target():
+    u, A = torch.zeros(2, 4, 3), torch.zeros(3, 3)
+    with pytest.raises(ValueError, match=r"target must lie in \[0, N\) = \[0, 3\) within each length; target\[1, 2\] = 5"):
+        st.loss_augmented_viterbi(u, A, torch.tensor([[0, 0, 0, 0], [0, 0, 5, 0]]))
+    with pytest.raises(ValueError, match=r"target must have shape \(B, T\) = \(2, 4\)"):
+        st.loss_augmented_viterbi(u, A, torch.zeros(2, 3, dtype=torch.long))
+    A = torch.zeros(3, 3)
+    A[0, 0] = float("-inf")
+    with pytest.raises(ValueError, match="target has score -inf in row 0"):
+        st.loss_augmented_viterbi(u, A, torch.zeros(2, 4, dtype=torch.long))
