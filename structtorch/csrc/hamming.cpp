@@ -42,20 +42,24 @@ void hamming_one(const T* u, const Blocks<T>& blk, const T* st, const T* en, int
       std::fill(m.begin() + j * K1, m.begin() + j * K1 + kmax + 1, kNegInf);
       std::fill(arg.begin() + j * K1, arg.begin() + j * K1 + kmax + 1, 0.0);
     }
-    for (int64_t i = 0; i < n; ++i) {
-      const double* ci = cur.data() + i * K1;
-      const double di = static_cast<double>(i);
-      for (int64_t j = 0; j < n; ++j) {
-        const double aij = static_cast<double>(a[i * n + j]);
-        if (aij == kNegInf) continue;
-        double* mj = m.data() + j * K1;
-        double* gj = arg.data() + j * K1;
+    constexpr int64_t kBlock = 64;  // a block of counts stays in registers/L1 across all i
+    for (int64_t j = 0; j < n; ++j) {
+      double* mj = m.data() + j * K1;
+      double* gj = arg.data() + j * K1;
+      for (int64_t k0 = 0; k0 <= kmax; k0 += kBlock) {
+        const int64_t k1 = std::min(k0 + kBlock, kmax + 1);
+        for (int64_t i = 0; i < n; ++i) {
+          const double aij = static_cast<double>(a[i * n + j]);
+          if (aij == kNegInf) continue;
+          const double* ci = cur.data() + i * K1;
+          const double di = static_cast<double>(i);
 #pragma omp simd
-        for (int64_t k = 0; k <= kmax; ++k) {
-          const double v = ci[k] + aij;
-          const bool better = v > mj[k];  // strict: the first maximal i wins ties
-          mj[k] = better ? v : mj[k];
-          gj[k] = better ? di : gj[k];
+          for (int64_t k = k0; k < k1; ++k) {
+            const double v = ci[k] + aij;
+            const bool better = v > mj[k];  // strict: the first maximal i wins ties
+            mj[k] = better ? v : mj[k];
+            gj[k] = better ? di : gj[k];
+          }
         }
       }
     }
@@ -67,12 +71,17 @@ void hamming_one(const T* u, const Blocks<T>& blk, const T* st, const T* en, int
       const int64_t shift = j != row.target[t] ? w : 0;
       const double uj = static_cast<double>(ut[j]);
       double* out = nxt.data() + j * K1;
-      for (int64_t k = 0; k <= knew; ++k) {
-        const int64_t src = k - shift;
-        const bool ok = src >= 0 && src <= kmax;
-        out[k] = ok ? m[j * K1 + src] + uj : kNegInf;
-        bpt[j * K1 + k] = ok ? static_cast<BP>(arg[j * K1 + src]) : BP(0);
+      BP* bj = bpt + j * K1;
+      const double* mj = m.data() + j * K1 - shift;  // mj[k] = m[j][k - shift]
+      const double* gj = arg.data() + j * K1 - shift;
+      const int64_t lo = std::min(shift, knew + 1), hi = std::min(kmax + shift, knew);
+      for (int64_t k = 0; k < lo; ++k) out[k] = kNegInf, bj[k] = BP(0);
+#pragma omp simd
+      for (int64_t k = lo; k <= hi; ++k) {
+        out[k] = mj[k] + uj;
+        bj[k] = static_cast<BP>(gj[k]);
       }
+      for (int64_t k = std::max(hi + 1, lo); k <= knew; ++k) out[k] = kNegInf, bj[k] = BP(0);
     }
     kmax = knew;
     std::swap(cur, nxt);
