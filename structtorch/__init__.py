@@ -1,8 +1,11 @@
 """structtorch: differentiable structured prediction layers for PyTorch."""
 
+from . import data, train
 from .chain import Viterbi, kbest, log_partition, marginals, path_score, viterbi
 from .crf import LinearChainCRF
+from .features import HistogramBinning, LinearChainPotentials
 from .hamming import loss_augmented_viterbi, loss_augmented_viterbi_window
+from .losses import StructuredHingeLoss, structured_hinge
 from .window import viterbi_window, window_score
 
 __all__ = [
@@ -17,6 +20,12 @@ __all__ = [
     "LinearChainCRF",
     "loss_augmented_viterbi",
     "loss_augmented_viterbi_window",
+    "StructuredHingeLoss",
+    "structured_hinge",
+    "LinearChainPotentials",
+    "HistogramBinning",
+    "data",
+    "train",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

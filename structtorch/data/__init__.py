@@ -1,5 +1,6 @@
 """Synthetic data generators that reproduce the papers' setups."""
 
-from .tagging import TaggingData, make_tagging_data
+from .bauer import bauer_synthetic
+from .tagging import SequenceData, TaggingData, make_tagging_data
 
-__all__ = ["TaggingData", "make_tagging_data"]
+__all__ = ["SequenceData", "TaggingData", "make_tagging_data", "bauer_synthetic"]

@@ -15,8 +15,8 @@ from torch import Tensor
 
 
 @dataclass
-class TaggingData:
-    """Padded batch of tagged sequences.
+class SequenceData:
+    """Padded batch of labeled sequences.
 
     Attributes
     ----------
@@ -32,9 +32,16 @@ class TaggingData:
     def __len__(self) -> int:
         return self.x.shape[0]
 
-    def batch(self, index: Tensor) -> TaggingData:
+    def batch(self, index: Tensor) -> SequenceData:
         """The sub-batch of rows ``index``."""
-        return TaggingData(self.x[index], self.labels[index], self.lengths[index])
+        return SequenceData(self.x[index], self.labels[index], self.lengths[index])
+
+    def map_x(self, fn) -> SequenceData:
+        """The same sequences with features ``fn(x)``."""
+        return SequenceData(fn(self.x), self.labels, self.lengths)
+
+
+TaggingData = SequenceData  # the demo's name for it
 
 
 def make_tagging_data(
@@ -47,7 +54,7 @@ def make_tagging_data(
     p_stay: float = 0.8,
     noise: float = 1.5,
     seed: int = 0,
-) -> TaggingData:
+) -> SequenceData:
     """Sample ``num_sequences`` sequences with lengths in [min_length, max_length].
 
     The label means do not depend on ``seed``, so sets drawn with different seeds (train, test)
@@ -71,4 +78,4 @@ def make_tagging_data(
     labels = torch.where(inside, labels, 0)
     x = means[labels] + noise * torch.randn(num_sequences, T, num_features, generator=g)
     x = torch.where(inside[..., None], x, 0.0)
-    return TaggingData(x, labels, lengths)
+    return SequenceData(x, labels, lengths)
