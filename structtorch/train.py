@@ -106,6 +106,7 @@ def fit(
     progress: bool = True,
     batch_size: int = 32,
     seed: int = 0,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
 ) -> History:
     """Train ``model`` by (sub)gradient descent on ``loss`` over ``train_data``.
 
@@ -131,6 +132,8 @@ def fit(
         Global batch size (split over the processes under torch.distributed).
     seed : int
         Seeds the shuffling, identically on every process.
+    scheduler : torch.optim.lr_scheduler.LRScheduler, optional
+        Stepped once after every epoch.
 
     Returns
     -------
@@ -169,6 +172,8 @@ def fit(
             value.backward()
             optimizer.step()
             losses.append(float(value.detach()))
+        if scheduler is not None:
+            scheduler.step()
         model.eval()
         record = {"objective": _objective(model, loss, train_data, lam, 256),
                   "train_loss": sum(losses) / max(len(losses), 1)}

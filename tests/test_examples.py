@@ -35,3 +35,26 @@ def test_demo_runs(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "after training" in proc.stdout and "baseline" in proc.stdout
     assert out.stat().st_size > 10_000
+
+
+def test_readme_tour_runs():
+    """The README's Python blocks run, in order, as a newcomer would paste them."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    code = "\n".join(re.findall(r"```python\n(.*?)```", text, flags=re.S))
+    assert "st.viterbi(" in code and "st.train.fit(" in code
+    exec(compile(code, "README.md", "exec"), {})
+
+
+def test_bauer_examples_run(tmp_path):
+    for script, args in (
+        ("bauer_fig7.py", ["--sizes", "10", "--sigmas", "1", "--grid", "1", "--epochs", "2", "--repeats", "1"]),
+        ("bauer_fig4.py", ["--lengths", "10", "20", "--brute-max", "4"]),
+    ):
+        out = tmp_path / script.replace(".py", "")
+        proc = subprocess.run([sys.executable, str(ROOT / "examples" / script), *args, "--out", str(out)],
+                              capture_output=True, text=True, timeout=600, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
+        assert out.with_suffix(".md").read_text().count("|") > 10
+        assert out.with_suffix(".png").stat().st_size > 10_000

@@ -40,3 +40,14 @@ def bauer_synthetic(n: int, sigma: float, *, T: int = 100, r: int = 4, seed: int
     labels[:, 0], labels[:, -1] = START, END
     x = signal.unsqueeze(2) + sigma * torch.randn(n, T, r, generator=g)
     return SequenceData(x, labels.long(), torch.full((n,), T, dtype=torch.long))
+
+
+def bauer_features(x: torch.Tensor, binning) -> torch.Tensor:
+    """The joint feature map's phi(x_t) for this data: histogram features of the r signals
+    (``binning``, a fitted :class:`structtorch.HistogramBinning`) plus two indicators of the first
+    and the last site, where the start and end states live. Returns (n, T, r * bins + 2)."""
+    n, T, _ = x.shape
+    site = torch.zeros(n, T, 2, dtype=x.dtype)
+    site[:, 0, 0] = 1.0
+    site[:, -1, 1] = 1.0
+    return torch.cat([binning(x), site], dim=2)
