@@ -75,6 +75,7 @@ def window_tables(
     """PyTorch tables over window scores flat (B, T, N^order, N) = g_t[(y_{t-l}..y_{t-1}), y_t]."""
     B, T, S, N = flat.shape
     R, K1, dev = S // N, K + 1, flat.device
+    flat = flat.double()
     kidx = torch.arange(K1, device=dev)
     labels = torch.arange(N, device=dev)
 
@@ -86,19 +87,23 @@ def window_tables(
         return Tables(best, lambda k: torch.empty(B, 0, dtype=torch.long, device=dev))
     table = flat.new_full((B, K1, S), NEG_INF, dtype=torch.float64)
     s0 = shift(0)
-    table.view(B, K1 * S).scatter_(1, (s0.clamp(max=K) * S + labels).long(), flat[:, 0, 0].double())
+    table.view(B, K1 * S).scatter_(1, (s0.clamp(max=K) * S + labels).long(), flat[:, 0, 0])
     table[:, :, :N][(s0 > K).unsqueeze(1).expand(B, K1, N)] = NEG_INF
+    # reach[t]: the largest count any row can have at step t; only counts up to it are computed
+    reach = weights.cumsum(1).amax(0).clamp(max=K).tolist() if B else [0] * T
     bps = []
     for t in range(1, T):
-        cand = (table.unsqueeze(3) + flat[:, t].double().unsqueeze(1)).view(B, K1, N, R, N)
+        kp, k1 = reach[t - 1] + 1, reach[t] + 1
+        cand = (table[:, :kp].unsqueeze(3) + flat[:, t].unsqueeze(1)).view(B, kp, N, R, N)
         arg = cand.argmax(2)  # first maximal oldest label
-        best = cand.gather(2, arg.unsqueeze(2)).squeeze(2)  # (B, K1, R, N)
-        src = kidx.view(1, K1, 1, 1) - shift(t).view(B, 1, 1, N)
-        ok = (src >= 0).expand(B, K1, R, N)
-        src = src.clamp(min=0).expand(B, K1, R, N)
-        new = torch.where(ok, best.gather(1, src), NEG_INF).reshape(B, K1, S)
-        bps.append(torch.where(ok, arg.gather(1, src), 0).reshape(B, K1, S).to(small_index_dtype(N)))
-        table = torch.where((t < lengths)[:, None, None], new, table)
+        best = cand.gather(2, arg.unsqueeze(2)).squeeze(2)  # (B, kp, R, N)
+        src = kidx[:k1].view(1, k1, 1, 1) - shift(t).view(B, 1, 1, N)
+        ok = ((src >= 0) & (src < kp)).expand(B, k1, R, N)
+        src = src.clamp(0, kp - 1).expand(B, k1, R, N)
+        new = torch.where(ok, best.gather(1, src), NEG_INF).reshape(B, k1, S)
+        bps.append(torch.where(ok, arg.gather(1, src), 0).reshape(B, k1, S).to(small_index_dtype(N)))
+        active = (t < lengths)[:, None, None]
+        table[:, :k1] = torch.where(active, new, table[:, :k1])
     order_idx = _newest_first(order, N, dev)
     ranked = table[:, :, order_idx]
     pick = ranked.argmax(2)
