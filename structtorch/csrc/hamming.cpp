@@ -19,6 +19,31 @@ struct Row {
   const int64_t* weight;  // (T)
 };
 
+constexpr int64_t kBlock = 32;
+
+// m[k] = max_i cur[i][k] + a[i][j] and its first maximizing i, for W consecutive counts k; the W
+// running maxima stay in registers while i runs.
+template <int64_t W, typename T>
+inline void maxplus_block(const double* cur, const T* a, int64_t n, int64_t K1, int64_t j, double* m,
+                          double* g) {
+  double mm[W], gg[W];
+  for (int64_t k = 0; k < W; ++k) mm[k] = kNegInf, gg[k] = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double aij = static_cast<double>(a[i * n + j]);
+    if (aij == kNegInf) continue;
+    const double* ci = cur + i * K1;
+    const double di = static_cast<double>(i);
+#pragma omp simd
+    for (int64_t k = 0; k < W; ++k) {
+      const double v = ci[k] + aij;
+      const bool better = v > mm[k];  // strict: the first maximal i wins ties
+      mm[k] = better ? v : mm[k];
+      gg[k] = better ? di : gg[k];
+    }
+  }
+  for (int64_t k = 0; k < W; ++k) m[k] = mm[k], g[k] = gg[k];
+}
+
 // Fills best (K+1) and last (K+1) for one sequence; bp is (T, N, K+1).
 template <typename T, typename BP>
 void hamming_one(const T* u, const Blocks<T>& blk, const T* st, const T* en, int64_t b, Row row,
@@ -39,29 +64,11 @@ void hamming_one(const T* u, const Blocks<T>& blk, const T* st, const T* en, int
   for (int64_t t = 1; t < row.len; ++t) {
     const T* a = blk.at(b, t - 1);
     for (int64_t j = 0; j < n; ++j) {
-      std::fill(m.begin() + j * K1, m.begin() + j * K1 + kmax + 1, kNegInf);
-      std::fill(arg.begin() + j * K1, arg.begin() + j * K1 + kmax + 1, 0.0);
-    }
-    constexpr int64_t kBlock = 64;  // a block of counts stays in registers/L1 across all i
-    for (int64_t j = 0; j < n; ++j) {
       double* mj = m.data() + j * K1;
       double* gj = arg.data() + j * K1;
-      for (int64_t k0 = 0; k0 <= kmax; k0 += kBlock) {
-        const int64_t k1 = std::min(k0 + kBlock, kmax + 1);
-        for (int64_t i = 0; i < n; ++i) {
-          const double aij = static_cast<double>(a[i * n + j]);
-          if (aij == kNegInf) continue;
-          const double* ci = cur.data() + i * K1;
-          const double di = static_cast<double>(i);
-#pragma omp simd
-          for (int64_t k = k0; k < k1; ++k) {
-            const double v = ci[k] + aij;
-            const bool better = v > mj[k];  // strict: the first maximal i wins ties
-            mj[k] = better ? v : mj[k];
-            gj[k] = better ? di : gj[k];
-          }
-        }
-      }
+      int64_t k0 = 0;
+      for (; k0 + kBlock <= kmax + 1; k0 += kBlock) maxplus_block<kBlock>(cur.data() + k0, a, n, K1, j, mj + k0, gj + k0);
+      for (; k0 <= kmax; ++k0) maxplus_block<1>(cur.data() + k0, a, n, K1, j, mj + k0, gj + k0);
     }
     const int64_t w = row.weight[t];
     const int64_t knew = std::min(kmax + w, K);
