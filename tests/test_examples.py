@@ -33,7 +33,7 @@ def test_demo_runs(tmp_path):
         capture_output=True, text=True, timeout=300, cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "after training" in proc.stdout and "baseline" in proc.stdout
+    assert "after training" in proc.stdout and "structured SVM" in proc.stdout and "baseline" in proc.stdout
     assert out.stat().st_size > 10_000
 
 
