@@ -61,9 +61,14 @@ class HistogramBinning(nn.Module):
 
     def fit(self, x: Tensor, lengths: LengthsLike = None) -> HistogramBinning:
         """Set the edges from x (B, T, F) at positions inside ``lengths``; returns self."""
-        B, T, F = x.shape
+        F = self.edges.shape[0]
+        if x.dim() != 3 or x.shape[2] != F:
+            raise ValueError(f"x must have shape (B, T, F) = (B, T, {F}), got {tuple(x.shape)}")
+        B, T, _ = x.shape
         inside = torch.arange(T, device=x.device) < check_lengths(lengths, B, T, x.device)[:, None]
         values = x[inside].double()  # (n, F)
+        if values.shape[0] == 0:
+            raise ValueError("fit needs at least one position inside the lengths")
         q = torch.linspace(0, 1, self.num_bins + 1, dtype=torch.float64, device=x.device)[1:-1]
         self.edges = torch.quantile(values, q, dim=0).T.contiguous().to(self.edges)
         return self

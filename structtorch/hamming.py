@@ -27,7 +27,7 @@ from torch import Tensor
 
 from . import _chain_torch
 from . import chain as _chain
-from ._checks import LengthsLike, _fmt, check_chain, check_labels, check_lengths, check_values
+from ._checks import LengthsLike, _fmt, check_chain, check_labels, check_lengths
 from ._hamming_tables import Tables, chain_tables_cpu, chain_to_windows, negate_scores, window_tables
 from .window import _check_scores, _window_path, window_score
 
@@ -82,6 +82,12 @@ class LossSpec:
         return self.affine[1].view(-1, 1, 1) * self.weights.double().unsqueeze(2) * wrong
 
 
+def _check_finite(name: str, x: Tensor) -> None:
+    if not bool(torch.isfinite(x).all()):
+        idx = tuple(int(i) for i in (~torch.isfinite(x)).nonzero()[0].tolist())
+        raise ValueError(f"{name} must be finite; {name}[{', '.join(map(str, idx))}] = {float(x[idx])}")
+
+
 def _weights(weights: Tensor | None, mask: Tensor, ref: Tensor) -> tuple[Tensor, bool]:
     """(B, T) weights, 0 beyond each length, and whether they are non-negative integers."""
     B, T = mask.shape
@@ -96,22 +102,26 @@ def _weights(weights: Tensor | None, mask: Tensor, ref: Tensor) -> tuple[Tensor,
     if weights.dtype == torch.bool or weights.dtype.is_complex:
         raise TypeError(f"weights must be an integer or floating tensor, got {weights.dtype}")
     if weights.dtype.is_floating_point:
-        check_values("weights", weights)
-        if bool(torch.isinf(weights).any()):
-            raise ValueError("weights must be finite")
+        _check_finite("weights", weights)
     w = torch.where(mask, weights, torch.zeros((), dtype=weights.dtype, device=weights.device))
     integral = bool((w == w.round()).all()) and bool((w >= 0).all())
     return (w.long() if integral else w.double()), integral
 
 
 def _h_table(h: HLike, K: int, B: int, ref: Tensor, what: str) -> Tensor:
-    counts = torch.arange(K + 1, dtype=ref.dtype, device=ref.device)
+    counts = torch.arange(K + 1, dtype=torch.float64, device=ref.device)
     if h is None:
         table = counts
     elif callable(h) and not isinstance(h, Tensor):
-        table = h(counts)
-        if not isinstance(table, Tensor):
-            table = torch.as_tensor(table, dtype=ref.dtype, device=ref.device)
+        try:
+            table = h(counts)
+            if not isinstance(table, Tensor):
+                table = torch.as_tensor(table, dtype=torch.float64, device=ref.device)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise TypeError(
+                f"h must map a float64 tensor of counts 0..{K} elementwise to a tensor: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
         if table.shape not in ((K + 1,), (B, K + 1)):
             raise ValueError(
                 f"h must return a tensor of shape ({what},) = ({K + 1},) or (B, {what}) = "
@@ -139,7 +149,7 @@ def _h_table(h: HLike, K: int, B: int, ref: Tensor, what: str) -> Tensor:
 
 def _affine(htab: Tensor) -> tuple[Tensor, Tensor] | None:
     """(intercept, slope) per row when h is affine in the count, else None."""
-    if htab.shape[1] < 2:
+    if htab.shape[1] < 2 or htab.shape[0] == 0:
         return htab[:, 0], torch.zeros_like(htab[:, 0])
     d = htab.diff(dim=1)
     scale = 1.0 + float(htab.abs().max())
@@ -153,7 +163,7 @@ def _cost(cost: Tensor, target: Tensor, mask: Tensor, ref: Tensor) -> Tensor:
     N = ref.shape[-1]
     if not isinstance(cost, Tensor) or not cost.dtype.is_floating_point:
         raise TypeError("cost must be a floating tensor of shape (N, N) or (B, T, N)")
-    check_values("cost", cost)
+    _check_finite("cost", cost)
     if cost.shape == (N, N):
         per_label = cost.to(ref.device)[target]
     elif cost.shape == (B, T, N):
@@ -162,32 +172,41 @@ def _cost(cost: Tensor, target: Tensor, mask: Tensor, ref: Tensor) -> Tensor:
         raise ValueError(
             f"cost must have shape (N, N) = ({N}, {N}) or (B, T, N) = ({B}, {T}, {N}), got {_fmt(cost.shape)}"
         )
-    return torch.where(mask.unsqueeze(2), per_label.double(), 0.0)
+    return torch.where(mask.unsqueeze(2), per_label.detach().double(), 0.0)
+
+
+MAX_COUNTS = 1_000_000  # largest Hamming-table count dimension accepted
 
 
 def resolve_loss(h: HLike, rescaling: str, weights: Tensor | None, cost: Tensor | None,
-                 target: Tensor, mask: Tensor, ref: Tensor) -> LossSpec:
+                 target: Tensor, mask: Tensor, ref: Tensor, algorithm: str = "auto") -> LossSpec:
     """Validate the loss arguments and bring them into a :class:`LossSpec`."""
     if rescaling not in RESCALINGS:
         raise ValueError(f"rescaling must be 'margin' or 'slack', got {rescaling!r}")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
     B, T = mask.shape
     if cost is not None:
         if rescaling != "margin" or h is not None or weights is not None:
             raise ValueError("cost needs rescaling='margin', h=None and weights=None")
-        w = mask.long()
-        return LossSpec(rescaling, w, None, _cost(cost, target, mask, ref), None)
+        return LossSpec(rescaling, mask.long(), None, _cost(cost, target, mask, ref), None)
     w, integral = _weights(weights, mask, ref)
+    identity_fold = (torch.zeros(B, dtype=torch.float64, device=ref.device),
+                     torch.ones(B, dtype=torch.float64, device=ref.device))
+    if rescaling == "margin" and h is None and algorithm != "hamming" and weights is not None:
+        return LossSpec(rescaling, w, None, None, identity_fold)  # no count table needed
     if not integral:
-        if rescaling != "margin" or h is not None:
-            raise ValueError(
-                "weights must be non-negative integers for slack rescaling or a custom h "
-                "(real weights work with rescaling='margin' and h=None)"
-            )
-        return LossSpec(rescaling, w, None, None, (torch.zeros(B, dtype=torch.float64, device=ref.device),
-                                                   torch.ones(B, dtype=torch.float64, device=ref.device)))
-    K = T if weights is None else int(w.sum(1).max()) if B else 0
-    what = "T+1" if weights is None else "K+1"
-    htab = _h_table(h, K, B, ref, what)
+        raise ValueError(
+            "weights must be non-negative integers for slack rescaling, a custom h or "
+            "algorithm='hamming' (real weights work with rescaling='margin' and h=None)"
+        )
+    K = T if weights is None else (int(w.sum(1).max()) if B else 0)
+    if K + 1 > MAX_COUNTS:
+        raise ValueError(
+            f"weights sum to K = {K} in some row: the Hamming table would need K+1 counts "
+            f"(at most {MAX_COUNTS}); use smaller integer weights"
+        )
+    htab = _h_table(h, K, B, ref, "T+1" if weights is None else "K+1")
     return LossSpec(rescaling, w, htab, None, _affine(htab) if rescaling == "margin" else None)
 
 
@@ -279,8 +298,6 @@ def _table_path(model: _Structure, spec: LossSpec, target: Tensor, gold: Tensor)
 
 def _solve(model: _Structure, spec: LossSpec, target: Tensor, N: int, algorithm: str,
            dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
     gold = model.score(target)
     if bool((gold == NEG_INF).any()):
         b = int((gold == NEG_INF).nonzero()[0])
@@ -295,10 +312,17 @@ def _solve(model: _Structure, spec: LossSpec, target: Tensor, N: int, algorithm:
             path = model.fold_path(spec.label_loss(target, N))
         else:
             path = _table_path(model, spec, target, gold)
-    delta = spec.loss(path, target, dtype)
-    found = model.score(path)
-    value = found + delta - gold if spec.rescaling == "margin" else delta * (1 + found - gold)
-    return value, path, spec.count(path, target)
+
+    def value_of(labels: Tensor) -> Tensor:
+        delta, found = spec.loss(labels, target, dtype), model.score(labels)
+        return found + delta - gold if spec.rescaling == "margin" else delta * (1 + found - gold)
+
+    # ties: prefer the target itself (a zero subgradient) whenever it attains the maximum
+    own = torch.where(path >= 0, target, -1)  # the target, -1 beyond each length
+    with torch.no_grad():
+        keep_target = value_of(own) >= value_of(path)
+    path = torch.where(keep_target.unsqueeze(1), own, path)
+    return value_of(path), path, spec.count(path, target)
 
 
 def loss_augmented_viterbi(
@@ -347,15 +371,17 @@ def loss_augmented_viterbi(
         max over y' of s(y') + h(H) - s(y) (margin) or h(H) * (1 + s(y') - s(y)) (slack); its
         gradient is the subgradient described in the module docstring.
     path : Tensor (B, T) int64
-        The maximizer y', -1 beyond each length. Ties go to the smallest count k, then as in
-        :func:`structtorch.viterbi`.
+        The maximizer y', -1 beyond each length. Ties: the target itself whenever it attains the
+        maximum (so the subgradient is zero); otherwise, through the table, the smallest count k
+        and then as :func:`structtorch.viterbi`; through the fold, as :func:`structtorch.viterbi`
+        on the loss-augmented scores.
     hamming : Tensor (B,)
         H(y, y'), weighted when ``weights`` are given (int64 for integer weights).
     """
     chain = check_chain(unary, transitions, start, end, lengths)
     mask = chain.mask()
     target = check_labels(target, mask, chain.shape[2], name="target")
-    spec = resolve_loss(h, rescaling, weights, cost, target, mask, chain.unary)
+    spec = resolve_loss(h, rescaling, weights, cost, target, mask, chain.unary, algorithm)
     return _solve(_ChainStructure(chain), spec, target, chain.shape[2], algorithm, chain.unary.dtype)
 
 
@@ -380,6 +406,6 @@ def loss_augmented_viterbi_window(
     lengths = check_lengths(lengths, B, T, scores.device)
     mask = torch.arange(T, device=scores.device) < lengths[:, None]
     target = check_labels(target, mask, N, name="target")
-    spec = resolve_loss(h, rescaling, weights, cost, target, mask, scores.new_zeros(B, T, N))
+    spec = resolve_loss(h, rescaling, weights, cost, target, mask, scores.new_zeros(B, T, N), algorithm)
     model = _WindowStructure(scores, order, N, lengths)
     return _solve(model, spec, target, N, algorithm, scores.dtype)

@@ -13,7 +13,9 @@ REDUCTIONS = ("mean", "sum", "none")
 
 
 def _reduce(x: Tensor, reduction: str) -> Tensor:
-    return x.mean() if reduction == "mean" else x.sum() if reduction == "sum" else x
+    if reduction == "mean":  # an empty batch has mean 0, not NaN
+        return x.sum() / max(x.numel(), 1)
+    return x.sum() if reduction == "sum" else x
 
 
 def structured_hinge(
@@ -64,6 +66,8 @@ class StructuredHingeLoss(nn.Module):
             raise ValueError(f"rescaling must be 'margin' or 'slack', got {rescaling!r}")
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+        if not (h is None or callable(h) or isinstance(h, Tensor)):
+            raise TypeError(f"h must be None, a callable or a tensor, got {type(h).__name__}")
         self.rescaling, self.h, self.reduction = rescaling, h, reduction
 
     def extra_repr(self) -> str:

@@ -11,8 +11,8 @@ sequences. ``fit`` adds that penalty over all model parameters to the loss, whic
 ``weight_decay = 1 / (n C)``; the history's ``objective`` is this scaled primal.
 
 Under ``torch.distributed`` (e.g. the model wrapped in DistributedDataParallel) every process
-draws the same shuffled batches and takes its equal share of each, so the averaged gradients equal
-those of one process on the whole batch (make the batch size a multiple of the world size).
+draws the same shuffled batches and takes its share of each, its batch mean weighted by the
+share's size, so the averaged gradients equal those of one process on the whole batch.
 """
 
 from __future__ import annotations
@@ -129,7 +129,8 @@ def fit(
     progress : bool
         Show a tqdm progress bar (on rank 0 only).
     batch_size : int
-        Global batch size (split over the processes under torch.distributed).
+        Global batch size (split over the processes under torch.distributed; ``loss`` must
+        return the mean over its batch, and 0 for an empty one).
     seed : int
         Seeds the shuffling, identically on every process.
     scheduler : torch.optim.lr_scheduler.LRScheduler, optional
@@ -139,7 +140,8 @@ def fit(
     -------
     History
         Per epoch: ``objective`` (mean loss + penalty over the training set, after the epoch),
-        ``train_loss`` (mean of the batch losses during the epoch) and ``val_<metric>``.
+        ``train_loss`` (mean over the epoch's batches of loss + penalty, on this process) and
+        ``val_<metric>``.
     """
     if epochs < 0:
         raise ValueError(f"epochs must be >= 0, got {epochs}")
@@ -167,7 +169,10 @@ def fit(
         losses = []
         for idx in torch.randperm(n, generator=gen).split(batch_size):
             mine = idx.tensor_split(world)[rank]
-            value = _batch_loss(model, loss, train_data.batch(mine)) + _penalty(model, lam)
+            # weight this process's batch mean by its share, so that averaging over processes
+            # gives the mean over the whole batch even when it does not split evenly
+            share = len(mine) * world / len(idx)
+            value = share * _batch_loss(model, loss, train_data.batch(mine)) + _penalty(model, lam)
             optimizer.zero_grad()
             value.backward()
             optimizer.step()

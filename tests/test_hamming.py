@@ -103,6 +103,7 @@ def test_integer_weights_match_enumeration(backend, inst, rescaling, seed):
                                lambda k: 3 * np.sin(k), rescaling, weights=weights[b].tolist())
         assert np.isclose(value[b].item(), expected, atol=1e-5, rtol=1e-5)
         assert hamming.dtype == torch.int64
+        assert hamming[b].item() == int(((path[b, :L] != target[b, :L]) * weights[b, :L]).sum())
 
 
 @given(inst=instances(max_t=5, max_n=3), seed=st_.integers(0, 2**31), shape=st_.sampled_from(["NN", "BTN", "w"]))
@@ -154,6 +155,7 @@ def test_compiled_and_torch_tables_agree(inst, rescaling, seed):
             out.append(st.loss_augmented_viterbi(*inst.args(), target, h=h, rescaling=rescaling,
                                                  algorithm="hamming", **inst.kwargs))
     torch.testing.assert_close(out[0][0], out[1][0])
+    assert torch.equal(out[0][1], out[1][1]) and torch.equal(out[0][2], out[1][2])
 
 
 def brute_window(x, target, L, order, h, rescaling):
@@ -197,6 +199,7 @@ def test_window_matches_enumeration(order, B, T, N, rescaling, h_name, seed, dat
         L = int(lengths[b])
         expected = brute_window(x[b], target[b].tolist(), L, order, h_fn, rescaling)
         assert np.isclose(value[b].item(), expected, atol=1e-9)
+        assert hamming[b].item() == int((path[b, :L] != target[b, :L]).sum()) and (path[b, L:] == -1).all()
 
 
 def test_subgradient_margin_and_slack():
@@ -229,6 +232,9 @@ def test_subgradient_margin_and_slack():
         ({"h": lambda k: k * float("nan")}, ValueError, "h is NaN at count 0"),
         ({"h": lambda k: torch.zeros(2)}, ValueError, r"h must return a tensor of shape \(T\+1,\) = \(5,\)"),
         ({"h": "square"}, TypeError, "h must be None, a callable or a tensor"),
+        ({"h": lambda k: __import__("math").sqrt(k)}, TypeError, "h must map a float64 tensor of counts 0..4 elementwise"),
+        ({"weights": torch.tensor([[1.0, float("nan"), 1, 1], [1, 1, 1, 1]])}, ValueError, r"weights must be finite; weights\[0, 1\] = nan"),
+        ({"weights": torch.full((2, 4), 10**6), "h": lambda k: k**2}, ValueError, "the Hamming table would need K\\+1 counts"),
         ({"weights": torch.full((2, 4), 0.5), "rescaling": "slack"}, ValueError, "weights must be non-negative integers"),
         ({"weights": torch.ones(2, 3)}, ValueError, r"weights must have shape \(B, T\) = \(2, 4\)"),
         ({"cost": torch.zeros(3, 3), "rescaling": "slack"}, ValueError, "cost needs rescaling='margin'"),
@@ -253,3 +259,18 @@ def test_bad_target():
     A[0, 0] = float("-inf")
     with pytest.raises(ValueError, match="target has score -inf in row 0"):
         st.loss_augmented_viterbi(u, A, torch.zeros(2, 4, dtype=torch.long))
+
+
+def test_ties_prefer_the_target():
+    """With h = 0 every labeling ties under margin rescaling: the target (zero subgradient) wins."""
+    u, A, y = torch.zeros(2, 4, 3), torch.zeros(3, 3), torch.ones(2, 4, dtype=torch.long)
+    for algorithm in ("auto", "hamming"):
+        value, path, hamming = st.loss_augmented_viterbi(u, A, y, h=lambda k: 0 * k, algorithm=algorithm)
+        assert torch.equal(path, y) and hamming.tolist() == [0, 0] and value.tolist() == [0.0, 0.0]
+
+
+def test_large_integer_weights_fold_without_a_table():
+    u, A, y = torch.randn(2, 4, 3), torch.randn(3, 3), torch.zeros(2, 4, dtype=torch.long)
+    value, path, hamming = st.loss_augmented_viterbi(u, A, y, weights=torch.full((2, 4), 5e6))
+    expected, _, _ = st.loss_augmented_viterbi(u, A, y, cost=5e6 * (1 - torch.eye(3)))
+    torch.testing.assert_close(value, expected)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import pytest
@@ -88,6 +87,8 @@ def test_linear_potentials_and_histogram_features():
     assert unary.shape == (2, 7, 3) and trans.shape == (3, 3)
     with pytest.raises(ValueError, match=r"x must have shape \(B, T, F\) = \(B, T, 5\)"):
         model(torch.randn(2, 7, 4))
+    with pytest.raises(ValueError, match=r"x must have shape \(B, T, F\) = \(B, T, 2\)"):
+        st.HistogramBinning(2).fit(torch.randn(3, 4, 3))
     x = torch.randn(20, 30, 2)
     binning = st.HistogramBinning(2, num_bins=10).fit(x)
     feats = binning(x)
@@ -117,7 +118,7 @@ def _ddp_worker(rank, world, init_file, out_file):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     torch.manual_seed(0)
     model = DistributedDataParallel(st.LinearChainPotentials(3, 3))
-    data = separable_data(n=32)
+    data = separable_data(n=33)  # the last batch of 1 leaves rank 1 an empty share
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     hinge, seen = st.StructuredHingeLoss("slack"), []
 
@@ -127,7 +128,7 @@ def _ddp_worker(rank, world, init_file, out_file):
         return hinge(unary, *args, **kwargs)
 
     st.train.fit(model, data, counting_loss, optimizer=opt, epochs=3, C=1.0, batch_size=8, progress=False)
-    assert sum(seen) == 3 * 32 // world, seen  # each process trains on its share of every batch
+    assert sum(seen) == 3 * (17 if rank == 0 else 16), seen  # each process trains on its share
     if rank == 0:
         torch.save([p.detach() for p in model.module.parameters()], out_file)
     dist.destroy_process_group()
@@ -140,8 +141,19 @@ def test_ddp_two_processes_match_one(tmp_path):
     torch.manual_seed(0)
     model = st.LinearChainPotentials(3, 3)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    st.train.fit(model, separable_data(n=32), st.StructuredHingeLoss("slack"), optimizer=opt, epochs=3,
+    st.train.fit(model, separable_data(n=33), st.StructuredHingeLoss("slack"), optimizer=opt, epochs=3,
                  C=1.0, batch_size=8, progress=False)
     for a, b in zip(torch.load(out), model.parameters(), strict=True):
         torch.testing.assert_close(a, b.detach(), atol=1e-5, rtol=1e-5)
-    assert os.path.exists(out)
+
+
+def test_empty_batch_gives_zero_loss():
+    u, A, y = torch.zeros(0, 4, 3, requires_grad=True), torch.zeros(3, 3), torch.zeros(0, 4, dtype=torch.long)
+    for rescaling in ("margin", "slack"):
+        value, path, hamming = st.loss_augmented_viterbi(u, A, y, rescaling=rescaling)
+        assert value.shape == (0,) and path.shape == (0, 4) and hamming.shape == (0,)
+        loss = st.StructuredHingeLoss(rescaling)(u, A, y)
+        assert loss.item() == 0.0
+        loss.backward()
+    with pytest.raises(TypeError, match="h must be None, a callable or a tensor"):
+        st.StructuredHingeLoss(h="k")
