@@ -3,9 +3,10 @@
 from . import data, train
 from .chain import Viterbi, kbest, log_partition, marginals, path_score, viterbi
 from .crf import LinearChainCRF
-from .features import HistogramBinning, LinearChainPotentials
+from .features import HistogramBinning, LinearChainPotentials, PLiF
 from .hamming import loss_augmented_viterbi, loss_augmented_viterbi_window
 from .losses import StructuredHingeLoss, structured_hinge
+from .semimarkov import semimarkov_log_partition, semimarkov_viterbi
 from .window import viterbi_window, window_score
 
 __all__ = [
@@ -22,8 +23,11 @@ __all__ = [
     "loss_augmented_viterbi_window",
     "StructuredHingeLoss",
     "structured_hinge",
+    "semimarkov_viterbi",
+    "semimarkov_log_partition",
     "LinearChainPotentials",
     "HistogramBinning",
+    "PLiF",
     "data",
     "train",
 ]

@@ -1,0 +1,286 @@
+"""Semi-Markov (segment) dynamic programs: Viterbi and log-partition over segmentations.
+
+A segmentation splits positions [0, L) into consecutive segments [s, e) with labels n and lengths
+d = e - s <= max_len. A segment scores
+
+    sum_{t=s}^{e-1} content[b, t, n] + length_scores[d-1, n] + boundary[b, e-1, n]
+        (+ segment_scores[b, e-1, d-1, n] when given),
+
+consecutive segments m -> n add transitions[m, n], and start/end score the first/last segment's
+label. Segment content sums come from cumulative sums (with -inf entries counted separately, so a
+forbidden position forbids every segment that covers it), so memory stays O(B T N) unless
+``segment_scores`` (B, T, max_len, N) is given.
+
+This module holds the batched PyTorch implementation (a loop over segment ends, vectorized over
+batch, length and label; it runs on any device and is the reference). Shapes: B batch, T max
+length, N labels, S = max_len.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ._chain_torch import NEG_INF, safe_logsumexp
+from ._checks import LengthsLike, _fmt, check_float, check_lengths, check_unary
+
+__all__ = ["semimarkov_viterbi", "semimarkov_log_partition", "semimarkov_score", "SemiMarkov"]
+
+
+@dataclass
+class SemiMarkov:
+    """Canonical semi-Markov potentials (see the module docstring).
+
+    content (B, T, N); transitions (N, N); length_scores (B, S, N); boundary (B, T, N);
+    segment_scores (B, T, S, N) or None; start, end (B, N); lengths (B,) int64.
+    """
+
+    content: Tensor
+    transitions: Tensor
+    length_scores: Tensor
+    boundary: Tensor
+    segment_scores: Tensor | None
+    start: Tensor
+    end: Tensor
+    lengths: Tensor
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        B, T, N = self.content.shape
+        return B, T, self.length_scores.shape[1], N
+
+    def prefix_sums(self) -> tuple[Tensor, Tensor]:
+        """(C, F), both (B, T+1, N): C = cumulative content with -inf read as 0 (in double), F =
+        cumulative count of -inf entries, so a segment [s, e) sums C[e] - C[s] and is forbidden
+        iff F[e] - F[s] > 0."""
+        x = self.content
+        forbidden = x == NEG_INF
+        pad = x.new_zeros(x.shape[0], 1, x.shape[2], dtype=torch.float64)
+        C = torch.cat([pad, torch.where(forbidden, 0.0, x.double()).cumsum(1)], 1)
+        F = torch.cat([pad.long(), forbidden.long().cumsum(1)], 1)
+        return C, F
+
+
+def check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
+                     start, end, lengths) -> SemiMarkov:
+    """Validate semi-Markov potentials; shapes are named in every error."""
+    content = check_unary(content).contiguous()
+    B, T, N = content.shape
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+        raise ValueError(f"max_len must be an int >= 1, got {max_len!r}")
+    S = max_len
+    transitions = check_float("transitions", transitions, content)
+    if transitions.shape != (N, N):
+        raise ValueError(f"transitions must have shape (N, N) = ({N}, {N}), got {_fmt(transitions.shape)}")
+
+    def optional(name, x, shapes, default_shape):
+        if x is None:
+            return content.new_zeros(default_shape)
+        x = check_float(name, x, content)
+        if x.shape not in shapes:
+            wanted = " or ".join(_fmt(s) for s in shapes)
+            raise ValueError(f"{name} must have shape {wanted}, got {_fmt(x.shape)}")
+        return x.expand(default_shape) if x.shape != default_shape else x
+
+    length_scores = optional("length_scores", length_scores, [(S, N), (B, S, N)], (B, S, N))
+    boundary = optional("boundary", boundary, [(B, T, N)], (B, T, N))
+    start = optional("start", start, [(N,), (B, N)], (B, N))
+    end = optional("end", end, [(N,), (B, N)], (B, N))
+    if segment_scores is not None:
+        segment_scores = check_float("segment_scores", segment_scores, content)
+        if segment_scores.shape != (B, T, S, N):
+            raise ValueError(
+                f"segment_scores must have shape (B, T, max_len, N) = ({B}, {T}, {S}, {N}), "
+                f"got {_fmt(segment_scores.shape)}"
+            )
+    return SemiMarkov(content, transitions, length_scores, boundary, segment_scores, start, end,
+                      check_lengths(lengths, B, T, content.device))
+
+
+def _segment_terms(sm: SemiMarkov, C: Tensor, F: Tensor, e: int) -> Tensor:
+    """(B, D, N) score of the segments ending at e (exclusive) with lengths 1..D, D = min(S, e),
+    without the incoming term (start or transition)."""
+    D = min(sm.shape[2], e)
+    s = torch.arange(e - 1, e - D - 1, -1, device=C.device)  # segment starts for d = 1..D
+    content = C[:, e].unsqueeze(1) - C[:, s]
+    blocked = (F[:, e].unsqueeze(1) - F[:, s]) > 0
+    terms = content + sm.length_scores[:, :D].double() + sm.boundary[:, e - 1].double().unsqueeze(1)
+    if sm.segment_scores is not None:
+        terms = terms + sm.segment_scores[:, e - 1, :D].double()
+    return torch.where(blocked, NEG_INF, terms)
+
+
+def _forward(sm: SemiMarkov, reduce) -> tuple[Tensor, list[Tensor]]:
+    """alpha[e] (B, N): reduce (max or logsumexp) over segmentations of [0, e) ending at e."""
+    B, T, S, N = sm.shape
+    C, F = sm.prefix_sums()
+    alpha = [C.new_full((B, N), NEG_INF)]
+    incoming = [sm.start.double()]  # incoming[s]: term of a segment starting at s
+    trans = sm.transitions.double()
+    for e in range(1, T + 1):
+        D = min(S, e)
+        terms = _segment_terms(sm, C, F, e) + torch.stack(incoming[e - D:e][::-1], 1)
+        alpha.append(reduce(terms, 1))
+        incoming.append(reduce(alpha[e].unsqueeze(2) + trans, 1))
+    final = torch.stack(alpha, 1).gather(1, sm.lengths.view(B, 1, 1).expand(B, 1, N)).squeeze(1)
+    return final + sm.end.double(), alpha
+
+
+def _length_pick(sm: SemiMarkov, d: Tensor, lab: Tensor) -> Tensor:
+    """(B, T) length_scores[b, d-1, lab] for per-position lengths d and labels lab."""
+    B, _, S, N = sm.shape
+    return sm.length_scores.reshape(B, S * N).gather(1, (d - 1) * N + lab)
+
+
+def semimarkov_score(sm: SemiMarkov, labels: Tensor, starts: Tensor) -> Tensor:
+    """(B,) differentiable score of a segmentation given as labels (B, T) and starts (B, T) bool
+    (trusted: valid inside each length; anything beyond)."""
+    B, T, S, N = sm.shape
+    if T == 0:
+        return sm.content.sum(dim=(1, 2))
+    lengths = sm.lengths
+    t = torch.arange(T, device=labels.device)
+    inside = t < lengths[:, None]
+    lab = torch.where(inside, labels, 0).clamp(min=0)
+    first = torch.zeros_like(starts)
+    first[:, 0] = True
+    starts = (starts | first) & inside
+    zero = sm.content.new_zeros(())
+
+    def pick(x: Tensor) -> Tensor:  # (B, T, N) -> (B, T) at the labels
+        return x.gather(2, lab.unsqueeze(2)).squeeze(2)
+
+    next_starts = torch.cat([starts[:, 1:], torch.ones_like(starts[:, :1])], 1)
+    ends = inside & (next_starts | (t == lengths[:, None] - 1))
+    seg_start = torch.where(starts, t, torch.zeros_like(t)).cummax(1).values
+    d = (t - seg_start + 1).clamp(1, S)
+    per_end = pick(sm.boundary) + _length_pick(sm, d, lab)
+    if sm.segment_scores is not None:
+        flat = sm.segment_scores.reshape(B, T, S * N)
+        per_end = per_end + flat.gather(2, ((d - 1) * N + lab).unsqueeze(2)).squeeze(2)
+    total = torch.where(inside, pick(sm.content), zero).sum(1) + torch.where(ends, per_end, zero).sum(1)
+    prev = torch.cat([lab[:, :1], lab[:, :-1]], 1)
+    total = total + torch.where(starts & (t > 0), sm.transitions[prev, lab], zero).sum(1)
+    last = lab.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
+    edge = sm.start.gather(1, lab[:, :1]).squeeze(1) + sm.end.gather(1, last.unsqueeze(1)).squeeze(1)
+    return total + torch.where(lengths > 0, edge, zero)
+
+
+@torch.no_grad()
+def _viterbi_segmentation(sm: SemiMarkov) -> tuple[Tensor, Tensor, Tensor]:
+    """(best (B,), labels (B, T), starts (B, T)) by max-plus over segment ends, then backtracking
+    that jumps one segment per step for every row at once. Ties: the shortest last segment, then
+    the smallest previous label."""
+    B, T, S, N = sm.shape
+    C, F = sm.prefix_sums()
+    trans = sm.transitions.double()
+    alpha = [C.new_full((B, N), NEG_INF)]
+    incoming, came_from = [sm.start.double()], [torch.zeros(B, N, dtype=torch.long, device=C.device)]
+    best_len = [torch.zeros(B, N, dtype=torch.long, device=C.device)]
+    for e in range(1, T + 1):
+        D = min(S, e)
+        terms = _segment_terms(sm, C, F, e) + torch.stack(incoming[e - D:e][::-1], 1)
+        d = terms.argmax(1)
+        alpha.append(terms.gather(1, d.unsqueeze(1)).squeeze(1))
+        best_len.append(d + 1)
+        cand = alpha[e].unsqueeze(2) + trans
+        m = cand.argmax(1)
+        incoming.append(cand.gather(1, m.unsqueeze(1)).squeeze(1))
+        came_from.append(m)
+    alpha_t, len_t, from_t = (torch.stack(x, 1) for x in (alpha, best_len, came_from))
+    lengths = sm.lengths
+    final = alpha_t.gather(1, lengths.view(B, 1, 1).expand(B, 1, N)).squeeze(1) + sm.end.double()
+    label = final.argmax(1)
+    best = torch.where(lengths > 0, final.gather(1, label.unsqueeze(1)).squeeze(1), 0.0)
+    labels = torch.full((B, T), -1, dtype=torch.long, device=C.device)
+    starts = torch.zeros(B, T, dtype=torch.bool, device=C.device)
+    rows = torch.arange(B, device=C.device)
+    e = lengths.clone()
+    active = (lengths > 0) & (best > NEG_INF)
+    seg_label = torch.full((B, T), -1, dtype=torch.long, device=C.device)
+    while bool(active.any()):
+        d = len_t[rows, e, label]
+        s = e - d
+        starts[rows[active], s[active]] = True
+        seg_label[rows[active], s[active]] = label[active]
+        label = torch.where(active, from_t[rows, s, label], label)
+        e = torch.where(active, s, e)
+        active = active & (e > 0)
+    filled = torch.where(starts, torch.arange(T, device=C.device), 0).cummax(1).values
+    inside = torch.arange(T, device=C.device) < lengths[:, None]
+    labels = torch.where(inside & (best > NEG_INF)[:, None], seg_label.gather(1, filled), -1)
+    starts &= (best > NEG_INF)[:, None]
+    return best, labels, starts
+
+
+def semimarkov_viterbi(
+    content: Tensor,
+    transitions: Tensor,
+    *,
+    max_len: int,
+    length_scores: Tensor | None = None,
+    boundary: Tensor | None = None,
+    segment_scores: Tensor | None = None,
+    start: Tensor | None = None,
+    end: Tensor | None = None,
+    lengths: LengthsLike = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Highest-scoring segmentation of each sequence.
+
+    Parameters
+    ----------
+    content : Tensor (B, T, N)
+        Per-position label scores, summed over each segment.
+    transitions : Tensor (N, N)
+        ``transitions[m, n]`` scores a segment of label m followed by one of label n.
+    max_len : int
+        S, the longest segment.
+    length_scores : Tensor (S, N) or (B, S, N), optional
+        ``length_scores[d-1, n]`` scores a segment of length d and label n.
+    boundary : Tensor (B, T, N), optional
+        ``boundary[b, e-1, n]`` scores a segment of label n ending at e.
+    segment_scores : Tensor (B, T, S, N), optional
+        ``segment_scores[b, e-1, d-1, n]``: any further score of the segment [e-d, e).
+    start, end : Tensor (N,) or (B, N), optional
+        Scores of the first and last segment's label.
+    lengths : Tensor (B,), optional
+
+    Returns
+    -------
+    score : Tensor (B,)
+        0 for empty rows, -inf where no segmentation is feasible; its gradient w.r.t. every input
+        is the indicator of the returned segmentation.
+    labels : Tensor (B, T) int64
+        The label of each position, -1 beyond the length and on infeasible rows.
+    starts : Tensor (B, T) bool
+        True where a segment begins.
+    """
+    sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
+                          start, end, lengths)
+    best, labels, starts = _viterbi_segmentation(sm)
+    score = semimarkov_score(sm, labels, starts)
+    return torch.where(best > NEG_INF, score, score.new_full((), NEG_INF)), labels, starts
+
+
+def semimarkov_log_partition(
+    content: Tensor,
+    transitions: Tensor,
+    *,
+    max_len: int,
+    length_scores: Tensor | None = None,
+    boundary: Tensor | None = None,
+    segment_scores: Tensor | None = None,
+    start: Tensor | None = None,
+    end: Tensor | None = None,
+    lengths: LengthsLike = None,
+) -> Tensor:
+    """Log of the sum over all segmentations of exp(score), (B,); arguments as for
+    :func:`semimarkov_viterbi`. Its gradients are the segment marginals (differentiable by
+    autograd through the recursion, in double; 0 for empty rows, -inf for infeasible ones)."""
+    sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
+                          start, end, lengths)
+    final, _ = _forward(sm, safe_logsumexp)
+    logz = safe_logsumexp(final, 1)
+    return torch.where(sm.lengths > 0, logz, 0.0).to(sm.content.dtype)

@@ -1,0 +1,167 @@
+"""Semi-Markov DPs against brute-force enumeration of all segmentations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st_
+
+import structtorch as st
+
+
+def compositions(L, S):
+    if L == 0:
+        yield ()
+        return
+    for d in range(1, min(S, L) + 1):
+        for rest in compositions(L - d, S):
+            yield (d,) + rest
+
+
+def brute(p, b, L, S, N):
+    """[(labels tuple, starts tuple, score)] over all segmentations of row b."""
+    out = []
+    for parts in compositions(L, S):
+        for labs in np.ndindex(*(N,) * len(parts)):
+            score, pos, labels, starts = 0.0, 0, [], []
+            for i, (d, n) in enumerate(zip(parts, labs, strict=True)):
+                e = pos + d
+                score += p["content"][b, pos:e, n].sum() + p["length"][b, d - 1, n] + p["boundary"][b, e - 1, n]
+                if p["segment"] is not None:
+                    score += p["segment"][b, e - 1, d - 1, n]
+                score += p["start"][b, n] if i == 0 else p["trans"][labs[i - 1], n]
+                labels += [n] * d
+                starts += [True] + [False] * (d - 1)
+                pos = e
+            if parts:
+                score += p["end"][b, labs[-1]]
+            out.append((tuple(labels), tuple(starts), float(score)))
+    return out
+
+
+@st_.composite
+def problems(draw):
+    B, T, N, S = draw(st_.integers(1, 2)), draw(st_.integers(0, 6)), draw(st_.integers(1, 3)), draw(st_.integers(1, 4))
+    integer = draw(st_.booleans())
+    p_inf = draw(st_.sampled_from([0.0, 0.15]))
+    rng = np.random.default_rng(draw(st_.integers(0, 2**31)))
+
+    def v(*shape):
+        x = rng.integers(-2, 3, size=shape).astype(float) if integer else rng.normal(size=shape)
+        x[rng.random(shape) < p_inf] = -np.inf
+        return x
+
+    p = {"content": v(B, T, N), "trans": v(N, N), "length": v(B, S, N), "boundary": v(B, T, N),
+         "start": v(B, N), "end": v(B, N), "segment": v(B, T, S, N) if draw(st_.booleans()) else None}
+    lengths = draw(st_.lists(st_.integers(0, T), min_size=B, max_size=B))
+    return p, S, torch.tensor(lengths), integer
+
+
+def call(fn, p, S, lengths):
+    t = {k: None if v is None else torch.tensor(v) for k, v in p.items()}
+    return fn(t["content"], t["trans"], max_len=S, length_scores=t["length"], boundary=t["boundary"],
+              segment_scores=t["segment"], start=t["start"], end=t["end"], lengths=lengths)
+
+
+@given(problem=problems())
+def test_viterbi_and_log_partition_match_enumeration(problem):
+    p, S, lengths, integer = problem
+    B, T, N = p["content"].shape
+    score, labels, starts = call(st.semimarkov_viterbi, p, S, lengths)
+    logz = call(st.semimarkov_log_partition, p, S, lengths)
+    assert labels.shape == (B, T) and starts.dtype == torch.bool
+    for b in range(B):
+        L = int(lengths[b])
+        rows = brute(p, b, L, S, N)
+        scores = np.array([r[2] for r in rows])
+        best = scores.max()
+        finite = scores[scores > -np.inf]
+        expected_logz = -np.inf if len(finite) == 0 else np.log(np.exp(finite - finite.max()).sum()) + finite.max()
+        if best == -np.inf:
+            assert score[b] == float("-inf") and (labels[b] == -1).all() and not starts[b].any()
+            assert logz[b] == float("-inf")
+            continue
+        assert np.isclose(score[b].item(), best, atol=1e-9)
+        assert np.isclose(logz[b].item(), expected_logz, atol=1e-9)
+        got = (tuple(labels[b, :L].tolist()), tuple(starts[b, :L].tolist()))
+        assert got in {(r[0], r[1]) for r in rows if r[2] == best} or integer is False and np.isclose(
+            dict(((r[0], r[1]), r[2]) for r in rows)[got], best)
+        assert (labels[b, L:] == -1).all() and not starts[b, L:].any()
+
+
+@given(problem=problems())
+def test_gradients(problem):
+    """Viterbi: the segmentation indicator; log-partition: the position marginals."""
+    p, S, lengths, _ = problem
+    B, T, N = p["content"].shape
+    content = torch.tensor(p["content"], requires_grad=True)
+    t = {k: None if v is None else torch.tensor(v) for k, v in p.items()}
+    logz = st.semimarkov_log_partition(content, t["trans"], max_len=S, length_scores=t["length"],
+                                       boundary=t["boundary"], segment_scores=t["segment"], start=t["start"],
+                                       end=t["end"], lengths=lengths)
+    finite = torch.isfinite(logz)
+    if T == 0 or not finite.any():
+        return
+    (grad,) = torch.autograd.grad(logz[finite].sum(), content)
+    for b in range(B):
+        if not finite[b]:
+            assert (grad[b] == 0).all()
+            continue
+        L = int(lengths[b])
+        rows = brute(p, b, L, S, N)
+        scores = np.array([r[2] for r in rows])
+        w = np.exp(scores - logz[b].item())
+        marg = np.zeros((T, N))
+        for (labels, _, _), wi in zip(rows, w, strict=True):
+            for pos, n in enumerate(labels):
+                marg[pos, n] += wi
+        np.testing.assert_allclose(grad[b].numpy(), marg, atol=1e-9)
+
+
+def test_max_len_one_equals_the_chain():
+    torch.manual_seed(0)
+    B, T, N = 3, 7, 4
+    content, boundary = torch.randn(B, T, N, dtype=torch.float64), torch.randn(B, T, N, dtype=torch.float64)
+    length, A = torch.randn(1, N, dtype=torch.float64), torch.randn(N, N, dtype=torch.float64)
+    start, end = torch.randn(N, dtype=torch.float64), torch.randn(N, dtype=torch.float64)
+    lengths = torch.tensor([7, 3, 0])
+    kw = {"max_len": 1, "length_scores": length, "boundary": boundary, "start": start, "end": end, "lengths": lengths}
+    unary = content + boundary + length
+    s1, labels, starts = st.semimarkov_viterbi(content, A, **kw)
+    s2, path = st.viterbi(unary, A, start=start, end=end, lengths=lengths)
+    assert torch.equal(labels, path) and torch.equal(starts, path >= 0)
+    torch.testing.assert_close(s1, s2)
+    torch.testing.assert_close(st.semimarkov_log_partition(content, A, **kw),
+                               st.log_partition(unary, A, start=start, end=end, lengths=lengths))
+
+
+def test_viterbi_gradient_is_segment_indicator():
+    torch.manual_seed(1)
+    content = torch.randn(1, 8, 2, dtype=torch.float64, requires_grad=True)
+    length = torch.randn(3, 2, dtype=torch.float64, requires_grad=True)
+    A = torch.randn(2, 2, dtype=torch.float64, requires_grad=True)
+    score, labels, starts = st.semimarkov_viterbi(content, A, max_len=3, length_scores=length)
+    score.sum().backward()
+    expected_content = torch.nn.functional.one_hot(labels[0], 2).double().unsqueeze(0)
+    torch.testing.assert_close(content.grad, expected_content)
+    seg_starts = starts[0].nonzero().squeeze(1).tolist() + [8]
+    expected_len = torch.zeros(3, 2, dtype=torch.float64)
+    for s, e in zip(seg_starts[:-1], seg_starts[1:], strict=True):
+        expected_len[e - s - 1, labels[0, s]] += 1
+    torch.testing.assert_close(length.grad, expected_len)
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, message",
+    [
+        ({"max_len": 0}, ValueError, "max_len must be an int >= 1, got 0"),
+        ({"max_len": 2, "length_scores": torch.zeros(3, 3)}, ValueError, r"length_scores must have shape \(2, 3\) or \(2, 2, 3\)"),
+        ({"max_len": 2, "boundary": torch.zeros(2, 5, 3)}, ValueError, r"boundary must have shape \(2, 4, 3\)"),
+        ({"max_len": 2, "segment_scores": torch.zeros(2, 4, 3, 3)}, ValueError, r"segment_scores must have shape \(B, T, max_len, N\) = \(2, 4, 2, 3\)"),
+    ],
+)
+def test_bad_input(kwargs, exc, message):
+    with pytest.raises(exc, match=message):
+        st.semimarkov_viterbi(torch.zeros(2, 4, 3), torch.zeros(3, 3), **kwargs)
