@@ -31,12 +31,17 @@ __all__ = ["viterbi", "log_partition", "marginals", "path_score", "kbest", "Vite
 NEG_INF = float("-inf")
 
 
+def _ops_for(x: Tensor):
+    """The compiled CPU kernels when ``x`` lives on the CPU and they built, else None."""
+    return chain_ops() if x.device.type == "cpu" else None
+
+
 def _ops(chain: Chain):
-    """The compiled kernels when they apply to these inputs, else None."""
+    """The compiled kernels when they apply to these chain inputs, else None."""
     _, T, N = chain.shape
-    if chain.unary.device.type != "cpu" or T == 0 or N > 32767:
+    if T == 0 or N > 32767:
         return None
-    return chain_ops()
+    return _ops_for(chain.unary)
 
 
 def _kernel_args(chain: Chain) -> tuple[Tensor, ...]:

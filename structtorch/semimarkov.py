@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from . import chain as _chain
 from ._chain_torch import NEG_INF, safe_logsumexp
 from ._checks import LengthsLike, _fmt, check_float, check_lengths, check_unary
 
@@ -168,6 +169,24 @@ def semimarkov_score(sm: SemiMarkov, labels: Tensor, starts: Tensor) -> Tensor:
     return total + torch.where(lengths > 0, edge, zero)
 
 
+def _last_forbidden(content: Tensor) -> Tensor:
+    """(B, T+1, N) int64: for each segment end e, the last position < e whose content is -inf
+    (-1 if none); a segment [s, e) is allowed iff s exceeds it."""
+    B, T, N = content.shape
+    t = torch.arange(T, device=content.device).view(1, T, 1)
+    last = torch.where(content == NEG_INF, t, -1).cummax(1).values if T else content.new_empty(B, 0, N).long()
+    return torch.cat([torch.full((B, 1, N), -1, dtype=torch.long, device=content.device), last], 1)
+
+
+@torch.no_grad()
+def _compiled_segmentation(sm: SemiMarkov, ops) -> tuple[Tensor, Tensor, Tensor]:
+    C, _ = sm.prefix_sums()
+    segment = sm.content.new_empty(0) if sm.segment_scores is None else sm.segment_scores.contiguous()
+    parts = (sm.length_scores, sm.boundary, segment, sm.transitions, sm.start, sm.end)
+    return ops.semimarkov_viterbi_forward(C.contiguous(), _last_forbidden(sm.content),
+                                          *(x.detach().contiguous() for x in parts), sm.lengths)
+
+
 @torch.no_grad()
 def _viterbi_segmentation(sm: SemiMarkov) -> tuple[Tensor, Tensor, Tensor]:
     """(best (B,), labels (B, T), starts (B, T)) by max-plus over segment ends, then backtracking
@@ -259,7 +278,8 @@ def semimarkov_viterbi(
     """
     sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
                           start, end, lengths)
-    best, labels, starts = _viterbi_segmentation(sm)
+    ops = _chain._ops_for(sm.content) if sm.shape[1] > 0 and sm.shape[2] < 2**31 else None
+    best, labels, starts = _viterbi_segmentation(sm) if ops is None else _compiled_segmentation(sm, ops)
     score = semimarkov_score(sm, labels, starts)
     return torch.where(best > NEG_INF, score, score.new_full((), NEG_INF)), labels, starts
 

@@ -66,7 +66,7 @@ def call(fn, p, S, lengths):
 
 
 @given(problem=problems())
-def test_viterbi_and_log_partition_match_enumeration(problem):
+def test_viterbi_and_log_partition_match_enumeration(backend, problem):
     p, S, lengths, integer = problem
     B, T, N = p["content"].shape
     score, labels, starts = call(st.semimarkov_viterbi, p, S, lengths)
@@ -165,3 +165,16 @@ def test_viterbi_gradient_is_segment_indicator():
 def test_bad_input(kwargs, exc, message):
     with pytest.raises(exc, match=message):
         st.semimarkov_viterbi(torch.zeros(2, 4, 3), torch.zeros(3, 3), **kwargs)
+
+
+@given(problem=problems())
+def test_compiled_and_torch_viterbi_agree(problem):
+    from conftest import use_backend
+
+    p, S, lengths, _ = problem
+    out = []
+    for name in ("compiled", "torch"):
+        with use_backend(name):
+            out.append(call(st.semimarkov_viterbi, p, S, lengths))
+    torch.testing.assert_close(out[0][0], out[1][0])
+    assert torch.equal(out[0][1], out[1][1]) and torch.equal(out[0][2], out[1][2])
