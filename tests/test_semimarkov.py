@@ -178,3 +178,36 @@ def test_compiled_and_torch_viterbi_agree(problem):
             out.append(call(st.semimarkov_viterbi, p, S, lengths))
     torch.testing.assert_close(out[0][0], out[1][0])
     assert torch.equal(out[0][1], out[1][1]) and torch.equal(out[0][2], out[1][2])
+
+
+@given(problem=problems())
+def test_compiled_log_partition_gradients_match_torch(problem):
+    from conftest import use_backend
+
+    p, S, lengths, _ = problem
+    grads, values = [], []
+    for name in ("compiled", "torch"):
+        with use_backend(name):
+            t = {k: None if v is None else torch.tensor(v, requires_grad=True) for k, v in p.items()}
+            logz = st.semimarkov_log_partition(t["content"], t["trans"], max_len=S, length_scores=t["length"],
+                                               boundary=t["boundary"], segment_scores=t["segment"],
+                                               start=t["start"], end=t["end"], lengths=lengths)
+            values.append(logz.detach())
+            finite = torch.isfinite(logz)
+            (logz[finite] * torch.arange(1.0, 1 + int(finite.sum()), dtype=torch.float64)).sum().backward()
+            grads.append({k: torch.zeros_like(v) if v.grad is None else v.grad for k, v in t.items() if v is not None})
+    torch.testing.assert_close(values[0], values[1])
+    for k in grads[0]:
+        torch.testing.assert_close(grads[0][k], grads[1][k], msg=k)
+
+
+def test_gradcheck_compiled_log_partition():
+    torch.manual_seed(3)
+    c = torch.randn(2, 6, 3, dtype=torch.float64, requires_grad=True)
+    L = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    A = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    seg = torch.randn(2, 6, 3, 3, dtype=torch.float64, requires_grad=True)
+    f = lambda c, L, A, seg: st.semimarkov_log_partition(c, A, max_len=3, length_scores=L, segment_scores=seg,  # noqa: E731
+                                                         lengths=torch.tensor([6, 4]))
+    assert torch.autograd.gradcheck(f, (c, L, A, seg))
+    assert torch.autograd.gradgradcheck(lambda c: st.semimarkov_log_partition(c, A.detach(), max_len=3), (c,))

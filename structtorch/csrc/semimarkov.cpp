@@ -113,12 +113,193 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> semimarkov_viterbi_forward(
   return {best, labels, starts};
 }
 
+// ---------------------------------------------------------------------------------------------
+// Log-partition. Forward: alpha[e][n] (segmentations of [0, e) whose last segment, label n, ends
+// at e) and inc[s][n] (ways to begin a segment of label n at s). Backward: gamma[e][n] (ways to
+// complete after a segment of label n ending at e) and delta[s][n] (ways to cover [s, L) starting
+// with a segment of label n), then every segment's marginal
+//   mu(s, e, n) = exp(inc[s][n] + score(s, e, n) + gamma[e][n] - logZ),
+// spread onto the inputs (content through a difference array over positions).
+
+struct OnlineLse {  // log-sum-exp in one pass: one exp per term
+  double m = kNegInf, s = 0.0;
+  void add(double v) {
+    if (v == kNegInf) return;
+    if (v <= m) {
+      s += std::exp(v - m);
+    } else {
+      s = s * std::exp(m - v) + 1.0;
+      m = v;
+    }
+  }
+  double value() const { return m == kNegInf ? kNegInf : m + std::log(s); }
+};
+
+template <typename T>
+double segment_score(const SemiInputs<T>& in, int64_t S, int64_t n, int64_t s, int64_t e, int64_t j) {
+  const int64_t d = e - s;
+  double v = in.C[e * n + j] - in.C[s * n + j] + static_cast<double>(in.length[(d - 1) * n + j]) +
+             static_cast<double>(in.boundary[(e - 1) * n + j]);
+  if (in.segment) v += static_cast<double>(in.segment[((e - 1) * S + d - 1) * n + j]);
+  return v;
+}
+
+template <typename T>
+double semimarkov_logz_one(const SemiInputs<T>& in, int64_t len, int64_t S, int64_t n, double* alpha,
+                           double* inc) {
+  if (len == 0) return 0.0;
+  for (int64_t j = 0; j < n; ++j) inc[j] = static_cast<double>(in.start[j]);
+  for (int64_t e = 1; e <= len; ++e) {
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t dmax = std::min(S, e - (in.forb[e * n + j] + 1));
+      OnlineLse acc;
+      for (int64_t d = 1; d <= dmax; ++d) acc.add(inc[(e - d) * n + j] + segment_score(in, S, n, e - d, e, j));
+      alpha[e * n + j] = acc.value();
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      OnlineLse acc;
+      for (int64_t m = 0; m < n; ++m) acc.add(alpha[e * n + m] + static_cast<double>(in.trans[m * n + j]));
+      inc[e * n + j] = acc.value();
+    }
+  }
+  OnlineLse acc;
+  for (int64_t j = 0; j < n; ++j) acc.add(alpha[len * n + j] + static_cast<double>(in.end[j]));
+  return acc.value();
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> semimarkov_logz_forward(
+    const at::Tensor& C, const at::Tensor& forb, const at::Tensor& length, const at::Tensor& boundary,
+    const at::Tensor& segment, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
+    const at::Tensor& lengths) {
+  const int64_t B = boundary.size(0), T = boundary.size(1), N = boundary.size(2), S = length.size(1);
+  const bool has_segment = segment.numel() > 0;
+  auto logz = at::empty({B}, C.options());
+  auto alpha = at::full({B, T + 1, N}, kNegInf, C.options());
+  auto inc = at::full({B, T + 1, N}, kNegInf, C.options());
+  const int64_t* len = lengths.data_ptr<int64_t>();
+  AT_DISPATCH_FLOATING_TYPES(boundary.scalar_type(), "semimarkov_logz_forward", [&] {
+    at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t b = lo; b < hi; ++b) {
+        const SemiInputs<scalar_t> in{
+            C.data_ptr<double>() + b * (T + 1) * N, forb.data_ptr<int64_t>() + b * (T + 1) * N,
+            length.data_ptr<scalar_t>() + b * S * N, boundary.data_ptr<scalar_t>() + b * T * N,
+            has_segment ? segment.data_ptr<scalar_t>() + b * T * S * N : nullptr, trans.data_ptr<scalar_t>(),
+            start.data_ptr<scalar_t>() + b * N, end.data_ptr<scalar_t>() + b * N};
+        logz.data_ptr<double>()[b] = semimarkov_logz_one(in, len[b], S, N, alpha.data_ptr<double>() + b * (T + 1) * N,
+                                                         inc.data_ptr<double>() + b * (T + 1) * N);
+      }
+    });
+  });
+  return {logz, alpha, inc};
+}
+
+struct SemiGrads {
+  double* content;   // (T, N)
+  double* length;    // (S, N)
+  double* boundary;  // (T, N)
+  double* segment;   // (T, S, N) or nullptr
+  double* trans;     // (N, N)
+  double* start;     // (N)
+  double* end;       // (N)
+};
+
+template <typename T>
+void semimarkov_backward_one(const SemiInputs<T>& in, double g, double logz, int64_t len, int64_t S,
+                             int64_t n, const double* alpha, const double* inc, SemiGrads out) {
+  if (len == 0 || logz == kNegInf || g == 0.0) return;
+  std::vector<double> gamma((len + 1) * n, kNegInf), delta((len + 1) * n, kNegInf), diff((len + 1) * n, 0.0);
+  for (int64_t j = 0; j < n; ++j) gamma[len * n + j] = static_cast<double>(in.end[j]);
+  for (int64_t s = len - 1; s >= 0; --s) {
+    for (int64_t j = 0; j < n; ++j) {
+      OnlineLse acc;
+      for (int64_t e = s + 1; e <= std::min(len, s + S); ++e) {
+        if (in.forb[e * n + j] >= s) break;  // a forbidden position inside [s, e): longer ones too
+        acc.add(segment_score(in, S, n, s, e, j) + gamma[e * n + j]);
+      }
+      delta[s * n + j] = acc.value();
+    }
+    if (s == 0) break;
+    for (int64_t j = 0; j < n; ++j) {
+      OnlineLse acc;
+      for (int64_t m = 0; m < n; ++m) acc.add(static_cast<double>(in.trans[j * n + m]) + delta[s * n + m]);
+      gamma[s * n + j] = acc.value();
+    }
+  }
+  for (int64_t e = 1; e <= len; ++e) {
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t dmax = std::min(S, e - (in.forb[e * n + j] + 1));
+      const double tail = gamma[e * n + j] - logz;
+      if (tail == kNegInf) continue;
+      for (int64_t d = 1; d <= dmax; ++d) {
+        const int64_t s = e - d;
+        const double mu = g * std::exp(inc[s * n + j] + segment_score(in, S, n, s, e, j) + tail);
+        diff[s * n + j] += mu;
+        diff[e * n + j] -= mu;
+        out.length[(d - 1) * n + j] += mu;
+        out.boundary[(e - 1) * n + j] += mu;
+        if (out.segment) out.segment[((e - 1) * S + d - 1) * n + j] = mu;
+      }
+    }
+  }
+  std::vector<double> run(n, 0.0);
+  for (int64_t t = 0; t < len; ++t)
+    for (int64_t j = 0; j < n; ++j) out.content[t * n + j] = (run[j] += diff[t * n + j]);
+  for (int64_t s = 1; s < len; ++s)
+    for (int64_t m = 0; m < n; ++m)
+      for (int64_t j = 0; j < n; ++j)
+        out.trans[m * n + j] +=
+            g * std::exp(alpha[s * n + m] + static_cast<double>(in.trans[m * n + j]) + delta[s * n + j] - logz);
+  for (int64_t j = 0; j < n; ++j) {
+    out.start[j] = g * std::exp(static_cast<double>(in.start[j]) + delta[j] - logz);
+    out.end[j] = g * std::exp(alpha[len * n + j] + static_cast<double>(in.end[j]) - logz);
+  }
+}
+
+std::vector<at::Tensor> semimarkov_logz_backward(
+    const at::Tensor& grad, const at::Tensor& logz, const at::Tensor& alpha, const at::Tensor& inc,
+    const at::Tensor& C, const at::Tensor& forb, const at::Tensor& length, const at::Tensor& boundary,
+    const at::Tensor& segment, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
+    const at::Tensor& lengths) {
+  const int64_t B = boundary.size(0), T = boundary.size(1), N = boundary.size(2), S = length.size(1);
+  const bool has_segment = segment.numel() > 0;
+  const auto dopt = C.options();
+  auto g_content = at::zeros({B, T, N}, dopt), g_length = at::zeros({B, S, N}, dopt);
+  auto g_boundary = at::zeros({B, T, N}, dopt);
+  auto g_segment = has_segment ? at::zeros({B, T, S, N}, dopt) : at::zeros({0}, dopt);
+  auto g_trans = at::zeros({B, N, N}, dopt), g_start = at::zeros({B, N}, dopt), g_end = at::zeros({B, N}, dopt);
+  const int64_t* len = lengths.data_ptr<int64_t>();
+  AT_DISPATCH_FLOATING_TYPES(boundary.scalar_type(), "semimarkov_logz_backward", [&] {
+    at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t b = lo; b < hi; ++b) {
+        const SemiInputs<scalar_t> in{
+            C.data_ptr<double>() + b * (T + 1) * N, forb.data_ptr<int64_t>() + b * (T + 1) * N,
+            length.data_ptr<scalar_t>() + b * S * N, boundary.data_ptr<scalar_t>() + b * T * N,
+            has_segment ? segment.data_ptr<scalar_t>() + b * T * S * N : nullptr, trans.data_ptr<scalar_t>(),
+            start.data_ptr<scalar_t>() + b * N, end.data_ptr<scalar_t>() + b * N};
+        SemiGrads out{g_content.data_ptr<double>() + b * T * N, g_length.data_ptr<double>() + b * S * N,
+                      g_boundary.data_ptr<double>() + b * T * N,
+                      has_segment ? g_segment.data_ptr<double>() + b * T * S * N : nullptr,
+                      g_trans.data_ptr<double>() + b * N * N, g_start.data_ptr<double>() + b * N,
+                      g_end.data_ptr<double>() + b * N};
+        semimarkov_backward_one(in, grad.data_ptr<double>()[b], logz.data_ptr<double>()[b], len[b], S, N,
+                                alpha.data_ptr<double>() + b * (T + 1) * N, inc.data_ptr<double>() + b * (T + 1) * N,
+                                out);
+      }
+    });
+  });
+  return {g_content, g_length, g_boundary, g_segment, g_trans, g_start, g_end};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(structtorch_chain, m) {
   m.def("semimarkov_viterbi_forward(Tensor C, Tensor forb, Tensor length, Tensor boundary, Tensor segment, Tensor trans, Tensor start, Tensor end, Tensor lengths) -> (Tensor, Tensor, Tensor)");
+  m.def("semimarkov_logz_forward(Tensor C, Tensor forb, Tensor length, Tensor boundary, Tensor segment, Tensor trans, Tensor start, Tensor end, Tensor lengths) -> (Tensor, Tensor, Tensor)");
+  m.def("semimarkov_logz_backward(Tensor grad, Tensor logz, Tensor alpha, Tensor inc, Tensor C, Tensor forb, Tensor length, Tensor boundary, Tensor segment, Tensor trans, Tensor start, Tensor end, Tensor lengths) -> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(structtorch_chain, CPU, m) {
   m.impl("semimarkov_viterbi_forward", &semimarkov_viterbi_forward);
+  m.impl("semimarkov_logz_forward", &semimarkov_logz_forward);
+  m.impl("semimarkov_logz_backward", &semimarkov_logz_backward);
 }
