@@ -7,6 +7,7 @@ from .features import HistogramBinning, LinearChainPotentials, PLiF
 from .hamming import loss_augmented_viterbi, loss_augmented_viterbi_window
 from .losses import StructuredHingeLoss, structured_hinge
 from .semimarkov import semimarkov_log_partition, semimarkov_viterbi
+from .semimarkov_loss import semimarkov_loss_augmented
 from .window import viterbi_window, window_score
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "structured_hinge",
     "semimarkov_viterbi",
     "semimarkov_log_partition",
+    "semimarkov_loss_augmented",
     "LinearChainPotentials",
     "HistogramBinning",
     "PLiF",

@@ -211,18 +211,32 @@ def resolve_loss(h: HLike, rescaling: str, weights: Tensor | None, cost: Tensor 
 
 
 class _Structure(Protocol):
-    """What the solver needs from a model: path scores, the fold path, the Hamming tables."""
+    """What the solver needs from a model. A structure is a (B, T) int64 tensor, -1 beyond each
+    length (a label sequence for chains; segmentations encode label + N * is_start)."""
 
-    def score(self, path: Tensor) -> Tensor: ...
+    truth: Tensor  # the target's structure
+
+    def labels(self, struct: Tensor) -> Tensor: ...
+
+    def score(self, struct: Tensor) -> Tensor: ...
 
     def fold_path(self, label_loss: Tensor) -> Tensor: ...
 
     def tables(self, target: Tensor, weights: Tensor, K: int, negate: bool) -> Tables: ...
 
 
-class _ChainStructure:
-    def __init__(self, chain):
-        self.chain = chain
+class _LabelStructure:
+    """Structures that are label sequences (chains and order-l windows)."""
+
+    truth: Tensor
+
+    def labels(self, struct: Tensor) -> Tensor:
+        return struct
+
+
+class _ChainStructure(_LabelStructure):
+    def __init__(self, chain, target: Tensor):
+        self.chain, self.truth = chain, torch.where(chain.mask(), target, -1)
 
     def score(self, path: Tensor) -> Tensor:
         return _chain._path_score(self.chain, path.clamp(min=0))
@@ -248,9 +262,11 @@ class _ChainStructure:
         return window_tables(chain_to_windows(chain), target, weights, c.lengths, K, 1)
 
 
-class _WindowStructure:
-    def __init__(self, scores: Tensor, order: int, N: int, lengths: Tensor):
+class _WindowStructure(_LabelStructure):
+    def __init__(self, scores: Tensor, order: int, N: int, lengths: Tensor, target: Tensor):
         self.scores, self.order, self.N, self.lengths = scores, order, N, lengths
+        inside = torch.arange(target.shape[1], device=target.device) < lengths[:, None]
+        self.truth = torch.where(inside, target, -1)
 
     def flat(self, scores: Tensor) -> Tensor:
         B, T = scores.shape[:2]
@@ -298,7 +314,8 @@ def _table_path(model: _Structure, spec: LossSpec, target: Tensor, gold: Tensor)
 
 def _solve(model: _Structure, spec: LossSpec, target: Tensor, N: int, algorithm: str,
            dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
-    gold = model.score(target)
+    """(value, structure, count) of the most violating structure; ``target`` holds the labels."""
+    gold = model.score(model.truth)
     if bool((gold == NEG_INF).any()):
         b = int((gold == NEG_INF).nonzero()[0])
         raise ValueError(f"target has score -inf in row {b}: it uses a forbidden (-inf) entry")
@@ -309,20 +326,20 @@ def _solve(model: _Structure, spec: LossSpec, target: Tensor, N: int, algorithm:
         raise ValueError("algorithm='hamming' needs non-negative integer weights and no cost")
     with torch.no_grad():
         if foldable and algorithm != "hamming":
-            path = model.fold_path(spec.label_loss(target, N))
+            struct = model.fold_path(spec.label_loss(target, N))
         else:
-            path = _table_path(model, spec, target, gold)
+            struct = _table_path(model, spec, target, gold)
 
-    def value_of(labels: Tensor) -> Tensor:
-        delta, found = spec.loss(labels, target, dtype), model.score(labels)
+    def value_of(st: Tensor) -> Tensor:
+        labels = model.labels(st)
+        delta, found = spec.loss(labels, target, dtype), model.score(st)
         return found + delta - gold if spec.rescaling == "margin" else delta * (1 + found - gold)
 
     # ties: prefer the target itself (a zero subgradient) whenever it attains the maximum
-    own = torch.where(path >= 0, target, -1)  # the target, -1 beyond each length
     with torch.no_grad():
-        keep_target = value_of(own) >= value_of(path)
-    path = torch.where(keep_target.unsqueeze(1), own, path)
-    return value_of(path), path, spec.count(path, target)
+        keep_target = value_of(model.truth) >= value_of(struct)
+    struct = torch.where(keep_target.unsqueeze(1), model.truth, struct)
+    return value_of(struct), struct, spec.count(model.labels(struct), target)
 
 
 def loss_augmented_viterbi(
@@ -382,7 +399,7 @@ def loss_augmented_viterbi(
     mask = chain.mask()
     target = check_labels(target, mask, chain.shape[2], name="target")
     spec = resolve_loss(h, rescaling, weights, cost, target, mask, chain.unary, algorithm)
-    return _solve(_ChainStructure(chain), spec, target, chain.shape[2], algorithm, chain.unary.dtype)
+    return _solve(_ChainStructure(chain, target), spec, target, chain.shape[2], algorithm, chain.unary.dtype)
 
 
 def loss_augmented_viterbi_window(
@@ -407,5 +424,5 @@ def loss_augmented_viterbi_window(
     mask = torch.arange(T, device=scores.device) < lengths[:, None]
     target = check_labels(target, mask, N, name="target")
     spec = resolve_loss(h, rescaling, weights, cost, target, mask, scores.new_zeros(B, T, N), algorithm)
-    model = _WindowStructure(scores, order, N, lengths)
+    model = _WindowStructure(scores, order, N, lengths, target)
     return _solve(model, spec, target, N, algorithm, scores.dtype)

@@ -6,6 +6,7 @@ from torch import Tensor, nn
 
 from ._checks import LengthsLike
 from .hamming import RESCALINGS, HLike, loss_augmented_viterbi
+from .semimarkov_loss import semimarkov_loss_augmented
 
 __all__ = ["StructuredHingeLoss", "structured_hinge"]
 
@@ -31,8 +32,17 @@ def structured_hinge(
     lengths: LengthsLike = None,
     weights: Tensor | None = None,
     cost: Tensor | None = None,
+    max_len: int | None = None,
+    target_starts: Tensor | None = None,
+    length_scores: Tensor | None = None,
+    boundary: Tensor | None = None,
+    segment_scores: Tensor | None = None,
 ) -> Tensor:
     """max(0, value) of :func:`structtorch.loss_augmented_viterbi`, reduced over the batch.
+
+    With ``max_len`` (and ``target_starts``) the model is semi-Markov: ``unary`` is the content
+    (B, T, N) and the value comes from :func:`structtorch.semimarkov_loss_augmented` with
+    ``length_scores``, ``boundary`` and ``segment_scores``.
 
     Margin rescaling: max(0, max_y' [s(y') + Delta(y, y')] - s(y)); slack rescaling:
     max(0, max_y' Delta(y, y') (1 + s(y') - s(y))), with Delta = h(weighted Hamming) or a cost.
@@ -42,10 +52,19 @@ def structured_hinge(
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-    value, _, _ = loss_augmented_viterbi(
-        unary, transitions, target, h=h, rescaling=rescaling, start=start, end=end,
-        lengths=lengths, weights=weights, cost=cost,
-    )
+    if max_len is not None:
+        if cost is not None:
+            raise ValueError("cost is not supported for semi-Markov models (use h and weights)")
+        value = semimarkov_loss_augmented(
+            unary, transitions, target, target_starts, max_len=max_len, h=h, rescaling=rescaling,
+            length_scores=length_scores, boundary=boundary, segment_scores=segment_scores, start=start,
+            end=end, lengths=lengths, weights=weights,
+        )[0]
+    else:
+        value = loss_augmented_viterbi(
+            unary, transitions, target, h=h, rescaling=rescaling, start=start, end=end,
+            lengths=lengths, weights=weights, cost=cost,
+        )[0]
     return _reduce(value.clamp(min=0), reduction)
 
 
@@ -84,9 +103,12 @@ class StructuredHingeLoss(nn.Module):
         lengths: LengthsLike = None,
         weights: Tensor | None = None,
         cost: Tensor | None = None,
+        **semimarkov,
     ) -> Tensor:
-        """Hinge per sequence, reduced. Shapes as for :func:`structtorch.loss_augmented_viterbi`."""
+        """Hinge per sequence, reduced. Shapes as for :func:`structtorch.loss_augmented_viterbi`;
+        semi-Markov models pass ``max_len``, ``target_starts`` and their segment scores (see
+        :func:`structured_hinge`)."""
         return structured_hinge(
             unary, transitions, target, rescaling=self.rescaling, h=self.h, reduction=self.reduction,
-            start=start, end=end, lengths=lengths, weights=weights, cost=cost,
+            start=start, end=end, lengths=lengths, weights=weights, cost=cost, **semimarkov,
         )

@@ -211,3 +211,83 @@ def test_gradcheck_compiled_log_partition():
                                                          lengths=torch.tensor([6, 4]))
     assert torch.autograd.gradcheck(f, (c, L, A, seg))
     assert torch.autograd.gradgradcheck(lambda c: st.semimarkov_log_partition(c, A.detach(), max_len=3), (c,))
+
+
+@given(problem=problems(), rescaling=st_.sampled_from(["margin", "slack"]), h_kind=st_.sampled_from(["id", "table"]),
+       seed=st_.integers(0, 2**31))
+def test_loss_augmented_matches_enumeration(problem, rescaling, h_kind, seed):
+    p, S, lengths, integer = problem
+    B, T, N = p["content"].shape
+    rng = np.random.default_rng(seed)
+    targets = []
+    for b in range(B):
+        feasible = [r for r in brute(p, b, int(lengths[b]), S, N) if r[2] > -np.inf]
+        if not feasible:
+            return
+        targets.append(feasible[rng.integers(len(feasible))])
+    labels = torch.full((B, T), 0, dtype=torch.long)
+    starts = torch.zeros(B, T, dtype=torch.bool)
+    for b, (lab, sts, _) in enumerate(targets):
+        labels[b, : len(lab)] = torch.tensor(lab, dtype=torch.long)
+        starts[b, : len(sts)] = torch.tensor(sts, dtype=torch.bool)
+    table = rng.integers(-3, 4, size=T + 1).astype(float)
+    h_fn = (lambda k: k) if h_kind == "id" else (lambda k: table[k])
+    t = {k: None if v is None else torch.tensor(v) for k, v in p.items()}
+    value, out_labels, out_starts, hamming = st.semimarkov_loss_augmented(
+        t["content"], t["trans"], labels, starts, max_len=S, h=None if h_kind == "id" else torch.tensor(table),
+        rescaling=rescaling, length_scores=t["length"], boundary=t["boundary"], segment_scores=t["segment"],
+        start=t["start"], end=t["end"], lengths=lengths)
+    for b in range(B):
+        L = int(lengths[b])
+        rows = brute(p, b, L, S, N)
+        y, gold = targets[b][0], targets[b][2]
+        best = -np.inf
+        for lab, _, s in rows:
+            if s == -np.inf:
+                continue
+            k = sum(lab[i] != y[i] for i in range(L))
+            best = max(best, s + h_fn(k) - gold if rescaling == "margin" else h_fn(k) * (1 + s - gold))
+        assert np.isclose(value[b].item(), best, atol=1e-8)
+        got = tuple(out_labels[b, :L].tolist())
+        assert hamming[b].item() == sum(got[i] != y[i] for i in range(L))
+        assert (out_labels[b, L:] == -1).all() and not out_starts[b, L:].any()
+
+
+def test_loss_augmented_target_errors():
+    c, A = torch.zeros(1, 4, 2), torch.zeros(2, 2)
+    starts = torch.tensor([[True, False, False, False]])
+    with pytest.raises(ValueError, match="target has a segment longer than max_len = 2"):
+        st.semimarkov_loss_augmented(c, A, torch.zeros(1, 4, dtype=torch.long), starts, max_len=2)
+    with pytest.raises(ValueError, match=r"target_labels change inside a segment at \[0, 2\]"):
+        st.semimarkov_loss_augmented(c, A, torch.tensor([[0, 0, 1, 1]]), starts, max_len=4)
+    with pytest.raises(TypeError, match=r"target_starts must be a bool tensor of shape \(B, T\) = \(1, 4\)"):
+        st.semimarkov_loss_augmented(c, A, torch.zeros(1, 4, dtype=torch.long), starts.long(), max_len=4)
+
+
+def test_hinge_trains_a_semimarkov_model():
+    """Label-1 segments always have length 3; the noisy content alone is ambiguous. Training the
+    content scale, length scores and transitions with the slack hinge recovers the segmentation."""
+    torch.manual_seed(0)
+    B, N, S = 32, 2, 4
+    labels = torch.tensor([[0, 1, 1, 1, 0, 0, 1, 1, 1, 0, 1, 1, 1]]).repeat(B, 1)
+    T = labels.shape[1]
+    starts = torch.cat([torch.ones(B, 1, dtype=torch.bool), labels[:, 1:] != labels[:, :-1]], 1)
+    starts[:, 5] = True  # two label-0 segments of length 1
+    signal = torch.nn.functional.one_hot(labels, N).float() * 2 - 1
+    content = signal + 1.0 * torch.randn(B, T, N)
+    scale = torch.ones((), requires_grad=True)
+    length = torch.zeros(S, N, requires_grad=True)
+    A = torch.zeros(N, N, requires_grad=True)
+    opt = torch.optim.Adam([scale, length, A], lr=0.1)
+    loss = st.StructuredHingeLoss(rescaling="slack")
+    first = None
+    for _ in range(80):
+        value = loss(scale * content, A, labels, max_len=S, target_starts=starts, length_scores=length)
+        first = value.item() if first is None else first
+        opt.zero_grad()
+        value.backward()
+        opt.step()
+    assert value.item() < 0.5 * first
+    _, got, _ = st.semimarkov_viterbi(scale.detach() * content, A.detach(), max_len=S, length_scores=length.detach())
+    _, local = (scale.detach() * content).max(-1)
+    assert (got == labels).float().mean() > (local == labels).float().mean() + 0.05
