@@ -21,6 +21,25 @@ struct SemiInputs {
   const T* end;             // (N)
 };
 
+// The batched input tensors of every kernel below; row(b) slices out sequence b.
+struct SemiBatch {
+  const at::Tensor &C, &forb, &length, &boundary, &segment, &trans, &start, &end;
+  int64_t B() const { return boundary.size(0); }
+  int64_t T() const { return boundary.size(1); }
+  int64_t N() const { return boundary.size(2); }
+  int64_t S() const { return length.size(1); }
+  bool has_segment() const { return segment.numel() > 0; }
+  template <typename U>
+  SemiInputs<U> row(int64_t b) const {
+    const int64_t T_ = T(), N_ = N(), S_ = S();
+    return {C.data_ptr<double>() + b * (T_ + 1) * N_, forb.data_ptr<int64_t>() + b * (T_ + 1) * N_,
+            length.data_ptr<U>() + b * S_ * N_,       boundary.data_ptr<U>() + b * T_ * N_,
+            has_segment() ? segment.data_ptr<U>() + b * T_ * S_ * N_ : nullptr,
+            trans.data_ptr<U>(),                      start.data_ptr<U>() + b * N_,
+            end.data_ptr<U>() + b * N_};
+  }
+};
+
 // Ties: the shortest last segment, then the smallest previous label (as the PyTorch reference).
 template <typename T>
 double semimarkov_one(const SemiInputs<T>& in, int64_t len, int64_t S, int64_t n, int64_t* labels,
@@ -87,8 +106,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> semimarkov_viterbi_forward(
     const at::Tensor& C, const at::Tensor& forb, const at::Tensor& length, const at::Tensor& boundary,
     const at::Tensor& segment, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
     const at::Tensor& lengths) {
-  const int64_t B = boundary.size(0), T = boundary.size(1), N = boundary.size(2), S = length.size(1);
-  const bool has_segment = segment.numel() > 0;
+  const SemiBatch x{C, forb, length, boundary, segment, trans, start, end};
+  const int64_t B = x.B(), T = x.T(), N = x.N(), S = x.S();
   auto best = at::empty({B}, C.options());
   auto labels = at::full({B, T}, -1, lengths.options());
   auto starts = at::zeros({B, T}, lengths.options().dtype(at::kBool));
@@ -96,15 +115,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> semimarkov_viterbi_forward(
   AT_DISPATCH_FLOATING_TYPES(boundary.scalar_type(), "semimarkov_viterbi_forward", [&] {
     at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t b = lo; b < hi; ++b) {
-        const SemiInputs<scalar_t> in{
-            C.data_ptr<double>() + b * (T + 1) * N,
-            forb.data_ptr<int64_t>() + b * (T + 1) * N,
-            length.data_ptr<scalar_t>() + b * S * N,
-            boundary.data_ptr<scalar_t>() + b * T * N,
-            has_segment ? segment.data_ptr<scalar_t>() + b * T * S * N : nullptr,
-            trans.data_ptr<scalar_t>(),
-            start.data_ptr<scalar_t>() + b * N,
-            end.data_ptr<scalar_t>() + b * N};
+        const auto in = x.row<scalar_t>(b);
         best.data_ptr<double>()[b] = semimarkov_one(in, len[b], S, N, labels.data_ptr<int64_t>() + b * T,
                                                     starts.data_ptr<bool>() + b * T);
       }
@@ -171,8 +182,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> semimarkov_logz_forward(
     const at::Tensor& C, const at::Tensor& forb, const at::Tensor& length, const at::Tensor& boundary,
     const at::Tensor& segment, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
     const at::Tensor& lengths) {
-  const int64_t B = boundary.size(0), T = boundary.size(1), N = boundary.size(2), S = length.size(1);
-  const bool has_segment = segment.numel() > 0;
+  const SemiBatch x{C, forb, length, boundary, segment, trans, start, end};
+  const int64_t B = x.B(), T = x.T(), N = x.N(), S = x.S();
   auto logz = at::empty({B}, C.options());
   auto alpha = at::full({B, T + 1, N}, kNegInf, C.options());
   auto inc = at::full({B, T + 1, N}, kNegInf, C.options());
@@ -180,11 +191,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> semimarkov_logz_forward(
   AT_DISPATCH_FLOATING_TYPES(boundary.scalar_type(), "semimarkov_logz_forward", [&] {
     at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t b = lo; b < hi; ++b) {
-        const SemiInputs<scalar_t> in{
-            C.data_ptr<double>() + b * (T + 1) * N, forb.data_ptr<int64_t>() + b * (T + 1) * N,
-            length.data_ptr<scalar_t>() + b * S * N, boundary.data_ptr<scalar_t>() + b * T * N,
-            has_segment ? segment.data_ptr<scalar_t>() + b * T * S * N : nullptr, trans.data_ptr<scalar_t>(),
-            start.data_ptr<scalar_t>() + b * N, end.data_ptr<scalar_t>() + b * N};
+        const auto in = x.row<scalar_t>(b);
         logz.data_ptr<double>()[b] = semimarkov_logz_one(in, len[b], S, N, alpha.data_ptr<double>() + b * (T + 1) * N,
                                                          inc.data_ptr<double>() + b * (T + 1) * N);
       }
@@ -260,22 +267,19 @@ std::vector<at::Tensor> semimarkov_logz_backward(
     const at::Tensor& C, const at::Tensor& forb, const at::Tensor& length, const at::Tensor& boundary,
     const at::Tensor& segment, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
     const at::Tensor& lengths) {
-  const int64_t B = boundary.size(0), T = boundary.size(1), N = boundary.size(2), S = length.size(1);
-  const bool has_segment = segment.numel() > 0;
+  const SemiBatch x{C, forb, length, boundary, segment, trans, start, end};
+  const int64_t B = x.B(), T = x.T(), N = x.N(), S = x.S();
   const auto dopt = C.options();
   auto g_content = at::zeros({B, T, N}, dopt), g_length = at::zeros({B, S, N}, dopt);
   auto g_boundary = at::zeros({B, T, N}, dopt);
+  const bool has_segment = x.has_segment();
   auto g_segment = has_segment ? at::zeros({B, T, S, N}, dopt) : at::zeros({0}, dopt);
   auto g_trans = at::zeros({B, N, N}, dopt), g_start = at::zeros({B, N}, dopt), g_end = at::zeros({B, N}, dopt);
   const int64_t* len = lengths.data_ptr<int64_t>();
   AT_DISPATCH_FLOATING_TYPES(boundary.scalar_type(), "semimarkov_logz_backward", [&] {
     at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t b = lo; b < hi; ++b) {
-        const SemiInputs<scalar_t> in{
-            C.data_ptr<double>() + b * (T + 1) * N, forb.data_ptr<int64_t>() + b * (T + 1) * N,
-            length.data_ptr<scalar_t>() + b * S * N, boundary.data_ptr<scalar_t>() + b * T * N,
-            has_segment ? segment.data_ptr<scalar_t>() + b * T * S * N : nullptr, trans.data_ptr<scalar_t>(),
-            start.data_ptr<scalar_t>() + b * N, end.data_ptr<scalar_t>() + b * N};
+        const auto in = x.row<scalar_t>(b);
         SemiGrads out{g_content.data_ptr<double>() + b * T * N, g_length.data_ptr<double>() + b * S * N,
                       g_boundary.data_ptr<double>() + b * T * N,
                       has_segment ? g_segment.data_ptr<double>() + b * T * S * N : nullptr,
