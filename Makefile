@@ -21,7 +21,7 @@ test: $(VENV)/.installed
 	$(PY) -m pytest -q
 
 bench: $(VENV)/.installed
-	$(PY) benchmarks/chain.py
+	$(PY) benchmarks/chain.py && $(PY) benchmarks/hamming.py && $(PY) benchmarks/semimarkov.py
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check structtorch tests examples benchmarks

@@ -278,7 +278,7 @@ def semimarkov_viterbi(
     """
     sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
                           start, end, lengths)
-    ops = _chain._ops_for(sm.content) if sm.shape[1] > 0 and sm.shape[2] < 2**31 else None
+    ops = _chain._ops_for(sm.content) if sm.shape[1] > 0 else None
     best, labels, starts = _viterbi_segmentation(sm) if ops is None else _compiled_segmentation(sm, ops)
     score = semimarkov_score(sm, labels, starts)
     return torch.where(best > NEG_INF, score, score.new_full((), NEG_INF)), labels, starts
