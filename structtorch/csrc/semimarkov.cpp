@@ -215,37 +215,44 @@ void semimarkov_backward_one(const SemiInputs<T>& in, double g, double logz, int
                              int64_t n, const double* alpha, const double* inc, SemiGrads out) {
   if (len == 0 || logz == kNegInf || g == 0.0) return;
   std::vector<double> gamma((len + 1) * n, kNegInf), delta((len + 1) * n, kNegInf), diff((len + 1) * n, 0.0);
+  std::vector<double> term(S);
   for (int64_t j = 0; j < n; ++j) gamma[len * n + j] = static_cast<double>(in.end[j]);
   for (int64_t s = len - 1; s >= 0; --s) {
     for (int64_t j = 0; j < n; ++j) {
-      OnlineLse acc;
-      for (int64_t e = s + 1; e <= std::min(len, s + S); ++e) {
+      // the segments [s, e) of label j: first their scores and the largest, then one exp each,
+      // shared by delta (a two-pass log-sum-exp) and the marginals
+      //   mu = exp(inc[s] + term - logZ) = exp(term - top) * exp(inc[s] + top - logZ),
+      // whose second factor is the largest marginal, so it cannot overflow
+      int64_t count = 0;
+      double top = kNegInf;
+      for (int64_t e = s + 1; e <= std::min(len, s + S); ++e, ++count) {
         if (in.forb[e * n + j] >= s) break;  // a forbidden position inside [s, e): longer ones too
-        acc.add(segment_score(in, S, n, s, e, j) + gamma[e * n + j]);
+        term[count] = segment_score(in, S, n, s, e, j) + gamma[e * n + j];
+        top = std::max(top, term[count]);
       }
-      delta[s * n + j] = acc.value();
-    }
-    if (s == 0) break;
-    for (int64_t j = 0; j < n; ++j) {
-      OnlineLse acc;
-      for (int64_t m = 0; m < n; ++m) acc.add(static_cast<double>(in.trans[j * n + m]) + delta[s * n + m]);
-      gamma[s * n + j] = acc.value();
-    }
-  }
-  for (int64_t e = 1; e <= len; ++e) {
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t dmax = std::min(S, e - (in.forb[e * n + j] + 1));
-      const double tail = gamma[e * n + j] - logz;
-      if (tail == kNegInf) continue;
-      for (int64_t d = 1; d <= dmax; ++d) {
-        const int64_t s = e - d;
-        const double mu = g * std::exp(inc[s * n + j] + segment_score(in, S, n, s, e, j) + tail);
+      if (top == kNegInf) continue;
+      const double into = inc[s * n + j];
+      const double scale = into == kNegInf ? 0.0 : g * std::exp(into + top - logz);
+      double sum = 0.0;
+      for (int64_t d = 1; d <= count; ++d) {
+        const double v = std::exp(term[d - 1] - top);
+        sum += v;
+        const double mu = scale * v;
+        if (mu == 0.0) continue;
+        const int64_t e = s + d;
         diff[s * n + j] += mu;
         diff[e * n + j] -= mu;
         out.length[(d - 1) * n + j] += mu;
         out.boundary[(e - 1) * n + j] += mu;
         if (out.segment) out.segment[((e - 1) * S + d - 1) * n + j] = mu;
       }
+      delta[s * n + j] = top + std::log(sum);
+    }
+    if (s == 0) break;
+    for (int64_t j = 0; j < n; ++j) {
+      OnlineLse acc;
+      for (int64_t m = 0; m < n; ++m) acc.add(static_cast<double>(in.trans[j * n + m]) + delta[s * n + m]);
+      gamma[s * n + j] = acc.value();
     }
   }
   std::vector<double> run(n, 0.0);
