@@ -159,13 +159,20 @@ template <typename T>
 double semimarkov_logz_one(const SemiInputs<T>& in, int64_t len, int64_t S, int64_t n, double* alpha,
                            double* inc) {
   if (len == 0) return 0.0;
+  std::vector<double> term(S);
   for (int64_t j = 0; j < n; ++j) inc[j] = static_cast<double>(in.start[j]);
   for (int64_t e = 1; e <= len; ++e) {
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = 0; j < n; ++j) {  // two-pass log-sum-exp over the segment lengths
       const int64_t dmax = std::min(S, e - (in.forb[e * n + j] + 1));
-      OnlineLse acc;
-      for (int64_t d = 1; d <= dmax; ++d) acc.add(inc[(e - d) * n + j] + segment_score(in, S, n, e - d, e, j));
-      alpha[e * n + j] = acc.value();
+      double top = kNegInf;
+      for (int64_t d = 1; d <= dmax; ++d) {
+        term[d - 1] = inc[(e - d) * n + j] + segment_score(in, S, n, e - d, e, j);
+        top = std::max(top, term[d - 1]);
+      }
+      double sum = 0.0;
+      if (top > kNegInf)
+        for (int64_t d = 1; d <= dmax; ++d) sum += std::exp(term[d - 1] - top);
+      alpha[e * n + j] = top == kNegInf ? kNegInf : top + std::log(sum);
     }
     for (int64_t j = 0; j < n; ++j) {
       OnlineLse acc;
