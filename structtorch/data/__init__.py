@@ -1,6 +1,17 @@
 """Synthetic data generators that reproduce the papers' setups."""
 
 from .bauer import bauer_features, bauer_synthetic
+from .genes import SEGMENT_NAMES, GeneData, gene_grammar, synthetic_genes
 from .tagging import SequenceData, TaggingData, make_tagging_data
 
-__all__ = ["SequenceData", "TaggingData", "make_tagging_data", "bauer_synthetic", "bauer_features"]
+__all__ = [
+    "SequenceData",
+    "TaggingData",
+    "make_tagging_data",
+    "bauer_synthetic",
+    "bauer_features",
+    "GeneData",
+    "synthetic_genes",
+    "gene_grammar",
+    "SEGMENT_NAMES",
+]
