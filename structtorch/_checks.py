@@ -54,7 +54,7 @@ def _fmt(shape) -> str:
     return str(tuple(int(s) for s in shape))
 
 
-def check_float(name: str, x: object, ref: Tensor | None = None) -> Tensor:
+def check_float(name: str, x: object, ref: Tensor | None = None, ref_name: str = "unary") -> Tensor:
     """Check that ``x`` is a float32/float64 tensor without NaN/+inf (-inf is allowed).
 
     With ``ref`` (the unary scores), ``x`` must also share its dtype and device.
@@ -65,8 +65,8 @@ def check_float(name: str, x: object, ref: Tensor | None = None) -> Tensor:
         raise TypeError(f"{name} must be float32 or float64, got {x.dtype}")
     if ref is not None:
         if x.dtype != ref.dtype:
-            raise TypeError(f"{name} has dtype {x.dtype} but unary has dtype {ref.dtype}; use one dtype")
-        check_device(name, x, ref)
+            raise TypeError(f"{name} has dtype {x.dtype} but {ref_name} has dtype {ref.dtype}; use one dtype")
+        check_device(name, x, ref, ref_name)
     check_values(name, x)
     return x
 
@@ -82,9 +82,9 @@ def check_values(name: str, x: Tensor) -> None:
         )
 
 
-def check_device(name: str, x: Tensor, ref: Tensor) -> None:
+def check_device(name: str, x: Tensor, ref: Tensor, ref_name: str = "unary") -> None:
     if x.device != ref.device:
-        raise ValueError(f"{name} is on {x.device} but unary is on {ref.device}; use one device")
+        raise ValueError(f"{name} is on {x.device} but {ref_name} is on {ref.device}; use one device")
 
 
 def check_lengths(lengths: LengthsLike, B: int, T: int, device: torch.device) -> Tensor:
@@ -111,14 +111,14 @@ def check_lengths(lengths: LengthsLike, B: int, T: int, device: torch.device) ->
     return lengths.long().contiguous()
 
 
-def check_unary(unary: object) -> Tensor:
+def check_unary(unary: object, name: str = "unary") -> Tensor:
     if not isinstance(unary, Tensor):
-        raise TypeError(f"unary must be a torch.Tensor of shape (B, T, N), got {type(unary).__name__}")
+        raise TypeError(f"{name} must be a torch.Tensor of shape (B, T, N), got {type(unary).__name__}")
     if unary.dim() != 3:
-        raise ValueError(f"unary must have shape (B, T, N), got {_fmt(unary.shape)}")
+        raise ValueError(f"{name} must have shape (B, T, N), got {_fmt(unary.shape)}")
     if unary.shape[2] < 1:
-        raise ValueError(f"unary must have at least one label (N >= 1), got {_fmt(unary.shape)}")
-    return check_float("unary", unary)
+        raise ValueError(f"{name} must have at least one label (N >= 1), got {_fmt(unary.shape)}")
+    return check_float(name, unary)
 
 
 def _check_transitions(transitions: object, B: int, T: int, N: int, ref: Tensor) -> Tensor:

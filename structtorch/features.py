@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
@@ -109,8 +111,10 @@ class PLiF(nn.Module):
         super().__init__()
         if isinstance(num_points, bool) or not isinstance(num_points, int) or num_points < 2:
             raise ValueError(f"num_points must be an int >= 2, got {num_points!r}")
-        if not float(low) < float(high):
-            raise ValueError(f"need low < high, got low={low}, high={high}")
+        if not math.isfinite(float(low)) or not math.isfinite(float(high)) or not float(low) < float(high):
+            raise ValueError(f"need finite low < high, got low={low}, high={high}")
+        if isinstance(num_functions, bool) or not isinstance(num_functions, int) or num_functions < 1:
+            raise ValueError(f"num_functions must be an int >= 1, got {num_functions!r}")
         if monotone not in (None, "increasing", "decreasing"):
             raise ValueError(f"monotone must be None, 'increasing' or 'decreasing', got {monotone!r}")
         self.low, self.high, self.monotone = float(low), float(high), monotone
@@ -135,6 +139,10 @@ class PLiF(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         K, P = self.raw.shape
+        if not isinstance(x, Tensor):
+            raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+        if bool(torch.isnan(x).any()):
+            raise ValueError("x contains NaN")
         squeeze = K == 1 and (x.dim() == 0 or x.shape[-1] != 1)
         if squeeze:
             x = x.unsqueeze(-1)

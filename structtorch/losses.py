@@ -52,6 +52,11 @@ def structured_hinge(
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    semimarkov_only = {"target_starts": target_starts, "length_scores": length_scores, "boundary": boundary,
+                       "segment_scores": segment_scores}
+    given = [k for k, v in semimarkov_only.items() if v is not None]
+    if max_len is None and given:
+        raise ValueError(f"{', '.join(given)} need max_len (a semi-Markov model); got max_len=None")
     if max_len is not None:
         if cost is not None:
             raise ValueError("cost is not supported for semi-Markov models (use h and weights)")

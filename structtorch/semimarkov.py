@@ -18,6 +18,7 @@ length, N labels, S = max_len.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -52,60 +53,64 @@ class SemiMarkov:
         B, T, N = self.content.shape
         return B, T, self.length_scores.shape[1], N
 
-    def prefix_sums(self) -> tuple[Tensor, Tensor]:
-        """(C, F), both (B, T+1, N): C = cumulative content with -inf read as 0 (in double), F =
-        cumulative count of -inf entries, so a segment [s, e) sums C[e] - C[s] and is forbidden
-        iff F[e] - F[s] > 0."""
-        x = self.content
-        forbidden = x == NEG_INF
-        pad = x.new_zeros(x.shape[0], 1, x.shape[2], dtype=torch.float64)
-        C = torch.cat([pad, torch.where(forbidden, 0.0, x.double()).cumsum(1)], 1)
-        F = torch.cat([pad.long(), forbidden.long().cumsum(1)], 1)
-        return C, F
+    def forbidden_counts(self) -> Tensor:
+        """F (B, T+1, N): cumulative count of -inf content, so a segment [s, e) is forbidden iff
+        F[e] - F[s] > 0."""
+        forbidden = (self.content == NEG_INF).long()
+        pad = forbidden.new_zeros(forbidden.shape[0], 1, forbidden.shape[2])
+        return torch.cat([pad, forbidden.cumsum(1)], 1)
 
 
 def check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
                      start, end, lengths) -> SemiMarkov:
     """Validate semi-Markov potentials; shapes are named in every error."""
-    content = check_unary(content).contiguous()
+    content = check_unary(content, "content").contiguous()
     B, T, N = content.shape
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+    if isinstance(max_len, bool) or not isinstance(max_len, numbers.Integral):
+        raise TypeError(f"max_len must be an int, got {type(max_len).__name__}")
+    if max_len < 1:
         raise ValueError(f"max_len must be an int >= 1, got {max_len!r}")
-    S = max_len
-    transitions = check_float("transitions", transitions, content)
+    S = int(max_len)
+    transitions = check_float("transitions", transitions, content, "content")
     if transitions.shape != (N, N):
         raise ValueError(f"transitions must have shape (N, N) = ({N}, {N}), got {_fmt(transitions.shape)}")
 
     def optional(name, x, shapes, default_shape):
         if x is None:
             return content.new_zeros(default_shape)
-        x = check_float(name, x, content)
+        x = check_float(name, x, content, "content")
         if x.shape not in shapes:
             wanted = " or ".join(_fmt(s) for s in shapes)
             raise ValueError(f"{name} must have shape {wanted}, got {_fmt(x.shape)}")
         return x.expand(default_shape) if x.shape != default_shape else x
 
-    length_scores = optional("length_scores", length_scores, [(S, N), (B, S, N)], (B, S, N))
+    # segments never exceed T: work with S' = min(max_len, T) so that memory and time do not grow
+    # with a max_len meant as "unbounded"
+    used = max(1, min(S, T))
+    length_scores = optional("length_scores", length_scores, [(S, N), (B, S, N)], (B, S, N))[:, :used]
     boundary = optional("boundary", boundary, [(B, T, N)], (B, T, N))
     start = optional("start", start, [(N,), (B, N)], (B, N))
     end = optional("end", end, [(N,), (B, N)], (B, N))
     if segment_scores is not None:
-        segment_scores = check_float("segment_scores", segment_scores, content)
+        segment_scores = check_float("segment_scores", segment_scores, content, "content")
         if segment_scores.shape != (B, T, S, N):
             raise ValueError(
                 f"segment_scores must have shape (B, T, max_len, N) = ({B}, {T}, {S}, {N}), "
                 f"got {_fmt(segment_scores.shape)}"
             )
+        segment_scores = segment_scores[:, :, :used]
     return SemiMarkov(content, transitions, length_scores, boundary, segment_scores, start, end,
                       check_lengths(lengths, B, T, content.device))
 
 
-def _segment_terms(sm: SemiMarkov, C: Tensor, F: Tensor, e: int) -> Tensor:
+def _segment_terms(sm: SemiMarkov, F: Tensor, e: int) -> Tensor:
     """(B, D, N) score of the segments ending at e (exclusive) with lengths 1..D, D = min(S, e),
-    without the incoming term (start or transition)."""
+    without the incoming term (start or transition). Content sums accumulate backwards from e
+    (never a difference of prefix sums, which one huge-magnitude entry would ruin)."""
     D = min(sm.shape[2], e)
-    s = torch.arange(e - 1, e - D - 1, -1, device=C.device)  # segment starts for d = 1..D
-    content = C[:, e].unsqueeze(1) - C[:, s]
+    s = torch.arange(e - 1, e - D - 1, -1, device=F.device)  # segment starts for d = 1..D
+    window = sm.content[:, e - D:e].double().flip(1)  # positions e-1, e-2, ..., e-D
+    content = torch.where(window == NEG_INF, 0.0, window).cumsum(1)
     blocked = (F[:, e].unsqueeze(1) - F[:, s]) > 0
     terms = content + sm.length_scores[:, :D].double() + sm.boundary[:, e - 1].double().unsqueeze(1)
     if sm.segment_scores is not None:
@@ -116,13 +121,13 @@ def _segment_terms(sm: SemiMarkov, C: Tensor, F: Tensor, e: int) -> Tensor:
 def _forward(sm: SemiMarkov, reduce) -> tuple[Tensor, list[Tensor]]:
     """alpha[e] (B, N): reduce (max or logsumexp) over segmentations of [0, e) ending at e."""
     B, T, S, N = sm.shape
-    C, F = sm.prefix_sums()
-    alpha = [C.new_full((B, N), NEG_INF)]
+    F = sm.forbidden_counts()
+    alpha = [sm.start.new_full((B, N), NEG_INF, dtype=torch.float64)]
     incoming = [sm.start.double()]  # incoming[s]: term of a segment starting at s
     trans = sm.transitions.double()
     for e in range(1, T + 1):
         D = min(S, e)
-        terms = _segment_terms(sm, C, F, e) + torch.stack(incoming[e - D:e][::-1], 1)
+        terms = _segment_terms(sm, F, e) + torch.stack(incoming[e - D:e][::-1], 1)
         alpha.append(reduce(terms, 1))
         incoming.append(reduce(alpha[e].unsqueeze(2) + trans, 1))
     final = torch.stack(alpha, 1).gather(1, sm.lengths.view(B, 1, 1).expand(B, 1, N)).squeeze(1)
@@ -180,10 +185,9 @@ def _last_forbidden(content: Tensor) -> Tensor:
 
 @torch.no_grad()
 def _compiled_segmentation(sm: SemiMarkov, ops) -> tuple[Tensor, Tensor, Tensor]:
-    C, _ = sm.prefix_sums()
     segment = sm.content.new_empty(0) if sm.segment_scores is None else sm.segment_scores.contiguous()
     parts = (sm.length_scores, sm.boundary, segment, sm.transitions, sm.start, sm.end)
-    return ops.semimarkov_viterbi_forward(C.contiguous(), _last_forbidden(sm.content),
+    return ops.semimarkov_viterbi_forward(sm.content.detach().contiguous(), _last_forbidden(sm.content),
                                           *(x.detach().contiguous() for x in parts), sm.lengths)
 
 
@@ -193,14 +197,15 @@ def _viterbi_segmentation(sm: SemiMarkov) -> tuple[Tensor, Tensor, Tensor]:
     that jumps one segment per step for every row at once. Ties: the shortest last segment, then
     the smallest previous label."""
     B, T, S, N = sm.shape
-    C, F = sm.prefix_sums()
+    F = sm.forbidden_counts()
+    dev = F.device
     trans = sm.transitions.double()
-    alpha = [C.new_full((B, N), NEG_INF)]
-    incoming, came_from = [sm.start.double()], [torch.zeros(B, N, dtype=torch.long, device=C.device)]
-    best_len = [torch.zeros(B, N, dtype=torch.long, device=C.device)]
+    alpha = [sm.start.new_full((B, N), NEG_INF, dtype=torch.float64)]
+    incoming, came_from = [sm.start.double()], [torch.zeros(B, N, dtype=torch.long, device=dev)]
+    best_len = [torch.zeros(B, N, dtype=torch.long, device=dev)]
     for e in range(1, T + 1):
         D = min(S, e)
-        terms = _segment_terms(sm, C, F, e) + torch.stack(incoming[e - D:e][::-1], 1)
+        terms = _segment_terms(sm, F, e) + torch.stack(incoming[e - D:e][::-1], 1)
         d = terms.argmax(1)
         alpha.append(terms.gather(1, d.unsqueeze(1)).squeeze(1))
         best_len.append(d + 1)
@@ -213,12 +218,12 @@ def _viterbi_segmentation(sm: SemiMarkov) -> tuple[Tensor, Tensor, Tensor]:
     final = alpha_t.gather(1, lengths.view(B, 1, 1).expand(B, 1, N)).squeeze(1) + sm.end.double()
     label = final.argmax(1)
     best = torch.where(lengths > 0, final.gather(1, label.unsqueeze(1)).squeeze(1), 0.0)
-    labels = torch.full((B, T), -1, dtype=torch.long, device=C.device)
-    starts = torch.zeros(B, T, dtype=torch.bool, device=C.device)
-    rows = torch.arange(B, device=C.device)
+    labels = torch.full((B, T), -1, dtype=torch.long, device=dev)
+    starts = torch.zeros(B, T, dtype=torch.bool, device=dev)
+    rows = torch.arange(B, device=dev)
     e = lengths.clone()
     active = (lengths > 0) & (best > NEG_INF)
-    seg_label = torch.full((B, T), -1, dtype=torch.long, device=C.device)
+    seg_label = torch.full((B, T), -1, dtype=torch.long, device=dev)
     while bool(active.any()):
         d = len_t[rows, e, label]
         s = e - d
@@ -227,8 +232,8 @@ def _viterbi_segmentation(sm: SemiMarkov) -> tuple[Tensor, Tensor, Tensor]:
         label = torch.where(active, from_t[rows, s, label], label)
         e = torch.where(active, s, e)
         active = active & (e > 0)
-    filled = torch.where(starts, torch.arange(T, device=C.device), 0).cummax(1).values
-    inside = torch.arange(T, device=C.device) < lengths[:, None]
+    filled = torch.where(starts, torch.arange(T, device=dev), 0).cummax(1).values
+    inside = torch.arange(T, device=dev) < lengths[:, None]
     labels = torch.where(inside & (best > NEG_INF)[:, None], seg_label.gather(1, filled), -1)
     starts &= (best > NEG_INF)[:, None]
     return best, labels, starts
@@ -290,20 +295,17 @@ class _LogPartition(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, content, length, boundary, segment, transitions, start, end, lengths):
-        sm = SemiMarkov(content, transitions, length, boundary, segment if segment.numel() else None,
-                        start, end, lengths)
-        C, _ = sm.prefix_sums()
         forb = _last_forbidden(content)
-        args = (C.contiguous(), forb, length, boundary, segment, transitions, start, end, lengths)
+        args = (content, forb, length, boundary, segment, transitions, start, end, lengths)
         logz, alpha, inc = _chain.chain_ops().semimarkov_logz_forward(*args)
         logz = torch.where(lengths > 0, logz, 0.0)
         ctx.save_for_backward(content, length, boundary, segment, transitions, start, end, lengths,
-                              logz, alpha, inc, C, forb)
+                              logz, alpha, inc, forb)
         return logz.to(content.dtype)
 
     @staticmethod
     def backward(ctx, grad):
-        content, length, boundary, segment, transitions, start, end, lengths, logz, alpha, inc, C, forb = (
+        content, length, boundary, segment, transitions, start, end, lengths, logz, alpha, inc, forb = (
             ctx.saved_tensors)
         inputs = (content, length, boundary, segment, transitions, start, end)
         if torch.is_grad_enabled():  # create_graph: differentiate the PyTorch recursion
@@ -314,8 +316,8 @@ class _LogPartition(torch.autograd.Function):
             got = iter(torch.autograd.grad(ref, wanted, grad, create_graph=True, allow_unused=True))
             return (*(next(got) if need else None for need in ctx.needs_input_grad[:7]), None)
         grads = _chain.chain_ops().semimarkov_logz_backward(
-            grad.double().contiguous(), logz, alpha, inc, C, forb, length, boundary, segment, transitions,
-            start, end, lengths)
+            grad.double().contiguous(), logz, alpha, inc, content, forb, length, boundary, segment,
+            transitions, start, end, lengths)
         grads[4] = grads[4].sum(0)  # transitions are shared by the batch
         return (*(g.to(content.dtype) for g in grads), None)
 

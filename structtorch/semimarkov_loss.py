@@ -46,8 +46,10 @@ def check_target(labels: Tensor, starts: object, sm: SemiMarkov) -> tuple[Tensor
     B, T, S, N = sm.shape
     inside = torch.arange(T, device=sm.content.device) < sm.lengths[:, None]
     labels = check_labels(labels, inside, N, name="target_labels")
-    if not isinstance(starts, Tensor) or starts.dtype != torch.bool or starts.shape != (B, T):
+    if not isinstance(starts, Tensor) or starts.dtype != torch.bool:
         raise TypeError(f"target_starts must be a bool tensor of shape (B, T) = ({B}, {T})")
+    if starts.shape != (B, T):
+        raise ValueError(f"target_starts must have shape (B, T) = ({B}, {T}), got {tuple(starts.shape)}")
     starts = starts.to(labels.device) & inside
     if T:
         starts[:, 0] |= inside[:, 0]
@@ -97,12 +99,12 @@ class _SemiMarkovStructure:
 def _tables(sm: SemiMarkov, target: Tensor, weights: Tensor, K: int) -> Tables:
     B, T, S, N = sm.shape
     dev, K1 = sm.content.device, K + 1
-    C, F = sm.prefix_sums()
+    F = sm.forbidden_counts()
     wrong = weights.unsqueeze(2) * (torch.arange(N, device=dev) != target.unsqueeze(2))
     mis = torch.cat([wrong.new_zeros(B, 1, N), wrong.cumsum(1)], 1)  # (B, T+1, N)
     kidx = torch.arange(K1, device=dev)
-    alpha = C.new_full((B, T + 1, K1, N), NEG_INF)
-    inc = C.new_full((B, T + 1, K1, N), NEG_INF)
+    alpha = torch.full((B, T + 1, K1, N), NEG_INF, dtype=torch.float64, device=dev)
+    inc = torch.full((B, T + 1, K1, N), NEG_INF, dtype=torch.float64, device=dev)
     inc[:, 0, 0] = sm.start.double()
     bp_d = torch.zeros(B, T + 1, K1, N, dtype=torch.long, device=dev)
     bp_m = torch.zeros_like(bp_d)
@@ -113,7 +115,7 @@ def _tables(sm: SemiMarkov, target: Tensor, weights: Tensor, K: int) -> Tables:
         count = mis[:, e].unsqueeze(1) - mis[:, s]  # (B, D, N)
         src = kidx.view(1, 1, K1, 1) - count.unsqueeze(2)  # (B, D, K1, N)
         prev = inc[:, s].gather(2, src.clamp(min=0))
-        cand = torch.where(src >= 0, prev, NEG_INF) + _segment_terms(sm, C, F, e).unsqueeze(2)
+        cand = torch.where(src >= 0, prev, NEG_INF) + _segment_terms(sm, F, e).unsqueeze(2)
         d = cand.argmax(1)
         alpha[:, e] = cand.gather(1, d.unsqueeze(1)).squeeze(1)
         bp_d[:, e] = d + 1

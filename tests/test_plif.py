@@ -52,8 +52,10 @@ def test_smoothness_regularizer():
     "args, kwargs, message",
     [
         ((1, 0.0, 1.0), {}, "num_points must be an int >= 2"),
-        ((5, 1.0, 1.0), {}, "need low < high"),
-        ((5, 2.0, 1.0), {}, "need low < high"),
+        ((5, 1.0, 1.0), {}, "need finite low < high"),
+        ((5, 2.0, 1.0), {}, "need finite low < high"),
+        ((5, float("-inf"), 1.0), {}, "need finite low < high"),
+        ((5, 0.0, 1.0), {"num_functions": 0}, "num_functions must be an int >= 1"),
         ((5, 0.0, 1.0), {"monotone": "up"}, "monotone must be None, 'increasing' or 'decreasing'"),
     ],
 )

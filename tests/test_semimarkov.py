@@ -22,6 +22,8 @@ def compositions(L, S):
 
 def brute(p, b, L, S, N):
     """[(labels tuple, starts tuple, score)] over all segmentations of row b."""
+    p = {k: v if v is None or k in ("trans", "content", "boundary", "segment") or v.ndim == (3 if k == "length" else 2)
+         else np.broadcast_to(v, (p["content"].shape[0],) + v.shape) for k, v in p.items()}
     out = []
     for parts in compositions(L, S):
         for labs in np.ndindex(*(N,) * len(parts)):
@@ -53,8 +55,10 @@ def problems(draw):
         x[rng.random(shape) < p_inf] = -np.inf
         return x
 
-    p = {"content": v(B, T, N), "trans": v(N, N), "length": v(B, S, N), "boundary": v(B, T, N),
-         "start": v(B, N), "end": v(B, N), "segment": v(B, T, S, N) if draw(st_.booleans()) else None}
+    shared = draw(st_.booleans())  # (S, N) length scores and (N,) start/end, broadcast over the batch
+    p = {"content": v(B, T, N), "trans": v(N, N), "length": v(S, N) if shared else v(B, S, N),
+         "boundary": v(B, T, N), "start": v(N) if shared else v(B, N), "end": v(N) if shared else v(B, N),
+         "segment": v(B, T, S, N) if draw(st_.booleans()) else None}
     lengths = draw(st_.lists(st_.integers(0, T), min_size=B, max_size=B))
     return p, S, torch.tensor(lengths), integer
 
@@ -291,3 +295,38 @@ def test_hinge_trains_a_semimarkov_model():
     _, got, _ = st.semimarkov_viterbi(scale.detach() * content, A.detach(), max_len=S, length_scores=length.detach())
     _, local = (scale.detach() * content).max(-1)
     assert (got == labels).float().mean() > (local == labels).float().mean() + 0.05
+
+
+def test_huge_magnitude_content_does_not_spoil_later_segments(backend):
+    """A -1e20 soft mask at position 0 must not cost precision anywhere else (no prefix sums)."""
+    torch.manual_seed(0)
+    c = torch.randn(1, 6, 2, dtype=torch.float64)
+    c[0, 0, 0] = -1e20
+    A = torch.zeros(2, 2, dtype=torch.float64)
+    p = {"content": c.numpy(), "trans": A.numpy(), "length": np.zeros((1, 3, 2)), "boundary": np.zeros((1, 6, 2)),
+         "start": np.zeros((1, 2)), "end": np.zeros((1, 2)), "segment": None}
+    rows = brute(p, 0, 6, 3, 2)
+    scores = np.array([r[2] for r in rows])
+    score, labels, starts = st.semimarkov_viterbi(c, A, max_len=3)
+    assert np.isclose(score.item(), scores.max(), atol=1e-9)
+    m = scores.max()
+    logz = st.semimarkov_log_partition(c, A, max_len=3)
+    assert np.isclose(logz.item(), m + np.log(np.exp(scores - m).sum()), atol=1e-9)
+
+
+def test_max_len_beyond_t_costs_nothing_extra():
+    c, A = torch.randn(2, 5, 3), torch.randn(3, 3)
+    a = st.semimarkov_viterbi(c, A, max_len=10**7)
+    b = st.semimarkov_viterbi(c, A, max_len=5)
+    assert torch.equal(a[1], b[1]) and torch.equal(a[2], b[2])
+    torch.testing.assert_close(st.semimarkov_log_partition(c, A, max_len=10**7), st.semimarkov_log_partition(c, A, max_len=5))
+
+
+def test_semimarkov_arguments_need_max_len():
+    c, A, y = torch.zeros(1, 4, 2), torch.zeros(2, 2), torch.zeros(1, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match="target_starts, length_scores need max_len"):
+        st.structured_hinge(c, A, y, target_starts=torch.ones(1, 4, dtype=torch.bool), length_scores=torch.zeros(2, 2))
+    with pytest.raises(TypeError, match="max_len must be an int, got float"):
+        st.semimarkov_viterbi(c, A, max_len=2.0)
+    with pytest.raises(ValueError, match=r"content must have shape \(B, T, N\)"):
+        st.semimarkov_viterbi(torch.zeros(4, 2), A, max_len=2)

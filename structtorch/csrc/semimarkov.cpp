@@ -1,8 +1,9 @@
-// Compiled semi-Markov Viterbi (see structtorch/semimarkov.py for the model). One sequence per
-// task of at::parallel_for, double accumulators, O(T S N + T N^2) time and O(T N) memory per
-// sequence: segment content sums come as prefix sums C (B, T+1, N) in double, and forbidden (-inf)
-// content as last_forbidden (B, T+1, N), the last -inf position before each segment end (or -1),
-// which caps the segment length instead of testing every candidate.
+// Compiled semi-Markov Viterbi and log-partition (see structtorch/semimarkov.py for the model).
+// One sequence per task of at::parallel_for, double accumulators, O(T S N + T N^2) time and O(T N)
+// memory per sequence. Segment content sums are accumulated as the segment grows (never as a
+// difference of prefix sums, which a single huge-magnitude entry would ruin), and forbidden (-inf)
+// content comes as last_forbidden (B, T+1, N), the last -inf position before each segment end
+// (or -1), which caps the segment length instead of testing every candidate.
 #include "common.h"
 
 namespace {
@@ -11,7 +12,7 @@ using structtorch::kNegInf;
 
 template <typename T>
 struct SemiInputs {
-  const double* C;          // (T+1, N)
+  const T* content;          // (T, N)
   const int64_t* forb;      // (T+1, N)
   const T* length;          // (S, N)
   const T* boundary;        // (T, N)
@@ -23,7 +24,7 @@ struct SemiInputs {
 
 // The batched input tensors of every kernel below; row(b) slices out sequence b.
 struct SemiBatch {
-  const at::Tensor &C, &forb, &length, &boundary, &segment, &trans, &start, &end;
+  const at::Tensor &content, &forb, &length, &boundary, &segment, &trans, &start, &end;
   int64_t B() const { return boundary.size(0); }
   int64_t T() const { return boundary.size(1); }
   int64_t N() const { return boundary.size(2); }
@@ -32,7 +33,7 @@ struct SemiBatch {
   template <typename U>
   SemiInputs<U> row(int64_t b) const {
     const int64_t T_ = T(), N_ = N(), S_ = S();
-    return {C.data_ptr<double>() + b * (T_ + 1) * N_, forb.data_ptr<int64_t>() + b * (T_ + 1) * N_,
+    return {content.data_ptr<U>() + b * T_ * N_,   forb.data_ptr<int64_t>() + b * (T_ + 1) * N_,
             length.data_ptr<U>() + b * S_ * N_,       boundary.data_ptr<U>() + b * T_ * N_,
             has_segment() ? segment.data_ptr<U>() + b * T_ * S_ * N_ : nullptr,
             trans.data_ptr<U>(),                      start.data_ptr<U>() + b * N_,
@@ -52,19 +53,19 @@ double semimarkov_one(const SemiInputs<T>& in, int64_t len, int64_t S, int64_t n
   for (int64_t e = 1; e <= len; ++e) {
     for (int64_t j = 0; j < n; ++j) {
       const int64_t dmax = std::min(S, e - (in.forb[e * n + j] + 1));
-      double best = kNegInf;
+      double best = kNegInf, sum = 0.0;
       int32_t arg = 0;
       for (int64_t d = 1; d <= dmax; ++d) {
         const int64_t s = e - d;
-        double v = inc[s * n + j] - in.C[s * n + j] + static_cast<double>(in.length[(d - 1) * n + j]);
+        sum += static_cast<double>(in.content[s * n + j]);  // content of [s, e)
+        double v = inc[s * n + j] + sum + static_cast<double>(in.length[(d - 1) * n + j]);
         if (in.segment) v += static_cast<double>(in.segment[((e - 1) * S + d - 1) * n + j]);
         if (v > best) {
           best = v;
           arg = static_cast<int32_t>(d);
         }
       }
-      if (best > kNegInf)
-        alpha[e * n + j] = best + in.C[e * n + j] + static_cast<double>(in.boundary[(e - 1) * n + j]);
+      if (best > kNegInf) alpha[e * n + j] = best + static_cast<double>(in.boundary[(e - 1) * n + j]);
       arg_d[e * n + j] = arg;
     }
     if (e == len) break;
@@ -103,12 +104,12 @@ double semimarkov_one(const SemiInputs<T>& in, int64_t len, int64_t S, int64_t n
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> semimarkov_viterbi_forward(
-    const at::Tensor& C, const at::Tensor& forb, const at::Tensor& length, const at::Tensor& boundary,
+    const at::Tensor& content, const at::Tensor& forb, const at::Tensor& length, const at::Tensor& boundary,
     const at::Tensor& segment, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
     const at::Tensor& lengths) {
-  const SemiBatch x{C, forb, length, boundary, segment, trans, start, end};
+  const SemiBatch x{content, forb, length, boundary, segment, trans, start, end};
   const int64_t B = x.B(), T = x.T(), N = x.N(), S = x.S();
-  auto best = at::empty({B}, C.options());
+  auto best = at::empty({B}, content.options().dtype(at::kDouble));
   auto labels = at::full({B, T}, -1, lengths.options());
   auto starts = at::zeros({B, T}, lengths.options().dtype(at::kBool));
   const int64_t* len = lengths.data_ptr<int64_t>();
@@ -146,10 +147,12 @@ struct OnlineLse {  // log-sum-exp in one pass: one exp per term
   double value() const { return m == kNegInf ? kNegInf : m + std::log(s); }
 };
 
+// Score of segment [s, e) with label j given the content sum of its positions.
 template <typename T>
-double segment_score(const SemiInputs<T>& in, int64_t S, int64_t n, int64_t s, int64_t e, int64_t j) {
+double segment_score(const SemiInputs<T>& in, int64_t S, int64_t n, double content_sum, int64_t s, int64_t e,
+                     int64_t j) {
   const int64_t d = e - s;
-  double v = in.C[e * n + j] - in.C[s * n + j] + static_cast<double>(in.length[(d - 1) * n + j]) +
+  double v = content_sum + static_cast<double>(in.length[(d - 1) * n + j]) +
              static_cast<double>(in.boundary[(e - 1) * n + j]);
   if (in.segment) v += static_cast<double>(in.segment[((e - 1) * S + d - 1) * n + j]);
   return v;
@@ -164,15 +167,16 @@ double semimarkov_logz_one(const SemiInputs<T>& in, int64_t len, int64_t S, int6
   for (int64_t e = 1; e <= len; ++e) {
     for (int64_t j = 0; j < n; ++j) {  // two-pass log-sum-exp over the segment lengths
       const int64_t dmax = std::min(S, e - (in.forb[e * n + j] + 1));
-      double top = kNegInf;
+      double top = kNegInf, sum = 0.0;
       for (int64_t d = 1; d <= dmax; ++d) {
-        term[d - 1] = inc[(e - d) * n + j] + segment_score(in, S, n, e - d, e, j);
+        sum += static_cast<double>(in.content[(e - d) * n + j]);
+        term[d - 1] = inc[(e - d) * n + j] + segment_score(in, S, n, sum, e - d, e, j);
         top = std::max(top, term[d - 1]);
       }
-      double sum = 0.0;
+      double total = 0.0;
       if (top > kNegInf)
-        for (int64_t d = 1; d <= dmax; ++d) sum += std::exp(term[d - 1] - top);
-      alpha[e * n + j] = top == kNegInf ? kNegInf : top + std::log(sum);
+        for (int64_t d = 1; d <= dmax; ++d) total += std::exp(term[d - 1] - top);
+      alpha[e * n + j] = top == kNegInf ? kNegInf : top + std::log(total);
     }
     for (int64_t j = 0; j < n; ++j) {
       OnlineLse acc;
@@ -186,14 +190,14 @@ double semimarkov_logz_one(const SemiInputs<T>& in, int64_t len, int64_t S, int6
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> semimarkov_logz_forward(
-    const at::Tensor& C, const at::Tensor& forb, const at::Tensor& length, const at::Tensor& boundary,
+    const at::Tensor& content, const at::Tensor& forb, const at::Tensor& length, const at::Tensor& boundary,
     const at::Tensor& segment, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
     const at::Tensor& lengths) {
-  const SemiBatch x{C, forb, length, boundary, segment, trans, start, end};
+  const SemiBatch x{content, forb, length, boundary, segment, trans, start, end};
   const int64_t B = x.B(), T = x.T(), N = x.N(), S = x.S();
-  auto logz = at::empty({B}, C.options());
-  auto alpha = at::full({B, T + 1, N}, kNegInf, C.options());
-  auto inc = at::full({B, T + 1, N}, kNegInf, C.options());
+  auto logz = at::empty({B}, content.options().dtype(at::kDouble));
+  auto alpha = at::full({B, T + 1, N}, kNegInf, content.options().dtype(at::kDouble));
+  auto inc = at::full({B, T + 1, N}, kNegInf, content.options().dtype(at::kDouble));
   const int64_t* len = lengths.data_ptr<int64_t>();
   AT_DISPATCH_FLOATING_TYPES(boundary.scalar_type(), "semimarkov_logz_forward", [&] {
     at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
@@ -231,19 +235,20 @@ void semimarkov_backward_one(const SemiInputs<T>& in, double g, double logz, int
       //   mu = exp(inc[s] + term - logZ) = exp(term - top) * exp(inc[s] + top - logZ),
       // whose second factor is the largest marginal, so it cannot overflow
       int64_t count = 0;
-      double top = kNegInf;
+      double top = kNegInf, sum = 0.0;
       for (int64_t e = s + 1; e <= std::min(len, s + S); ++e, ++count) {
         if (in.forb[e * n + j] >= s) break;  // a forbidden position inside [s, e): longer ones too
-        term[count] = segment_score(in, S, n, s, e, j) + gamma[e * n + j];
+        sum += static_cast<double>(in.content[(e - 1) * n + j]);
+        term[count] = segment_score(in, S, n, sum, s, e, j) + gamma[e * n + j];
         top = std::max(top, term[count]);
       }
       if (top == kNegInf) continue;
       const double into = inc[s * n + j];
       const double scale = into == kNegInf ? 0.0 : g * std::exp(into + top - logz);
-      double sum = 0.0;
+      double total = 0.0;
       for (int64_t d = 1; d <= count; ++d) {
         const double v = std::exp(term[d - 1] - top);
-        sum += v;
+        total += v;
         const double mu = scale * v;
         if (mu == 0.0) continue;
         const int64_t e = s + d;
@@ -253,7 +258,7 @@ void semimarkov_backward_one(const SemiInputs<T>& in, double g, double logz, int
         out.boundary[(e - 1) * n + j] += mu;
         if (out.segment) out.segment[((e - 1) * S + d - 1) * n + j] = mu;
       }
-      delta[s * n + j] = top + std::log(sum);
+      delta[s * n + j] = top + std::log(total);
     }
     if (s == 0) break;
     for (int64_t j = 0; j < n; ++j) {
@@ -278,12 +283,12 @@ void semimarkov_backward_one(const SemiInputs<T>& in, double g, double logz, int
 
 std::vector<at::Tensor> semimarkov_logz_backward(
     const at::Tensor& grad, const at::Tensor& logz, const at::Tensor& alpha, const at::Tensor& inc,
-    const at::Tensor& C, const at::Tensor& forb, const at::Tensor& length, const at::Tensor& boundary,
+    const at::Tensor& content, const at::Tensor& forb, const at::Tensor& length, const at::Tensor& boundary,
     const at::Tensor& segment, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
     const at::Tensor& lengths) {
-  const SemiBatch x{C, forb, length, boundary, segment, trans, start, end};
+  const SemiBatch x{content, forb, length, boundary, segment, trans, start, end};
   const int64_t B = x.B(), T = x.T(), N = x.N(), S = x.S();
-  const auto dopt = C.options();
+  const auto dopt = content.options().dtype(at::kDouble);
   auto g_content = at::zeros({B, T, N}, dopt), g_length = at::zeros({B, S, N}, dopt);
   auto g_boundary = at::zeros({B, T, N}, dopt);
   const bool has_segment = x.has_segment();
@@ -311,9 +316,9 @@ std::vector<at::Tensor> semimarkov_logz_backward(
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(structtorch_chain, m) {
-  m.def("semimarkov_viterbi_forward(Tensor C, Tensor forb, Tensor length, Tensor boundary, Tensor segment, Tensor trans, Tensor start, Tensor end, Tensor lengths) -> (Tensor, Tensor, Tensor)");
-  m.def("semimarkov_logz_forward(Tensor C, Tensor forb, Tensor length, Tensor boundary, Tensor segment, Tensor trans, Tensor start, Tensor end, Tensor lengths) -> (Tensor, Tensor, Tensor)");
-  m.def("semimarkov_logz_backward(Tensor grad, Tensor logz, Tensor alpha, Tensor inc, Tensor C, Tensor forb, Tensor length, Tensor boundary, Tensor segment, Tensor trans, Tensor start, Tensor end, Tensor lengths) -> Tensor[]");
+  m.def("semimarkov_viterbi_forward(Tensor content, Tensor forb, Tensor length, Tensor boundary, Tensor segment, Tensor trans, Tensor start, Tensor end, Tensor lengths) -> (Tensor, Tensor, Tensor)");
+  m.def("semimarkov_logz_forward(Tensor content, Tensor forb, Tensor length, Tensor boundary, Tensor segment, Tensor trans, Tensor start, Tensor end, Tensor lengths) -> (Tensor, Tensor, Tensor)");
+  m.def("semimarkov_logz_backward(Tensor grad, Tensor logz, Tensor alpha, Tensor inc, Tensor content, Tensor forb, Tensor length, Tensor boundary, Tensor segment, Tensor trans, Tensor start, Tensor end, Tensor lengths) -> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(structtorch_chain, CPU, m) {
