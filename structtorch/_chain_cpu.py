@@ -101,16 +101,10 @@ class LogPartition(torch.autograd.Function):
         unary, transitions, start, end, lengths, logz, *factors = ctx.saved_tensors
         chain = Chain(unary, transitions, start, end, lengths)
         if torch.is_grad_enabled():  # create_graph=True: differentiate the torch recursion
-            return _double_backward(ctx, chain, grad)
+            inputs = (unary, transitions, start, end)
+            ref = _chain_torch.log_partition(chain)
+            return (*_chain_torch.grads_through(ref, inputs, ctx.needs_input_grad[:4], grad), None)
         g_unary, g_trans = _backward(chain, logz, tuple(factors), grad.double().contiguous())
         last = (lengths - 1).clamp(min=0)[:, None, None].expand(-1, 1, unary.shape[2])
         g_end = g_unary.gather(1, last).squeeze(1)
         return g_unary, g_trans.to(unary.dtype), g_unary[:, 0], g_end, None
-
-
-def _double_backward(ctx, chain: Chain, grad: Tensor):
-    inputs = (chain.unary, chain.transitions, chain.start, chain.end)
-    ref = _chain_torch.log_partition(chain)
-    wanted = [x for x, need in zip(inputs, ctx.needs_input_grad[:4], strict=True) if need]
-    got = iter(torch.autograd.grad(ref, wanted, grad, create_graph=True, allow_unused=True))
-    return (*(next(got) if need else None for need in ctx.needs_input_grad[:4]), None)

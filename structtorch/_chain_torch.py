@@ -47,6 +47,15 @@ def log_partition(chain: Chain) -> Tensor:
     return torch.where(lengths > 0, logz, torch.zeros_like(logz))
 
 
+def grads_through(reference: Tensor, inputs: tuple[Tensor, ...], needs: tuple[bool, ...],
+                  grad: Tensor) -> tuple[Tensor | None, ...]:
+    """Gradients of ``reference`` (a differentiable re-computation) w.r.t. the ``inputs`` that
+    ``needs`` marks, with ``create_graph``: the double-backward path of the compiled Functions."""
+    wanted = [x for x, need in zip(inputs, needs, strict=True) if need]
+    got = iter(torch.autograd.grad(reference, wanted, grad, create_graph=True, allow_unused=True))
+    return tuple(next(got) if need else None for need in needs)
+
+
 def backtrack(bps: list[Tensor], last: Tensor, lengths: Tensor, T: int) -> Tensor:
     """Follow (B, N) backpointers from ``last`` (B,) at position length-1; -1 beyond lengths."""
     path = torch.full((last.shape[0], T), -1, dtype=torch.long, device=last.device)

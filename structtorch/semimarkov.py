@@ -7,13 +7,14 @@ d = e - s <= max_len. A segment scores
         (+ segment_scores[b, e-1, d-1, n] when given),
 
 consecutive segments m -> n add transitions[m, n], and start/end score the first/last segment's
-label. Segment content sums come from cumulative sums (with -inf entries counted separately, so a
-forbidden position forbids every segment that covers it), so memory stays O(B T N) unless
+label. Segment content sums accumulate as each segment grows (-inf entries are counted separately,
+so a forbidden position forbids every segment that covers it), so memory stays O(B T N) unless
 ``segment_scores`` (B, T, max_len, N) is given.
 
-This module holds the batched PyTorch implementation (a loop over segment ends, vectorized over
-batch, length and label; it runs on any device and is the reference). Shapes: B batch, T max
-length, N labels, S = max_len.
+On CPU the DPs run in compiled kernels (``csrc/semimarkov.cpp``); this module holds the glue and
+the batched PyTorch implementation (a loop over segment ends, vectorized over batch, length and
+label), which runs on any device and is the reference. Shapes: B batch, T max length, N labels,
+S = max_len (clamped to T internally).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 from torch import Tensor
 
 from . import chain as _chain
-from ._chain_torch import NEG_INF, safe_logsumexp
+from ._chain_torch import NEG_INF, grads_through, safe_logsumexp
 from ._checks import LengthsLike, _fmt, check_float, check_lengths, check_unary
 
 __all__ = ["semimarkov_viterbi", "semimarkov_log_partition", "semimarkov_score", "SemiMarkov"]
@@ -118,8 +119,10 @@ def _segment_terms(sm: SemiMarkov, F: Tensor, e: int) -> Tensor:
     return torch.where(blocked, NEG_INF, terms)
 
 
-def _forward(sm: SemiMarkov, reduce) -> tuple[Tensor, list[Tensor]]:
-    """alpha[e] (B, N): reduce (max or logsumexp) over segmentations of [0, e) ending at e."""
+def _log_forward(sm: SemiMarkov) -> Tensor:
+    """(B, N): log-sum over segmentations of [0, L) whose last segment has label n, plus end[n];
+    computed through alpha[e], the same over [0, e) for every e (differentiable by autograd)."""
+    reduce = safe_logsumexp
     B, T, S, N = sm.shape
     F = sm.forbidden_counts()
     alpha = [sm.start.new_full((B, N), NEG_INF, dtype=torch.float64)]
@@ -131,7 +134,7 @@ def _forward(sm: SemiMarkov, reduce) -> tuple[Tensor, list[Tensor]]:
         alpha.append(reduce(terms, 1))
         incoming.append(reduce(alpha[e].unsqueeze(2) + trans, 1))
     final = torch.stack(alpha, 1).gather(1, sm.lengths.view(B, 1, 1).expand(B, 1, N)).squeeze(1)
-    return final + sm.end.double(), alpha
+    return final + sm.end.double()
 
 
 def _length_pick(sm: SemiMarkov, d: Tensor, lab: Tensor) -> Tensor:
@@ -312,9 +315,7 @@ class _LogPartition(torch.autograd.Function):
             sm = SemiMarkov(content, transitions, length, boundary, segment if segment.numel() else None,
                             start, end, lengths)
             ref = _reference_log_partition(sm)
-            wanted = [x for x, need in zip(inputs, ctx.needs_input_grad[:7], strict=True) if need]
-            got = iter(torch.autograd.grad(ref, wanted, grad, create_graph=True, allow_unused=True))
-            return (*(next(got) if need else None for need in ctx.needs_input_grad[:7]), None)
+            return (*grads_through(ref, inputs, ctx.needs_input_grad[:7], grad), None)
         grads = _chain.chain_ops().semimarkov_logz_backward(
             grad.double().contiguous(), logz, alpha, inc, content, forb, length, boundary, segment,
             transitions, start, end, lengths)
@@ -323,7 +324,7 @@ class _LogPartition(torch.autograd.Function):
 
 
 def _reference_log_partition(sm: SemiMarkov) -> Tensor:
-    final, _ = _forward(sm, safe_logsumexp)
+    final = _log_forward(sm)
     return torch.where(sm.lengths > 0, safe_logsumexp(final, 1), 0.0)
 
 
