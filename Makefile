@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: $(VENV)/.installed
-	$(PY) examples/tagging_demo.py
+	$(PY) examples/gene_structure.py
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q

@@ -5,7 +5,8 @@ forward+backward on random float32 segment models: content (B, T, N), length sco
 shared transition matrix. torch-struct gets the equivalent edge tensor
 edge[b, s, d, c, c'] = (segment [s, s+d) with label c after label c'); it is skipped with a note
 where its scan would need more than --ts-max-gb. A gene-scale case (B=1, T=100,000, S=1,000, N=4)
-runs structtorch alone in a child process, which reports its peak resident memory.
+runs structtorch alone in a child process, which reports its peak resident memory; its Viterbi
+also runs with segment-mean PLiF features (the HSM SVM's content term).
 
     python benchmarks/semimarkov.py [--threads 1] [--budget 1.0] [--no-gene]
 """
@@ -92,6 +93,9 @@ base = peak_mb()
 out = {{}}
 t = time.perf_counter(); st.semimarkov_viterbi(content, A, max_len=S, length_scores=length)
 out["viterbi_s"] = time.perf_counter() - t
+plif = st.SegmentPLiF(torch.randn(B, T, N, generator=g), torch.randn(N, 30, generator=g), -3.0, 3.0)
+t = time.perf_counter(); st.semimarkov_viterbi(content, A, max_len=S, length_scores=length, segment_plif=plif)
+out["viterbi_plif_s"] = time.perf_counter() - t
 c = content.clone().requires_grad_()
 t = time.perf_counter(); st.semimarkov_log_partition(c, A, max_len=S, length_scores=length).sum().backward()
 out["fwd_bwd_s"] = time.perf_counter() - t
@@ -136,7 +140,8 @@ def main() -> None:
         proc = subprocess.run([sys.executable, "-c", GENE.format(threads=args.threads)], capture_output=True,
                               text=True, check=True)
         gene = json.loads(proc.stdout.strip().splitlines()[-1])
-        print(f"gene scale (1, 100000, 1000, 4): viterbi {gene['viterbi_s']:.2f} s, log-partition fwd+bwd "
+        print(f"gene scale (1, 100000, 1000, 4): viterbi {gene['viterbi_s']:.2f} s "
+              f"({gene['viterbi_plif_s']:.2f} s with a 30-point segment-mean PLiF), log-partition fwd+bwd "
               f"{gene['fwd_bwd_s']:.2f} s, peak RSS {gene['peak_rss_mb']:.0f} MB "
               f"(+{gene['rss_growth_mb']:.0f} MB over the process after import)")
 

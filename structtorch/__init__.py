@@ -3,8 +3,9 @@
 from . import data, train
 from .chain import Viterbi, kbest, log_partition, marginals, path_score, viterbi
 from .crf import LinearChainCRF
-from .features import HistogramBinning, LinearChainPotentials, PLiF
+from .features import HistogramBinning, LinearChainPotentials, PLiF, SegmentPLiF, plif_basis, plif_interpolate
 from .hamming import loss_augmented_viterbi, loss_augmented_viterbi_window
+from .hsm import HiddenSemiMarkovSVM
 from .losses import StructuredHingeLoss, structured_hinge
 from .semimarkov import semimarkov_log_partition, semimarkov_viterbi
 from .semimarkov_loss import semimarkov_loss_augmented
@@ -30,6 +31,10 @@ __all__ = [
     "LinearChainPotentials",
     "HistogramBinning",
     "PLiF",
+    "HiddenSemiMarkovSVM",
+    "SegmentPLiF",
+    "plif_interpolate",
+    "plif_basis",
     "data",
     "train",
 ]

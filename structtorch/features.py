@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from ._checks import LengthsLike, check_lengths
 
-__all__ = ["LinearChainPotentials", "HistogramBinning", "PLiF"]
+__all__ = ["LinearChainPotentials", "HistogramBinning", "PLiF", "plif_interpolate", "plif_basis",
+           "SegmentPLiF"]
 
 
 class LinearChainPotentials(nn.Module):
@@ -84,6 +86,73 @@ class HistogramBinning(nn.Module):
         return onehot.reshape(*x.shape[:2], F * self.num_bins)
 
 
+def _plif_position(x: Tensor, P: int, low: float, high: float) -> tuple[Tensor, Tensor]:
+    """Left support index (int64) and fraction toward the next one, for x clamped to [low, high]."""
+    pos = (x.clamp(low, high) - low) * ((P - 1) / (high - low))
+    left = pos.floor().clamp(max=P - 2).long()
+    return left, pos - left
+
+
+def plif_interpolate(x: Tensor, ordinates: Tensor, low: float, high: float) -> Tensor:
+    """Evaluate K piecewise-linear functions side by side.
+
+    Parameters
+    ----------
+    x : Tensor (..., K)
+        Inputs; function k reads ``x[..., k]``. Values outside [low, high] are clamped.
+    ordinates : Tensor (K, P)
+        Function values at P >= 2 evenly spaced support points ``low = x_1 < ... < x_P = high``.
+    low, high : float
+
+    Returns
+    -------
+    Tensor (..., K), differentiable w.r.t. ``ordinates`` (and ``x`` inside the support).
+    """
+    K, P = ordinates.shape
+    left, frac = _plif_position(x, P, low, high)
+    idx = left + torch.arange(K, device=x.device) * P
+    flat = ordinates.reshape(-1)
+    y0, y1 = flat[idx], flat[idx + 1]
+    return y0 + frac.to(ordinates.dtype) * (y1 - y0)
+
+
+def plif_basis(x: Tensor, num_points: int, low: float, high: float) -> Tensor:
+    """Hat-function features phi (..., P) of x (...), so that a PLiF with ordinates w (P,) takes the
+    value ``phi @ w`` at x: the joint feature map of a PLiF is linear in its ordinates."""
+    left, frac = _plif_position(x, num_points, low, high)
+    phi = x.new_zeros(*x.shape, num_points)
+    phi.scatter_(-1, left.unsqueeze(-1), (1 - frac).unsqueeze(-1))
+    return phi.scatter_add_(-1, (left + 1).unsqueeze(-1), frac.unsqueeze(-1))
+
+
+@dataclass
+class SegmentPLiF:
+    """Segment-level PLiF features for the semi-Markov layers (Rätsch & Sonnenburg, eq. 7).
+
+    A segment [s, e) of label n scores ``PLiF_n(mean(tracks[b, s:e, n]))``: a content sensor whose
+    output on a segment is the mean of per-position contributions (a linear model on the segment's
+    k-mer frequencies is one), transformed by a learned piecewise-linear function. The means
+    accumulate as segments grow inside the DP, so nothing of size (B, T, S, N) is materialized.
+
+    Attributes
+    ----------
+    tracks : Tensor (B, T, N)
+        Per-position sensor contributions, finite, for each label.
+    ordinates : Tensor (N, P)
+        PLiF values at P >= 2 evenly spaced support points in [low, high].
+    low, high : float
+    """
+
+    tracks: Tensor
+    ordinates: Tensor
+    low: float
+    high: float
+
+    def segment_value(self, means: Tensor) -> Tensor:
+        """PLiF_n of segment means (..., N) -> (..., N)."""
+        return plif_interpolate(means, self.ordinates, self.low, self.high)
+
+
 class PLiF(nn.Module):
     """Piecewise-linear functions with fixed, evenly spaced support points (Rätsch & Sonnenburg).
 
@@ -148,15 +217,13 @@ class PLiF(nn.Module):
             x = x.unsqueeze(-1)
         if x.shape[-1] != K:
             raise ValueError(f"x must have shape (..., num_functions) = (..., {K}), got {tuple(x.shape)}")
-        pos = (x.clamp(self.low, self.high) - self.low) / (self.high - self.low) * (P - 1)
-        left = pos.floor().clamp(max=P - 2).long()
-        frac = (pos - left).to(self.raw.dtype)
-        y = self.ordinates  # (K, P)
-        flat = left.reshape(-1, K)
-        k = torch.arange(K, device=x.device).expand_as(flat)
-        y0, y1 = y[k, flat].reshape(x.shape), y[k, flat + 1].reshape(x.shape)
-        out = y0 + frac * (y1 - y0)
+        out = plif_interpolate(x, self.ordinates, self.low, self.high)
         return out.squeeze(-1) if squeeze else out
+
+    def over_segments(self, tracks: Tensor) -> SegmentPLiF:
+        """Segment-mean features for the semi-Markov layers: a segment [s, e) of label n scores
+        ``PLiF_n(mean(tracks[b, s:e, n]))``. tracks (B, T, N) with N = num_functions."""
+        return SegmentPLiF(tracks, self.ordinates, self.low, self.high)
 
     def smoothness(self) -> Tensor:
         """The paper's regularizer summed over the functions: sum_i |w_i - w_{i+1}| + |w_P - w_1|.

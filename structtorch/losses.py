@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from ._checks import LengthsLike
+from .features import SegmentPLiF
 from .hamming import RESCALINGS, HLike, loss_augmented_viterbi
 from .semimarkov_loss import semimarkov_loss_augmented
 
@@ -37,12 +38,13 @@ def structured_hinge(
     length_scores: Tensor | None = None,
     boundary: Tensor | None = None,
     segment_scores: Tensor | None = None,
+    segment_plif: SegmentPLiF | None = None,
 ) -> Tensor:
     """max(0, value) of :func:`structtorch.loss_augmented_viterbi`, reduced over the batch.
 
     With ``max_len`` (and ``target_starts``) the model is semi-Markov: ``unary`` is the content
     (B, T, N) and the value comes from :func:`structtorch.semimarkov_loss_augmented` with
-    ``length_scores``, ``boundary`` and ``segment_scores``.
+    ``length_scores``, ``boundary``, ``segment_scores`` and ``segment_plif``.
 
     Margin rescaling: max(0, max_y' [s(y') + Delta(y, y')] - s(y)); slack rescaling:
     max(0, max_y' Delta(y, y') (1 + s(y') - s(y))), with Delta = h(weighted Hamming) or a cost.
@@ -53,7 +55,7 @@ def structured_hinge(
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
     semimarkov_only = {"target_starts": target_starts, "length_scores": length_scores, "boundary": boundary,
-                       "segment_scores": segment_scores}
+                       "segment_scores": segment_scores, "segment_plif": segment_plif}
     given = [k for k, v in semimarkov_only.items() if v is not None]
     if max_len is None and given:
         raise ValueError(f"{', '.join(given)} need max_len (a semi-Markov model); got max_len=None")
@@ -63,7 +65,7 @@ def structured_hinge(
         value = semimarkov_loss_augmented(
             unary, transitions, target, target_starts, max_len=max_len, h=h, rescaling=rescaling,
             length_scores=length_scores, boundary=boundary, segment_scores=segment_scores, start=start,
-            end=end, lengths=lengths, weights=weights,
+            end=end, lengths=lengths, weights=weights, segment_plif=segment_plif,
         )[0]
     else:
         value = loss_augmented_viterbi(

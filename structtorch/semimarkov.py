@@ -7,8 +7,10 @@ d = e - s <= max_len. A segment scores
         (+ segment_scores[b, e-1, d-1, n] when given),
 
 consecutive segments m -> n add transitions[m, n], and start/end score the first/last segment's
-label. Segment content sums accumulate as each segment grows (-inf entries are counted separately,
-so a forbidden position forbids every segment that covers it), so memory stays O(B T N) unless
+label. ``segment_plif`` (a :class:`structtorch.SegmentPLiF`) adds PLiF_n of the mean of a
+per-position track over each segment (eq. 7 of Rätsch & Sonnenburg). Segment content sums
+accumulate as each segment grows (-inf entries are counted separately, so a forbidden position
+forbids every segment that covers it), so memory stays O(B T N) unless
 ``segment_scores`` (B, T, max_len, N) is given.
 
 On CPU the DPs run in compiled kernels (``csrc/semimarkov.cpp``); this module holds the glue and
@@ -19,6 +21,7 @@ S = max_len (clamped to T internally).
 
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass
 
@@ -28,8 +31,9 @@ from torch import Tensor
 from . import chain as _chain
 from ._chain_torch import NEG_INF, grads_through, safe_logsumexp
 from ._checks import LengthsLike, _fmt, check_float, check_lengths, check_unary
+from .features import SegmentPLiF, plif_interpolate
 
-__all__ = ["semimarkov_viterbi", "semimarkov_log_partition", "semimarkov_score", "SemiMarkov"]
+__all__ = ["semimarkov_viterbi", "semimarkov_log_partition", "semimarkov_score", "SemiMarkov", "SegmentPLiF"]
 
 
 @dataclass
@@ -37,7 +41,8 @@ class SemiMarkov:
     """Canonical semi-Markov potentials (see the module docstring).
 
     content (B, T, N); transitions (N, N); length_scores (B, S, N); boundary (B, T, N);
-    segment_scores (B, T, S, N) or None; start, end (B, N); lengths (B,) int64.
+    segment_scores (B, T, S, N) or None; start, end (B, N); lengths (B,) int64; segment_plif
+    (tracks (B, T, N), ordinates (N, P)) or None.
     """
 
     content: Tensor
@@ -48,6 +53,18 @@ class SemiMarkov:
     start: Tensor
     end: Tensor
     lengths: Tensor
+    segment_plif: SegmentPLiF | None = None
+
+    def detached(self) -> SemiMarkov:
+        """The same potentials cut from the autograd graph."""
+        def cut(x):
+            return None if x is None else x.detach()
+        plif = self.segment_plif
+        if plif is not None:
+            plif = SegmentPLiF(plif.tracks.detach(), plif.ordinates.detach(), plif.low, plif.high)
+        return SemiMarkov(cut(self.content), cut(self.transitions), cut(self.length_scores),
+                          cut(self.boundary), cut(self.segment_scores), cut(self.start), cut(self.end),
+                          self.lengths, plif)
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -62,8 +79,33 @@ class SemiMarkov:
         return torch.cat([pad, forbidden.cumsum(1)], 1)
 
 
+def _check_segment_plif(plif: object, content: Tensor) -> SegmentPLiF | None:
+    if plif is None:
+        return None
+    if not isinstance(plif, SegmentPLiF):
+        raise TypeError("segment_plif must be a SegmentPLiF (see PLiF.over_segments), "
+                        f"got {type(plif).__name__}")
+    B, T, N = content.shape
+    tracks = check_float("segment_plif.tracks", plif.tracks, content, "content")
+    if tracks.shape != (B, T, N):
+        raise ValueError(f"segment_plif.tracks must have shape (B, T, N) = ({B}, {T}, {N}), "
+                         f"got {_fmt(tracks.shape)}")
+    if not bool(torch.isfinite(tracks).all()):
+        raise ValueError("segment_plif.tracks must be finite")
+    ordinates = check_float("segment_plif.ordinates", plif.ordinates, content, "content")
+    if ordinates.dim() != 2 or ordinates.shape[0] != N or ordinates.shape[1] < 2:
+        raise ValueError(f"segment_plif.ordinates must have shape (N, P) = ({N}, P) with P >= 2, "
+                         f"got {_fmt(ordinates.shape)}")
+    if not bool(torch.isfinite(ordinates).all()):
+        raise ValueError("segment_plif.ordinates must be finite")
+    low, high = float(plif.low), float(plif.high)
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise ValueError(f"segment_plif needs finite low < high, got low={low}, high={high}")
+    return SegmentPLiF(tracks.contiguous(), ordinates.contiguous(), low, high)
+
+
 def check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
-                     start, end, lengths) -> SemiMarkov:
+                     start, end, lengths, segment_plif=None) -> SemiMarkov:
     """Validate semi-Markov potentials; shapes are named in every error."""
     content = check_unary(content, "content").contiguous()
     B, T, N = content.shape
@@ -101,7 +143,8 @@ def check_semimarkov(content, transitions, max_len, length_scores, boundary, seg
             )
         segment_scores = segment_scores[:, :, :used]
     return SemiMarkov(content, transitions, length_scores, boundary, segment_scores, start, end,
-                      check_lengths(lengths, B, T, content.device))
+                      check_lengths(lengths, B, T, content.device),
+                      _check_segment_plif(segment_plif, content))
 
 
 def _segment_terms(sm: SemiMarkov, F: Tensor, e: int) -> Tensor:
@@ -116,6 +159,11 @@ def _segment_terms(sm: SemiMarkov, F: Tensor, e: int) -> Tensor:
     terms = content + sm.length_scores[:, :D].double() + sm.boundary[:, e - 1].double().unsqueeze(1)
     if sm.segment_scores is not None:
         terms = terms + sm.segment_scores[:, e - 1, :D].double()
+    if sm.segment_plif is not None:
+        plif = sm.segment_plif
+        d = torch.arange(1, D + 1, device=F.device, dtype=torch.float64).view(1, D, 1)
+        means = plif.tracks[:, e - D:e].double().flip(1).cumsum(1) / d
+        terms = terms + plif_interpolate(means, plif.ordinates.double(), plif.low, plif.high)
     return torch.where(blocked, NEG_INF, terms)
 
 
@@ -169,12 +217,25 @@ def semimarkov_score(sm: SemiMarkov, labels: Tensor, starts: Tensor) -> Tensor:
     if sm.segment_scores is not None:
         flat = sm.segment_scores.reshape(B, T, S * N)
         per_end = per_end + flat.gather(2, ((d - 1) * N + lab).unsqueeze(2)).squeeze(2)
+    if sm.segment_plif is not None:
+        per_end = per_end + _segment_plif_at_ends(sm.segment_plif, pick, starts, inside, d, lab)
     total = torch.where(inside, pick(sm.content), zero).sum(1) + torch.where(ends, per_end, zero).sum(1)
     prev = torch.cat([lab[:, :1], lab[:, :-1]], 1)
     total = total + torch.where(starts & (t > 0), sm.transitions[prev, lab], zero).sum(1)
     last = lab.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
     edge = sm.start.gather(1, lab[:, :1]).squeeze(1) + sm.end.gather(1, last.unsqueeze(1)).squeeze(1)
     return total + torch.where(lengths > 0, edge, zero)
+
+
+def _segment_plif_at_ends(plif: SegmentPLiF, pick, starts: Tensor, inside: Tensor, d: Tensor,
+                          lab: Tensor) -> Tensor:
+    """(B, T): at each segment's last position, PLiF of the mean of its track over the segment
+    (sums by segment, not as differences of prefix sums)."""
+    segment = (starts.long().cumsum(1) - 1).clamp(min=0)
+    track = torch.where(inside, pick(plif.tracks), 0.0)
+    sums = torch.zeros_like(track).scatter_add(1, segment, track).gather(1, segment)
+    means = (sums / d.to(sums.dtype)).unsqueeze(2).expand(*sums.shape, plif.ordinates.shape[0])
+    return plif.segment_value(means).gather(2, lab.unsqueeze(2)).squeeze(2)
 
 
 def _last_forbidden(content: Tensor) -> Tensor:
@@ -190,8 +251,10 @@ def _last_forbidden(content: Tensor) -> Tensor:
 def _compiled_segmentation(sm: SemiMarkov, ops) -> tuple[Tensor, Tensor, Tensor]:
     segment = sm.content.new_empty(0) if sm.segment_scores is None else sm.segment_scores.contiguous()
     parts = (sm.length_scores, sm.boundary, segment, sm.transitions, sm.start, sm.end)
+    plif = sm.segment_plif or SegmentPLiF(sm.content.new_empty(0), sm.content.new_empty(0, 2), 0.0, 1.0)
     return ops.semimarkov_viterbi_forward(sm.content.detach().contiguous(), _last_forbidden(sm.content),
-                                          *(x.detach().contiguous() for x in parts), sm.lengths)
+                                          *(x.detach().contiguous() for x in parts), sm.lengths,
+                                          plif.tracks.detach(), plif.ordinates.detach(), plif.low, plif.high)
 
 
 @torch.no_grad()
@@ -253,6 +316,7 @@ def semimarkov_viterbi(
     start: Tensor | None = None,
     end: Tensor | None = None,
     lengths: LengthsLike = None,
+    segment_plif: SegmentPLiF | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Highest-scoring segmentation of each sequence.
 
@@ -273,6 +337,9 @@ def semimarkov_viterbi(
     start, end : Tensor (N,) or (B, N), optional
         Scores of the first and last segment's label.
     lengths : Tensor (B,), optional
+    segment_plif : SegmentPLiF, optional
+        Adds ``PLiF_n(mean(tracks[b, s:e, n]))`` to each segment [s, e) of label n (see
+        :meth:`structtorch.PLiF.over_segments`); compiled on CPU, O(T S N) time, O(T N) memory.
 
     Returns
     -------
@@ -285,7 +352,7 @@ def semimarkov_viterbi(
         True where a segment begins.
     """
     sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
-                          start, end, lengths)
+                          start, end, lengths, segment_plif)
     ops = _chain._ops_for(sm.content) if sm.shape[1] > 0 else None
     best, labels, starts = _viterbi_segmentation(sm) if ops is None else _compiled_segmentation(sm, ops)
     score = semimarkov_score(sm, labels, starts)
@@ -339,14 +406,16 @@ def semimarkov_log_partition(
     start: Tensor | None = None,
     end: Tensor | None = None,
     lengths: LengthsLike = None,
+    segment_plif: SegmentPLiF | None = None,
 ) -> Tensor:
     """Log of the sum over all segmentations of exp(score), (B,); arguments as for
     :func:`semimarkov_viterbi`. 0 for empty rows, -inf for infeasible ones. Its gradients are the
     segment marginals: on CPU a compiled forward and a hand-written backward (O(T S N) time, O(T N)
-    memory per sequence); elsewhere autograd through the PyTorch recursion."""
+    memory per sequence); elsewhere, and with ``segment_plif``, autograd through the PyTorch
+    recursion."""
     sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
-                          start, end, lengths)
-    if sm.shape[1] > 0 and _chain._ops_for(sm.content) is not None:
+                          start, end, lengths, segment_plif)
+    if sm.shape[1] > 0 and sm.segment_plif is None and _chain._ops_for(sm.content) is not None:
         segment = sm.content.new_empty(0) if sm.segment_scores is None else sm.segment_scores
         parts = (sm.length_scores, sm.boundary, segment, sm.transitions, sm.start, sm.end)
         return _LogPartition.apply(sm.content, *(x.contiguous() for x in parts), sm.lengths)

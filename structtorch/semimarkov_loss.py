@@ -19,6 +19,7 @@ from torch import Tensor
 from ._chain_torch import NEG_INF
 from ._checks import LengthsLike, check_labels
 from ._hamming_tables import Tables, negate_scores
+from .features import SegmentPLiF
 from .hamming import HLike, _solve, resolve_loss
 from .semimarkov import (
     SemiMarkov,
@@ -79,21 +80,23 @@ class _SemiMarkovStructure:
         return semimarkov_score(self.sm, labels, starts)
 
     def fold_path(self, label_loss: Tensor) -> Tensor:
-        sm = self.sm
-        content = (sm.content.detach() + label_loss.to(sm.content.dtype))
+        sm = self.sm.detached()
         _, labels, starts = semimarkov_viterbi(
-            content, sm.transitions.detach(), max_len=sm.shape[2], length_scores=sm.length_scores.detach(),
-            boundary=sm.boundary.detach(),
-            segment_scores=None if sm.segment_scores is None else sm.segment_scores.detach(),
-            start=sm.start.detach(), end=sm.end.detach(), lengths=sm.lengths)
+            sm.content + label_loss.to(sm.content.dtype), sm.transitions, max_len=sm.shape[2],
+            length_scores=sm.length_scores, boundary=sm.boundary, segment_scores=sm.segment_scores,
+            start=sm.start, end=sm.end, lengths=sm.lengths, segment_plif=sm.segment_plif)
         return encode(labels, starts, self.N)
 
     def tables(self, target: Tensor, weights: Tensor, K: int, negate: bool) -> Tables:
-        sm = self.sm
-        parts = [sm.content, sm.transitions, sm.length_scores, sm.boundary, sm.segment_scores,
-                 sm.start, sm.end]
-        parts = [None if x is None else (negate_scores(x.detach()) if negate else x.detach()) for x in parts]
-        return _tables(SemiMarkov(*parts, sm.lengths), target, weights, K)
+        sm = self.sm.detached()
+        if negate:
+            plif = sm.segment_plif
+            if plif is not None:
+                plif = SegmentPLiF(plif.tracks, -plif.ordinates, plif.low, plif.high)
+            parts = [sm.content, sm.transitions, sm.length_scores, sm.boundary, sm.segment_scores,
+                     sm.start, sm.end]
+            sm = SemiMarkov(*(None if x is None else negate_scores(x) for x in parts), sm.lengths, plif)
+        return _tables(sm, target, weights, K)
 
 
 def _tables(sm: SemiMarkov, target: Tensor, weights: Tensor, K: int) -> Tables:
@@ -170,12 +173,14 @@ def semimarkov_loss_augmented(
     lengths: LengthsLike = None,
     weights: Tensor | None = None,
     algorithm: str = "auto",
+    segment_plif: SegmentPLiF | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Most violating segmentation under the position Hamming loss.
 
-    Arguments as for :func:`structtorch.semimarkov_viterbi`, plus the target segmentation
-    (``target_labels`` (B, T) int64 and ``target_starts`` (B, T) bool) and ``h``, ``rescaling``,
-    ``weights`` and ``algorithm`` as for :func:`structtorch.loss_augmented_viterbi`
+    Arguments as for :func:`structtorch.semimarkov_viterbi` (``segment_plif`` included), plus the
+    target segmentation (``target_labels`` (B, T) int64 and ``target_starts`` (B, T) bool) and
+    ``h``, ``rescaling``, ``weights`` and ``algorithm`` as for
+    :func:`structtorch.loss_augmented_viterbi`
     (H = number of positions inside the length whose label differs from the target's).
 
     Returns
@@ -188,7 +193,7 @@ def semimarkov_loss_augmented(
     hamming : Tensor (B,)
     """
     sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
-                          start, end, lengths)
+                          start, end, lengths, segment_plif)
     labels, starts = check_target(target_labels, target_starts, sm)
     B, T, _, N = sm.shape
     mask = torch.arange(T, device=labels.device) < sm.lengths[:, None]

@@ -58,3 +58,12 @@ def test_bauer_examples_run(tmp_path):
         assert proc.returncode == 0, proc.stderr
         assert out.with_suffix(".md").read_text().count("|") > 10
         assert out.with_suffix(".png").stat().st_size > 10_000
+
+
+def test_gene_structure_demo_runs(tmp_path):
+    out = tmp_path / "genes.png"
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "gene_structure.py"), "--quick", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "| HSM SVM |" in proc.stdout and "| HMM-like chain |" in proc.stdout
+    assert out.stat().st_size > 10_000

@@ -53,3 +53,41 @@ def test_composition_differs_and_decoys_exist():
 def test_reproducible():
     a, b = synthetic_genes(5, seed=3), synthetic_genes(5, seed=3)
     assert torch.equal(a.dna, b.dna) and torch.equal(a.labels, b.labels) and torch.equal(a.starts, b.starts)
+
+
+def test_start_and_stop_codons():
+    data = synthetic_genes(40, seed=4)
+    stops = {(T_, A, A), (T_, A, G), (T_, G, A)}
+    for i in range(40):
+        segs = segments(data, i)
+        gene = segs[1:-1]
+        assert data.dna[i, gene[0][0]:gene[0][0] + 3].tolist() == [A, T_, G]
+        assert tuple(data.dna[i, gene[-1][1] - 3:gene[-1][1]].tolist()) in stops
+
+
+def test_sensors_and_metrics():
+    from structtorch.data.gene_sensors import SIGNALS, GeneSensors, candidate_sites, gene_metrics, true_sites
+
+    train, test = synthetic_genes(60, seed=5), synthetic_genes(30, seed=6)
+    sensors = GeneSensors.fit(train)
+    signals, contents = sensors.tracks(test)
+    assert signals.shape == (*test.dna.shape, 4) and contents.shape == (*test.dna.shape, 3)
+    for k, name in enumerate(SIGNALS):
+        cand, true = candidate_sites(test, name), true_sites(test, name)
+        assert (cand | ~true).all(), f"every true {name} site has its consensus"
+        off = ~cand
+        off[torch.arange(len(test)), test.lengths - 1] = False
+        assert torch.isinf(signals[..., k][off]).all()
+        pos, neg = signals[..., k][true], signals[..., k][cand & ~true]
+        assert float((pos[:, None] > neg[None, :]).double().mean()) > 0.85, name  # AUC on held-out data
+    perfect = gene_metrics(test.labels, test.starts, test)
+    assert perfect == {"gene error": 0.0, "exon Sn": 1.0, "exon Sp": 1.0, "nucleotide Sn": 1.0, "nucleotide Sp": 1.0}
+    shifted = test.starts.clone()
+    first_exon = [int(row.nonzero()[1]) for row in test.starts]
+    for i, s in enumerate(first_exon):
+        shifted[i, s], shifted[i, s + 1] = False, True  # the first exon starts one base late
+    labels = test.labels.clone()
+    labels[torch.arange(len(test)), torch.tensor(first_exon)] = INTERGENIC
+    bad = gene_metrics(labels, shifted, test)
+    assert bad["gene error"] == 1.0 and bad["nucleotide Sp"] == 1.0 and bad["nucleotide Sn"] < 1.0
+    assert 0.0 < bad["exon Sn"] < 1.0

@@ -10,6 +10,8 @@ from hypothesis import strategies as st_
 
 import structtorch as st
 
+PLIF_LOW, PLIF_HIGH = -1.0, 1.5
+
 
 def compositions(L, S):
     if L == 0:
@@ -22,7 +24,7 @@ def compositions(L, S):
 
 def brute(p, b, L, S, N):
     """[(labels tuple, starts tuple, score)] over all segmentations of row b."""
-    p = {k: v if v is None or k in ("trans", "content", "boundary", "segment") or v.ndim == (3 if k == "length" else 2)
+    p = {k: v if v is None or k in ("trans", "content", "boundary", "segment", "plif") or v.ndim == (3 if k == "length" else 2)
          else np.broadcast_to(v, (p["content"].shape[0],) + v.shape) for k, v in p.items()}
     out = []
     for parts in compositions(L, S):
@@ -33,6 +35,10 @@ def brute(p, b, L, S, N):
                 score += p["content"][b, pos:e, n].sum() + p["length"][b, d - 1, n] + p["boundary"][b, e - 1, n]
                 if p["segment"] is not None:
                     score += p["segment"][b, e - 1, d - 1, n]
+                if p.get("plif") is not None:
+                    tracks, ordinates = p["plif"]
+                    support = np.linspace(PLIF_LOW, PLIF_HIGH, ordinates.shape[1])
+                    score += np.interp(tracks[b, pos:e, n].mean(), support, ordinates[n])
                 score += p["start"][b, n] if i == 0 else p["trans"][labs[i - 1], n]
                 labels += [n] * d
                 starts += [True] + [False] * (d - 1)
@@ -58,15 +64,25 @@ def problems(draw):
     shared = draw(st_.booleans())  # (S, N) length scores and (N,) start/end, broadcast over the batch
     p = {"content": v(B, T, N), "trans": v(N, N), "length": v(S, N) if shared else v(B, S, N),
          "boundary": v(B, T, N), "start": v(N) if shared else v(B, N), "end": v(N) if shared else v(B, N),
-         "segment": v(B, T, S, N) if draw(st_.booleans()) else None}
+         "segment": v(B, T, S, N) if draw(st_.booleans()) else None,
+         "plif": (rng.normal(size=(B, T, N)), rng.normal(size=(N, draw(st_.integers(2, 5)))))
+         if draw(st_.booleans()) else None}
     lengths = draw(st_.lists(st_.integers(0, T), min_size=B, max_size=B))
     return p, S, torch.tensor(lengths), integer
 
 
+def tensors(p):
+    """The problem as keyword arguments of the semi-Markov functions."""
+    t = {k: None if v is None or k == "plif" else torch.tensor(v) for k, v in p.items()}
+    plif = None if p.get("plif") is None else st.SegmentPLiF(*map(torch.tensor, p["plif"]), PLIF_LOW, PLIF_HIGH)
+    return t["content"], t["trans"], dict(length_scores=t["length"], boundary=t["boundary"],
+                                          segment_scores=t["segment"], start=t["start"], end=t["end"],
+                                          segment_plif=plif)
+
+
 def call(fn, p, S, lengths):
-    t = {k: None if v is None else torch.tensor(v) for k, v in p.items()}
-    return fn(t["content"], t["trans"], max_len=S, length_scores=t["length"], boundary=t["boundary"],
-              segment_scores=t["segment"], start=t["start"], end=t["end"], lengths=lengths)
+    content, trans, kw = tensors(p)
+    return fn(content, trans, max_len=S, lengths=lengths, **kw)
 
 
 @given(problem=problems())
@@ -100,11 +116,9 @@ def test_gradients(problem):
     """Viterbi: the segmentation indicator; log-partition: the position marginals."""
     p, S, lengths, _ = problem
     B, T, N = p["content"].shape
-    content = torch.tensor(p["content"], requires_grad=True)
-    t = {k: None if v is None else torch.tensor(v) for k, v in p.items()}
-    logz = st.semimarkov_log_partition(content, t["trans"], max_len=S, length_scores=t["length"],
-                                       boundary=t["boundary"], segment_scores=t["segment"], start=t["start"],
-                                       end=t["end"], lengths=lengths)
+    content, trans, kw = tensors(p)
+    content.requires_grad_()
+    logz = st.semimarkov_log_partition(content, trans, max_len=S, lengths=lengths, **kw)
     finite = torch.isfinite(logz)
     if T == 0 or not finite.any():
         return
@@ -189,6 +203,7 @@ def test_compiled_log_partition_gradients_match_torch(problem):
     from conftest import use_backend
 
     p, S, lengths, _ = problem
+    p = {k: v for k, v in p.items() if k != "plif"}  # segment PLiFs always take the PyTorch path
     grads, values = [], []
     for name in ("compiled", "torch"):
         with use_backend(name):
@@ -236,11 +251,10 @@ def test_loss_augmented_matches_enumeration(problem, rescaling, h_kind, seed):
         starts[b, : len(sts)] = torch.tensor(sts, dtype=torch.bool)
     table = rng.integers(-3, 4, size=T + 1).astype(float)
     h_fn = (lambda k: k) if h_kind == "id" else (lambda k: table[k])
-    t = {k: None if v is None else torch.tensor(v) for k, v in p.items()}
+    content, trans, kw = tensors(p)
     value, out_labels, out_starts, hamming = st.semimarkov_loss_augmented(
-        t["content"], t["trans"], labels, starts, max_len=S, h=None if h_kind == "id" else torch.tensor(table),
-        rescaling=rescaling, length_scores=t["length"], boundary=t["boundary"], segment_scores=t["segment"],
-        start=t["start"], end=t["end"], lengths=lengths)
+        content, trans, labels, starts, max_len=S, h=None if h_kind == "id" else torch.tensor(table),
+        rescaling=rescaling, lengths=lengths, **kw)
     for b in range(B):
         L = int(lengths[b])
         rows = brute(p, b, L, S, N)

@@ -3,7 +3,9 @@
 // memory per sequence. Segment content sums are accumulated as the segment grows (never as a
 // difference of prefix sums, which a single huge-magnitude entry would ruin), and forbidden (-inf)
 // content comes as last_forbidden (B, T+1, N), the last -inf position before each segment end
-// (or -1), which caps the segment length instead of testing every candidate.
+// (or -1), which caps the segment length instead of testing every candidate. Viterbi also takes
+// segment-mean PLiF features: PLiF_n(mean of tracks[., n] over the segment), the mean accumulated
+// as the segment grows like the content sum.
 #include "common.h"
 
 namespace {
@@ -20,6 +22,18 @@ struct SemiInputs {
   const T* trans;           // (N, N)
   const T* start;           // (N)
   const T* end;             // (N)
+  const T* tracks = nullptr;  // (T, N) segment-mean PLiF inputs, or nullptr
+  const T* plif = nullptr;    // (N, P) PLiF ordinates on P evenly spaced points in [low, high]
+  int64_t P = 0;
+  double low = 0.0, high = 1.0;
+
+  // PLiF_j(x): linear interpolation between the support points, clamped outside [low, high]
+  double plif_value(int64_t j, double x) const {
+    const double pos = (std::min(std::max(x, low), high) - low) * (static_cast<double>(P - 1) / (high - low));
+    const int64_t left = std::min<int64_t>(static_cast<int64_t>(pos), P - 2);
+    const double y0 = static_cast<double>(plif[j * P + left]), y1 = static_cast<double>(plif[j * P + left + 1]);
+    return y0 + (pos - static_cast<double>(left)) * (y1 - y0);
+  }
 };
 
 // The batched input tensors of every kernel below; row(b) slices out sequence b.
@@ -52,14 +66,19 @@ double semimarkov_one(const SemiInputs<T>& in, int64_t len, int64_t S, int64_t n
   for (int64_t j = 0; j < n; ++j) inc[j] = static_cast<double>(in.start[j]);
   for (int64_t e = 1; e <= len; ++e) {
     for (int64_t j = 0; j < n; ++j) {
-      const int64_t dmax = std::min(S, e - (in.forb[e * n + j] + 1));
-      double best = kNegInf, sum = 0.0;
+      // no segment of label j ends at e where its boundary score forbids it (e.g. no splice site)
+      const int64_t dmax = in.boundary[(e - 1) * n + j] == kNegInf ? 0 : std::min(S, e - (in.forb[e * n + j] + 1));
+      double best = kNegInf, sum = 0.0, track = 0.0;
       int32_t arg = 0;
       for (int64_t d = 1; d <= dmax; ++d) {
         const int64_t s = e - d;
         sum += static_cast<double>(in.content[s * n + j]);  // content of [s, e)
         double v = inc[s * n + j] + sum + static_cast<double>(in.length[(d - 1) * n + j]);
         if (in.segment) v += static_cast<double>(in.segment[((e - 1) * S + d - 1) * n + j]);
+        if (in.tracks) {
+          track += static_cast<double>(in.tracks[s * n + j]);
+          v += in.plif_value(j, track / static_cast<double>(d));
+        }
         if (v > best) {
           best = v;
           arg = static_cast<int32_t>(d);
@@ -106,9 +125,10 @@ double semimarkov_one(const SemiInputs<T>& in, int64_t len, int64_t S, int64_t n
 std::tuple<at::Tensor, at::Tensor, at::Tensor> semimarkov_viterbi_forward(
     const at::Tensor& content, const at::Tensor& forb, const at::Tensor& length, const at::Tensor& boundary,
     const at::Tensor& segment, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
-    const at::Tensor& lengths) {
+    const at::Tensor& lengths, const at::Tensor& tracks, const at::Tensor& plif, double low, double high) {
   const SemiBatch x{content, forb, length, boundary, segment, trans, start, end};
   const int64_t B = x.B(), T = x.T(), N = x.N(), S = x.S();
+  const bool has_plif = tracks.numel() > 0;
   auto best = at::empty({B}, content.options().dtype(at::kDouble));
   auto labels = at::full({B, T}, -1, lengths.options());
   auto starts = at::zeros({B, T}, lengths.options().dtype(at::kBool));
@@ -116,7 +136,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> semimarkov_viterbi_forward(
   AT_DISPATCH_FLOATING_TYPES(boundary.scalar_type(), "semimarkov_viterbi_forward", [&] {
     at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t b = lo; b < hi; ++b) {
-        const auto in = x.row<scalar_t>(b);
+        auto in = x.row<scalar_t>(b);
+        if (has_plif) {
+          in.tracks = tracks.data_ptr<scalar_t>() + b * T * N;
+          in.plif = plif.data_ptr<scalar_t>();
+          in.P = plif.size(1);
+          in.low = low;
+          in.high = high;
+        }
         best.data_ptr<double>()[b] = semimarkov_one(in, len[b], S, N, labels.data_ptr<int64_t>() + b * T,
                                                     starts.data_ptr<bool>() + b * T);
       }
@@ -166,7 +193,7 @@ double semimarkov_logz_one(const SemiInputs<T>& in, int64_t len, int64_t S, int6
   for (int64_t j = 0; j < n; ++j) inc[j] = static_cast<double>(in.start[j]);
   for (int64_t e = 1; e <= len; ++e) {
     for (int64_t j = 0; j < n; ++j) {  // two-pass log-sum-exp over the segment lengths
-      const int64_t dmax = std::min(S, e - (in.forb[e * n + j] + 1));
+      const int64_t dmax = in.boundary[(e - 1) * n + j] == kNegInf ? 0 : std::min(S, e - (in.forb[e * n + j] + 1));
       double top = kNegInf, sum = 0.0;
       for (int64_t d = 1; d <= dmax; ++d) {
         sum += static_cast<double>(in.content[(e - d) * n + j]);
@@ -316,7 +343,7 @@ std::vector<at::Tensor> semimarkov_logz_backward(
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(structtorch_chain, m) {
-  m.def("semimarkov_viterbi_forward(Tensor content, Tensor forb, Tensor length, Tensor boundary, Tensor segment, Tensor trans, Tensor start, Tensor end, Tensor lengths) -> (Tensor, Tensor, Tensor)");
+  m.def("semimarkov_viterbi_forward(Tensor content, Tensor forb, Tensor length, Tensor boundary, Tensor segment, Tensor trans, Tensor start, Tensor end, Tensor lengths, Tensor tracks, Tensor plif, float low, float high) -> (Tensor, Tensor, Tensor)");
   m.def("semimarkov_logz_forward(Tensor content, Tensor forb, Tensor length, Tensor boundary, Tensor segment, Tensor trans, Tensor start, Tensor end, Tensor lengths) -> (Tensor, Tensor, Tensor)");
   m.def("semimarkov_logz_backward(Tensor grad, Tensor logz, Tensor alpha, Tensor inc, Tensor content, Tensor forb, Tensor length, Tensor boundary, Tensor segment, Tensor trans, Tensor start, Tensor end, Tensor lengths) -> Tensor[]");
 }

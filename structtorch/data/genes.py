@@ -1,10 +1,11 @@
 """Synthetic gene structures with the grammar of Rätsch & Sonnenburg (2007), Fig. 2.
 
 A sequence is intergenic DNA, then one gene, then intergenic DNA. The gene is a single exon, or a
-first exon, introns alternating with internal exons, and a last exon. Every intron starts with the
-donor consensus GT and ends with the acceptor consensus AG. Exons are GC-rich, introns AT-rich, and
-splice-site neighbourhoods follow position weight matrices. All of them are noisy, and GT/AG
-dinucleotides occur everywhere by chance (decoys).
+first exon, introns alternating with internal exons, and a last exon. The gene begins with the
+start codon ATG (after a Kozak-like motif) and ends with a stop codon (TAA, TAG or TGA); every
+intron starts with the donor consensus GT and ends with the acceptor consensus AG. Exons are
+GC-rich, introns AT-rich, and the neighbourhoods of the sites follow position weight matrices. All
+of them are noisy, and ATG, stop codons, GT and AG occur everywhere by chance (decoys).
 """
 
 from __future__ import annotations
@@ -45,10 +46,14 @@ COMPOSITION = {  # base frequencies A, C, G, T
     "intron": (0.32, 0.18, 0.18, 0.32),
 }
 # splice-site neighbourhoods: a biased base per offset (probability ``SITE_BIAS``), else background
-DONOR_EXON_END = "AG"  # the last exon bases before GT
-DONOR_INTRON_START = "AAGT"  # intron bases after the GT
+DONOR_EXON_END = "CAG"  # the last exon bases before GT
+DONOR_INTRON_START = "AAGTAT"  # intron bases after the GT
 ACCEPTOR_INTRON_END = "TTTCTTTTCC"  # pyrimidine tract before the AG
-SITE_BIAS = 0.6
+KOZAK = "GCCACC"  # intergenic bases before the start codon
+POLY_A = "AATAAA"  # intergenic bases 4 after the stop codon
+START_CODON = "ATG"
+STOP_CODONS = ("TAA", "TAG", "TGA")
+SITE_BIAS = 0.8
 
 
 @dataclass
@@ -83,6 +88,10 @@ def _bias(seq: Tensor, at: int, motif: str, g: torch.Generator) -> None:
             seq[pos] = NUCLEOTIDES.index(base)
 
 
+def _codon(word: str) -> Tensor:
+    return torch.tensor([NUCLEOTIDES.index(c) for c in word])
+
+
 def _gene_segments(g: torch.Generator) -> list[int]:
     exons = int(torch.randint(1, 5, (1,), generator=g))
     if exons == 1:
@@ -105,6 +114,11 @@ def _one(g: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
         _bias(intron, 2, DONOR_INTRON_START, g)
         _bias(intron, len(intron) - 2 - len(ACCEPTOR_INTRON_END), ACCEPTOR_INTRON_END, g)
         _bias(pieces[i - 1], len(pieces[i - 1]) - len(DONOR_EXON_END), DONOR_EXON_END, g)
+    first, last = pieces[1], pieces[-2]  # the gene's first and last exon
+    first[:3] = _codon(START_CODON)
+    _bias(pieces[0], len(pieces[0]) - len(KOZAK), KOZAK, g)
+    last[-3:] = _codon(STOP_CODONS[int(torch.randint(3, (1,), generator=g))])
+    _bias(pieces[-1], 4, POLY_A, g)
     dna = torch.cat(pieces)
     labels = torch.cat([torch.full((s,), k) for k, s in zip(types, sizes, strict=True)])
     starts = torch.zeros(len(dna), dtype=torch.bool)
