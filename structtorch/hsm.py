@@ -29,7 +29,8 @@ from ._checks import LengthsLike, _fmt, check_float, check_lengths
 from .features import PLiF, SegmentPLiF, plif_basis
 from .hamming import HLike
 from .losses import structured_hinge
-from .semimarkov import semimarkov_viterbi
+from .semimarkov import check_semimarkov, semimarkov_score, semimarkov_viterbi
+from .semimarkov_loss import check_target
 
 __all__ = ["HiddenSemiMarkovSVM"]
 
@@ -38,6 +39,8 @@ def _label_map(of: Sequence[int] | None, N: int, name: str) -> list[int]:
     of = [-1] * N if of is None else [int(k) for k in of]
     if len(of) != N:
         raise ValueError(f"{name} must give one index per label (N = {N}), got {len(of)}")
+    if any(k < -1 for k in of):
+        raise ValueError(f"{name} entries must be track indices >= 0 or -1 (none), got {of}")
     return of
 
 
@@ -45,6 +48,8 @@ def _mask(labels: Sequence[int] | None, N: int, name: str) -> Tensor:
     mask = torch.zeros(N, dtype=torch.bool)
     if labels is None:
         return ~mask
+    if len(labels) == 0:
+        raise ValueError(f"{name} must hold at least one label (None allows all)")
     for n in labels:
         if not 0 <= int(n) < N:
             raise ValueError(f"{name} must hold labels in [0, {N}), got {n}")
@@ -148,6 +153,8 @@ class HiddenSemiMarkovSVM(nn.Module):
 
         signals = track("signals", signals, self.signal_of)
         contents = track("contents", contents, self.content_of)
+        if signals is not None and contents is not None:
+            check_float("contents", contents, signals, "signals")
         ref = signals if signals is not None else contents
         if ref is None:
             raise ValueError("need signals or contents of shape (B, T, K) to know B and T")
@@ -208,16 +215,17 @@ class HiddenSemiMarkovSVM(nn.Module):
 
     def score(self, signals: Tensor | None, contents: Tensor | None, labels: Tensor, starts: Tensor,
               lengths: LengthsLike = None) -> Tensor:
-        """(B,) score of the given segmentations (checked like a hinge target)."""
-        from .semimarkov import check_semimarkov, semimarkov_score
-        from .semimarkov_loss import check_target
-
-        pot = self(signals, contents, lengths)
-        sm = check_semimarkov(pot.pop("content"), pot.pop("transitions"), pot.pop("max_len"),
-                              pot["length_scores"], pot["boundary"], None, pot["start"], pot["end"],
-                              pot["lengths"], pot["segment_plif"])
+        """(B,) score of the given segmentations, checked like a hinge target: labels in range,
+        segments no longer than max_len, and feasible (grammar, start/end labels, no -inf signal
+        at a segment end), else a ValueError."""
+        sm = check_semimarkov(segment_scores=None, **self(signals, contents, lengths))
         labels, starts = check_target(labels, starts, sm)
-        return semimarkov_score(sm, labels, starts)
+        score = semimarkov_score(sm, labels, starts)
+        if bool((score == NEG_INF).any()):
+            b = int((score == NEG_INF).nonzero()[0])
+            raise ValueError(f"the segmentation of row {b} is infeasible: a transition the grammar forbids, "
+                             "a start/end label not allowed, or a -inf signal at a segment end")
+        return score
 
     def loss(self, signals: Tensor | None, contents: Tensor | None, target_labels: Tensor,
              target_starts: Tensor, lengths: LengthsLike = None, *, rescaling: str = "margin",
@@ -250,8 +258,10 @@ class HiddenSemiMarkovSVM(nn.Module):
 
     def feature_map(self, signals: Tensor | None, contents: Tensor | None, labels: Tensor, starts: Tensor,
                     lengths: LengthsLike = None) -> Tensor:
-        """Psi(x, y) (B, D) of eqs. 7 and 8, built segment by segment from hat functions; the
-        segmentation must be feasible (no -inf signal at its segment ends)."""
+        """Psi(x, y) (B, D) of eqs. 7 and 8, built segment by segment from hat functions, in the
+        dtype of :meth:`weights`; the segmentation is validated as by :meth:`score`."""
+        with torch.no_grad():
+            self.score(signals, contents, labels, starts, lengths)
         signals, contents, ref, lengths = self._check(signals, contents, lengths)
         B, T = ref.shape[:2]
         N, S = self.num_labels, self.max_len
@@ -274,7 +284,7 @@ class HiddenSemiMarkovSVM(nn.Module):
         parts = [trans.view(B, N, N)[:, self.allowed]]
 
         def plif_features(plif: PLiF, x: Tensor, used: list[int]) -> Tensor:  # x (B, T, N)
-            phi = plif_basis(x.clamp(plif.low, plif.high), plif.support.numel(), plif.low, plif.high)
+            phi = plif_basis(x, plif.support.numel(), plif.low, plif.high)
             return torch.einsum("btn,btnp->bnp", onehot[:, :, used], phi[:, :, used]).reshape(B, -1)
 
         if self.signal_plif is not None:
@@ -292,4 +302,4 @@ class HiddenSemiMarkovSVM(nn.Module):
             per_label = nn.functional.one_hot(lab, N).to(ref.dtype) * inside.unsqueeze(2).to(ref.dtype)
             values = contents[:, :, [self.content_of[n] for n in self.content_labels]]
             parts.append((per_label[:, :, self.content_labels] * values).sum(1))
-        return torch.cat(parts, 1)
+        return torch.cat(parts, 1).to(self.transition_bias.dtype)

@@ -33,7 +33,7 @@ from ._chain_torch import NEG_INF, grads_through, safe_logsumexp
 from ._checks import LengthsLike, _fmt, check_float, check_lengths, check_unary
 from .features import SegmentPLiF, plif_interpolate
 
-__all__ = ["semimarkov_viterbi", "semimarkov_log_partition", "semimarkov_score", "SemiMarkov", "SegmentPLiF"]
+__all__ = ["semimarkov_viterbi", "semimarkov_log_partition", "semimarkov_score", "SemiMarkov"]
 
 
 @dataclass

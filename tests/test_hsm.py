@@ -214,3 +214,25 @@ def test_hsm_bad_input():
     bad_grammar = torch.tensor([[0, 0, 0, 1]]), torch.tensor([[True, False, True, True]])  # 0 -> 0 forbidden
     with pytest.raises(ValueError, match="forbidden"):
         model.loss(signals, contents, *bad_grammar)
+
+
+def test_feature_map_and_score_validate_the_segmentation():
+    model = make_model(0)
+    signals, contents = torch.zeros(1, 4, 2, dtype=torch.float64), torch.zeros(1, 4, 2, dtype=torch.float64)
+    bad_grammar = torch.tensor([[0, 0, 0, 1]]), torch.tensor([[True, False, True, True]])
+    for method in (model.score, model.feature_map):
+        with pytest.raises(ValueError, match="row 0 is infeasible"):
+            method(signals, contents, *bad_grammar)
+        with pytest.raises(ValueError, match="longer than max_len = 3"):
+            method(signals, contents, torch.tensor([[1, 1, 1, 1]]), torch.tensor([[True, False, False, False]]))
+        with pytest.raises(ValueError, match="target_labels"):
+            method(signals, contents, torch.tensor([[7, 7, 1, 1]]), torch.tensor([[True, False, True, False]]))
+    blocked = signals.clone()
+    blocked[0, 1, 0] = float("-inf")  # label 0 uses signal 0: no label-0 segment may end at position 1
+    with pytest.raises(ValueError, match="infeasible"):
+        model.score(blocked, contents, torch.tensor([[0, 0, 1, 1]]), torch.tensor([[True, False, True, False]]))
+    with pytest.raises(TypeError, match="contents has dtype torch.float32 but signals has dtype torch.float64"):
+        model.decode(signals, contents.float())
+    psi = model.feature_map(signals.float(), contents.float(), torch.tensor([[1, 1, 2, 2]]),
+                            torch.tensor([[True, False, True, False]]))
+    assert psi.dtype == torch.float64 and psi.shape == (1, model.weights().numel())

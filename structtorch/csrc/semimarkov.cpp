@@ -55,7 +55,8 @@ struct SemiBatch {
   }
 };
 
-// Ties: the shortest last segment, then the smallest previous label (as the PyTorch reference).
+// Ties: the shortest last segment, then the smallest previous label, as the PyTorch reference (which
+// sums the terms in another order, so fractional scores may round apart and break exact ties otherwise).
 template <typename T>
 double semimarkov_one(const SemiInputs<T>& in, int64_t len, int64_t S, int64_t n, int64_t* labels,
                       bool* starts) {
