@@ -39,12 +39,21 @@ def structured_hinge(
     boundary: Tensor | None = None,
     segment_scores: Tensor | None = None,
     segment_plif: SegmentPLiF | None = None,
+    edges: Tensor | None = None,
+    connected: list[int] | None = None,
+    connected_soft: dict | None = None,
 ) -> Tensor:
     """max(0, value) of :func:`structtorch.loss_augmented_viterbi`, reduced over the batch.
 
     With ``max_len`` (and ``target_starts``) the model is semi-Markov: ``unary`` is the content
     (B, T, N) and the value comes from :func:`structtorch.semimarkov_loss_augmented` with
     ``length_scores``, ``boundary``, ``segment_scores`` and ``segment_plif``.
+
+    With ``edges`` (E, 2) the model is a graph: ``unary`` (B, V, L), ``transitions`` the pairwise
+    scores (E, L, L) or (B, E, L, L), ``weights`` the region areas, and the value comes from
+    loss-augmented inference over the LP relaxation (:func:`structtorch.lp.relaxed_hinge`, margin
+    rescaling with the area-weighted Hamming loss; ``connected``/``connected_soft`` add
+    connectivity).
 
     Margin rescaling: max(0, max_y' [s(y') + Delta(y, y')] - s(y)); slack rescaling:
     max(0, max_y' Delta(y, y') (1 + s(y') - s(y))), with Delta = h(weighted Hamming) or a cost.
@@ -54,6 +63,11 @@ def structured_hinge(
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    if edges is not None:
+        return _graph_hinge(unary, transitions, target, edges, rescaling, h, reduction, lengths, weights,
+                            cost, max_len, connected, connected_soft)
+    if connected is not None or connected_soft is not None:
+        raise ValueError("connected and connected_soft need edges (a graph model)")
     semimarkov_only = {"target_starts": target_starts, "length_scores": length_scores, "boundary": boundary,
                        "segment_scores": segment_scores, "segment_plif": segment_plif}
     given = [k for k, v in semimarkov_only.items() if v is not None]
@@ -73,6 +87,19 @@ def structured_hinge(
             lengths=lengths, weights=weights, cost=cost,
         )[0]
     return _reduce(value.clamp(min=0), reduction)
+
+
+def _graph_hinge(unary, pairwise, target, edges, rescaling, h, reduction, lengths, weights, cost, max_len,
+                 connected, connected_soft) -> Tensor:
+    from .lp import relaxed_hinge
+
+    if rescaling != "margin" or h is not None or cost is not None or max_len is not None:
+        raise ValueError("graph models (edges=...) support margin rescaling with the area-weighted Hamming "
+                         "loss only: rescaling='margin', h=None, cost=None, max_len=None")
+    if lengths is not None:
+        raise ValueError("graph models have no lengths (every node counts); pass lengths=None")
+    return relaxed_hinge(unary, pairwise, edges, target, connected=connected, connected_soft=connected_soft,
+                         area=weights, reduction=reduction)
 
 
 class StructuredHingeLoss(nn.Module):
@@ -113,7 +140,8 @@ class StructuredHingeLoss(nn.Module):
         **semimarkov,
     ) -> Tensor:
         """Hinge per sequence, reduced. Shapes as for :func:`structtorch.loss_augmented_viterbi`;
-        semi-Markov models pass ``max_len``, ``target_starts`` and their segment scores (see
+        semi-Markov models pass ``max_len``, ``target_starts`` and their segment scores, graph models
+        ``edges`` (and ``connected``/``connected_soft``) (see
         :func:`structured_hinge`)."""
         return structured_hinge(
             unary, transitions, target, rescaling=self.rescaling, h=self.h, reduction=self.reduction,

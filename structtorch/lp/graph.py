@@ -1,0 +1,90 @@
+"""Graphs for the LP relaxations: grid edges and the validation of graph potentials."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .._checks import _fmt, check_float
+
+__all__ = ["grid_edges", "check_edges", "check_graph_potentials"]
+
+
+def grid_edges(H: int, W: int, connectivity: int = 4) -> Tensor:
+    """Edges (E, 2) int64 of an H x W pixel grid, node r * W + c, each row (i, j) with i < j.
+
+    ``connectivity`` 4 joins horizontal and vertical neighbours, 8 also the diagonal ones.
+    """
+    if connectivity not in (4, 8):
+        raise ValueError(f"connectivity must be 4 or 8, got {connectivity!r}")
+    if H < 1 or W < 1:
+        raise ValueError(f"H and W must be >= 1, got H={H}, W={W}")
+    idx = torch.arange(H * W).view(H, W)
+    pairs = [(idx[:, :-1], idx[:, 1:]), (idx[:-1, :], idx[1:, :])]
+    if connectivity == 8:
+        pairs += [(idx[:-1, :-1], idx[1:, 1:]), (idx[:-1, 1:], idx[1:, :-1])]
+    edges = torch.cat([torch.stack([a.reshape(-1), b.reshape(-1)], 1) for a, b in pairs])
+    return torch.sort(edges, dim=1).values
+
+
+def check_edges(edges: object, num_nodes: int) -> Tensor:
+    """Validate edges (E, 2) int64 with 0 <= i < j < num_nodes and no duplicates."""
+    if not isinstance(edges, Tensor):
+        raise TypeError(f"edges must be a torch.Tensor of shape (E, 2), got {type(edges).__name__}")
+    if edges.dtype.is_floating_point or edges.dtype.is_complex or edges.dtype == torch.bool:
+        raise TypeError(f"edges must be an integer tensor of shape (E, 2), got {edges.dtype}")
+    if edges.dim() != 2 or edges.shape[1] != 2:
+        raise ValueError(f"edges must have shape (E, 2), got {_fmt(edges.shape)}")
+    edges = edges.long().cpu()
+    if len(edges):
+        if int(edges.min()) < 0 or int(edges.max()) >= num_nodes:
+            raise ValueError(f"edges must index nodes in [0, V) = [0, {num_nodes}), got min "
+                             f"{int(edges.min())} and max {int(edges.max())}")
+        if bool((edges[:, 0] == edges[:, 1]).any()):
+            e = int((edges[:, 0] == edges[:, 1]).nonzero()[0])
+            raise ValueError(f"edges has a self-loop at row {e}: {edges[e].tolist()}")
+        if bool((edges[:, 0] > edges[:, 1]).any()):
+            e = int((edges[:, 0] > edges[:, 1]).nonzero()[0])
+            raise ValueError(f"edges must have i < j in every row (pairwise[e, s, t] scores label s at "
+                             f"edges[e, 0]); row {e} is {edges[e].tolist()}")
+        key = edges[:, 0] * num_nodes + edges[:, 1]
+        if len(torch.unique(key)) != len(key):
+            _, inverse, counts = torch.unique(key, return_inverse=True, return_counts=True)
+            e = int((counts[inverse] > 1).nonzero()[0])
+            raise ValueError(f"edges has a duplicate edge {edges[e].tolist()} (row {e})")
+    return edges
+
+
+def check_graph_potentials(unary: object, pairwise: object, edges: object) -> tuple[Tensor, Tensor, Tensor]:
+    """Bring unary (V, L) / (B, V, L) and pairwise (E, L, L) / (B, E, L, L) to batched form and
+    validate the edges; returns (unary (B, V, L), pairwise (B, E, L, L), edges (E, 2) int64 on CPU)."""
+    unary = check_float("unary", unary)
+    if unary.dim() == 2:
+        unary = unary.unsqueeze(0)
+    if unary.dim() != 3 or unary.shape[2] < 1:
+        raise ValueError(f"unary must have shape (V, L) or (B, V, L), got {_fmt(unary.shape)}")
+    if bool(torch.isinf(unary).any()):
+        raise ValueError("unary must be finite (-inf is not supported by the LP relaxations)")
+    B, V, L = unary.shape
+    edges = check_edges(edges, V)
+    E = len(edges)
+    pairwise = check_float("pairwise", pairwise, unary, "unary")
+    if pairwise.dim() == 3:
+        pairwise = pairwise.unsqueeze(0).expand(B, *pairwise.shape)
+    if pairwise.shape != (B, E, L, L):
+        raise ValueError(f"pairwise must have shape (E, L, L) = ({E}, {L}, {L}) or (B, E, L, L) = "
+                         f"({B}, {E}, {L}, {L}), got {_fmt(pairwise.shape)}")
+    if bool(torch.isinf(pairwise).any()):
+        raise ValueError("pairwise must be finite (-inf is not supported by the LP relaxations)")
+    return unary, pairwise, edges
+
+
+def adjacency(edges: Tensor, num_nodes: int):
+    """Symmetric scipy CSR adjacency (int8 ones) of the graph."""
+    import scipy.sparse as sp
+
+    e = edges.numpy()
+    rows = np.concatenate([e[:, 0], e[:, 1]])
+    cols = np.concatenate([e[:, 1], e[:, 0]])
+    return sp.csr_array((np.ones(len(rows), dtype=np.int8), (rows, cols)), shape=(num_nodes, num_nodes))

@@ -1,0 +1,126 @@
+"""Max-margin learning over the LP relaxation (Nowozin 2009, §6.4; digest §1.7).
+
+The loss is the area-weighted Hamming loss Delta(y, mu) = sum_i r_i (1 - mu_i(y_i)) with
+sum_i r_i = 1 (for binary labels this is the thesis's area-normalized loss on the foreground
+indicators). It is linear in mu, so loss-augmented inference is the same LP with the unary scores
+shifted by r_i on every label but the true one, and the margin-rescaled hinge
+
+    max_{mu in relaxation} [score(mu) + Delta(y, mu)] - score(y)
+
+has the Danskin subgradient Psi(x, mu_hat) - Psi(x, y): no differentiation through the solver.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from .._checks import check_float
+from .graph import check_graph_potentials
+from .relaxation import lp_score, map_lp
+
+__all__ = ["relaxed_hinge", "RelaxedHingeLoss", "area_weights"]
+
+
+def area_weights(area: Tensor | None, B: int, V: int, ref: Tensor) -> Tensor:
+    """(B, V) normalized loss weights r_i (uniform 1/V without ``area``)."""
+    if area is None:
+        return ref.new_full((B, V), 1.0 / V)
+    area = check_float("area", area, ref, "unary")
+    if area.dim() == 1:
+        area = area.unsqueeze(0).expand(B, V)
+    if area.shape != (B, V):
+        raise ValueError(f"area must have shape (V,) = ({V},) or (B, V) = ({B}, {V}), "
+                         f"got {tuple(area.shape)}")
+    if bool((area < 0).any()) or bool((area.sum(1) <= 0).any()):
+        raise ValueError("area must be non-negative with a positive sum per instance")
+    return area / area.sum(1, keepdim=True)
+
+
+def _onehot_edges(target: Tensor, edges: Tensor, L: int, dtype: torch.dtype) -> Tensor:
+    i, j = target[:, edges[:, 0]], target[:, edges[:, 1]]
+    flat = nn.functional.one_hot(i * L + j, L * L).to(dtype)
+    return flat.view(*i.shape, L, L)
+
+
+def relaxed_hinge(
+    unary: Tensor,
+    pairwise: Tensor,
+    edges: Tensor,
+    target: Tensor,
+    *,
+    connected: list[int] | None = None,
+    connected_soft: dict | None = None,
+    area: Tensor | None = None,
+    reduction: str = "mean",
+    **lp_options,
+) -> Tensor:
+    """Margin-rescaled structured hinge with loss-augmented inference over the LP relaxation.
+
+    Parameters
+    ----------
+    unary : Tensor (V, L) or (B, V, L)
+    pairwise : Tensor (E, L, L) or (B, E, L, L)
+    edges : Tensor (E, 2) int64
+    target : Tensor (V,) or (B, V) int64
+        True labels.
+    connected, connected_soft :
+        As for :func:`structtorch.lp.map_lp`; soft weights given as tensors get gradients too.
+    area : Tensor (V,) or (B, V), optional
+        Region sizes r_i of the loss (normalized per instance); uniform by default.
+    reduction : {"mean", "sum", "none"}
+    **lp_options
+        Passed to :func:`map_lp` (max_iter, tol, cuts, ...).
+
+    Returns
+    -------
+    Tensor: max(0, hinge) reduced over the batch; (B,) for reduction "none".
+    """
+    from ..losses import _reduce
+
+    unary_b, pairwise_b, edges = check_graph_potentials(unary, pairwise, edges)
+    B, V, L = unary_b.shape
+    if not isinstance(target, Tensor) or target.dtype != torch.long:
+        raise TypeError(f"target must be an int64 tensor of shape (V,) or (B, V) = ({B}, {V})")
+    target = target.unsqueeze(0) if target.dim() == 1 else target
+    if target.shape != (B, V):
+        raise ValueError(f"target must have shape (V,) or (B, V) = ({B}, {V}), got {tuple(target.shape)}")
+    if bool(((target < 0) | (target >= L)).any()):
+        raise ValueError(f"target labels must lie in [0, L) = [0, {L})")
+    target = target.to(unary_b.device)
+    r = area_weights(area, B, V, unary_b)
+    wrong = r.unsqueeze(2) * (1 - nn.functional.one_hot(target, L).to(unary_b.dtype))  # Delta is <wrong, mu>
+    with torch.no_grad():
+        res = map_lp(unary_b + wrong, pairwise_b, edges, connected=connected, connected_soft=connected_soft,
+                     **lp_options)
+    y_nodes = nn.functional.one_hot(target, L).to(unary_b.dtype)
+    y_edges = _onehot_edges(target, edges.to(target.device), L, unary_b.dtype)
+    found = lp_score(unary_b, pairwise_b, res.mu, res.mu_edges)
+    for pos, (_, w) in enumerate((connected_soft or {}).items()):
+        found = found - w * res.slack[:, pos]  # targets are assumed connected: no slack of their own
+    gold = lp_score(unary_b, pairwise_b, y_nodes, y_edges)
+    value = found + (wrong * res.mu).sum((1, 2)) - gold
+    return _reduce(value.clamp(min=0), reduction)
+
+
+class RelaxedHingeLoss(nn.Module):
+    """:func:`relaxed_hinge` on a fixed graph, callable as ``loss(unary, pairwise, target,
+    lengths=None, weights=None)`` so that :func:`structtorch.train.fit` can train graph models
+    (``weights`` are the region areas; ``lengths`` must be None or all V).
+    """
+
+    def __init__(self, edges: Tensor, *, connected: list[int] | None = None,
+                 connected_soft: dict | None = None, reduction: str = "mean", **lp_options) -> None:
+        super().__init__()
+        self.edges, self.connected, self.connected_soft = edges, connected, connected_soft
+        self.reduction, self.lp_options = reduction, lp_options
+
+    def forward(self, unary: Tensor, pairwise: Tensor, target: Tensor, *, lengths: Tensor | None = None,
+                weights: Tensor | None = None, **unused) -> Tensor:
+        if unused:
+            raise TypeError(f"unexpected arguments for a graph hinge: {sorted(unused)}")
+        if lengths is not None and bool((torch.as_tensor(lengths) != unary.shape[-2]).any()):
+            raise ValueError("graph instances have no lengths: every node counts (lengths must be V)")
+        return relaxed_hinge(unary, pairwise, self.edges, target, connected=self.connected,
+                             connected_soft=self.connected_soft, area=weights, reduction=self.reduction,
+                             **self.lp_options)

@@ -1,0 +1,36 @@
+"""Labelings from (possibly fractional) LP solutions."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .relaxation import FRACTIONAL_TOL
+
+__all__ = ["round_labels"]
+
+
+def round_labels(mu: Tensor) -> tuple[Tensor, Tensor]:
+    """Round node variables to labels.
+
+    Parameters
+    ----------
+    mu : Tensor (V, L) or (B, V, L)
+        Node variables of an LP solution (rows sum to one).
+
+    Returns
+    -------
+    labels : Tensor (B, V) int64
+        ``argmax_s mu_i(s)`` (ties: the smallest label, so a node at 1/2 foreground, 1/2
+        background rounds to label 0, the thesis's "round down" for binary problems).
+    fractional : Tensor (B,)
+        Fraction of nodes with a variable strictly between 0 and 1 (beyond 1e-6).
+    """
+    if not isinstance(mu, Tensor) or mu.dim() not in (2, 3):
+        got = getattr(mu, "shape", type(mu).__name__)
+        raise ValueError(f"mu must have shape (V, L) or (B, V, L), got {got}")
+    mu = mu.unsqueeze(0) if mu.dim() == 2 else mu
+    if bool(torch.isnan(mu).any()):
+        raise ValueError("mu contains NaN")
+    frac = ((mu > FRACTIONAL_TOL) & (mu < 1 - FRACTIONAL_TOL)).any(2)
+    return mu.argmax(2), frac.to(mu.dtype if mu.dtype.is_floating_point else torch.float64).mean(1)

@@ -1,0 +1,407 @@
+"""LP relaxations against brute force: tight on trees, exact when integral, connectivity cuts."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st_
+
+import structtorch as st
+from structtorch import lp
+
+FIVE_CYCLE = torch.tensor([[0, 1], [1, 2], [2, 3], [3, 4], [0, 4]])  # i-a-b-j-c-i with i=0, j=3
+
+
+def labeling_score(unary, pairwise, edges, y):
+    return float(unary[np.arange(len(y)), y].sum() + pairwise[np.arange(len(edges)), y[edges[:, 0]], y[edges[:, 1]]].sum())
+
+
+def is_connected(nodes, edges):
+    """The subgraph induced by ``nodes`` (a set) is connected (the empty set counts)."""
+    nodes = set(nodes)
+    if len(nodes) <= 1:
+        return True
+    seen, todo = set(), [next(iter(nodes))]
+    while todo:
+        k = todo.pop()
+        if k in seen:
+            continue
+        seen.add(k)
+        todo += [int(b) for a, b in edges.tolist() if a == k and b in nodes] + [
+            int(a) for a, b in edges.tolist() if b == k and a in nodes]
+    return seen == nodes
+
+
+def brute(unary, pairwise, edges, connected=(), soft=None):
+    """max over labelings of score - sum_c w_c [label plane c disconnected]; -inf if none allowed."""
+    V, L = unary.shape
+    best = -np.inf
+    for y in itertools.product(range(L), repeat=V):
+        y = np.array(y)
+        if any(not is_connected(np.nonzero(y == c)[0], edges) for c in connected):
+            continue
+        s = labeling_score(unary, pairwise, edges, y)
+        for c, w in (soft or {}).items():
+            s -= w * (not is_connected(np.nonzero(y == c)[0], edges))
+        best = max(best, s)
+    return best
+
+
+@st_.composite
+def graphs(draw, max_nodes=6):
+    V = draw(st_.integers(2, max_nodes))
+    pairs = [(i, j) for i in range(V) for j in range(i + 1, V)]
+    chosen = draw(st_.lists(st_.sampled_from(pairs), unique=True, max_size=min(len(pairs), 8)))
+    edges = torch.tensor(sorted(chosen), dtype=torch.long).reshape(-1, 2)
+    return V, edges
+
+
+def random_potentials(V, E, L, seed, integer=False):
+    rng = np.random.default_rng(seed)
+    draw = (lambda *s: rng.integers(-3, 4, size=s).astype(float)) if integer else (lambda *s: rng.normal(size=s))
+    return torch.tensor(draw(V, L)), torch.tensor(draw(E, L, L))
+
+
+@settings(deadline=None)
+@given(T=st_.integers(1, 7), L=st_.integers(1, 3), seed=st_.integers(0, 2**31))
+def test_chain_lp_is_tight_and_equals_viterbi(T, L, seed):
+    unary, pairwise = random_potentials(T, T - 1, L, seed)
+    edges = torch.stack([torch.arange(T - 1), torch.arange(1, T)], 1)
+    res = lp.map_lp(unary, pairwise, edges)
+    score, path = st.viterbi(unary[None], pairwise[None] if T > 1 else torch.zeros(L, L, dtype=torch.float64))
+    assert bool(res.integral[0]) and np.isclose(res.score.item(), score.item(), atol=1e-7)
+    assert torch.equal(lp.round_labels(res.mu)[0][0], path[0]) or np.isclose(
+        labeling_score(unary.numpy(), pairwise.numpy(), edges.numpy(), lp.round_labels(res.mu)[0][0].numpy()),
+        score.item(), atol=1e-7)
+
+
+@settings(deadline=None)
+@given(graph=graphs(), L=st_.integers(2, 3), seed=st_.integers(0, 2**31), integer=st_.booleans())
+def test_lp_bounds_map_and_is_exact_when_integral(graph, L, seed, integer):
+    V, edges = graph
+    unary, pairwise = random_potentials(V, len(edges), L, seed, integer)
+    res = lp.map_lp(unary, pairwise, edges)
+    best = brute(unary.numpy(), pairwise.numpy(), edges.numpy())
+    assert res.score.item() >= best - 1e-7
+    if bool(res.integral[0]):
+        labels = lp.round_labels(res.mu)[0][0].numpy()
+        assert np.isclose(res.score.item(), best, atol=1e-7)
+        assert np.isclose(labeling_score(unary.numpy(), pairwise.numpy(), edges.numpy(), labels), best, atol=1e-7)
+
+
+def test_tree_lp_is_tight():
+    edges = torch.tensor([[0, 1], [0, 2], [1, 3], [1, 4], [2, 5]])
+    for seed in range(10):
+        unary, pairwise = random_potentials(6, 5, 3, seed)
+        res = lp.map_lp(unary, pairwise, edges)
+        assert bool(res.integral[0])
+        assert np.isclose(res.score.item(), brute(unary.numpy(), pairwise.numpy(), edges.numpy()), atol=1e-7)
+
+
+def test_two_node_fractional_vertex():
+    """Digest §1.6: the cut mu_1(a) + mu_2(a) <= 1 on the local polytope of two binary nodes has the
+    fractional vertex (1/2, 1/2, 1/2, 1/2 | 1/2, 0, 0, 1/2), optimal for a reward on (a, a)."""
+    pairwise = torch.zeros(1, 2, 2, dtype=torch.float64)
+    pairwise[0, 0, 0] = 2.0
+    res = lp.map_lp(torch.zeros(2, 2, dtype=torch.float64), pairwise, torch.tensor([[0, 1]]),
+                    cuts=[(0, 0, 1, torch.zeros(0, dtype=torch.long))])
+    torch.testing.assert_close(res.mu[0], torch.full((2, 2), 0.5, dtype=torch.float64))
+    torch.testing.assert_close(res.mu_edges[0, 0], torch.tensor([[0.5, 0.0], [0.0, 0.5]], dtype=torch.float64))
+    assert res.score.item() == pytest.approx(1.0) and not bool(res.integral[0])
+    assert res.fractional_fraction.item() == 1.0
+
+
+def brute_separation(y, edges, V):
+    """Most violated y_i + y_j - sum_S y_k - 1 over non-adjacent pairs and all their separators."""
+    adjacent = {tuple(e) for e in edges.tolist()}
+    best = 0.0
+    for i, j in itertools.combinations(range(V), 2):
+        if (i, j) in adjacent:
+            continue
+        others = [k for k in range(V) if k not in (i, j)]
+        for r in range(len(others) + 1):
+            for S in itertools.combinations(others, r):
+                rest = set(range(V)) - set(S)
+                sub = edges[[a in rest and b in rest for a, b in edges.tolist()]] if len(edges) else edges
+                comp = {i}
+                changed = True
+                while changed:
+                    changed = False
+                    for a, b in sub.tolist():
+                        if (a in comp) != (b in comp):
+                            comp |= {a, b}
+                            changed = True
+                if j not in comp:
+                    best = max(best, y[i] + y[j] - 1 - sum(y[k] for k in S))
+    return best
+
+
+@settings(deadline=None)
+@given(graph=graphs(max_nodes=7), seed=st_.integers(0, 2**31), ones=st_.floats(0.0, 0.8))
+def test_separation_oracle_matches_enumeration(graph, seed, ones):
+    V, edges = graph
+    rng = np.random.default_rng(seed)
+    y = rng.random(V)
+    y[rng.random(V) < ones] = 1.0
+    y[rng.random(V) < 0.2] = 0.0
+    violation, i, j, S = lp.connectivity_cut(torch.tensor(y), edges)
+    expected = brute_separation(y, edges, V)
+    if expected <= 1e-6:
+        assert i == -1 and violation == 0.0
+        return
+    assert violation == pytest.approx(expected, abs=1e-4)
+    assert violation == pytest.approx(y[i] + y[j] - 1 - y[S.numpy()].sum(), abs=1e-12)
+    # S separates i and j
+    keep = [k for k in range(V) if k not in set(S.tolist())]
+    sub = edges[[a in keep and b in keep for a, b in edges.tolist()]]
+    assert not is_connected_pair(i, j, sub)
+
+
+def is_connected_pair(i, j, edges):
+    comp, changed = {i}, True
+    while changed:
+        changed = False
+        for a, b in edges.tolist():
+            if (a in comp) != (b in comp):
+                comp |= {a, b}
+                changed = True
+    return j in comp
+
+
+def test_five_cycle_separator():
+    """Digest §1.4: for i=0, j=3 on the 5-cycle the best separator weighs min(y_a, y_b) + y_c."""
+    y = torch.tensor([1.0, 0.2, 0.3, 1.0, 0.1], dtype=torch.float64)
+    violation, i, j, S = lp.connectivity_cut(y, FIVE_CYCLE)
+    assert (i, j) == (0, 3) and sorted(S.tolist()) == [1, 4]
+    assert violation == pytest.approx(1.0 + 1.0 - 1.0 - 0.3)
+    assert lp.connectivity_cut(torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0]), FIVE_CYCLE)[1] == -1  # adjacent
+
+
+@settings(deadline=None)
+@given(graph=graphs(max_nodes=6), seed=st_.integers(0, 2**31), soft=st_.booleans())
+def test_connectivity_lp_bounds_the_constrained_map(graph, seed, soft):
+    V, edges = graph
+    unary, pairwise = random_potentials(V, len(edges), 2, seed, integer=True)
+    kwargs = {"connected_soft": {1: 1.5}} if soft else {"connected": [1]}
+    res = lp.map_lp(unary, pairwise, edges, **kwargs)
+    best = brute(unary.numpy(), pairwise.numpy(), edges.numpy(), *(((), {1: 1.5}) if soft else ([1],)))
+    assert bool(res.converged[0])
+    assert res.score.item() >= best - 1e-6
+    if bool(res.integral[0]):
+        labels = lp.round_labels(res.mu)[0][0].numpy()
+        assert np.isclose(res.score.item(), best, atol=1e-6)
+        if not soft:
+            assert is_connected(np.nonzero(labels == 1)[0], edges)
+
+
+def test_denoising_instance_is_connected_and_mostly_integral():
+    H = W = 12
+    edges = lp.grid_edges(H, W)
+    g = torch.Generator().manual_seed(0)
+    truth = torch.zeros(H, W, dtype=torch.long)
+    truth[2:10, 5:7] = 1
+    truth[5:7, 2:10] = 1
+    unary = torch.zeros(H * W, 2, dtype=torch.float64)
+    unary[torch.arange(H * W), truth.reshape(-1)] = 1 + 0.9 * torch.randn(H * W, generator=g, dtype=torch.float64)
+    pairwise = torch.zeros(len(edges), 2, 2, dtype=torch.float64)
+    k = 0.5 * torch.randn(len(edges), generator=g, dtype=torch.float64).abs()
+    pairwise[:, 0, 1] = pairwise[:, 1, 0] = -k
+    plain = lp.map_lp(unary, pairwise, edges)
+    res = lp.map_lp(unary, pairwise, edges, connected=[1])
+    assert res.score.item() <= plain.score.item() + 1e-9 and len(res.cuts[0]) > 0
+    labels = lp.round_labels(res.mu)[0][0]
+    if bool(res.integral[0]):
+        assert is_connected(labels.eq(1).nonzero().squeeze(1).tolist(), edges)
+    assert res.fractional_fraction.item() < 0.05
+
+
+def test_score_gradient_is_the_solution():
+    unary, pairwise = random_potentials(5, 5, 2, 3)
+    unary.requires_grad_()
+    pairwise.requires_grad_()
+    res = lp.map_lp(unary, pairwise, FIVE_CYCLE, connected=[1])
+    res.score.sum().backward()
+    torch.testing.assert_close(unary.grad, res.mu[0])
+    torch.testing.assert_close(pairwise.grad, res.mu_edges[0])
+
+
+def test_batch_and_dtype_device_follow_inputs():
+    unary, pairwise = random_potentials(5, 5, 3, 4)
+    batch = torch.stack([unary, -unary]).float()
+    res = lp.map_lp(batch, pairwise.float(), FIVE_CYCLE)
+    assert res.mu.shape == (2, 5, 3) and res.mu.dtype == torch.float32 and res.mu_edges.shape == (2, 5, 3, 3)
+    single = lp.map_lp(-unary, pairwise, FIVE_CYCLE)
+    assert res.score[1].item() == pytest.approx(single.score.item(), abs=1e-4)
+
+
+def test_grid_edges():
+    e = lp.grid_edges(2, 3)
+    assert e.tolist() == [[0, 1], [1, 2], [3, 4], [4, 5], [0, 3], [1, 4], [2, 5]]
+    assert len(lp.grid_edges(3, 3, connectivity=8)) == 12 + 8
+    with pytest.raises(ValueError, match="connectivity must be 4 or 8"):
+        lp.grid_edges(2, 2, connectivity=6)
+
+
+@pytest.mark.parametrize(
+    "edges, pairwise_shape, kwargs, exc, message",
+    [
+        (torch.tensor([[0, 5]]), (1, 2, 2), {}, ValueError, r"edges must index nodes in \[0, V\) = \[0, 3\)"),
+        (torch.tensor([[1, 1]]), (1, 2, 2), {}, ValueError, "self-loop"),
+        (torch.tensor([[0, 1], [0, 1]]), (2, 2, 2), {}, ValueError, "duplicate edge"),
+        (torch.tensor([[1, 0]]), (1, 2, 2), {}, ValueError, "i < j"),
+        (torch.tensor([[0.0, 1.0]]), (1, 2, 2), {}, TypeError, "edges must be an integer tensor"),
+        (torch.tensor([0, 1]), (1, 2, 2), {}, ValueError, r"edges must have shape \(E, 2\)"),
+        (torch.tensor([[0, 1]]), (1, 2, 3), {}, ValueError, r"pairwise must have shape \(E, L, L\) = \(1, 2, 2\)"),
+        (torch.tensor([[0, 1]]), (1, 2, 2), {"connected": [2]}, ValueError, r"connected labels must lie in \[0, L\)"),
+        (torch.tensor([[0, 1]]), (1, 2, 2), {"connected_soft": {1: -1.0}}, ValueError, "weights must be >= 0"),
+        (torch.tensor([[0, 1]]), (1, 2, 2), {"connected": [1], "connected_soft": {1: 1.0}}, ValueError, "both"),
+    ],
+)
+def test_bad_input(edges, pairwise_shape, kwargs, exc, message):
+    with pytest.raises(exc, match=message):
+        lp.map_lp(torch.zeros(3, 2), torch.zeros(pairwise_shape), edges, **kwargs)
+
+
+def test_nan_potentials_and_infeasible_lp():
+    unary = torch.zeros(3, 2)
+    unary[1, 0] = float("nan")
+    with pytest.raises(ValueError, match="unary contains NaN"):
+        lp.map_lp(unary, torch.zeros(1, 2, 2), torch.tensor([[0, 1]]))
+    # one label, a disconnected graph and hard connectivity: no feasible labeling
+    with pytest.raises(RuntimeError, match="HiGHS status 'Infeasible'"):
+        lp.map_lp(torch.zeros(3, 1), torch.zeros(1, 1, 1), torch.tensor([[0, 1]]), connected=[0])
+    with pytest.raises(ValueError, match=r"y must lie in \[0, 1\]"):
+        lp.connectivity_cut(torch.tensor([0.5, 1.5]), torch.zeros(0, 2, dtype=torch.long))
+
+
+def test_round_labels():
+    mu = torch.tensor([[[1.0, 0.0], [0.5, 0.5], [0.0, 1.0], [0.2, 0.8]]])
+    labels, frac = lp.round_labels(mu)
+    assert labels.tolist() == [[0, 0, 1, 1]] and frac.item() == pytest.approx(0.5)
+
+
+def cvxpy_smoothed(unary, pairwise, edges, smoothing):
+    """The smoothed relaxation of the general (L > 2) layer, written directly in cvxpy."""
+    import cvxpy as cp
+
+    V, L = unary.shape
+    E = len(edges)
+    mu, mue = cp.Variable((V, L)), cp.Variable((E, L * L))
+    cons = [mu >= 0, mue >= 0, cp.sum(mu, axis=1) == 1]
+    for e, (i, j) in enumerate(edges.tolist()):
+        M = cp.reshape(mue[e], (L, L), order="C")
+        cons += [cp.sum(M, axis=1) == mu[i], cp.sum(M, axis=0) == mu[j]]
+    obj = cp.sum(cp.multiply(unary.numpy(), mu)) + cp.sum(cp.multiply(pairwise.reshape(E, -1).numpy(), mue))
+    cp.Problem(cp.Maximize(obj - smoothing / 2 * (cp.sum_squares(mu) + cp.sum_squares(mue))), cons).solve()
+    return torch.tensor(mu.value)
+
+
+def test_layer_matches_cvxpy_and_the_lp():
+    torch.manual_seed(0)
+    unary, pairwise = 0.5 * torch.randn(5, 3, dtype=torch.float64), 0.5 * torch.randn(5, 3, 3, dtype=torch.float64)
+    layer = lp.MAPRelaxation(FIVE_CYCLE, 3, smoothing=0.5)
+    torch.testing.assert_close(layer(unary, pairwise)[0], cvxpy_smoothed(unary, pairwise, FIVE_CYCLE, 0.5),
+                               atol=1e-5, rtol=0)
+    for L in (2, 3):  # tiny smoothing: the LP solution, with and without connectivity cuts
+        unary, pairwise = random_potentials(5, 5, L, 1)
+        sharp = lp.MAPRelaxation(FIVE_CYCLE, L, smoothing=1e-4)
+        for kwargs in ({}, {"connected": [1]}):
+            res = lp.map_lp(unary, pairwise, FIVE_CYCLE, **kwargs)
+            if bool(res.integral[0]):
+                torch.testing.assert_close(sharp(unary, pairwise, cuts=res.cuts), res.mu, atol=1e-3, rtol=0)
+
+
+@pytest.mark.parametrize("L", [2, 3])
+def test_layer_gradients_match_finite_differences(L):
+    torch.manual_seed(L)
+    layer = lp.MAPRelaxation(FIVE_CYCLE, L, smoothing=1.0)
+    unary = 0.5 * torch.randn(1, 5, L, dtype=torch.float64, requires_grad=True)
+    pairwise = 0.5 * torch.randn(5, L, L, dtype=torch.float64, requires_grad=True)
+    weights = torch.randn(1, 5, L, dtype=torch.float64)
+    cuts = [(1, 0, 2, torch.tensor([1]))]
+    f = lambda u, p: (layer(u, p, cuts=cuts) * weights).sum()  # noqa: E731
+    gu, gp = torch.autograd.grad(f(unary, pairwise), (unary, pairwise))
+    assert gu.abs().max() > 1e-2  # smoothing makes the solution move with the potentials
+    for x, g, idx in ((unary, gu, 0), (pairwise, gp, 1)):
+        flat = x.detach().reshape(-1)
+        for k in range(0, flat.numel(), 3):
+            args = [unary.detach(), pairwise.detach()]
+            step = torch.zeros_like(flat)
+            step[k] = 1e-5
+            args[idx] = (flat + step).view_as(x)
+            up = f(*args)
+            args[idx] = (flat - step).view_as(x)
+            fd = (up - f(*args)) / 2e-5
+            # diffcp's adjoint uses LSQR: about 3 correct digits
+            assert float(fd) == pytest.approx(float(g.reshape(-1)[k]), abs=5e-3, rel=2e-2)
+
+
+def test_layer_bad_input():
+    layer = lp.MAPRelaxation(FIVE_CYCLE, 2, max_cuts=1)
+    with pytest.raises(ValueError, match="2 cuts do not fit the cut block of max_cuts = 1"):
+        layer(torch.zeros(5, 2), torch.zeros(5, 2, 2), cuts=[(1, 0, 2, [1]), (1, 0, 3, [4])])
+    with pytest.raises(ValueError, match="V = 5 nodes and L = 2 labels"):
+        layer(torch.zeros(6, 2), torch.zeros(5, 2, 2))
+    with pytest.raises(ValueError, match="num_labels must be >= 2"):
+        lp.MAPRelaxation(FIVE_CYCLE, 1)
+
+
+def test_relaxed_hinge_equals_loss_augmented_viterbi_on_chains():
+    """On a chain the relaxation is tight: the hinge is that of the exact loss-augmented Viterbi with
+    the area weights as position weights."""
+    g = torch.Generator().manual_seed(0)
+    B, T, L = 3, 6, 3
+    unary = torch.randn(B, T, L, generator=g, dtype=torch.float64, requires_grad=True)
+    pairwise = torch.randn(B, T - 1, L, L, generator=g, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(0, L, (B, T), generator=g)
+    area = torch.rand(B, T, generator=g, dtype=torch.float64) + 0.1
+    edges = torch.stack([torch.arange(T - 1), torch.arange(1, T)], 1)
+    got = lp.relaxed_hinge(unary, pairwise, edges, target, area=area, reduction="none")
+    weights = area / area.sum(1, keepdim=True)
+    want = st.loss_augmented_viterbi(unary, pairwise, target, weights=weights)[0].clamp(min=0)
+    torch.testing.assert_close(got, want)
+    g_got = torch.autograd.grad(got.sum(), (unary, pairwise))
+    g_want = torch.autograd.grad(want.sum(), (unary, pairwise))
+    for a, b in zip(g_got, g_want, strict=True):
+        torch.testing.assert_close(a, b)
+    hinge = st.StructuredHingeLoss(reduction="none")
+    torch.testing.assert_close(hinge(unary, pairwise, target, edges=edges, weights=area), got)
+
+
+def test_fit_trains_a_graph_model_with_connectivity():
+    """train.fit with RelaxedHingeLoss: a linear node model on a 6x6 grid learns to segment."""
+    H = W = 6
+    edges = lp.grid_edges(H, W)
+    g = torch.Generator().manual_seed(0)
+    n = 12
+    labels = torch.zeros(n, H * W, dtype=torch.long)
+    for k in range(n):
+        r, c = int(torch.randint(0, 3, (1,), generator=g)), int(torch.randint(0, 3, (1,), generator=g))
+        labels[k].view(H, W)[r:r + 3, c:c + 3] = 1
+    x = torch.stack([labels.double() + 0.8 * torch.randn(n, H * W, generator=g, dtype=torch.float64),
+                     torch.ones(n, H * W, dtype=torch.float64)], 2)
+    data = st.data.SequenceData(x, labels, torch.full((n,), H * W))
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.node = torch.nn.Linear(2, 2, bias=False).double()
+            self.edge = torch.nn.Parameter(torch.zeros(2, 2, dtype=torch.float64))
+
+        def forward(self, x):
+            return self.node(x), self.edge.expand(len(edges), 2, 2)
+
+    model = Model()
+    loss = lp.RelaxedHingeLoss(edges, connected=[1])
+    history = st.train.fit(model, data, loss, epochs=15, batch_size=4, progress=False, metrics=(),
+                           optimizer=torch.optim.Adam(model.parameters(), lr=0.1))
+    assert history["objective"][-1] < history["objective"][0]
+    with torch.no_grad():
+        unary, pairwise = model(x)
+        res = lp.map_lp(unary, pairwise, edges, connected=[1])
+    accuracy = float((lp.round_labels(res.mu)[0] == labels).double().mean())
+    assert accuracy > 0.85
