@@ -67,3 +67,14 @@ def test_gene_structure_demo_runs(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "| HSM SVM |" in proc.stdout and "| HMM-like chain |" in proc.stdout
     assert out.stat().st_size > 10_000
+
+
+def test_lp_examples_run(tmp_path):
+    for script, marker in (("connectivity_denoising.py", "CMRF integrality"), ("connected_segmentation.py", "| hard |")):
+        out = tmp_path / script.replace(".py", "")
+        proc = subprocess.run([sys.executable, str(ROOT / "examples" / script), "--quick", "--out", str(out)],
+                              capture_output=True, text=True, timeout=600, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
+        assert marker in proc.stdout
+        assert out.with_suffix(".md").read_text().count("|") > 10
+        assert out.with_suffix(".png").stat().st_size > 5_000

@@ -405,3 +405,14 @@ def test_fit_trains_a_graph_model_with_connectivity():
         res = lp.map_lp(unary, pairwise, edges, connected=[1])
     accuracy = float((lp.round_labels(res.mu)[0] == labels).double().mean())
     assert accuracy > 0.85
+
+
+def test_nested_cuts_are_disjoint_rings():
+    """On the path 0-1-2-3-4 with y = (1, 0, 0, 0, 1), every inner vertex separates 0 from 4 at
+    weight 0: nested cuts return all three, nearest to 0, nearest to 4, then the middle one."""
+    from structtorch.lp.separation import Separator
+
+    edges = torch.tensor([[0, 1], [1, 2], [2, 3], [3, 4]])
+    sep = Separator.build(edges, 5)
+    cuts = sep.nested(np.array([1.0, 0.0, 0.0, 0.0, 1.0]), 0, 4, 1e-6, 1e6, 5)
+    assert [c[3].tolist() for c in cuts] == [[1], [3], [2]] and all(c[0] == 1.0 for c in cuts)

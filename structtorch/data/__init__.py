@@ -2,6 +2,7 @@
 
 from .bauer import bauer_features, bauer_synthetic
 from .genes import SEGMENT_NAMES, GeneData, gene_grammar, synthetic_genes
+from .objects import OBJECT_CLASSES, ObjectData, synthetic_objects
 from .tagging import SequenceData, TaggingData, make_tagging_data
 
 __all__ = [
@@ -14,4 +15,7 @@ __all__ = [
     "synthetic_genes",
     "gene_grammar",
     "SEGMENT_NAMES",
+    "ObjectData",
+    "synthetic_objects",
+    "OBJECT_CLASSES",
 ]

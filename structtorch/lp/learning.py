@@ -22,10 +22,11 @@ from .relaxation import lp_score, map_lp
 __all__ = ["relaxed_hinge", "RelaxedHingeLoss", "area_weights"]
 
 
-def area_weights(area: Tensor | None, B: int, V: int, ref: Tensor) -> Tensor:
-    """(B, V) normalized loss weights r_i (uniform 1/V without ``area``)."""
+def area_weights(area: Tensor | None, B: int, V: int, ref: Tensor, normalize: bool = True) -> Tensor:
+    """(B, V) loss weights r_i: ``area`` (default all ones), divided by its sum per instance when
+    ``normalize``."""
     if area is None:
-        return ref.new_full((B, V), 1.0 / V)
+        return ref.new_full((B, V), 1.0 / V if normalize else 1.0)
     area = check_float("area", area, ref, "unary")
     if area.dim() == 1:
         area = area.unsqueeze(0).expand(B, V)
@@ -34,7 +35,7 @@ def area_weights(area: Tensor | None, B: int, V: int, ref: Tensor) -> Tensor:
                          f"got {tuple(area.shape)}")
     if bool((area < 0).any()) or bool((area.sum(1) <= 0).any()):
         raise ValueError("area must be non-negative with a positive sum per instance")
-    return area / area.sum(1, keepdim=True)
+    return area / area.sum(1, keepdim=True) if normalize else area
 
 
 def _onehot_edges(target: Tensor, edges: Tensor, L: int, dtype: torch.dtype) -> Tensor:
@@ -52,6 +53,7 @@ def relaxed_hinge(
     connected: list[int] | None = None,
     connected_soft: dict | None = None,
     area: Tensor | None = None,
+    normalize: bool = True,
     reduction: str = "mean",
     **lp_options,
 ) -> Tensor:
@@ -67,7 +69,11 @@ def relaxed_hinge(
     connected, connected_soft :
         As for :func:`structtorch.lp.map_lp`; soft weights given as tensors get gradients too.
     area : Tensor (V,) or (B, V), optional
-        Region sizes r_i of the loss (normalized per instance); uniform by default.
+        Region sizes r_i of the loss; uniform by default.
+    normalize : bool
+        Divide the areas by their sum per instance (the thesis's loss, at most 1). False counts
+        mislabelled area (the plain Hamming count without ``area``), which gives the margin a
+        per-node scale and trains faster by subgradient steps.
     reduction : {"mean", "sum", "none"}
     **lp_options
         Passed to :func:`map_lp` (max_iter, tol, cuts, ...).
@@ -88,7 +94,7 @@ def relaxed_hinge(
     if bool(((target < 0) | (target >= L)).any()):
         raise ValueError(f"target labels must lie in [0, L) = [0, {L})")
     target = target.to(unary_b.device)
-    r = area_weights(area, B, V, unary_b)
+    r = area_weights(area, B, V, unary_b, normalize)
     wrong = r.unsqueeze(2) * (1 - nn.functional.one_hot(target, L).to(unary_b.dtype))  # Delta is <wrong, mu>
     with torch.no_grad():
         res = map_lp(unary_b + wrong, pairwise_b, edges, connected=connected, connected_soft=connected_soft,
@@ -110,10 +116,11 @@ class RelaxedHingeLoss(nn.Module):
     """
 
     def __init__(self, edges: Tensor, *, connected: list[int] | None = None,
-                 connected_soft: dict | None = None, reduction: str = "mean", **lp_options) -> None:
+                 connected_soft: dict | None = None, normalize: bool = True, reduction: str = "mean",
+                 **lp_options) -> None:
         super().__init__()
         self.edges, self.connected, self.connected_soft = edges, connected, connected_soft
-        self.reduction, self.lp_options = reduction, lp_options
+        self.normalize, self.reduction, self.lp_options = normalize, reduction, lp_options
 
     def forward(self, unary: Tensor, pairwise: Tensor, target: Tensor, *, lengths: Tensor | None = None,
                 weights: Tensor | None = None, **unused) -> Tensor:
@@ -122,5 +129,5 @@ class RelaxedHingeLoss(nn.Module):
         if lengths is not None and bool((torch.as_tensor(lengths) != unary.shape[-2]).any()):
             raise ValueError("graph instances have no lengths: every node counts (lengths must be V)")
         return relaxed_hinge(unary, pairwise, self.edges, target, connected=self.connected,
-                             connected_soft=self.connected_soft, area=weights, reduction=self.reduction,
-                             **self.lp_options)
+                             connected_soft=self.connected_soft, area=weights, normalize=self.normalize,
+                             reduction=self.reduction, **self.lp_options)

@@ -54,50 +54,81 @@ class Separator:
                           for k in range(V)], dtype=np.int64)
         return cls(V, adj, net, split)
 
-    def min_separator(self, y: np.ndarray, i: int, j: int, scale: float) -> tuple[float, np.ndarray]:
-        """Minimum y-weight (i, j) vertex separator: (exact weight, vertices)."""
+    def min_separator(self, y: np.ndarray, i: int, j: int, scale: float, blocked: np.ndarray | None = None,
+                      near_source: bool = True) -> tuple[float, np.ndarray] | None:
+        """Minimum y-weight (i, j) vertex separator avoiding ``blocked`` vertices, the one nearest
+        to i (or to j): (exact weight, vertices), or None when every separator needs a blocked
+        vertex."""
         V = self.num_nodes
         net = self.network.copy()
         caps = np.minimum(np.round(y * scale), _INF // (V + 1)).astype(np.int32)
         caps[[i, j]] = _INF
+        if blocked is not None:
+            caps[blocked] = _INF
         net.data[self.split] = caps
-        flow = maximum_flow(net, V + i, j).flow  # source i_out, sink j_in
-        residual = (net - flow).tocsr()
+        result = maximum_flow(net, V + i, j)  # source i_out, sink j_in
+        if result.flow_value >= _INF:
+            return None
+        residual = (net - result.flow).tocsr()
         residual.data = (residual.data > 0).astype(np.int8)
         residual.eliminate_zeros()
         reached = np.zeros(2 * V, dtype=bool)
-        reached[breadth_first_order(residual, V + i, directed=True, return_predecessors=False)] = True
-        cut = np.nonzero(reached[:V] & ~reached[V:])[0]
+        if near_source:  # the vertices reachable from the source: the min cut nearest to i
+            reached[breadth_first_order(residual, V + i, directed=True, return_predecessors=False)] = True
+            cut = np.nonzero(reached[:V] & ~reached[V:])[0]
+        else:  # the vertices that reach the sink: the min cut nearest to j
+            into_sink = breadth_first_order(residual.T.tocsr(), j, directed=True, return_predecessors=False)
+            reached[into_sink] = True
+            cut = np.nonzero(~reached[:V] & reached[V:])[0]
         return float(y[cut].sum()), cut
 
-    def violated(self, y: np.ndarray, tol: float = 1e-6,
-                 limit: int | None = None) -> list[tuple[float, int, int, np.ndarray]]:
+    def violated(self, y: np.ndarray, tol: float = 1e-6, limit: int | None = None,
+                 nested: int = 1) -> list[tuple[float, int, int, np.ndarray]]:
         """Violated inequalities (violation, i, j, separator), most violated first: at most one per
-        pair of representatives, and at most ``limit``."""
+        pair of representatives (up to ``nested`` with disjoint separators), and at most ``limit``
+        (pairs are tried heaviest component first, so the first cuts separate the small pieces
+        from the main one)."""
         V = self.num_nodes
         ones = y >= 1 - tol
-        sub = self.adjacency[ones][:, ones]
-        _, comp = connected_components(sub, directed=False)
+        _, comp = connected_components(self.adjacency[ones][:, ones], directed=False)
         label = np.full(V, -1)
         label[ones] = comp
+        mass = np.bincount(comp, minlength=comp.max() + 1 if len(comp) else 0).astype(float)
         reps = {}
         for k in np.nonzero(ones)[0]:
             reps.setdefault(label[k], k)
-        candidates = sorted(list(reps.values()) + list(np.nonzero((y > tol) & ~ones)[0]), key=lambda k: -y[k])
+        candidates = [(mass[c], k) for c, k in reps.items()]
+        candidates += [(y[k], k) for k in np.nonzero((y > tol) & ~ones)[0]]
+        order = [k for _, k in sorted(candidates, key=lambda t: -t[0])]
         scale = float(min(1e6, (_INF // 4) / (V + 1)))
         found = []
-        for a, i in enumerate(candidates):
-            for j in candidates[a + 1:]:
-                if y[i] + y[j] <= 1 + tol:
-                    break  # sorted by y: later partners are smaller still
-                if self.adjacency[i, j]:
+        for a, i in enumerate(order):
+            for j in order[a + 1:]:
+                if y[i] + y[j] <= 1 + tol or self.adjacency[i, j]:
                     continue
-                weight, cut = self.min_separator(y, int(i), int(j), scale)
-                violation = y[i] + y[j] - 1 - weight
-                if violation > tol:
-                    found.append((float(violation), int(min(i, j)), int(max(i, j)), cut))
-        found.sort(key=lambda c: -c[0])
-        return found[:limit] if limit is not None else found
+                found += self.nested(y, int(i), int(j), tol, scale, nested)
+                if limit is not None and len(found) >= limit:
+                    return sorted(found, key=lambda c: -c[0])[:limit]
+        return sorted(found, key=lambda c: -c[0])
+
+    def nested(self, y: np.ndarray, i: int, j: int, tol: float, scale: float,
+               count: int) -> list[tuple[float, int, int, np.ndarray]]:
+        """Up to ``count`` violated inequalities for (i, j) with disjoint separators ("nested cuts":
+        each min cut's vertices are blocked before the next; the cuts alternate between the ones
+        nearest to i and to j). Zero-weight separators come in nested rings; cutting several at
+        once stops the LP from creeping a fractional path out by one ring per round."""
+        out, blocked = [], []
+        for k in range(count):
+            found = self.min_separator(y, i, j, scale, np.array(blocked, dtype=np.int64), k % 2 == 0)
+            if found is None:
+                break
+            weight, cut = found
+            violation = y[i] + y[j] - 1 - weight
+            if violation <= tol:
+                break
+            out.append((float(violation), min(i, j), max(i, j), cut))
+            blocked += cut.tolist()
+        return out
 
 
 def connectivity_cut(y: Tensor, edges: Tensor, *, tol: float = 1e-6) -> tuple[float, int, int, Tensor]:
@@ -128,7 +159,7 @@ def connectivity_cut(y: Tensor, edges: Tensor, *, tol: float = 1e-6) -> tuple[fl
     if np.isnan(values).any() or (values < -tol).any() or (values > 1 + tol).any():
         raise ValueError("y must lie in [0, 1] (and not be NaN)")
     sep = Separator.build(check_edges(edges, len(values)), len(values))
-    found = sep.violated(np.clip(values, 0.0, 1.0), tol, limit=1)
+    found = sep.violated(np.clip(values, 0.0, 1.0), tol)  # every pair: the most violated comes first
     if not found:
         return 0.0, -1, -1, torch.zeros(0, dtype=torch.long)
     violation, i, j, cut = found[0]

@@ -1,0 +1,101 @@
+"""LP relaxation benchmark: HiGHS LP, the cvxpylayers layer (plain and smoothed), and connectivity.
+
+Part 1, on a 32x32 binary grid with random unaries and attractive Potts edges (batch 1):
+- ``map_lp`` (HiGHS dual simplex on the local polytope);
+- ``MAPRelaxation`` with smoothing 0 (the plain LP through cvxpylayers/diffcp) and with the
+  default smoothing 1e-2, Clarabel and SCS, forward and forward+backward;
+  ratios against the HiGHS LP time measured in the same run.
+Part 2, per denoising instance (``examples/connectivity_denoising.py`` setup) with hard
+connectivity: LP solves, cuts, separation time and total time, medians over the instances.
+
+    python benchmarks/lp.py [--budget 2.0] [--instances 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+from chain import fmt, median_time
+
+from structtorch import lp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from connectivity_denoising import instance, x_pattern  # noqa: E402
+
+
+def grid_problem(H: int = 32, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    edges = lp.grid_edges(H, H)
+    unary = torch.randn(H * H, 2, generator=g, dtype=torch.float64)
+    pairwise = torch.zeros(len(edges), 2, 2, dtype=torch.float64)
+    pairwise[:, 0, 0] = pairwise[:, 1, 1] = 0.5 * torch.rand(len(edges), generator=g, dtype=torch.float64)
+    return unary, pairwise, edges
+
+
+def layer_cases(unary, pairwise, edges, budget):
+    rows = []
+    for smoothing, method in ((0.0, "Clarabel"), (1e-2, "Clarabel"), (1e-2, "SCS")):
+        layer = lp.MAPRelaxation(edges, 2, smoothing=smoothing, solve_method=method)
+
+        def forward(layer=layer):
+            with torch.no_grad():
+                layer(unary, pairwise)
+
+        def forward_backward(layer=layer):
+            u = unary.detach().requires_grad_()
+            layer(u, pairwise)[..., 1].sum().backward()
+
+        cpu = torch.device("cpu")
+        rows.append((f"layer smoothing={smoothing:g} ({method})", median_time(forward, budget, cpu),
+                     median_time(forward_backward, budget, cpu)))
+    return rows
+
+
+def denoising_stats(instances: int):
+    H = 32
+    truth, edges = x_pattern(H, H), lp.grid_edges(H, H)
+    out = []
+    for sigma, k in ((0.4, 1.0), (0.6, 2.0), (0.8, 1.0), (1.0, 2.0), (1.0, 4.0), (0.6, 0.5)):
+        stats = []
+        for r in range(instances):
+            unary, pairwise = instance(truth, edges, sigma, k, torch.Generator().manual_seed(100 * r + 7))
+            res = lp.map_lp(unary, pairwise, edges, connected=[1], max_iter=200)
+            t = res.timings[0]
+            stats.append((int(res.iterations[0]), len(res.cuts[0]), t["separation"],
+                          t["lp"] + t["separation"], float(res.fractional_fraction[0])))
+        out.append(((sigma, k), [statistics.median(s[c] for s in stats) for c in range(5)],
+                    [s[3] for s in stats]))
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--budget", type=float, default=2.0)
+    p.add_argument("--instances", type=int, default=3)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    unary, pairwise, edges = grid_problem()
+    highs = median_time(lambda: lp.map_lp(unary, pairwise, edges), args.budget, torch.device("cpu"))
+    print("# 32x32 binary grid, batch 1, 1 thread (medians)")
+    print("| solver | forward | forward+backward | fwd / HiGHS | fwd+bwd / HiGHS |")
+    print("|---|---|---|---|---|")
+    print(f"| map_lp (HiGHS LP) | {fmt(highs)} | - | 1.00 | - |")
+    for name, fwd, fb in layer_cases(unary, pairwise, edges, args.budget):
+        print(f"| {name} | {fmt(fwd)} | {fmt(fb)} | {fwd / highs:.2f} | {fb / highs:.2f} |", flush=True)
+    print(f"\n# Denoising instances (32x32 X, hard connectivity), medians over {args.instances} per setting")
+    print("| sigma, k | LP solves | cuts | separation | total | fractional nodes |")
+    print("|---|---|---|---|---|---|")
+    totals = []
+    for (sigma, k), med, times in denoising_stats(args.instances):
+        totals += times
+        print(f"| {sigma}, {k} | {med[0]:.0f} | {med[1]:.0f} | {fmt(med[2])} | {fmt(med[3])} | "
+              f"{100 * med[4]:.2f}% |", flush=True)
+    print(f"\nmedian over all {len(totals)} instances: {fmt(statistics.median(totals))} (target <= 1 s)")
+
+
+if __name__ == "__main__":
+    main()
