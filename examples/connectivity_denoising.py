@@ -131,9 +131,11 @@ def main() -> None:
                          f"{err['CMRF'][a, b]:.1f} | {integral[a, b]:.2f} | {solves[a, b]:.1f} | {cuts[a, b]:.0f} | "
                          f"{sep[a, b]:.3f} | {times[a, b]:.3f}{'' if converged[a, b] else ' (max_iter)'} |")
     noisy = np.array(sigmas)[:, None] > 0  # sigma = 0 has no noise: all three are exact
+    errs = err["MRF"] > 0
     findings = [
         f"MRF - CMRF error > 0 in {int(((d > 0) & noisy).sum())} of {int(noisy.sum() * len(ks))} noisy cells "
-        f"(>= 0 in {int(((d >= 0) & noisy).sum())})",
+        f"(>= 0 in {int(((d >= 0) & noisy).sum())}); where the MRF errs at all: > 0 in {int((d > 0)[errs].sum())}"
+        f" of {int(errs.sum())}, < 0 in {int((d < 0)[errs].sum())}",
         f"CMRF beats MRFcomp in {int(((e > 0) & noisy).sum())} cells, ties in {int(((e == 0) & noisy).sum())}, "
         f"loses in {int(((e < 0) & noisy).sum())} (k of the losses: {sorted({ks[b] for a, b in zip(*np.nonzero((e < 0) & noisy), strict=True)})})",
         f"CMRF integrality: >= 99.5% of the nodes integral in {int((integral >= 99.5).sum())} of {integral.size} cells, "

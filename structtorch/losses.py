@@ -64,8 +64,14 @@ def structured_hinge(
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
     if edges is not None:
+        chain_only = {"start": start, "end": end, "cost": cost, "max_len": max_len,
+                      "target_starts": target_starts, "length_scores": length_scores, "boundary": boundary,
+                      "segment_scores": segment_scores, "segment_plif": segment_plif}
+        given = [k for k, v in chain_only.items() if v is not None]
+        if given:
+            raise ValueError(f"graph models (edges=...) do not take {', '.join(given)}")
         return _graph_hinge(unary, transitions, target, edges, rescaling, h, reduction, lengths, weights,
-                            cost, max_len, connected, connected_soft)
+                            connected, connected_soft)
     if connected is not None or connected_soft is not None:
         raise ValueError("connected and connected_soft need edges (a graph model)")
     semimarkov_only = {"target_starts": target_starts, "length_scores": length_scores, "boundary": boundary,
@@ -89,17 +95,15 @@ def structured_hinge(
     return _reduce(value.clamp(min=0), reduction)
 
 
-def _graph_hinge(unary, pairwise, target, edges, rescaling, h, reduction, lengths, weights, cost, max_len,
-                 connected, connected_soft) -> Tensor:
-    from .lp import relaxed_hinge
+def _graph_hinge(unary, pairwise, target, edges, rescaling, h, reduction, lengths, weights, connected,
+                 connected_soft) -> Tensor:
+    from .lp import RelaxedHingeLoss
 
-    if rescaling != "margin" or h is not None or cost is not None or max_len is not None:
+    if rescaling != "margin" or h is not None:
         raise ValueError("graph models (edges=...) support margin rescaling with the area-weighted Hamming "
-                         "loss only: rescaling='margin', h=None, cost=None, max_len=None")
-    if lengths is not None:
-        raise ValueError("graph models have no lengths (every node counts); pass lengths=None")
-    return relaxed_hinge(unary, pairwise, edges, target, connected=connected, connected_soft=connected_soft,
-                         area=weights, reduction=reduction)
+                         "loss only: rescaling='margin', h=None")
+    loss = RelaxedHingeLoss(edges, connected=connected, connected_soft=connected_soft, reduction=reduction)
+    return loss(unary, pairwise, target, lengths=lengths, weights=weights)
 
 
 class StructuredHingeLoss(nn.Module):

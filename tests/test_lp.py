@@ -256,8 +256,10 @@ def test_grid_edges():
         (torch.tensor([[0.0, 1.0]]), (1, 2, 2), {}, TypeError, "edges must be an integer tensor"),
         (torch.tensor([0, 1]), (1, 2, 2), {}, ValueError, r"edges must have shape \(E, 2\)"),
         (torch.tensor([[0, 1]]), (1, 2, 3), {}, ValueError, r"pairwise must have shape \(E, L, L\) = \(1, 2, 2\)"),
-        (torch.tensor([[0, 1]]), (1, 2, 2), {"connected": [2]}, ValueError, r"connected labels must lie in \[0, L\)"),
-        (torch.tensor([[0, 1]]), (1, 2, 2), {"connected_soft": {1: -1.0}}, ValueError, "weights must be >= 0"),
+        (torch.tensor([[0, 1]]), (1, 2, 2), {"connected": [2]}, ValueError, r"connected labels must be ints in \[0, L\)"),
+        (torch.tensor([[0, 1]]), (1, 2, 2), {"connected": [0.7]}, ValueError, "connected labels must be ints"),
+        (torch.tensor([[0, 1]]), (1, 2, 2), {"connected_soft": {1: float("inf")}}, ValueError, "finite and >= 0"),
+        (torch.tensor([[0, 1]]), (1, 2, 2), {"connected_soft": {1: -1.0}}, ValueError, "weights must be finite and >= 0"),
         (torch.tensor([[0, 1]]), (1, 2, 2), {"connected": [1], "connected_soft": {1: 1.0}}, ValueError, "both"),
     ],
 )
@@ -284,8 +286,9 @@ def test_round_labels():
     assert labels.tolist() == [[0, 0, 1, 1]] and frac.item() == pytest.approx(0.5)
 
 
-def cvxpy_smoothed(unary, pairwise, edges, smoothing):
-    """The smoothed relaxation of the general (L > 2) layer, written directly in cvxpy."""
+def cvxpy_smoothed(unary, pairwise, edges, smoothing, cuts=()):
+    """The smoothed relaxation of the layers (node variables smoothed), written directly in cvxpy
+    on the full local polytope."""
     import cvxpy as cp
 
     V, L = unary.shape
@@ -295,49 +298,57 @@ def cvxpy_smoothed(unary, pairwise, edges, smoothing):
     for e, (i, j) in enumerate(edges.tolist()):
         M = cp.reshape(mue[e], (L, L), order="C")
         cons += [cp.sum(M, axis=1) == mu[i], cp.sum(M, axis=0) == mu[j]]
+    for c, i, j, S in cuts:
+        cons.append(mu[i, c] + mu[j, c] - sum(mu[k, c] for k in S) <= 1)
     obj = cp.sum(cp.multiply(unary.numpy(), mu)) + cp.sum(cp.multiply(pairwise.reshape(E, -1).numpy(), mue))
-    cp.Problem(cp.Maximize(obj - smoothing / 2 * (cp.sum_squares(mu) + cp.sum_squares(mue))), cons).solve()
+    cp.Problem(cp.Maximize(obj - smoothing / 2 * cp.sum_squares(mu)), cons).solve()
     return torch.tensor(mu.value)
 
 
-def test_layer_matches_cvxpy_and_the_lp():
-    torch.manual_seed(0)
-    unary, pairwise = 0.5 * torch.randn(5, 3, dtype=torch.float64), 0.5 * torch.randn(5, 3, 3, dtype=torch.float64)
-    layer = lp.MAPRelaxation(FIVE_CYCLE, 3, smoothing=0.5)
-    torch.testing.assert_close(layer(unary, pairwise)[0], cvxpy_smoothed(unary, pairwise, FIVE_CYCLE, 0.5),
-                               atol=1e-5, rtol=0)
-    for L in (2, 3):  # tiny smoothing: the LP solution, with and without connectivity cuts
-        unary, pairwise = random_potentials(5, 5, L, 1)
-        sharp = lp.MAPRelaxation(FIVE_CYCLE, L, smoothing=1e-4)
-        for kwargs in ({}, {"connected": [1]}):
-            res = lp.map_lp(unary, pairwise, FIVE_CYCLE, **kwargs)
-            if bool(res.integral[0]):
-                torch.testing.assert_close(sharp(unary, pairwise, cuts=res.cuts), res.mu, atol=1e-3, rtol=0)
+CUTS = [(1, 0, 2, [1])]
 
 
 @pytest.mark.parametrize("L", [2, 3])
-def test_layer_gradients_match_finite_differences(L):
+def test_layer_matches_cvxpy_and_the_lp(L):
+    torch.manual_seed(L)
+    unary, pairwise = 0.5 * torch.randn(5, L, dtype=torch.float64), 0.5 * torch.randn(5, L, L, dtype=torch.float64)
+    layer = lp.MAPRelaxation(FIVE_CYCLE, L, smoothing=0.5)
+    for cuts in ((), CUTS):
+        torch.testing.assert_close(layer(unary, pairwise, cuts=list(cuts))[0],
+                                   cvxpy_smoothed(unary, pairwise, FIVE_CYCLE, 0.5, cuts), atol=1e-4, rtol=0)
+    unary, pairwise = random_potentials(5, 5, L, 1)  # tiny smoothing: the LP solution, with and without cuts
+    sharp = lp.MAPRelaxation(FIVE_CYCLE, L, smoothing=1e-4)
+    for kwargs in ({}, {"connected": [1]}):
+        res = lp.map_lp(unary, pairwise, FIVE_CYCLE, **kwargs)
+        if bool(res.integral[0]):
+            torch.testing.assert_close(sharp(unary, pairwise, cuts=res.cuts), res.mu, atol=1e-3, rtol=0)
+
+
+@pytest.mark.parametrize("L", [2, 3])
+def test_layer_gradients_match_finite_differences_of_plain_cvxpy(L):
     torch.manual_seed(L)
     layer = lp.MAPRelaxation(FIVE_CYCLE, L, smoothing=1.0)
-    unary = 0.5 * torch.randn(1, 5, L, dtype=torch.float64, requires_grad=True)
+    unary = 0.5 * torch.randn(5, L, dtype=torch.float64, requires_grad=True)
     pairwise = 0.5 * torch.randn(5, L, L, dtype=torch.float64, requires_grad=True)
-    weights = torch.randn(1, 5, L, dtype=torch.float64)
-    cuts = [(1, 0, 2, torch.tensor([1]))]
-    f = lambda u, p: (layer(u, p, cuts=cuts) * weights).sum()  # noqa: E731
-    gu, gp = torch.autograd.grad(f(unary, pairwise), (unary, pairwise))
+    weights = torch.randn(5, L, dtype=torch.float64)
+    gu, gp = torch.autograd.grad((layer(unary, pairwise, cuts=CUTS)[0] * weights).sum(), (unary, pairwise))
     assert gu.abs().max() > 1e-2  # smoothing makes the solution move with the potentials
+
+    def plain(u, p):
+        return float((cvxpy_smoothed(u, p, FIVE_CYCLE, 1.0, CUTS) * weights).sum())
+
     for x, g, idx in ((unary, gu, 0), (pairwise, gp, 1)):
         flat = x.detach().reshape(-1)
         for k in range(0, flat.numel(), 3):
             args = [unary.detach(), pairwise.detach()]
             step = torch.zeros_like(flat)
-            step[k] = 1e-5
+            step[k] = 1e-4
             args[idx] = (flat + step).view_as(x)
-            up = f(*args)
+            up = plain(*args)
             args[idx] = (flat - step).view_as(x)
-            fd = (up - f(*args)) / 2e-5
+            fd = (up - plain(*args)) / 2e-4
             # diffcp's adjoint uses LSQR: about 3 correct digits
-            assert float(fd) == pytest.approx(float(g.reshape(-1)[k]), abs=5e-3, rel=2e-2)
+            assert fd == pytest.approx(float(g.reshape(-1)[k]), abs=5e-3, rel=2e-2)
 
 
 def test_layer_bad_input():
@@ -416,3 +427,88 @@ def test_nested_cuts_are_disjoint_rings():
     sep = Separator.build(edges, 5)
     cuts = sep.nested(np.array([1.0, 0.0, 0.0, 0.0, 1.0]), 0, 4, 1e-6, 1e6, 5)
     assert [c[3].tolist() for c in cuts] == [[1], [3], [2]] and all(c[0] == 1.0 for c in cuts)
+
+
+def enumerated_lp(unary, pairwise, edges, connected=(), soft=None):
+    """The LP with every vertex-separator inequality of the connected labels written out."""
+    from scipy.optimize import linprog
+
+    from structtorch.lp.relaxation import _constraints
+
+    V, L = unary.shape
+    A = _constraints(V, L, edges).toarray()
+    n = A.shape[1]
+    soft = soft or {}
+    labels = list(connected) + list(soft)
+    A = np.hstack([A, np.zeros((A.shape[0], len(soft)))])
+    rows = []
+    adjacent = {tuple(e) for e in edges.tolist()}
+    for pos, c in enumerate(labels):
+        for i, j in itertools.combinations(range(V), 2):
+            if (i, j) in adjacent:
+                continue
+            others = [k for k in range(V) if k not in (i, j)]
+            for r in range(len(others) + 1):
+                for S in itertools.combinations(others, r):
+                    keep = [k for k in range(V) if k not in S]
+                    sub = edges[[a in keep and b in keep for a, b in edges.tolist()]]
+                    if is_connected_pair(i, j, sub):
+                        continue
+                    row = np.zeros(n + len(soft))
+                    row[[i * L + c, j * L + c]] = 1
+                    row[[k * L + c for k in S]] = -1
+                    if c in soft:
+                        row[n + pos - len(connected)] = -1
+                    rows.append(row)
+    cost = -np.concatenate([unary.reshape(-1).numpy(), pairwise.reshape(-1).numpy(), np.zeros(len(soft))])
+    cost[n:] = list(soft.values())
+    bounds = [(0, 1)] * n + [(0, None)] * len(soft)
+    res = linprog(cost, A_ub=np.array(rows) if rows else None, b_ub=np.ones(len(rows)) if rows else None,
+                  A_eq=A, b_eq=np.concatenate([np.ones(V), np.zeros(A.shape[0] - V)]), bounds=bounds, method="highs")
+    return -res.fun
+
+
+@settings(deadline=None, max_examples=30)
+@given(graph=graphs(max_nodes=6), L=st_.integers(2, 3), seed=st_.integers(0, 2**31), soft=st_.booleans())
+def test_cutting_planes_reach_the_fully_enumerated_lp(graph, L, seed, soft):
+    V, edges = graph
+    unary, pairwise = random_potentials(V, len(edges), L, seed)
+    kwargs = {"connected_soft": {1: 0.7}} if soft else {"connected": [1]}
+    res = lp.map_lp(unary, pairwise, edges, **kwargs)
+    assert bool(res.converged[0])
+    want = enumerated_lp(unary, pairwise, edges, **({"soft": {1: 0.7}} if soft else {"connected": [1]}))
+    assert res.score.item() == pytest.approx(want, abs=1e-6)
+    again = lp.map_lp(unary, pairwise, edges, cuts=res.cuts[0], max_iter=1, **kwargs)  # cuts keep their slack
+    assert again.score.item() == pytest.approx(res.score.item(), abs=1e-7)
+
+
+def test_soft_slack_offsets_the_violation_only():
+    """Regression: with slack 0.3, y = (.7, 1, .5, 1) on a path still violates the cut (1, 3, {2})
+    by 0.5 > 0.3 (the slack must not merge y >= 0.7 nodes into the y = 1 components)."""
+    from structtorch.lp.separation import Separator
+
+    sep = Separator.build(torch.tensor([[0, 1], [1, 2], [2, 3]]), 4)
+    found = sep.violated(np.array([0.7, 1.0, 0.5, 1.0]), 1e-6, offset=0.3)
+    assert [(f[1], f[2], f[3].tolist()) for f in found][:1] == [(1, 3, [2])] and found[0][0] == pytest.approx(0.5)
+
+
+def test_relaxed_hinge_with_connectivity():
+    edges = FIVE_CYCLE
+    unary, pairwise = random_potentials(5, 5, 2, 8)
+    target = torch.tensor([1, 1, 0, 0, 0])
+    w = torch.tensor(0.8, dtype=torch.float64, requires_grad=True)
+    value = lp.relaxed_hinge(unary, pairwise, edges, target, connected_soft={1: w}, normalize=False)
+    res = lp.map_lp(unary + (1 - torch.nn.functional.one_hot(target, 2)), pairwise, edges, connected_soft={1: 0.8})
+    (grad,) = torch.autograd.grad(value, w)
+    if value.item() > 0:
+        assert grad.item() == pytest.approx(-res.slack[0, 0].item(), abs=1e-9)  # target connected: phi = 0
+    split = torch.tensor([1, 0, 1, 0, 0])  # nodes 0 and 2 are not adjacent
+    with pytest.raises(ValueError, match="target row 0 splits label 1"):
+        lp.relaxed_hinge(unary, pairwise, edges, split, connected=[1])
+    w2 = torch.tensor(0.8, dtype=torch.float64, requires_grad=True)
+    value = lp.relaxed_hinge(unary, pairwise, edges, split, connected_soft={1: w2}, normalize=False)
+    if value.item() > 0:
+        (grad,) = torch.autograd.grad(value, w2)
+        res = lp.map_lp(unary + (1 - torch.nn.functional.one_hot(split, 2)), pairwise, edges,
+                        connected_soft={1: 0.8})
+        assert grad.item() == pytest.approx(1.0 - res.slack[0, 0].item(), abs=1e-9)  # phi(target) = 1

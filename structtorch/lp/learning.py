@@ -44,6 +44,12 @@ def _onehot_edges(target: Tensor, edges: Tensor, L: int, dtype: torch.dtype) -> 
     return flat.view(*i.shape, L, L)
 
 
+def _check_no_lengths(lengths, V: int) -> None:
+    if lengths is not None and bool((torch.as_tensor(lengths) != V).any()):
+        raise ValueError(f"graph instances have no lengths: every node counts (lengths must be None or "
+                         f"V = {V})")
+
+
 def relaxed_hinge(
     unary: Tensor,
     pairwise: Tensor,
@@ -102,11 +108,36 @@ def relaxed_hinge(
     y_nodes = nn.functional.one_hot(target, L).to(unary_b.dtype)
     y_edges = _onehot_edges(target, edges.to(target.device), L, unary_b.dtype)
     found = lp_score(unary_b, pairwise_b, res.mu, res.mu_edges)
-    for pos, (_, w) in enumerate((connected_soft or {}).items()):
-        found = found - w * res.slack[:, pos]  # targets are assumed connected: no slack of their own
     gold = lp_score(unary_b, pairwise_b, y_nodes, y_edges)
+    split = _disconnected(target, edges, connected, connected_soft)
+    for pos, (c, w) in enumerate((connected_soft or {}).items()):
+        found = found - w * res.slack[:, pos]
+        gold = gold - w * split[c].to(gold)  # phi_conn of an integral labeling: 1 if split, else 0
     value = found + (wrong * res.mu).sum((1, 2)) - gold
     return _reduce(value.clamp(min=0), reduction)
+
+
+def _disconnected(target: Tensor, edges: Tensor, connected, connected_soft) -> dict[int, Tensor]:
+    """{label: (B,) bool} whether the target's nodes of that label are split; hard-connected labels
+    must not be (the target would be infeasible)."""
+    from scipy.sparse.csgraph import connected_components
+
+    from .graph import adjacency
+
+    labels = list(connected or []) + list(connected_soft or {})
+    if not labels:
+        return {}
+    adj = adjacency(edges, target.shape[1])
+    y = target.cpu().numpy()
+    out = {}
+    for c in labels:
+        split = [connected_components(adj[row == c][:, row == c], directed=False)[0] > 1 for row in y]
+        out[c] = torch.tensor(split, device=target.device)
+        if c in (connected or []) and bool(out[c].any()):
+            b = int(out[c].nonzero()[0])
+            raise ValueError(f"target row {b} splits label {c} into several components, but connected "
+                             f"requires it to be connected")
+    return out
 
 
 class RelaxedHingeLoss(nn.Module):
@@ -126,8 +157,7 @@ class RelaxedHingeLoss(nn.Module):
                 weights: Tensor | None = None, **unused) -> Tensor:
         if unused:
             raise TypeError(f"unexpected arguments for a graph hinge: {sorted(unused)}")
-        if lengths is not None and bool((torch.as_tensor(lengths) != unary.shape[-2]).any()):
-            raise ValueError("graph instances have no lengths: every node counts (lengths must be V)")
+        _check_no_lengths(lengths, unary.shape[-2])
         return relaxed_hinge(unary, pairwise, self.edges, target, connected=self.connected,
                              connected_soft=self.connected_soft, area=weights, normalize=self.normalize,
                              reduction=self.reduction, **self.lp_options)

@@ -23,11 +23,10 @@ import torch
 from torch import Tensor
 
 from .graph import check_graph_potentials
+from .rounding import fractional
 from .separation import Separator
 
 __all__ = ["map_lp", "LPResult", "lp_score"]
-
-FRACTIONAL_TOL = 1e-6
 
 
 @dataclass
@@ -44,7 +43,8 @@ class LPResult:
         The LP optimum, differentiable w.r.t. ``unary``, ``pairwise`` (and soft weights given as
         tensors): by Danskin its gradient is ``mu`` / ``mu_edges``.
     integral : Tensor (B,) bool
-        All variables within 1e-6 of 0 or 1 (then ``mu`` is the exact constrained MAP).
+        All variables within 1e-6 of 0 or 1 (with ``converged``, ``mu`` is then the exact
+        constrained MAP).
     fractional_fraction : Tensor (B,)
         Fraction of nodes with a fractional variable.
     cuts : list of B lists of (label, i, j, separator)
@@ -91,20 +91,23 @@ def _constraints(V: int, L: int, edges: Tensor) -> sp.csc_array:
     return A.tocsc()
 
 
+def _weight(w) -> float:
+    return float(w.detach()) if isinstance(w, Tensor) else float(w)
+
+
 def _check_labels(connected, connected_soft, L: int) -> tuple[list[int], list[tuple[int, object]]]:
-    hard = [] if connected is None else [int(c) for c in connected]
+    hard = [] if connected is None else list(connected)
     soft = [] if connected_soft is None else list(connected_soft.items())
-    for c in hard + [int(c) for c, _ in soft]:
-        if not 0 <= c < L:
-            raise ValueError(f"connected labels must lie in [0, L) = [0, {L}), got {c}")
+    for c in hard + [c for c, _ in soft]:
+        if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or not 0 <= c < L:
+            raise ValueError(f"connected labels must be ints in [0, L) = [0, {L}), got {c!r}")
     for c, w in soft:
-        value = float(w.detach()) if isinstance(w, Tensor) else float(w)
-        if not value >= 0:
-            raise ValueError(f"connected_soft weights must be >= 0 (else the LP is unbounded), got {value} "
-                             f"for label {c}")
-    if set(hard) & {int(c) for c, _ in soft}:
+        if not (np.isfinite(_weight(w)) and _weight(w) >= 0):
+            raise ValueError(f"connected_soft weights must be finite and >= 0 (else the LP is unbounded), "
+                             f"got {_weight(w)} for label {c}")
+    if set(hard) & {c for c, _ in soft}:
         raise ValueError("a label cannot be both in connected and in connected_soft")
-    return hard, [(int(c), w) for c, w in soft]
+    return [int(c) for c in hard], [(int(c), w) for c, w in soft]
 
 
 class _Instance:
@@ -143,12 +146,17 @@ class _Instance:
                        index, value)
 
 
-def _cut_row(c: int, i: int, j: int, S: np.ndarray, L: int) -> tuple[np.ndarray, np.ndarray]:
+def _cut_row(c: int, i: int, j: int, S: np.ndarray, L: int,
+             slack: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Column indices and coefficients of mu_i(c) + mu_j(c) - sum_S mu_k(c) (- s_c) <= 1."""
     idx = np.concatenate([[i * L + c, j * L + c], np.asarray(S, dtype=np.int64) * L + c])
-    return idx, np.concatenate([[1.0, 1.0], -np.ones(len(S))])
+    val = np.concatenate([[1.0, 1.0], -np.ones(len(S))])
+    return (idx, val) if slack is None else (np.append(idx, slack), np.append(val, -1.0))
 
 
-def _initial_cuts(cuts, B: int, V: int, L: int) -> list[list]:
+def check_cuts(cuts, B: int, V: int, L: int) -> list[list]:
+    """Cut rows (label, i, j, separator) as one list for all instances or one list per instance,
+    validated; returns B lists with int labels/nodes and int64 separators."""
     if cuts is None:
         return [[] for _ in range(B)]
     per_instance = cuts if len(cuts) == B and all(isinstance(c, list) for c in cuts) else [cuts] * B
@@ -158,10 +166,12 @@ def _initial_cuts(cuts, B: int, V: int, L: int) -> list[list]:
         for row in rows:
             c, i, j, S = row
             S = torch.as_tensor(S, dtype=torch.long).reshape(-1).cpu()
-            if not (0 <= int(c) < L and 0 <= int(i) < V and 0 <= int(j) < V) or (
-                    len(S) and (int(S.min()) < 0 or int(S.max()) >= V)):
-                raise ValueError(f"cuts rows must be (label < {L}, i < {V}, j < {V}, separator in [0, {V})), "
-                                 f"got {row}")
+            ok = 0 <= int(c) < L and 0 <= int(i) < V and 0 <= int(j) < V and int(i) != int(j)
+            ok = ok and (not len(S) or (int(S.min()) >= 0 and int(S.max()) < V and not bool(
+                torch.isin(S, torch.tensor([int(i), int(j)])).any())))
+            if not ok:
+                raise ValueError(f"cut rows must be (label in [0, {L}), i != j in [0, {V}), separator in "
+                                 f"[0, {V}) without i and j), got {row}")
             out.append((int(c), int(i), int(j), S))
         checked.append(out)
     return checked
@@ -209,8 +219,10 @@ def map_lp(
         most violated one). Several rings of zero-weight separators per round speed up
         convergence a lot on noisy instances.
     cuts : list of (label, i, j, separator), or a list of B such lists, optional
-        Rows ``mu_i(label) + mu_j(label) - sum_{k in separator} mu_k(label) <= 1`` to start from,
-        e.g. the ``cuts`` of an earlier result on the same graph (they depend on the graph only).
+        Rows ``mu_i(label) + mu_j(label) - sum_{k in separator} mu_k(label) <= 1`` to start from
+        (``- s_label`` for soft labels), e.g. the ``cuts`` of an earlier result on the same graph
+        (they depend on the graph only). Rows are taken as given: they are connectivity cuts
+        when the separator separates i and j.
 
     Returns
     -------
@@ -225,15 +237,16 @@ def map_lp(
     A = _constraints(V, L, edges)
     rhs = np.concatenate([np.ones(V), np.zeros(2 * E * L)])
     sep = Separator.build(edges, V) if hard or soft else None
-    soft_w = np.array([float(w.detach()) if isinstance(w, Tensor) else float(w) for _, w in soft])
+    soft_w = np.array([_weight(w) for _, w in soft])
+    slack_col = {c: V * L + E * L * L + pos for pos, (c, _) in enumerate(soft)}
     cost = -torch.cat([unary_b.reshape(B, -1), pairwise_b.reshape(B, -1)], 1).detach().double().cpu().numpy()
     n = V * L + E * L * L
-    start = _initial_cuts(cuts, B, V, L)
+    start = check_cuts(cuts, B, V, L)
     sols, all_cuts, iters, done, timings = [], [], [], [], []
     for b in range(B):
         inst = _Instance(np.concatenate([cost[b], soft_w]), A, rhs, len(soft))
         if start[b]:
-            inst.add_rows([_cut_row(c, i, j, S.numpy(), L) for c, i, j, S in start[b]])
+            inst.add_rows([_cut_row(c, i, j, S.numpy(), L, slack_col.get(c)) for c, i, j, S in start[b]])
         found, t_lp, t_sep = list(start[b]), 0.0, 0.0
         converged, solves = False, 0
         while solves < max_iter:
@@ -246,14 +259,11 @@ def map_lp(
                 break
             t0 = time.perf_counter()
             rows = []
-            for pos, c in enumerate(hard + [c for c, _ in soft]):
+            for c in hard + [c for c, _ in soft]:
                 y = np.clip(x[np.arange(V) * L + c], 0.0, 1.0)
-                slack = x[n + pos - len(hard)] if pos >= len(hard) else 0.0
-                for _, i, j, S in sep.violated(y, tol + slack, cuts_per_round, nested):
-                    idx, val = _cut_row(c, i, j, S, L)
-                    if pos >= len(hard):  # d^T mu - s <= 1
-                        idx, val = np.append(idx, n + pos - len(hard)), np.append(val, -1.0)
-                    rows.append((idx, val))
+                slack = x[slack_col[c]] if c in slack_col else 0.0
+                for _, i, j, S in sep.violated(y, tol, cuts_per_round, nested, offset=slack):
+                    rows.append(_cut_row(c, i, j, S, L, slack_col.get(c)))
                     found.append((c, i, j, torch.from_numpy(S).long()))
             t_sep += time.perf_counter() - t0
             if not rows:
@@ -269,8 +279,7 @@ def map_lp(
     mu = X[:, : V * L].reshape(B, V, L).clamp(0, 1)
     mu_e = X[:, V * L:n].reshape(B, E, L, L).clamp(0, 1)
     slack = X[:, n:].clamp(min=0)
-    frac = (mu > FRACTIONAL_TOL) & (mu < 1 - FRACTIONAL_TOL)
-    frac_e = ((mu_e > FRACTIONAL_TOL) & (mu_e < 1 - FRACTIONAL_TOL)).flatten(1).any(1)
+    frac, frac_e = fractional(mu), fractional(mu_e).flatten(1).any(1)
     ref = unary_b
     mu, mu_e, slack = (t.to(dtype=ref.dtype, device=ref.device) for t in (mu, mu_e, slack))
     score = lp_score(unary_b, pairwise_b, mu, mu_e)

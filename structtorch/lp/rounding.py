@@ -5,9 +5,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .relaxation import FRACTIONAL_TOL
+__all__ = ["round_labels", "fractional", "FRACTIONAL_TOL"]
 
-__all__ = ["round_labels"]
+FRACTIONAL_TOL = 1e-6
+
+
+def fractional(x: Tensor) -> Tensor:
+    """Entries strictly inside (0, 1), beyond FRACTIONAL_TOL."""
+    return (x > FRACTIONAL_TOL) & (x < 1 - FRACTIONAL_TOL)
 
 
 def round_labels(mu: Tensor) -> tuple[Tensor, Tensor]:
@@ -32,5 +37,5 @@ def round_labels(mu: Tensor) -> tuple[Tensor, Tensor]:
     mu = mu.unsqueeze(0) if mu.dim() == 2 else mu
     if bool(torch.isnan(mu).any()):
         raise ValueError("mu contains NaN")
-    frac = ((mu > FRACTIONAL_TOL) & (mu < 1 - FRACTIONAL_TOL)).any(2)
+    frac = fractional(mu).any(2)
     return mu.argmax(2), frac.to(mu.dtype if mu.dtype.is_floating_point else torch.float64).mean(1)

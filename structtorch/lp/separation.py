@@ -82,12 +82,12 @@ class Separator:
             cut = np.nonzero(~reached[:V] & reached[V:])[0]
         return float(y[cut].sum()), cut
 
-    def violated(self, y: np.ndarray, tol: float = 1e-6, limit: int | None = None,
-                 nested: int = 1) -> list[tuple[float, int, int, np.ndarray]]:
-        """Violated inequalities (violation, i, j, separator), most violated first: at most one per
-        pair of representatives (up to ``nested`` with disjoint separators), and at most ``limit``
-        (pairs are tried heaviest component first, so the first cuts separate the small pieces
-        from the main one)."""
+    def violated(self, y: np.ndarray, tol: float = 1e-6, limit: int | None = None, nested: int = 1,
+                 offset: float = 0.0) -> list[tuple[float, int, int, np.ndarray]]:
+        """Inequalities violated by more than ``tol + offset`` (``offset``: a soft label's slack),
+        as (violation, i, j, separator), most violated first: at most ``nested`` per pair of
+        representatives (disjoint separators), and at most ``limit`` (pairs are tried heaviest
+        component first, so the first cuts separate the small pieces from the main one)."""
         V = self.num_nodes
         ones = y >= 1 - tol
         _, comp = connected_components(self.adjacency[ones][:, ones], directed=False)
@@ -104,9 +104,9 @@ class Separator:
         found = []
         for a, i in enumerate(order):
             for j in order[a + 1:]:
-                if y[i] + y[j] <= 1 + tol or self.adjacency[i, j]:
+                if y[i] + y[j] <= 1 + tol + offset or self.adjacency[i, j]:
                     continue
-                found += self.nested(y, int(i), int(j), tol, scale, nested)
+                found += self.nested(y, int(i), int(j), tol + offset, scale, nested)
                 if limit is not None and len(found) >= limit:
                     return sorted(found, key=lambda c: -c[0])[:limit]
         return sorted(found, key=lambda c: -c[0])
