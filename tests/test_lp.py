@@ -115,29 +115,23 @@ def test_two_node_fractional_vertex():
     assert res.fractional_fraction.item() == 1.0
 
 
-def brute_separation(y, edges, V):
-    """Most violated y_i + y_j - sum_S y_k - 1 over non-adjacent pairs and all their separators."""
+def all_separators(V, edges):
+    """(i, j, S) for every non-adjacent pair i < j and every (i, j) vertex separator S."""
     adjacent = {tuple(e) for e in edges.tolist()}
-    best = 0.0
     for i, j in itertools.combinations(range(V), 2):
         if (i, j) in adjacent:
             continue
         others = [k for k in range(V) if k not in (i, j)]
         for r in range(len(others) + 1):
             for S in itertools.combinations(others, r):
-                rest = set(range(V)) - set(S)
-                sub = edges[[a in rest and b in rest for a, b in edges.tolist()]] if len(edges) else edges
-                comp = {i}
-                changed = True
-                while changed:
-                    changed = False
-                    for a, b in sub.tolist():
-                        if (a in comp) != (b in comp):
-                            comp |= {a, b}
-                            changed = True
-                if j not in comp:
-                    best = max(best, y[i] + y[j] - 1 - sum(y[k] for k in S))
-    return best
+                keep = [k for k in range(V) if k not in S]
+                if not is_connected_pair(i, j, edges[[a in keep and b in keep for a, b in edges.tolist()]]):
+                    yield i, j, S
+
+
+def brute_separation(y, edges, V):
+    """Most violated y_i + y_j - sum_S y_k - 1 over non-adjacent pairs and all their separators."""
+    return max([0.0] + [y[i] + y[j] - 1 - sum(y[k] for k in S) for i, j, S in all_separators(V, edges)])
 
 
 @settings(deadline=None)
@@ -442,24 +436,14 @@ def enumerated_lp(unary, pairwise, edges, connected=(), soft=None):
     labels = list(connected) + list(soft)
     A = np.hstack([A, np.zeros((A.shape[0], len(soft)))])
     rows = []
-    adjacent = {tuple(e) for e in edges.tolist()}
     for pos, c in enumerate(labels):
-        for i, j in itertools.combinations(range(V), 2):
-            if (i, j) in adjacent:
-                continue
-            others = [k for k in range(V) if k not in (i, j)]
-            for r in range(len(others) + 1):
-                for S in itertools.combinations(others, r):
-                    keep = [k for k in range(V) if k not in S]
-                    sub = edges[[a in keep and b in keep for a, b in edges.tolist()]]
-                    if is_connected_pair(i, j, sub):
-                        continue
-                    row = np.zeros(n + len(soft))
-                    row[[i * L + c, j * L + c]] = 1
-                    row[[k * L + c for k in S]] = -1
-                    if c in soft:
-                        row[n + pos - len(connected)] = -1
-                    rows.append(row)
+        for i, j, S in all_separators(V, edges):
+            row = np.zeros(n + len(soft))
+            row[[i * L + c, j * L + c]] = 1
+            row[[k * L + c for k in S]] = -1
+            if c in soft:
+                row[n + pos - len(connected)] = -1
+            rows.append(row)
     cost = -np.concatenate([unary.reshape(-1).numpy(), pairwise.reshape(-1).numpy(), np.zeros(len(soft))])
     cost[n:] = list(soft.values())
     bounds = [(0, 1)] * n + [(0, None)] * len(soft)
