@@ -3,7 +3,8 @@
 For each object class of ``structtorch.data.synthetic_objects`` (one connected object on clutter,
 16x16 grid graphs, 6 appearance features per node), three max-margin CRFs are trained by
 subgradient descent on the margin-rescaled hinge with loss-augmented inference over the LP
-relaxation (area-weighted Hamming loss; ``structtorch.lp.relaxed_hinge``):
+relaxation (Hamming loss; ``structtorch.lp.relaxed_hinge``; each image's connectivity cuts are
+kept from one epoch to the next):
 
 - CRF: linear node scores W x_i and learned pairwise scores (bg-bg, fg-fg, bg-fg);
 - hard: the CRF plus hard connectivity of the object (vertex-separator cuts in training and test);
@@ -28,6 +29,9 @@ from structtorch import lp
 from structtorch.data import OBJECT_CLASSES, ObjectData, synthetic_objects
 
 MODELS = ("CRF", "hard", "soft")
+# LP solves per loss-augmented inference in training: an unconverged cutting-plane loop still
+# gives a (weaker) subgradient, and the cuts carry over to the next epoch
+TRAIN_MAX_ITER = 10
 
 
 class GraphCRF(nn.Module):
@@ -63,11 +67,15 @@ def train(name: str, data: ObjectData, epochs: int, lr: float, C: float, seed: i
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     g = torch.Generator().manual_seed(seed)
     E = len(data.edges)
+    cuts = [[] for _ in range(len(data))]  # per image: connectivity cuts depend on the graph only
     for _ in range(epochs):
         for idx in torch.randperm(len(data), generator=g).split(5):
             unary, pairwise = model(data.x[idx], E)
-            loss = lp.relaxed_hinge(unary, pairwise, data.edges, data.labels[idx], normalize=False,
-                                    **connectivity(name, model))
+            loss, res = lp.relaxed_hinge(unary, pairwise, data.edges, data.labels[idx], normalize=False,
+                                         return_result=True, cuts=[cuts[i] for i in idx.tolist()],
+                                         max_iter=TRAIN_MAX_ITER, **connectivity(name, model))
+            for i, found in zip(idx.tolist(), res.cuts, strict=True):
+                cuts[i] = found
             penalty = 0.5 / (len(data) * C) * sum(p.pow(2).sum() for p in model.parameters())
             opt.zero_grad()
             (loss + penalty).backward()

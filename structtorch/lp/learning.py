@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from .._checks import check_float
 from .graph import check_graph_potentials
-from .relaxation import lp_score, map_lp
+from .relaxation import LPResult, lp_score, map_lp
 
 __all__ = ["relaxed_hinge", "RelaxedHingeLoss", "area_weights"]
 
@@ -61,8 +61,9 @@ def relaxed_hinge(
     area: Tensor | None = None,
     normalize: bool = True,
     reduction: str = "mean",
+    return_result: bool = False,
     **lp_options,
-) -> Tensor:
+) -> Tensor | tuple[Tensor, LPResult]:
     """Margin-rescaled structured hinge with loss-augmented inference over the LP relaxation.
 
     Parameters
@@ -81,12 +82,15 @@ def relaxed_hinge(
         mislabelled area (the plain Hamming count without ``area``), which gives the margin a
         per-node scale and trains faster by subgradient steps.
     reduction : {"mean", "sum", "none"}
+    return_result : bool
+        Also return the loss-augmented :class:`LPResult` (e.g. to pass its ``cuts`` back in the
+        next epoch: they depend on the graph only).
     **lp_options
         Passed to :func:`map_lp` (max_iter, tol, cuts, ...).
 
     Returns
     -------
-    Tensor: max(0, hinge) reduced over the batch; (B,) for reduction "none".
+    Tensor: max(0, hinge) reduced over the batch; (B,) for reduction "none" (and the LPResult).
     """
     from ..losses import _reduce
 
@@ -113,8 +117,8 @@ def relaxed_hinge(
     for pos, (c, w) in enumerate((connected_soft or {}).items()):
         found = found - w * res.slack[:, pos]
         gold = gold - w * split[c].to(gold)  # phi_conn of an integral labeling: 1 if split, else 0
-    value = found + (wrong * res.mu).sum((1, 2)) - gold
-    return _reduce(value.clamp(min=0), reduction)
+    value = _reduce((found + (wrong * res.mu).sum((1, 2)) - gold).clamp(min=0), reduction)
+    return (value, res) if return_result else value
 
 
 def _disconnected(target: Tensor, edges: Tensor, connected, connected_soft) -> dict[int, Tensor]:
