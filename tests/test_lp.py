@@ -489,6 +489,10 @@ def test_relaxed_hinge_with_connectivity():
     split = torch.tensor([1, 0, 1, 0, 0])  # nodes 0 and 2 are not adjacent
     with pytest.raises(ValueError, match="target row 0 splits label 1"):
         lp.relaxed_hinge(unary, pairwise, edges, split, connected=[1])
+    value, res = lp.relaxed_hinge(unary, pairwise, edges, target, connected=[1], return_result=True)
+    assert isinstance(res, lp.LPResult) and bool(res.converged[0]) and value.item() >= 0
+    again = lp.relaxed_hinge(unary, pairwise, edges, target, connected=[1], cuts=res.cuts, max_iter=1)
+    assert again.item() == pytest.approx(value.item(), abs=1e-9)  # the cuts carry over
     w2 = torch.tensor(0.8, dtype=torch.float64, requires_grad=True)
     value = lp.relaxed_hinge(unary, pairwise, edges, split, connected_soft={1: w2}, normalize=False)
     if value.item() > 0:
