@@ -6,19 +6,33 @@
 - :class:`MAPRelaxation`: a differentiable, quadratically smoothed relaxation layer built on
   cvxpylayers;
 - :func:`round_labels`, :func:`grid_edges`;
-- max-margin learning over the relaxation: :func:`relaxed_hinge` / :class:`RelaxedHingeLoss`.
+- max-margin learning over the relaxation: :func:`relaxed_hinge` / :class:`RelaxedHingeLoss`;
+- graph partitioning over the multicut polytope (:func:`multicut`, cycle and odd-wheel cuts), the
+  clustering weights of Table 9, and solution stability (:func:`stability_range`,
+  :func:`variable_stability`, :func:`critical_edges`, :func:`solution_path`).
 
 Scores are maximized (the thesis minimizes energies: energy = -score). V nodes, E edges (i < j),
 L labels, B instances on the same graph.
 """
 
+from .clustering import (
+    cluster_size_bias,
+    consensus_weights,
+    correlation_weights,
+    modularity,
+    modularity_weights,
+)
 from .graph import grid_edges
 from .layer import MAPRelaxation, cut_block
 from .learning import RelaxedHingeLoss, area_weights, relaxed_hinge
+from .multicut import RELAXATIONS, MulticutResult, multicut
 from .relaxation import LPResult, lp_score, map_lp
 from .rounding import round_labels
 from .separation import connectivity_cut
+from .stability import critical_edges, solution_path, stability_range, variable_stability
 
 __all__ = ["map_lp", "LPResult", "lp_score", "connectivity_cut", "round_labels", "grid_edges",
            "relaxed_hinge", "RelaxedHingeLoss", "area_weights",
-           "MAPRelaxation", "cut_block"]
+           "MAPRelaxation", "cut_block", "multicut", "MulticutResult", "RELAXATIONS",
+           "modularity_weights", "correlation_weights", "consensus_weights", "cluster_size_bias",
+           "modularity", "stability_range", "variable_stability", "critical_edges", "solution_path"]

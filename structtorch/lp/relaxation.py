@@ -137,12 +137,14 @@ class _Instance:
                                f"'{self.h.modelStatusToString(status)}'")
         return np.asarray(self.h.getSolution().col_value)
 
-    def add_rows(self, rows: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    def add_rows(self, rows: list[tuple[np.ndarray, np.ndarray]], upper: np.ndarray | None = None) -> None:
+        """Add rows ``val . x[idx] <= upper`` (default 1)."""
         starts = np.cumsum([0] + [len(idx) for idx, _ in rows[:-1]])
         index = np.concatenate([idx for idx, _ in rows]).astype(np.int32)
-        value = np.concatenate([val for _, val in rows])
+        value = np.concatenate([val for _, val in rows]).astype(np.float64)
         k = len(rows)
-        self.h.addRows(k, np.full(k, -highspy.kHighsInf), np.ones(k), len(index), starts.astype(np.int32),
+        upper = np.ones(k) if upper is None else np.asarray(upper, dtype=np.float64)
+        self.h.addRows(k, np.full(k, -highspy.kHighsInf), upper, len(index), starts.astype(np.int32),
                        index, value)
 
 

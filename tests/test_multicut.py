@@ -1,0 +1,179 @@
+"""Multicut by cutting planes and stability ranges against enumeration of all partitions."""
+
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st_
+
+from structtorch import lp
+from structtorch.lp.clustering import all_pairs
+
+
+def partitions(n):
+    if n == 0:
+        yield []
+        return
+    for p in partitions(n - 1):
+        for k in range(max(p, default=-1) + 2):
+            yield p + [k]
+
+
+def partition_vectors(edges, V):
+    """Distinct z vectors (cut indicators) of all partitions of V nodes."""
+    e = edges.numpy()
+    Z = {tuple((np.array(p)[e[:, 0]] != np.array(p)[e[:, 1]]).astype(float)) for p in partitions(V)}
+    return np.array(sorted(Z))
+
+
+def brute_range(Z, w, zs, d):
+    plus = min([w @ (z - zs) / (d @ (zs - z)) for z in Z if d @ (zs - z) > 1e-12], default=math.inf)
+    minus = -min([w @ (z - zs) / (d @ (z - zs)) for z in Z if d @ (z - zs) > 1e-12], default=math.inf)
+    return minus, plus
+
+
+@st_.composite
+def problems(draw, max_nodes=6, complete=False):
+    V = draw(st_.integers(3, max_nodes))
+    edges = all_pairs(V)
+    if not complete:
+        keep = draw(st_.lists(st_.booleans(), min_size=len(edges), max_size=len(edges)))
+        edges = edges[torch.tensor(keep, dtype=torch.bool)]
+        if len(edges) == 0:
+            edges = all_pairs(V)[:1]
+    rng = np.random.default_rng(draw(st_.integers(0, 2**31)))
+    return V, edges, torch.tensor(rng.normal(size=len(edges))), torch.tensor(rng.normal(size=len(edges)))
+
+
+@settings(deadline=None)
+@given(problem=problems(), relaxation=st_.sampled_from(lp.RELAXATIONS))
+def test_multicut_bounds_and_matches_enumeration_when_integral(problem, relaxation):
+    V, edges, w, _ = problem
+    res = lp.multicut(edges, w, relaxation=relaxation, num_nodes=V)
+    Z = partition_vectors(edges, V)
+    best = float((Z @ w.numpy()).min())
+    assert res.objective <= best + 1e-7
+    if res.integral:
+        assert res.objective == pytest.approx(best, abs=1e-7)
+        c = res.clusters.numpy()
+        e = edges.numpy()
+        assert np.array_equal((c[e[:, 0]] != c[e[:, 1]]).astype(float), res.z.numpy())
+
+
+def k4(outer):
+    """Digest §2.7: K4 with centre 1, spokes 0.2 / 0.8 / 0.9, outer triangle ``outer``."""
+    edges = torch.tensor([[0, 1], [1, 2], [1, 3], [0, 2], [0, 3], [2, 3]])
+    return edges, torch.tensor([0.2, 0.8, 0.9, *outer], dtype=torch.float64)
+
+
+def test_k4_odd_wheel_example():
+    edges, w = k4((-0.7, -0.9, -0.9))  # the -0.7 edge touches vertex 0, whose spoke weighs 0.2
+    c = lp.multicut(edges, w, relaxation="cycle")
+    assert c.objective == pytest.approx(-1.55) and not c.integral
+    torch.testing.assert_close(c.z, torch.tensor([0.5, 0.5, 0.5, 1, 1, 1], dtype=torch.float64))
+    co = lp.multicut(edges, w, relaxation="cycle+oddwheel")
+    assert co.objective == pytest.approx(-1.5) and co.integral
+    assert [k for k, *_ in co.cuts].count("oddwheel") == 1
+    assert lp.multicut(*k4((-0.9, -0.9, -0.7)), relaxation="cycle").objective == pytest.approx(-1.6)
+
+
+def test_modularity_karate_and_lesmis():
+    karate = nx.karate_club_graph()
+    edges, w = lp.modularity_weights(karate)
+    for relaxation in lp.RELAXATIONS:
+        res = lp.multicut(edges, w, relaxation=relaxation)
+        assert res.integral and -2 * res.objective == pytest.approx(0.4198, abs=5e-5)
+        assert lp.modularity(karate, res.clusters) == pytest.approx(-2 * res.objective, abs=1e-9)
+    lesmis = nx.les_miserables_graph()
+    res = lp.multicut(*lp.modularity_weights(lesmis), relaxation="cycle")
+    assert not res.integral and -2 * res.objective == pytest.approx(0.5609, abs=5e-5)  # Table 10, LP-C
+
+
+@settings(deadline=None)
+@given(problem=problems(max_nodes=4, complete=True))
+def test_stability_range_is_exact_where_lp_co_is_the_multicut_polytope(problem):
+    V, edges, w, d = problem
+    res = lp.multicut(edges, w, num_nodes=V)
+    assert res.integral  # on K3 and K4, cycle + odd-wheel inequalities describe the multicut polytope
+    got = lp.stability_range(res, d)
+    want = brute_range(partition_vectors(edges, V), w.numpy(), res.z.numpy(), d.numpy())
+    for a, b in zip(got, want, strict=True):
+        assert (math.isinf(a) and a == b) or a == pytest.approx(b, abs=1e-6)
+
+
+@settings(deadline=None, max_examples=25)
+@given(problem=problems(max_nodes=6))
+def test_theorem_8_relaxation_range_within_the_exact_one(problem):
+    V, edges, w, d = problem
+    res = lp.multicut(edges, w, num_nodes=V)
+    if not res.integral:
+        return
+    lo, hi = lp.stability_range(res, d)
+    xlo, xhi = brute_range(partition_vectors(edges, V), w.numpy(), res.z.numpy(), d.numpy())
+    assert xlo - 1e-7 <= lo <= 1e-9 and -1e-9 <= hi <= xhi + 1e-7
+
+
+def test_variable_stability_pattern_and_infinite_ends():
+    g = torch.Generator().manual_seed(3)
+    edges = all_pairs(5)
+    w = torch.randn(len(edges), generator=g, dtype=torch.float64)
+    res = lp.multicut(edges, w)
+    assert res.integral
+    ranges = lp.variable_stability(res)
+    cut = res.z == 1
+    assert torch.isinf(ranges[cut, 0]).all() and (ranges[cut, 1] >= 0).all()
+    assert torch.isinf(ranges[~cut, 1]).all() and (ranges[~cut, 0] <= 0).all()
+    assert lp.stability_range(res, torch.zeros(len(edges))) == (-math.inf, math.inf)
+
+
+def test_solution_path_and_critical_edges():
+    g = torch.Generator().manual_seed(5)
+    V = 5
+    sim = torch.rand(V, V, generator=g, dtype=torch.float64)
+    edges, w = lp.correlation_weights((sim + sim.T) / 2)
+    ones = torch.ones(len(edges), dtype=torch.float64)
+    w = w - 1.0
+    path = lp.solution_path(lp.multicut(edges, w), ones, -1.0, 1.0)
+    assert path[0][0][0] <= -1.0 and path[-1][0][1] >= 1.0
+    for ((lo, hi), sol), ((lo2, _), _) in zip(path[:-1], path[1:], strict=True):
+        assert lo2 == pytest.approx(hi, abs=1e-5)  # consecutive intervals meet at the breakpoints
+        mid = (max(lo, -1.0) + min(hi, 1.0)) / 2
+        best = lp.multicut(edges, w + mid * ones)
+        assert float((w + mid * ones) @ sol.z) == pytest.approx(best.objective, abs=1e-7)
+    clusters = [int(sol.clusters.max()) + 1 for _, sol in path]
+    assert clusters == sorted(clusters, reverse=True) and clusters[0] > clusters[-1]  # more weight: fewer clusters
+    # two triangles joined by a bridge: the bridge is not critical, and brute force agrees
+    G = nx.Graph([(0, 1), (1, 2), (0, 2), (3, 4), (4, 5), (3, 5), (2, 3)])
+    critical = set(lp.critical_edges(G))
+    base = lp.multicut(*lp.modularity_weights(G)).clusters
+    for a, b in G.edges:
+        H = G.copy()
+        H.remove_edge(a, b)
+        other = lp.multicut(*lp.modularity_weights(H)).clusters
+        same = all((base[i] == base[j]) == (other[i] == other[j]) for i in range(6) for j in range(6))
+        assert ((a, b) in critical) == (not same)
+
+
+def test_weights_and_bad_input():
+    edges, w = lp.consensus_weights(torch.tensor([[0, 0, 1], [0, 1, 1]]))
+    torch.testing.assert_close(w, torch.tensor([0.0, -1.0, 0.0], dtype=torch.float64))
+    assert lp.cluster_size_bias(4, 0.5, "difference")[1].unique().tolist() == [-1.0]
+    with pytest.raises(ValueError, match=r"weights must be a tensor of shape \(E,\) = \(3,\)"):
+        lp.multicut(all_pairs(3), torch.zeros(2))
+    with pytest.raises(ValueError, match="relaxation must be one of"):
+        lp.multicut(all_pairs(3), torch.zeros(3), relaxation="cycle+bicycle")
+    res = lp.multicut(all_pairs(3), torch.tensor([1.0, -1.0, 1.0]))
+    with pytest.raises(ValueError, match=r"direction must have shape \(E,\) = \(3,\)"):
+        lp.stability_range(res, torch.zeros(4))
+    frac = lp.multicut(*k4((-0.7, -0.9, -0.9)), relaxation="cycle")
+    with pytest.raises(ValueError, match="integral"):
+        lp.stability_range(frac, torch.zeros(6))
+    with pytest.raises(ValueError, match="simple undirected"):
+        lp.modularity_weights(nx.MultiGraph([(0, 1), (0, 1)]))
+    with pytest.raises(ValueError, match="symmetric"):
+        lp.correlation_weights(torch.tensor([[0.0, 1.0], [0.0, 0.0]]))
