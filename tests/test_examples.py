@@ -78,3 +78,11 @@ def test_lp_examples_run(tmp_path):
         assert marker in proc.stdout
         assert out.with_suffix(".md").read_text().count("|") > 10
         assert out.with_suffix(".png").stat().st_size > 5_000
+
+
+def test_multicut_example_runs(tmp_path):
+    out = tmp_path / "multicut.md"
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "multicut_stability.py"), "--quick", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "| karate |" in proc.stdout and "0.4198" in proc.stdout and "[-inf," in out.read_text()
