@@ -26,14 +26,18 @@ def test_tagging_data_structure():
     assert torch.equal(again.x, data.x)
 
 
+def run_example(script: str, *args: str) -> str:
+    """Run ``examples/<script>`` with ``args``; return its stdout (fails on a non-zero exit)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / script), *args],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
 def test_demo_runs(tmp_path):
     out = tmp_path / "demo.png"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "tagging_demo.py"), "--epochs", "2", "--out", str(out)],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "after training" in proc.stdout and "structured SVM" in proc.stdout and "baseline" in proc.stdout
+    stdout = run_example("tagging_demo.py", "--epochs", "2", "--out", str(out))
+    assert "after training" in stdout and "structured SVM" in stdout and "baseline" in stdout
     assert out.stat().st_size > 10_000
 
 
@@ -53,36 +57,27 @@ def test_bauer_examples_run(tmp_path):
         ("bauer_fig4.py", ["--lengths", "10", "20", "--brute-max", "4"]),
     ):
         out = tmp_path / script.replace(".py", "")
-        proc = subprocess.run([sys.executable, str(ROOT / "examples" / script), *args, "--out", str(out)],
-                              capture_output=True, text=True, timeout=600, cwd=ROOT)
-        assert proc.returncode == 0, proc.stderr
+        run_example(script, *args, "--out", str(out))
         assert out.with_suffix(".md").read_text().count("|") > 10
         assert out.with_suffix(".png").stat().st_size > 10_000
 
 
 def test_gene_structure_demo_runs(tmp_path):
     out = tmp_path / "genes.png"
-    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "gene_structure.py"), "--quick", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr
-    assert "| HSM SVM |" in proc.stdout and "| HMM-like chain |" in proc.stdout
+    stdout = run_example("gene_structure.py", "--quick", "--out", str(out))
+    assert "| HSM SVM |" in stdout and "| HMM-like chain |" in stdout
     assert out.stat().st_size > 10_000
 
 
 def test_lp_examples_run(tmp_path):
     for script, marker in (("connectivity_denoising.py", "CMRF integrality"), ("connected_segmentation.py", "| hard |")):
         out = tmp_path / script.replace(".py", "")
-        proc = subprocess.run([sys.executable, str(ROOT / "examples" / script), "--quick", "--out", str(out)],
-                              capture_output=True, text=True, timeout=600, cwd=ROOT)
-        assert proc.returncode == 0, proc.stderr
-        assert marker in proc.stdout
+        assert marker in run_example(script, "--quick", "--out", str(out))
         assert out.with_suffix(".md").read_text().count("|") > 10
         assert out.with_suffix(".png").stat().st_size > 5_000
 
 
 def test_multicut_example_runs(tmp_path):
     out = tmp_path / "multicut.md"
-    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "multicut_stability.py"), "--quick", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr
-    assert "| karate |" in proc.stdout and "0.4198" in proc.stdout and "[-inf," in out.read_text()
+    stdout = run_example("multicut_stability.py", "--quick", "--out", str(out))
+    assert "| karate |" in stdout and "0.4198" in stdout and "[-inf," in out.read_text()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import networkx as nx
@@ -168,7 +169,7 @@ def test_weights_and_bad_input():
     with pytest.raises(ValueError, match="relaxation must be one of"):
         lp.multicut(all_pairs(3), torch.zeros(3), relaxation="cycle+bicycle")
     res = lp.multicut(all_pairs(3), torch.tensor([1.0, -1.0, 1.0]))
-    with pytest.raises(ValueError, match=r"direction must have shape \(E,\) = \(3,\)"):
+    with pytest.raises(ValueError, match=r"direction must have shape \(E,\) or \(n,\) = \(3,\)"):
         lp.stability_range(res, torch.zeros(4))
     frac = lp.multicut(*k4((-0.7, -0.9, -0.9)), relaxation="cycle")
     with pytest.raises(ValueError, match="integral"):
@@ -177,3 +178,65 @@ def test_weights_and_bad_input():
         lp.modularity_weights(nx.MultiGraph([(0, 1), (0, 1)]))
     with pytest.raises(ValueError, match="symmetric"):
         lp.correlation_weights(torch.tensor([[0.0, 1.0], [0.0, 0.0]]))
+
+
+def labeling_vectors(V, L, edges):
+    """Indicator vectors x = [mu, mu_edges] (n,) of every labeling, and the labelings."""
+    ys = list(itertools.product(range(L), repeat=V))
+    X = []
+    for y in ys:
+        mu = np.zeros((V, L))
+        mu[np.arange(V), y] = 1
+        mue = np.zeros((len(edges), L, L))
+        for e, (a, b) in enumerate(edges.tolist()):
+            mue[e, y[a], y[b]] = 1
+        X.append(np.concatenate([mu.reshape(-1), mue.reshape(-1)]))
+    return np.array(X), ys
+
+
+@settings(deadline=None, max_examples=25)
+@given(V=st_.integers(2, 5), L=st_.integers(2, 3), seed=st_.integers(0, 2**31), tree=st_.booleans())
+def test_map_stability_on_trees_matches_enumeration(V, L, seed, tree):
+    """On trees the local polytope is the marginal polytope: the LP range is the exact one."""
+    rng = np.random.default_rng(seed)
+    edges = torch.tensor([[int(rng.integers(0, k)), k] for k in range(1, V)] if tree else
+                         [[k, k + 1] for k in range(V - 1)])
+    unary, pairwise = torch.tensor(rng.normal(size=(V, L))), torch.tensor(rng.normal(size=(len(edges), L, L)))
+    res = lp.map_lp(unary, pairwise, edges)
+    assert bool(res.integral[0])
+    X, _ = labeling_vectors(V, L, edges)
+    x_star = torch.cat([res.mu[0].reshape(-1), res.mu_edges[0].reshape(-1)]).numpy()
+    w = res.cost[0].numpy()
+    d = rng.normal(size=len(w))
+    got = lp.stability_range(res, torch.tensor(d))
+    want = brute_range(X, w, x_star, d)
+    for a, b in zip(got, want, strict=True):
+        assert (math.isinf(a) and a == b) or a == pytest.approx(b, abs=1e-6)
+    node = lp.node_stability(res)
+    i = int(rng.integers(0, V))
+    e_i = np.zeros(len(w))
+    e_i[i * L + int(res.mu[0, i].argmax())] = 1
+    assert float(node[i]) == pytest.approx(brute_range(X, w, x_star, e_i)[1], abs=1e-6)
+
+
+def test_map_stability_with_connectivity_is_conservative():
+    """Theorem 8 with connectivity cuts: the LP range lies within the exact constrained range."""
+    from test_lp import is_connected
+
+    edges = torch.tensor([[0, 1], [1, 2], [2, 3], [3, 4], [0, 4], [1, 3]])
+    rng = np.random.default_rng(1)
+    checked = 0
+    for _ in range(20):
+        unary, pairwise = torch.tensor(rng.normal(size=(5, 2))), torch.tensor(rng.normal(size=(6, 2, 2)))
+        res = lp.map_lp(unary, pairwise, edges, connected=[1])
+        if not bool(res.integral[0]):
+            continue
+        X, ys = labeling_vectors(5, 2, edges)
+        keep = [k for k, y in enumerate(ys) if is_connected(np.nonzero(np.array(y) == 1)[0], edges)]
+        x_star = torch.cat([res.mu[0].reshape(-1), res.mu_edges[0].reshape(-1)]).numpy()
+        d = rng.normal(size=len(x_star))
+        lo, hi = lp.stability_range(res, torch.tensor(d))
+        xlo, xhi = brute_range(X[keep], res.cost[0].numpy(), x_star, d)
+        assert xlo - 1e-7 <= lo <= 1e-9 and -1e-9 <= hi <= xhi + 1e-7
+        checked += 1
+    assert checked >= 10

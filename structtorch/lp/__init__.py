@@ -29,10 +29,11 @@ from .multicut import RELAXATIONS, MulticutResult, multicut
 from .relaxation import LPResult, lp_score, map_lp
 from .rounding import round_labels
 from .separation import connectivity_cut
-from .stability import critical_edges, solution_path, stability_range, variable_stability
+from .stability import critical_edges, node_stability, solution_path, stability_range, variable_stability
 
 __all__ = ["map_lp", "LPResult", "lp_score", "connectivity_cut", "round_labels", "grid_edges",
            "relaxed_hinge", "RelaxedHingeLoss", "area_weights",
            "MAPRelaxation", "cut_block", "multicut", "MulticutResult", "RELAXATIONS",
            "modularity_weights", "correlation_weights", "consensus_weights", "cluster_size_bias",
-           "modularity", "stability_range", "variable_stability", "critical_edges", "solution_path"]
+           "modularity", "stability_range", "variable_stability", "critical_edges", "solution_path",
+           "node_stability"]

@@ -57,6 +57,9 @@ class LPResult:
         The soft-connectivity slacks, in the order of ``connected_soft``.
     timings : list of B dicts
         Seconds spent in "lp" and "separation".
+    edges : Tensor (E, 2), cost : Tensor (B, n), connected : list of int
+        The problem, for :func:`structtorch.lp.stability_range`: ``cost`` is the minimized energy
+        -[unary, pairwise] over the n = V L + E L^2 variables, ``connected`` the hard labels.
     """
 
     mu: Tensor
@@ -69,6 +72,10 @@ class LPResult:
     converged: Tensor
     slack: Tensor
     timings: list = field(default_factory=list)
+    edges: Tensor | None = field(default=None, repr=False)
+    cost: Tensor | None = field(default=None, repr=False)
+    connected: list = field(default_factory=list)
+    soft: bool = False
 
 
 def _constraints(V: int, L: int, edges: Tensor) -> sp.csc_array:
@@ -290,4 +297,5 @@ def map_lp(
     dev = ref.device
     return LPResult(mu, mu_e, score, (~frac.flatten(1).any(1) & ~frac_e).to(dev),
                     frac.any(2).double().mean(1).to(dtype=ref.dtype, device=dev), all_cuts,
-                    torch.tensor(iters, device=dev), torch.tensor(done, device=dev), slack, timings)
+                    torch.tensor(iters, device=dev), torch.tensor(done, device=dev), slack, timings, edges,
+                    torch.from_numpy(cost), hard, bool(soft))

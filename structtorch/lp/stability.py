@@ -20,104 +20,181 @@ from collections.abc import Callable
 
 import highspy
 import numpy as np
+import scipy.sparse as sp
 import torch
 from torch import Tensor
 
 from .multicut import MulticutResult, _Graph, multicut, separate
+from .relaxation import LPResult, _constraints, _cut_row
+from .separation import Separator
 
-__all__ = ["stability_range", "variable_stability", "critical_edges", "solution_path"]
+__all__ = ["stability_range", "variable_stability", "critical_edges", "solution_path", "node_stability"]
 
 Separation = Callable[[np.ndarray], list]
 
 
-def _auxiliary(w: np.ndarray, z_star: np.ndarray, d: np.ndarray, t: float, rows: list, sep: Separation,
-               tol: float, max_iter: int) -> float:
-    """Optimal value of the auxiliary LP, or +inf when it is infeasible."""
-    n = len(w)
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    inf = highspy.kHighsInf
-    # columns: z (n), alpha
-    h.addVars(n + 1, np.zeros(n + 1), np.full(n + 1, inf))
-    h.changeColsCost(n + 1, np.arange(n + 1, dtype=np.int32), np.append(w, -float(w @ z_star)))
-    box = [(np.array([i, n]), np.array([1.0, -1.0]), 0.0) for i in range(n)]  # z_i - alpha <= 0
-
-    def add(rows):
-        starts = np.cumsum([0] + [len(idx) for idx, _, _ in rows[:-1]]).astype(np.int32)
-        index = np.concatenate([np.asarray(idx) for idx, _, _ in rows]).astype(np.int32)
-        value = np.concatenate([np.asarray(c, dtype=float) for _, c, _ in rows])
-        h.addRows(len(rows), np.full(len(rows), -inf), np.zeros(len(rows)), len(index), starts, index, value)
-
-    def homogenized(rows):  # a z <= b  ->  a z - alpha b <= 0
-        return [(np.append(idx, n), np.append(coef, -rhs), 0.0) for idx, coef, rhs in rows]
-
-    add(box + homogenized(rows))
-    h.addRow(t, t, n + 1, np.arange(n + 1, dtype=np.int32), np.append(-d, float(d @ z_star)))
-    for _ in range(max_iter):
-        h.run()
-        status = h.getModelStatus()
-        if status == highspy.HighsModelStatus.kInfeasible:
-            return math.inf
-        if status != highspy.HighsModelStatus.kOptimal:
-            raise RuntimeError(f"the auxiliary stability LP did not solve: HiGHS status "
-                               f"'{h.modelStatusToString(status)}'")
-        x = np.asarray(h.getSolution().col_value)
-        alpha = x[n]
-        found = sep(np.clip(x[:n] / alpha, 0.0, 1.0)) if alpha > tol else []
-        if not found:
-            return float(h.getInfo().objective_function_value)
-        add(homogenized(found))
-    raise RuntimeError(f"the auxiliary stability LP did not converge in max_iter = {max_iter} rounds")
+def _row_matrix(rows: list, n: int) -> sp.csr_array:
+    """Homogenized rows (idx, coef, rhs) -> coef . z - rhs alpha over the n + 1 columns (z, alpha)."""
+    if not rows:
+        return sp.csr_array((0, n + 1))
+    r = np.concatenate([np.full(len(idx) + 1, k) for k, (idx, _, _) in enumerate(rows)])
+    c = np.concatenate([np.append(np.asarray(idx, dtype=np.int64), n) for idx, _, _ in rows])
+    v = np.concatenate([np.append(np.asarray(coef, dtype=float), -rhs) for _, coef, rhs in rows])
+    return sp.csr_array((v, (r, c)), shape=(len(rows), n + 1))
 
 
-def _problem(result: MulticutResult, direction: Tensor):
-    if not isinstance(result, MulticutResult):
-        raise TypeError(f"result must be a MulticutResult, got {type(result).__name__}")
-    if not result.integral:
-        raise ValueError("stability ranges need an integral (certified optimal) solution")
-    E = len(result.edges)
-    d = torch.as_tensor(direction, dtype=torch.float64)
-    if d.shape != (E,):
-        raise ValueError(f"direction must have shape (E,) = ({E},), got {tuple(d.shape)}")
+class _Auxiliary:
+    """The auxiliary LPs of one solution: the constraint rows are built once, and each call adds
+    the direction's row (d^T z*) alpha - d^T z = t and runs the cutting planes."""
+
+    def __init__(self, w: np.ndarray, z_star: np.ndarray, rows: list, equalities: list, sep: Separation,
+                 tol: float, max_iter: int):
+        n = len(w)
+        self.w, self.z_star, self.sep, self.tol, self.max_iter, self.n = w, z_star, sep, tol, max_iter, n
+        box = sp.hstack([sp.eye_array(n), sp.csr_array(-np.ones((n, 1)))])  # z_i - alpha <= 0
+        ineq, eq = _row_matrix(rows, n), _row_matrix(equalities, n)
+        self.A = sp.vstack([box, ineq, eq]).tocsr()
+        k = box.shape[0] + ineq.shape[0]
+        self.upper = np.zeros(self.A.shape[0])
+        self.lower = np.concatenate([np.full(k, -highspy.kHighsInf), np.zeros(eq.shape[0])])
+
+    def value(self, d: np.ndarray, t: float) -> float:
+        """Optimal value for the direction d and side t, or +inf when infeasible."""
+        n, inf = self.n, highspy.kHighsInf
+        A = sp.vstack([self.A, sp.csr_array(np.append(-d, float(d @ self.z_star))[None, :])]).tocsc()
+        lp = highspy.HighsLp()
+        lp.num_col_, lp.num_row_ = n + 1, A.shape[0]
+        lp.col_cost_ = np.append(self.w, -float(self.w @ self.z_star))
+        lp.col_lower_, lp.col_upper_ = np.zeros(n + 1), np.full(n + 1, inf)
+        lp.row_lower_, lp.row_upper_ = np.append(self.lower, t), np.append(self.upper, t)
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = A.indptr, A.indices, A.data
+        lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n + 1, A.shape[0]
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.passModel(lp)
+        for _ in range(self.max_iter):
+            h.run()
+            status = h.getModelStatus()
+            if status == highspy.HighsModelStatus.kInfeasible:
+                return math.inf
+            if status != highspy.HighsModelStatus.kOptimal:
+                raise RuntimeError(f"the auxiliary stability LP did not solve: HiGHS status "
+                                   f"'{h.modelStatusToString(status)}'")
+            x = np.asarray(h.getSolution().col_value)
+            alpha = x[n]
+            found = self.sep(np.clip(x[:n] / alpha, 0.0, 1.0)) if alpha > self.tol else []
+            if not found:
+                return float(h.getInfo().objective_function_value)
+            M = _row_matrix(found, n)
+            h.addRows(M.shape[0], np.full(M.shape[0], -inf), np.zeros(M.shape[0]), M.nnz,
+                      M.indptr[:-1].astype(np.int32), M.indices.astype(np.int32), M.data)
+        raise RuntimeError(f"the auxiliary stability LP did not converge in max_iter = {self.max_iter} "
+                           f"rounds")
+
+    def range(self, d: np.ndarray) -> tuple[float, float]:
+        plus, minus = self.value(d, 1.0), self.value(d, -1.0)
+        return (-minus if math.isfinite(minus) else -math.inf), plus
+
+
+def _direction(direction, n: int) -> np.ndarray:
+    d = torch.as_tensor(np.asarray(direction, dtype=np.float64))
+    if d.shape != (n,):
+        raise ValueError(f"direction must have shape (E,) or (n,) = ({n},), one entry per variable, "
+                         f"got {tuple(d.shape)}")
     if not bool(torch.isfinite(d).all()):
         raise ValueError("direction must be finite")
+    return d.numpy()
+
+
+def _multicut_problem(result: MulticutResult, direction):
+    if not result.integral:
+        raise ValueError("stability ranges need an integral (certified optimal) solution")
     g = _Graph(result.edges.numpy(), result.num_nodes)
     rows = [(idx, coef, rhs) for _, idx, coef, rhs in result.cuts]
 
     def sep(z):
         return [(idx, coef, rhs) for _, idx, coef, rhs in separate(g, z, result.relaxation, 1e-9)]
 
-    return result.weights.numpy(), result.z.numpy(), d.numpy(), rows, sep
+    return result.weights.numpy(), result.z.numpy(), _direction(direction, len(result.edges)), rows, sep, []
 
 
-def stability_range(result: MulticutResult, direction: Tensor, *, tol: float = 1e-9,
-                    max_iter: int = 1000) -> tuple[float, float]:
+def _map_problem(result: LPResult, direction, index: int):
+    """The local polytope (+ connectivity cuts) of instance ``index`` of an LPResult."""
+    if result.cost is None or result.soft:
+        raise ValueError("stability ranges need an LPResult of map_lp without soft connectivity")
+    if not bool(result.integral[index]):
+        raise ValueError(f"stability ranges need an integral solution; instance {index} is fractional")
+    B, V, L = result.mu.shape
+    E = len(result.edges)
+    z_star = torch.cat([result.mu[index].reshape(-1), result.mu_edges[index].reshape(-1)])
+    z_star = z_star.double().cpu().numpy()
+    A = _constraints(V, L, result.edges).tocsr()
+    rhs = np.concatenate([np.ones(V), np.zeros(2 * E * L)])
+    equalities = [(A.indices[A.indptr[r]:A.indptr[r + 1]], A.data[A.indptr[r]:A.indptr[r + 1]], rhs[r])
+                  for r in range(A.shape[0])]
+    rows = [(*_cut_row(c, i, j, S.numpy(), L), 1.0) for c, i, j, S in result.cuts[index]]
+    sep_graph = Separator.build(result.edges, V) if result.connected else None
+
+    def sep(z):
+        out = []
+        for c in result.connected:
+            y = z[np.arange(V) * L + c]
+            out += [(*_cut_row(c, i, j, S, L), 1.0) for _, i, j, S in sep_graph.violated(y, 1e-9, None, 1)]
+        return out
+
+    return result.cost[index].numpy(), z_star, _direction(direction, len(z_star)), rows, sep, equalities
+
+
+def _problem(result, direction, index: int = 0):
+    if isinstance(result, MulticutResult):
+        return _multicut_problem(result, direction)
+    if isinstance(result, LPResult):
+        return _map_problem(result, direction, index)
+    raise TypeError(f"result must be a MulticutResult or an LPResult, got {type(result).__name__}")
+
+
+def _check_optimal(w: np.ndarray, z_star: np.ndarray, rows, equalities, tol: float = 1e-7) -> None:
+    """z* must satisfy its own constraints (a cheap guard against a mismatched result)."""
+    for idx, coef, rhs in rows:
+        if float(np.dot(coef, z_star[np.asarray(idx)])) > rhs + tol:
+            raise ValueError("the solution violates its own cuts: it is not optimal for these weights")
+    for idx, coef, rhs in equalities:
+        if abs(float(np.dot(coef, z_star[np.asarray(idx)])) - rhs) > tol:
+            raise ValueError("the solution violates the local polytope: it is not optimal for these weights")
+
+
+def stability_range(result: MulticutResult | LPResult, direction: Tensor, *, index: int = 0,
+                    tol: float = 1e-9, max_iter: int = 1000) -> tuple[float, float]:
     """(rho_minus, rho_plus): z* of ``result`` stays optimal over the relaxation for the weights
     w + theta d, theta in [rho_minus, rho_plus] (-inf / +inf when unbounded).
 
     Parameters
     ----------
-    result : MulticutResult
-        An integral solution of :func:`multicut`.
-    direction : Tensor (E,)
-        The perturbation d.
+    result : MulticutResult or LPResult
+        An integral solution of :func:`multicut` (weights w over the E edges), or instance
+        ``index`` of :func:`map_lp` (w = the energy -[unary, pairwise] flattened, n = V L + E L^2
+        variables; connectivity cuts included, soft connectivity not supported).
+    direction : Tensor (E,) or (n,)
+        The perturbation d of the minimized weights.
     """
-    w, z_star, d, rows, sep = _problem(result, direction)
-    plus = _auxiliary(w, z_star, d, 1.0, rows, sep, tol, max_iter)
-    minus = _auxiliary(w, z_star, d, -1.0, rows, sep, tol, max_iter)
-    return (-minus if math.isfinite(minus) else -math.inf), plus
+    w, z_star, d, rows, sep, equalities = _problem(result, direction, index)
+    _check_optimal(w, z_star, rows, equalities)
+    return _Auxiliary(w, z_star, rows, equalities, sep, tol, max_iter).range(d)
+
+
+def _ranges(result, directions, index: int, tol: float = 1e-9, max_iter: int = 1000) -> Tensor:
+    """(k, 2) ranges of several directions (k, n), sharing the auxiliary LP's rows."""
+    w, z_star, _, rows, sep, equalities = _problem(result, directions[0], index)
+    _check_optimal(w, z_star, rows, equalities)
+    aux = _Auxiliary(w, z_star, rows, equalities, sep, tol, max_iter)
+    return torch.tensor([aux.range(np.asarray(d, dtype=np.float64)) for d in directions], dtype=torch.float64)
 
 
 def variable_stability(result: MulticutResult, **options) -> Tensor:
     """(E, 2) stability ranges for d = e_m, each edge weight moved alone. Cut edges get
     [-inf, a >= 0], uncut edges [b <= 0, +inf]."""
-    E = len(result.edges)
-    out = torch.empty(E, 2, dtype=torch.float64)
-    for m in range(E):
-        d = torch.zeros(E, dtype=torch.float64)
-        d[m] = 1.0
-        out[m] = torch.tensor(stability_range(result, d, **options))
-    return out
+    return _ranges(result, np.eye(len(result.edges)), 0, **options)
 
 
 def critical_edges(graph, *, relaxation: str = "cycle+oddwheel") -> list[tuple]:
@@ -164,3 +241,15 @@ def solution_path(result: MulticutResult, direction: Tensor, theta_min: float, t
             break
         theta = theta + hi + eps
     return path
+
+
+def node_stability(result: LPResult, *, index: int = 0, **options) -> Tensor:
+    """(V,) per-node stability of an integral MAP labeling: how much energy the chosen label of
+    node i can take (d = e_(i, y_i), its unary pushed toward the other labels) before the optimal
+    labeling changes, rho_+ of that direction; +inf where no amount changes it. A
+    non-probabilistic confidence map for segmentations."""
+    _, V, L = result.mu.shape
+    labels = result.mu[index].argmax(1).cpu().numpy()
+    directions = np.zeros((V, result.cost.shape[1]))
+    directions[np.arange(V), np.arange(V) * L + labels] = 1.0
+    return _ranges(result, directions, index, **options)[:, 1]
