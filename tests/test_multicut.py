@@ -240,3 +240,26 @@ def test_map_stability_with_connectivity_is_conservative():
         assert xlo - 1e-7 <= lo <= 1e-9 and -1e-9 <= hi <= xhi + 1e-7
         checked += 1
     assert checked >= 10
+
+
+def test_review_regressions():
+    # stopping early never certifies: the triangle with one repulsive edge needs a cycle cut
+    tri, w = all_pairs(3), torch.tensor([-1.0, 1.0, 1.0])
+    early = lp.multicut(tri, w, max_iter=1)
+    assert not early.integral and early.clusters is None
+    assert lp.multicut(tri, w).objective == pytest.approx(0.0)
+    # a solution that is not optimal for the weights is an error, not a range
+    res = lp.multicut(tri, torch.tensor([1.0, -1.0, 1.0], dtype=torch.float64))
+    res.weights = torch.tensor([3.0, -1.0, 1.0], dtype=torch.float64)
+    with pytest.raises(ValueError, match="not optimal"):
+        lp.stability_range(res, torch.ones(3))
+    # ranges scale as 1 / scale of d
+    g = torch.Generator().manual_seed(0)
+    edges = all_pairs(6)
+    res = lp.multicut(edges, torch.randn(len(edges), generator=g, dtype=torch.float64))
+    d = torch.randn(len(edges), generator=g, dtype=torch.float64)
+    base = lp.stability_range(res, d)
+    for s in (1e-7, 1e9):
+        lo, hi = lp.stability_range(res, s * d)
+        for a, b in zip((lo * s, hi * s), base, strict=True):
+            assert (math.isinf(a) and a == b) or a == pytest.approx(b, rel=1e-6, abs=1e-9)

@@ -41,7 +41,8 @@ class MulticutResult:
     objective : float
         sum_e w_e z_e, a lower bound on the optimal partition's objective (equal when integral).
     integral : bool
-        z is integral: the partition is certified optimal.
+        z is integral and violates no inequality of the relaxation (False when ``max_iter``
+        stopped the loop early): the partition is certified optimal.
     clusters : Tensor (V,) int64 or None
         Cluster label per node when integral.
     cuts : list of (kind, edge indices (k,) int64, coefficients (k,), rhs)
@@ -225,12 +226,13 @@ def multicut(
     while True:
         z = np.clip(inst.solve(), 0.0, 1.0)
         iterations += 1
-        found = separate(g, z, relaxation, tol) if iterations < max_iter else []
-        if not found:
+        found = separate(g, z, relaxation, tol)
+        if not found or iterations >= max_iter:
             break
         inst.add_rows([(idx, coef) for _, idx, coef, _ in found], np.array([rhs for *_, rhs in found]))
         cuts += found
-    integral = bool(((z < tol) | (z > 1 - tol)).all())
+    # an integral z certifies the optimum only when no inequality is left violated
+    integral = not found and bool(((z < tol) | (z > 1 - tol)).all())
     z = np.round(z) + 0.0 if integral else z  # + 0.0: no -0.0
     return MulticutResult(torch.from_numpy(z), float(w @ z), integral,
                           _clusters(edges.numpy(), z, V) if integral else None, cuts, iterations,

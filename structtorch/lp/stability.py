@@ -31,6 +31,7 @@ from .separation import Separator
 __all__ = ["stability_range", "variable_stability", "critical_edges", "solution_path", "node_stability"]
 
 Separation = Callable[[np.ndarray], list]
+NOT_OPTIMAL = "the solution is not optimal for these weights (its stability range would exclude 0)"
 
 
 def _row_matrix(rows: list, n: int) -> sp.csr_array:
@@ -78,6 +79,8 @@ class _Auxiliary:
             status = h.getModelStatus()
             if status == highspy.HighsModelStatus.kInfeasible:
                 return math.inf
+            if status == highspy.HighsModelStatus.kUnbounded:  # only below a non-optimal z*
+                raise ValueError(NOT_OPTIMAL)
             if status != highspy.HighsModelStatus.kOptimal:
                 raise RuntimeError(f"the auxiliary stability LP did not solve: HiGHS status "
                                    f"'{h.modelStatusToString(status)}'")
@@ -93,8 +96,14 @@ class _Auxiliary:
                            f"rounds")
 
     def range(self, d: np.ndarray) -> tuple[float, float]:
-        plus, minus = self.value(d, 1.0), self.value(d, -1.0)
-        return (-minus if math.isfinite(minus) else -math.inf), plus
+        scale = float(np.abs(d).max()) if len(d) else 0.0
+        if scale == 0.0:
+            return -math.inf, math.inf
+        # the solver's tolerances are absolute: solve for a unit-size direction
+        plus, minus = self.value(d / scale, 1.0), self.value(d / scale, -1.0)
+        if plus < -1e-7 or minus < -1e-7:
+            raise ValueError(NOT_OPTIMAL)
+        return (-minus / scale if math.isfinite(minus) else -math.inf), plus / scale
 
 
 def _direction(direction, n: int) -> np.ndarray:
@@ -238,9 +247,9 @@ def solution_path(result: MulticutResult, direction: Tensor, theta_min: float, t
         lo, hi = stability_range(current, d)
         path.append(((theta + lo, theta + hi), current))
         if theta + hi >= theta_max:
-            break
+            return path
         theta = theta + hi + eps
-    return path
+    raise RuntimeError(f"the solution path needs more than max_steps = {max_steps} solutions")
 
 
 def node_stability(result: LPResult, *, index: int = 0, **options) -> Tensor:
