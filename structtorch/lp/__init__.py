@@ -16,6 +16,7 @@ L labels, B instances on the same graph.
 """
 
 from .clustering import (
+    all_pairs,
     cluster_size_bias,
     consensus_weights,
     correlation_weights,
@@ -34,6 +35,6 @@ from .stability import critical_edges, node_stability, solution_path, stability_
 __all__ = ["map_lp", "LPResult", "lp_score", "connectivity_cut", "round_labels", "grid_edges",
            "relaxed_hinge", "RelaxedHingeLoss", "area_weights",
            "MAPRelaxation", "cut_block", "multicut", "MulticutResult", "RELAXATIONS",
-           "modularity_weights", "correlation_weights", "consensus_weights", "cluster_size_bias",
+           "all_pairs", "modularity_weights", "correlation_weights", "consensus_weights", "cluster_size_bias",
            "modularity", "stability_range", "variable_stability", "critical_edges", "solution_path",
            "node_stability"]
