@@ -1,6 +1,6 @@
 """structtorch: differentiable structured prediction layers for PyTorch."""
 
-from . import data, train
+from . import data, lp, train
 from .chain import Viterbi, kbest, log_partition, marginals, path_score, viterbi
 from .crf import LinearChainCRF
 from .features import HistogramBinning, LinearChainPotentials, PLiF, SegmentPLiF, plif_basis, plif_interpolate
@@ -37,6 +37,7 @@ __all__ = [
     "plif_basis",
     "data",
     "train",
+    "lp",
 ]
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
