@@ -45,35 +45,54 @@ def _row_matrix(rows: list, n: int) -> sp.csr_array:
 
 
 class _Auxiliary:
-    """The auxiliary LPs of one solution: the constraint rows are built once, and each call adds
-    the direction's row (d^T z*) alpha - d^T z = t and runs the cutting planes."""
+    """The auxiliary LPs of one solution in one HiGHS model: the rows are built once, and each call
+    rewrites the direction's row (d^T z*) alpha - d^T z = t. With ``warm`` the model re-solves from
+    the previous basis and keeps the cuts found for earlier directions (they describe the polytope);
+    that halves the time on MAP-MRF problems, whereas multicut problems, whose cycle cuts pile up,
+    are faster from the base model each time."""
 
     def __init__(self, w: np.ndarray, z_star: np.ndarray, rows: list, equalities: list, sep: Separation,
-                 tol: float, max_iter: int):
-        n = len(w)
-        self.w, self.z_star, self.sep, self.tol, self.max_iter, self.n = w, z_star, sep, tol, max_iter, n
+                 tol: float, max_iter: int, warm: bool = False):
+        n, inf = len(w), highspy.kHighsInf
+        self.z_star, self.sep, self.tol, self.max_iter, self.n = z_star, sep, tol, max_iter, n
         box = sp.hstack([sp.eye_array(n), sp.csr_array(-np.ones((n, 1)))])  # z_i - alpha <= 0
         ineq, eq = _row_matrix(rows, n), _row_matrix(equalities, n)
-        self.A = sp.vstack([box, ineq, eq]).tocsr()
+        placeholder = sp.csr_array(([1.0], ([0], [n])), shape=(1, n + 1))  # the direction's row
+        A = sp.vstack([box, ineq, eq, placeholder]).tocsc()
         k = box.shape[0] + ineq.shape[0]
-        self.upper = np.zeros(self.A.shape[0])
-        self.lower = np.concatenate([np.full(k, -highspy.kHighsInf), np.zeros(eq.shape[0])])
-
-    def value(self, d: np.ndarray, t: float) -> float:
-        """Optimal value for the direction d and side t, or +inf when infeasible."""
-        n, inf = self.n, highspy.kHighsInf
-        A = sp.vstack([self.A, sp.csr_array(np.append(-d, float(d @ self.z_star))[None, :])]).tocsc()
+        self.row = A.shape[0] - 1
         lp = highspy.HighsLp()
         lp.num_col_, lp.num_row_ = n + 1, A.shape[0]
-        lp.col_cost_ = np.append(self.w, -float(self.w @ self.z_star))
+        lp.col_cost_ = np.append(w, -float(w @ z_star))
         lp.col_lower_, lp.col_upper_ = np.zeros(n + 1), np.full(n + 1, inf)
-        lp.row_lower_, lp.row_upper_ = np.append(self.lower, t), np.append(self.upper, t)
+        lp.row_lower_ = np.concatenate([np.full(k, -inf), np.zeros(eq.shape[0]), [0.0]])
+        lp.row_upper_ = np.zeros(A.shape[0])
         lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
         lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = A.indptr, A.indices, A.data
         lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n + 1, A.shape[0]
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
-        h.passModel(lp)
+        self.h = highspy.Highs()
+        self.h.setOptionValue("output_flag", False)
+        self.h.passModel(lp)
+        self.base, self.warm = lp, warm
+        self.columns = np.zeros(0, dtype=np.int64)  # the z columns the direction's row uses now
+
+    def _set_direction(self, d: np.ndarray, t: float) -> None:
+        h, row = self.h, self.row
+        for col in self.columns:
+            h.changeCoeff(row, int(col), 0.0)
+        self.columns = np.nonzero(d)[0]
+        for col in self.columns:
+            h.changeCoeff(row, int(col), float(-d[col]))
+        h.changeCoeff(row, self.n, float(d @ self.z_star))
+        h.changeRowBounds(row, t, t)
+
+    def value(self, d: np.ndarray, t: float) -> float:
+        """Optimal value for the direction d and side t, or +inf when infeasible."""
+        n, inf, h = self.n, highspy.kHighsInf, self.h
+        if not self.warm:
+            h.passModel(self.base)
+            self.columns = np.zeros(0, dtype=np.int64)
+        self._set_direction(d, t)
         for _ in range(self.max_iter):
             h.run()
             status = h.getModelStatus()
@@ -189,14 +208,14 @@ def stability_range(result: MulticutResult | LPResult, direction: Tensor, *, ind
     """
     w, z_star, d, rows, sep, equalities = _problem(result, direction, index)
     _check_optimal(w, z_star, rows, equalities)
-    return _Auxiliary(w, z_star, rows, equalities, sep, tol, max_iter).range(d)
+    return _Auxiliary(w, z_star, rows, equalities, sep, tol, max_iter, isinstance(result, LPResult)).range(d)
 
 
 def _ranges(result, directions, index: int, tol: float = 1e-9, max_iter: int = 1000) -> Tensor:
     """(k, 2) ranges of several directions (k, n), sharing the auxiliary LP's rows."""
     w, z_star, _, rows, sep, equalities = _problem(result, directions[0], index)
     _check_optimal(w, z_star, rows, equalities)
-    aux = _Auxiliary(w, z_star, rows, equalities, sep, tol, max_iter)
+    aux = _Auxiliary(w, z_star, rows, equalities, sep, tol, max_iter, isinstance(result, LPResult))
     return torch.tensor([aux.range(np.asarray(d, dtype=np.float64)) for d in directions], dtype=torch.float64)
 
 
