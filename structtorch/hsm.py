@@ -29,7 +29,7 @@ from ._checks import LengthsLike, _fmt, check_float, check_lengths
 from .features import PLiF, SegmentPLiF, plif_basis
 from .hamming import HLike
 from .losses import structured_hinge
-from .semimarkov import check_semimarkov, semimarkov_score, semimarkov_viterbi
+from .semimarkov import check_semimarkov, segment_layout, semimarkov_score, semimarkov_viterbi
 from .semimarkov_loss import check_target
 
 __all__ = ["HiddenSemiMarkovSVM"]
@@ -265,17 +265,9 @@ class HiddenSemiMarkovSVM(nn.Module):
         signals, contents, ref, lengths = self._check(signals, contents, lengths)
         B, T = ref.shape[:2]
         N, S = self.num_labels, self.max_len
-        t = torch.arange(T, device=ref.device)
-        inside = t < lengths[:, None]
-        lab = torch.where(inside, labels, 0)
-        first = torch.zeros_like(starts)
-        first[:, :1] = True
-        starts = (starts | first) & inside
-        next_start = torch.cat([starts[:, 1:], torch.ones_like(starts[:, :1])], 1)
-        ends = inside & (next_start | (t == lengths[:, None] - 1))
-        segment = (starts.long().cumsum(1) - 1).clamp(min=0)
-        seg_start = torch.where(starts, t, 0).cummax(1).values
-        d = (t - seg_start + 1).to(ref.dtype)
+        lay = segment_layout(labels, starts, lengths)
+        t, inside, lab, starts, ends = lay.t, lay.inside, lay.labels, lay.starts, lay.ends
+        d = lay.length.to(ref.dtype)
         onehot = nn.functional.one_hot(lab, N).to(ref.dtype) * ends.unsqueeze(2).to(ref.dtype)  # (B, T, N)
         prev = torch.cat([lab[:, :1], lab[:, :-1]], 1)
         moves = starts & (t > 0)
@@ -291,10 +283,7 @@ class HiddenSemiMarkovSVM(nn.Module):
             values = signals[:, :, [max(k, 0) for k in self.signal_of]]
             parts.append(plif_features(self.signal_plif, values, self.signal_labels))
         if self.content_plif is not None:
-            picked = contents[:, :, [max(k, 0) for k in self.content_of]]
-            tracks = torch.where(inside.unsqueeze(2), picked, 0.0)
-            sums = torch.zeros_like(tracks).scatter_add(1, segment.unsqueeze(2).expand_as(tracks), tracks)
-            means = sums.gather(1, segment.unsqueeze(2).expand_as(tracks)) / d.unsqueeze(2)
+            means = lay.means(contents[:, :, [max(k, 0) for k in self.content_of]])
             parts.append(plif_features(self.content_plif, means, self.content_labels))
         parts.append(plif_features(self.length_plif, d.unsqueeze(2).expand(B, T, N).clamp(max=S),
                                    list(range(N))))

@@ -198,27 +198,22 @@ def semimarkov_score(sm: SemiMarkov, labels: Tensor, starts: Tensor) -> Tensor:
     if T == 0:
         return sm.content.sum(dim=(1, 2))
     lengths = sm.lengths
-    t = torch.arange(T, device=labels.device)
-    inside = t < lengths[:, None]
-    lab = torch.where(inside, labels, 0).clamp(min=0)
-    first = torch.zeros_like(starts)
-    first[:, 0] = True
-    starts = (starts | first) & inside
+    lay = segment_layout(labels, starts, lengths)
+    t, inside, lab, starts, ends = lay.t, lay.inside, lay.labels, lay.starts, lay.ends
+    d = lay.length.clamp(1, S)
     zero = sm.content.new_zeros(())
 
     def pick(x: Tensor) -> Tensor:  # (B, T, N) -> (B, T) at the labels
         return x.gather(2, lab.unsqueeze(2)).squeeze(2)
 
-    next_starts = torch.cat([starts[:, 1:], torch.ones_like(starts[:, :1])], 1)
-    ends = inside & (next_starts | (t == lengths[:, None] - 1))
-    seg_start = torch.where(starts, t, torch.zeros_like(t)).cummax(1).values
-    d = (t - seg_start + 1).clamp(1, S)
     per_end = pick(sm.boundary) + _length_pick(sm, d, lab)
     if sm.segment_scores is not None:
         flat = sm.segment_scores.reshape(B, T, S * N)
         per_end = per_end + flat.gather(2, ((d - 1) * N + lab).unsqueeze(2)).squeeze(2)
     if sm.segment_plif is not None:
-        per_end = per_end + _segment_plif_at_ends(sm.segment_plif, pick, starts, inside, d, lab)
+        plif = sm.segment_plif
+        means = lay.means(pick(plif.tracks)).unsqueeze(2).expand(B, T, N)
+        per_end = per_end + pick(plif.segment_value(means))
     total = torch.where(inside, pick(sm.content), zero).sum(1) + torch.where(ends, per_end, zero).sum(1)
     prev = torch.cat([lab[:, :1], lab[:, :-1]], 1)
     total = total + torch.where(starts & (t > 0), sm.transitions[prev, lab], zero).sum(1)
@@ -227,15 +222,45 @@ def semimarkov_score(sm: SemiMarkov, labels: Tensor, starts: Tensor) -> Tensor:
     return total + torch.where(lengths > 0, edge, zero)
 
 
-def _segment_plif_at_ends(plif: SegmentPLiF, pick, starts: Tensor, inside: Tensor, d: Tensor,
-                          lab: Tensor) -> Tensor:
-    """(B, T): at each segment's last position, PLiF of the mean of its track over the segment
-    (sums by segment, not as differences of prefix sums)."""
+@dataclass
+class SegmentLayout:
+    """Per-position bookkeeping of segmentations (B, T): positions ``t``, ``inside`` the length,
+    ``labels`` (0 outside), ``starts`` (one at position 0), segment ``ends``, the index of each
+    position's ``segment`` and the ``length`` so far (the full length at the segment's end)."""
+
+    t: Tensor
+    inside: Tensor
+    labels: Tensor
+    starts: Tensor
+    ends: Tensor
+    segment: Tensor
+    length: Tensor
+
+    def means(self, values: Tensor) -> Tensor:
+        """Mean of ``values`` (B, T) or (B, T, K) over each position's segment, valid at the
+        segment's end (sums by segment, not as differences of prefix sums)."""
+        index = self.segment if values.dim() == 2 else self.segment.unsqueeze(2).expand_as(values)
+        inside = self.inside if values.dim() == 2 else self.inside.unsqueeze(2)
+        values = torch.where(inside, values, 0.0)
+        sums = torch.zeros_like(values).scatter_add(1, index, values).gather(1, index)
+        length = self.length.to(sums.dtype)
+        return sums / (length if values.dim() == 2 else length.unsqueeze(2))
+
+
+def segment_layout(labels: Tensor, starts: Tensor, lengths: Tensor) -> SegmentLayout:
+    """The :class:`SegmentLayout` of segmentations given as labels and starts (B, T)."""
+    T = labels.shape[1]
+    t = torch.arange(T, device=labels.device)
+    inside = t < lengths[:, None]
+    lab = torch.where(inside, labels, 0).clamp(min=0)
+    first = torch.zeros_like(starts)
+    first[:, :1] = True
+    starts = (starts | first) & inside
+    next_starts = torch.cat([starts[:, 1:], torch.ones_like(starts[:, :1])], 1)
+    ends = inside & (next_starts | (t == lengths[:, None] - 1))
     segment = (starts.long().cumsum(1) - 1).clamp(min=0)
-    track = torch.where(inside, pick(plif.tracks), 0.0)
-    sums = torch.zeros_like(track).scatter_add(1, segment, track).gather(1, segment)
-    means = (sums / d.to(sums.dtype)).unsqueeze(2).expand(*sums.shape, plif.ordinates.shape[0])
-    return plif.segment_value(means).gather(2, lab.unsqueeze(2)).squeeze(2)
+    length = t - torch.where(starts, t, torch.zeros_like(t)).cummax(1).values + 1
+    return SegmentLayout(t, inside, lab, starts, ends, segment, length)
 
 
 def _last_forbidden(content: Tensor) -> Tensor:
