@@ -10,9 +10,34 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._checks import Chain
+from ._checks import Chain, forbidden_pattern, guard_overflow
 
 NEG_INF = float("-inf")
+
+
+def accumulate(x: Tensor) -> Tensor:
+    """``x`` in the precision the dynamic programs accumulate in: float64 on CPU (as the compiled
+    kernels), its own dtype elsewhere. The cast is differentiable; results are cast back."""
+    return x.double() if x.device.type == "cpu" and x.is_floating_point() else x
+
+
+def accumulating(chain: Chain) -> Chain:
+    """The chain with its potentials in the accumulation precision (see :func:`accumulate`)."""
+    parts = (chain.unary, chain.transitions, chain.start, chain.end)
+    return Chain(*(accumulate(x) for x in parts), chain.lengths)
+
+
+def guard(chain: Chain, result: Tensor, what: str) -> Tensor:
+    """``result`` (B,) of a chain DP, or a ValueError where it overflowed (see
+    :func:`structtorch._checks.guard_overflow`); feasibility from Viterbi on the -inf pattern."""
+    parts = (chain.unary, chain.transitions, chain.start, chain.end)
+
+    def feasible() -> Tensor:
+        pattern = Chain(*(forbidden_pattern(x) for x in parts), chain.lengths)
+        return viterbi(pattern)[0] > NEG_INF
+
+    T = chain.unary.shape[1]
+    return guard_overflow(result, parts, 2 * T + 2, feasible, what, "unary, transitions, start and end")
 
 
 def step_blocks(chain: Chain) -> list[Tensor]:

@@ -7,7 +7,9 @@ can assume canonical, contiguous tensors.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import numbers
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -48,6 +50,29 @@ class Chain:
         """(B, T) bool, True at positions inside each sequence."""
         T = self.unary.shape[1]
         return torch.arange(T, device=self.unary.device) < self.lengths[:, None]
+
+
+def check_int(name: str, value: object, minimum: int | None = None) -> int:
+    """``value`` as an int (bool refused), at least ``minimum`` when given."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value}")
+    return int(value)
+
+
+def check_number(name: str, value: object, *, low: float = -math.inf, high: float = math.inf,
+                 open_low: bool = False) -> float:
+    """``value`` as a finite float in [low, high] (or (low, high] with ``open_low``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    value = float(value)
+    below = value <= low if open_low else value < low
+    if not math.isfinite(value) or below or value > high:
+        left = "(" if open_low or low == -math.inf else "["
+        interval = f"{left}{low:g}, {high:g}{')' if high == math.inf else ']'}"
+        raise ValueError(f"{name} must be a finite number in {interval}, got {value}")
+    return value
 
 
 def _fmt(shape) -> str:
@@ -186,3 +211,39 @@ def check_labels(labels: object, mask: Tensor, N: int, name: str = "labels") -> 
             f"{int(labels[b, t])}"
         )
     return torch.where(mask, labels.long(), torch.zeros((), dtype=torch.long, device=labels.device))
+
+
+def _finite_magnitude(xs: Sequence[Tensor]) -> float:
+    """The largest |x| over the finite entries of ``xs`` (0 when there are none)."""
+    mags = [torch.where(torch.isfinite(x), x.detach().abs(), 0).amax().double() for x in xs if x.numel()]
+    return float(torch.stack(mags).amax()) if mags else 0.0
+
+
+def guard_overflow(result: Tensor, potentials: Sequence[Tensor], terms: int, feasible: Callable[[], Tensor],
+                   what: str, names: str) -> Tensor:
+    """Return ``result`` (B, ...) of a DP, or raise a ValueError where it overflowed its dtype.
+
+    +inf or NaN always means overflow. -inf means "no feasible structure", unless the finite
+    ``potentials`` are large enough for a sum of ``terms`` of them to overflow; then ``feasible()``
+    ((B,) bool: the DP rerun on the -inf pattern alone) tells a feasible row whose scores overflowed
+    to -inf from an infeasible one. Costs one ``isfinite(result).all()`` when nothing is wrong.
+    """
+    bad = ~torch.isfinite(result)
+    if not bool(bad.any()):
+        return result
+    limit = torch.finfo(result.dtype).max
+    hint = (f"{what} overflows {result.dtype} (beyond +-{limit:.3g}): rescale {names}, e.g. divide them "
+            "by a constant")
+    if bool((torch.isnan(result) | torch.isposinf(result)).any()):
+        raise ValueError(hint)
+    if _finite_magnitude(potentials) * terms < limit / 2:  # no sum can reach the limit: truly -inf
+        return result
+    rows = bad.flatten(1).any(1) if result.dim() > 1 else bad
+    if bool((rows & feasible()).any()):
+        raise ValueError(hint + "; a feasible structure's score overflowed to -inf")
+    return result
+
+
+def forbidden_pattern(x: Tensor) -> Tensor:
+    """0 where ``x`` is finite, -inf where it is -inf: the DP on these decides feasibility alone."""
+    return torch.where(x == float("-inf"), x.detach(), torch.zeros((), dtype=x.dtype, device=x.device))

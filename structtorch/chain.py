@@ -22,7 +22,8 @@ import torch
 from torch import Tensor, nn
 
 from . import _chain_torch
-from ._chain_cpu import LogPartition, node_marginals
+from ._chain_cpu import LogPartition, Marginals, marginals_through, node_marginals
+from ._chain_torch import accumulate, accumulating
 from ._checks import Chain, LengthsLike, check_chain, check_labels
 from ._extension import chain_ops
 
@@ -50,19 +51,22 @@ def _kernel_args(chain: Chain) -> tuple[Tensor, ...]:
 
 def _log_partition(chain: Chain) -> Tensor:
     if _ops(chain) is None:
-        return _chain_torch.log_partition(chain)
-    return LogPartition.apply(*_kernel_args(chain))
+        logz = _chain_torch.log_partition(accumulating(chain)).to(chain.unary.dtype)
+    else:
+        logz = LogPartition.apply(*_kernel_args(chain))
+    return _chain_torch.guard(chain, logz, "the log-partition")
 
 
 def _path_score(chain: Chain, labels: Tensor) -> Tensor:
-    """(B,) score of in-range ``labels`` (B, T) (any value beyond each length)."""
+    """(B,) score of in-range ``labels`` (B, T) (any value beyond each length), summed in the
+    accumulation precision (float64 on CPU; cast back by the public functions)."""
     unary, lengths = chain.unary, chain.lengths
     B, T, N = unary.shape
     if T == 0:
-        return unary.sum(dim=(1, 2))  # zeros, connected to the graph
+        return accumulate(unary.sum(dim=(1, 2)))  # zeros, connected to the graph
     mask = chain.mask()
-    zero = unary.new_zeros(())
-    total = torch.where(mask, unary.gather(2, labels.unsqueeze(2)).squeeze(2), zero).sum(1)
+    zero = accumulate(unary.new_zeros(()))
+    total = torch.where(mask, accumulate(unary.gather(2, labels.unsqueeze(2)).squeeze(2)), zero).sum(1)
     if T > 1:
         prev, nxt = labels[:, :-1], labels[:, 1:]
         if chain.shared:
@@ -70,17 +74,18 @@ def _path_score(chain: Chain, labels: Tensor) -> Tensor:
         else:
             flat = chain.transitions.flatten(2)
             trans = flat.gather(2, (prev * N + nxt).unsqueeze(2)).squeeze(2)
-        total = total + torch.where(mask[:, 1:], trans, zero).sum(1)
+        total = total + torch.where(mask[:, 1:], accumulate(trans), zero).sum(1)
     last = labels.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1))
-    first_end = chain.start.gather(1, labels[:, :1]) + chain.end.gather(1, last)
+    first_end = accumulate(chain.start.gather(1, labels[:, :1])) + accumulate(chain.end.gather(1, last))
     return total + torch.where(lengths > 0, first_end.squeeze(1), zero)
 
 
 def _score_paths(chain: Chain, path: Tensor) -> Tensor:
-    """Differentiable scores of DP-returned paths; -inf where the path is all -1 (infeasible)."""
+    """Differentiable scores of DP-returned paths in the input dtype; -inf where the path is all -1
+    (infeasible)."""
     feasible = (path[:, :1] >= 0).all(1) | (chain.lengths == 0)
-    scores = _path_score(chain, path.clamp(min=0))
-    return torch.where(feasible, scores, scores.new_full((), NEG_INF))
+    scores = _path_score(chain, path.clamp(min=0)).to(chain.unary.dtype)
+    return _chain_torch.guard(chain, torch.where(feasible, scores, NEG_INF), "the Viterbi score")
 
 
 def viterbi(
@@ -115,7 +120,7 @@ def viterbi(
     chain = check_chain(unary, transitions, start, end, lengths)
     ops = _ops(chain)
     if ops is None:
-        _, path = _chain_torch.viterbi(chain)
+        _, path = _chain_torch.viterbi(accumulating(chain))
     else:
         _, path = ops.viterbi_forward(*_kernel_args(chain))
     return _score_paths(chain, path), path
@@ -154,18 +159,16 @@ def marginals(
     """
     chain = check_chain(unary, transitions, start, end, lengths)
     inputs = (chain.unary, chain.transitions, chain.start, chain.end)
-    if torch.is_grad_enabled() and any(x.requires_grad for x in inputs):
+    differentiable = torch.is_grad_enabled() and any(x.requires_grad for x in inputs)
+    if _ops(chain) is not None:  # the same kernel value with or without autograd
+        return Marginals.apply(*_kernel_args(chain)) if differentiable else node_marginals(chain)
+    if differentiable:
         with torch.enable_grad():  # marginals as a differentiable function of the inputs
-            u = chain.unary if chain.unary.requires_grad else chain.unary.detach().requires_grad_()
-            logz = _chain_torch.log_partition(Chain(u, *inputs[1:], chain.lengths))
-            return torch.autograd.grad(logz.sum(), u, create_graph=True)[0]
-    if _ops(chain) is not None:
-        return node_marginals(chain)
+            return marginals_through(chain).to(chain.unary.dtype)
     with torch.inference_mode(False), torch.enable_grad():  # also works under inference_mode
-        u, trans, start_, end_ = (x.detach().clone() for x in inputs)
-        u.requires_grad_()
-        logz = _chain_torch.log_partition(Chain(u, trans, start_, end_, chain.lengths.clone()))
-        return torch.autograd.grad(logz.sum(), u)[0]
+        parts = (x.detach().clone() for x in inputs)
+        marg = marginals_through(Chain(*parts, chain.lengths.clone()), create_graph=False)
+        return marg.to(chain.unary.dtype)
 
 
 def path_score(
@@ -192,7 +195,7 @@ def path_score(
         Sum of the unary, transition, start and end scores along ``labels``.
     """
     chain = check_chain(unary, transitions, start, end, lengths)
-    return _path_score(chain, check_labels(labels, chain.mask(), chain.shape[2]))
+    return _path_score(chain, check_labels(labels, chain.mask(), chain.shape[2])).to(chain.unary.dtype)
 
 
 def _kbest_paths(chain: Chain, k: int) -> tuple[Tensor, Tensor]:
@@ -255,7 +258,7 @@ def kbest(
     chain = check_chain(unary, transitions, start, end, lengths)
     B, T, N = chain.shape
     with torch.no_grad():
-        paths, valid = _kbest_paths(chain, k)
+        paths, valid = _kbest_paths(accumulating(chain), k)
     flat = paths.reshape(B * k, T)
     rep = Chain(
         unary=chain.unary.repeat_interleave(k, 0),
@@ -264,11 +267,13 @@ def kbest(
         end=chain.end.repeat_interleave(k, 0),
         lengths=chain.lengths.repeat_interleave(k, 0),
     )
-    scores = _path_score(rep, flat.clamp(min=0)).reshape(B, k)
+    scores = _path_score(rep, flat.clamp(min=0)).reshape(B, k).to(chain.unary.dtype)
     scores = torch.where(valid, scores, scores.new_full((), NEG_INF))
     # re-rank: the recomputed sums may differ from the DP's by rounding on near-ties
     order = scores.detach().argsort(dim=1, descending=True, stable=True)
-    return scores.gather(1, order), paths.gather(1, order.unsqueeze(2).expand(B, k, T))
+    scores = scores.gather(1, order)
+    _chain_torch.guard(chain, scores[:, 0], "the best score")  # the others may be -inf legitimately
+    return scores, paths.gather(1, order.unsqueeze(2).expand(B, k, T))
 
 
 class Viterbi(nn.Module):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from ._checks import LengthsLike, check_lengths
+from ._checks import LengthsLike, check_int, check_lengths
 
 __all__ = ["LinearChainPotentials", "HistogramBinning", "PLiF", "plif_interpolate", "plif_basis",
            "SegmentPLiF"]
@@ -32,6 +32,8 @@ class LinearChainPotentials(nn.Module):
 
     def __init__(self, in_features: int, num_labels: int, *, bias: bool = True) -> None:
         super().__init__()
+        check_int("in_features", in_features, 1)
+        check_int("num_labels", num_labels, 1)
         self.emission = nn.Linear(in_features, num_labels, bias=bias)
         self.transitions = nn.Parameter(torch.zeros(num_labels, num_labels))
         nn.init.zeros_(self.emission.weight)
@@ -40,10 +42,16 @@ class LinearChainPotentials(nn.Module):
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """x (B, T, F) -> (unary (B, T, N), transitions (N, N))."""
+        if not isinstance(x, Tensor):
+            raise TypeError(f"x must be a torch.Tensor of shape (B, T, F), got {type(x).__name__}")
         if x.dim() != 3 or x.shape[2] != self.emission.in_features:
             raise ValueError(
                 f"x must have shape (B, T, F) = (B, T, {self.emission.in_features}), got {tuple(x.shape)}"
             )
+        if x.dtype != self.emission.weight.dtype:
+            raise TypeError(
+                f"x has dtype {x.dtype} but the model's parameters are {self.emission.weight.dtype}: "
+                f"convert one of them (e.g. model.to({x.dtype}) or x.to({self.emission.weight.dtype}))")
         return self.emission(x), self.transitions
 
 
@@ -58,9 +66,8 @@ class HistogramBinning(nn.Module):
 
     def __init__(self, num_features: int, num_bins: int = 10) -> None:
         super().__init__()
-        if num_bins < 2:
-            raise ValueError(f"num_bins must be >= 2, got {num_bins}")
-        self.num_bins = num_bins
+        check_int("num_features", num_features, 1)
+        self.num_bins = check_int("num_bins", num_bins, 2)
         self.register_buffer("edges", torch.zeros(num_features, num_bins - 1))
 
     def fit(self, x: Tensor, lengths: LengthsLike = None) -> HistogramBinning:
@@ -86,8 +93,35 @@ class HistogramBinning(nn.Module):
         return onehot.reshape(*x.shape[:2], F * self.num_bins)
 
 
+_SUPPORT_MAX = torch.finfo(torch.float32).max / 4  # |low|, |high|: x - low never overflows float32
+_SPACING_MIN = torch.finfo(torch.float32).tiny  # a normal float32: 1 / spacing stays finite
+
+
+def check_support(num_points: int, low: float, high: float) -> tuple[float, float]:
+    """Validate a PLiF support of ``num_points`` evenly spaced points in [low, high].
+
+    Needs finite low < high with |low|, |high| <= 8.5e37 and a spacing (high - low) / (P - 1) of at
+    least 1.2e-38 (a normal float32), so interpolation indices are never NaN or infinite in float32
+    or float64. Returns (low, high) as floats.
+    """
+    try:
+        low, high = float(low), float(high)
+    except (TypeError, ValueError):
+        raise TypeError(f"low and high must be real numbers, got low={low!r}, high={high!r}") from None
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise ValueError(f"need finite low < high, got low={low}, high={high}")
+    if max(abs(low), abs(high)) > _SUPPORT_MAX:
+        raise ValueError(f"low and high must lie within +-{_SUPPORT_MAX:.3g}, got low={low}, high={high}")
+    if (high - low) / (num_points - 1) < _SPACING_MIN:
+        raise ValueError(
+            f"the support [low, high] = [{low}, {high}] is too narrow for {num_points} points: the spacing "
+            f"(high - low) / (num_points - 1) must be at least {_SPACING_MIN:.3g}")
+    return low, high
+
+
 def _plif_position(x: Tensor, P: int, low: float, high: float) -> tuple[Tensor, Tensor]:
     """Left support index (int64) and fraction toward the next one, for x clamped to [low, high]."""
+    low, high = check_support(P, low, high)
     pos = (x.clamp(low, high) - low) * ((P - 1) / (high - low))
     left = pos.floor().clamp(max=P - 2).long()
     return left, pos - left
@@ -180,8 +214,7 @@ class PLiF(nn.Module):
         super().__init__()
         if isinstance(num_points, bool) or not isinstance(num_points, int) or num_points < 2:
             raise ValueError(f"num_points must be an int >= 2, got {num_points!r}")
-        if not math.isfinite(float(low)) or not math.isfinite(float(high)) or not float(low) < float(high):
-            raise ValueError(f"need finite low < high, got low={low}, high={high}")
+        low, high = check_support(num_points, low, high)
         if isinstance(num_functions, bool) or not isinstance(num_functions, int) or num_functions < 1:
             raise ValueError(f"num_functions must be an int >= 1, got {num_functions!r}")
         if monotone not in (None, "increasing", "decreasing"):

@@ -27,7 +27,8 @@ from torch import Tensor
 
 from . import _chain_torch
 from . import chain as _chain
-from ._checks import LengthsLike, _fmt, check_chain, check_labels, check_lengths
+from ._chain_torch import accumulate, accumulating
+from ._checks import LengthsLike, _fmt, check_chain, check_labels, check_lengths, guard_overflow
 from ._hamming_tables import Tables, chain_tables_cpu, chain_to_windows, negate_scores, window_tables
 from .window import _check_scores, _window_path, window_score
 
@@ -37,6 +38,7 @@ HLike = Callable[[Tensor], Tensor] | Tensor | None
 RESCALINGS = ("margin", "slack")
 ALGORITHMS = ("auto", "hamming", "viterbi")
 NEG_INF = float("-inf")
+MAX_COUNTS = 1_000_000  # largest Hamming-table count dimension accepted
 
 
 @dataclass
@@ -89,7 +91,11 @@ def _check_finite(name: str, x: Tensor) -> None:
 
 
 def _weights(weights: Tensor | None, mask: Tensor, ref: Tensor) -> tuple[Tensor, bool]:
-    """(B, T) weights, 0 beyond each length, and whether they are non-negative integers."""
+    """(B, T) weights, 0 beyond each length, and whether they are non-negative integers.
+
+    Integer weights come back as int64 only when every row sum fits the count table
+    (<= ``MAX_COUNTS``); larger ones stay float64 so that no cast or sum can wrap around.
+    """
     B, T = mask.shape
     if weights is None:
         return mask.long(), True
@@ -105,7 +111,9 @@ def _weights(weights: Tensor | None, mask: Tensor, ref: Tensor) -> tuple[Tensor,
         _check_finite("weights", weights)
     w = torch.where(mask, weights, torch.zeros((), dtype=weights.dtype, device=weights.device))
     integral = bool((w == w.round()).all()) and bool((w >= 0).all())
-    return (w.long() if integral else w.double()), integral
+    # row sums in float64 never wrap; exact up to 2^53, far beyond MAX_COUNTS
+    fits = B == 0 or float(w.double().sum(1).max()) <= MAX_COUNTS
+    return (w.long() if integral and fits else w.double()), integral
 
 
 def _h_table(h: HLike, K: int, B: int, ref: Tensor, what: str) -> Tensor:
@@ -175,9 +183,6 @@ def _cost(cost: Tensor, target: Tensor, mask: Tensor, ref: Tensor) -> Tensor:
     return torch.where(mask.unsqueeze(2), per_label.detach().double(), 0.0)
 
 
-MAX_COUNTS = 1_000_000  # largest Hamming-table count dimension accepted
-
-
 def resolve_loss(h: HLike, rescaling: str, weights: Tensor | None, cost: Tensor | None,
                  target: Tensor, mask: Tensor, ref: Tensor, algorithm: str = "auto") -> LossSpec:
     """Validate the loss arguments and bring them into a :class:`LossSpec`."""
@@ -200,12 +205,13 @@ def resolve_loss(h: HLike, rescaling: str, weights: Tensor | None, cost: Tensor 
             "weights must be non-negative integers for slack rescaling, a custom h or "
             "algorithm='hamming' (real weights work with rescaling='margin' and h=None)"
         )
-    K = T if weights is None else (int(w.sum(1).max()) if B else 0)
+    K = T if weights is None else (float(w.double().sum(1).max()) if B else 0)
     if K + 1 > MAX_COUNTS:
         raise ValueError(
-            f"weights sum to K = {K} in some row: the Hamming table would need K+1 counts "
+            f"weights sum to K = {K:.6g} in some row: the Hamming table would need K+1 counts "
             f"(at most {MAX_COUNTS}); use smaller integer weights"
         )
+    K = int(K)
     htab = _h_table(h, K, B, ref, "T+1" if weights is None else "K+1")
     return LossSpec(rescaling, w, htab, None, _affine(htab) if rescaling == "margin" else None)
 
@@ -242,7 +248,7 @@ class _ChainStructure(_LabelStructure):
         return _chain._path_score(self.chain, path.clamp(min=0))
 
     def fold_path(self, label_loss: Tensor) -> Tensor:
-        c = self.chain
+        c = accumulating(self.chain)  # the loss is added in double on CPU
         shifted = type(c)(c.unary.detach() + label_loss.to(c.unary.dtype), c.transitions.detach(),
                           c.start.detach(), c.end.detach(), c.lengths)
         ops = _chain._ops(shifted)
@@ -253,7 +259,7 @@ class _ChainStructure(_LabelStructure):
 
     def tables(self, target: Tensor, weights: Tensor, K: int, negate: bool) -> Tables:
         c = self.chain
-        parts = [x.detach() for x in (c.unary, c.transitions, c.start, c.end)]
+        parts = [accumulate(x.detach()) for x in (c.unary, c.transitions, c.start, c.end)]
         if negate:
             parts = [negate_scores(x) for x in parts]
         chain = type(c)(*parts, c.lengths)
@@ -275,11 +281,12 @@ class _WindowStructure(_LabelStructure):
         return scores.reshape(B, T, self.N**self.order, self.N)
 
     def score(self, path: Tensor) -> Tensor:
-        return window_score(self.scores, path, self.lengths)
+        return window_score(self.scores, path, self.lengths, exact=True)
 
     def fold_path(self, label_loss: Tensor) -> Tensor:
         shape = label_loss.shape[:2] + (1,) * self.order + (self.N,)
-        shifted = self.scores.detach() + label_loss.to(self.scores.dtype).view(shape)
+        scores = accumulate(self.scores.detach())
+        shifted = scores + label_loss.to(scores.dtype).view(shape)
         return _window_path(self.flat(shifted), self.lengths, max(self.order, 1), self.N)
 
     def tables(self, target: Tensor, weights: Tensor, K: int, negate: bool) -> Tables:
@@ -318,7 +325,8 @@ def _solve(model: _Structure, spec: LossSpec, target: Tensor, N: int, algorithm:
     gold = model.score(model.truth)
     if bool((gold == NEG_INF).any()):
         b = int((gold == NEG_INF).nonzero()[0])
-        raise ValueError(f"target has score -inf in row {b}: it uses a forbidden (-inf) entry")
+        raise ValueError(f"target has score -inf in row {b}: it uses a forbidden (-inf) entry, or its "
+                         f"score overflows {gold.dtype} (then rescale the potentials)")
     foldable = spec.rescaling == "margin" and (spec.cost is not None or spec.affine is not None)
     if algorithm == "viterbi" and not foldable:
         raise ValueError("algorithm='viterbi' needs margin rescaling with an affine h or a cost")
@@ -332,14 +340,17 @@ def _solve(model: _Structure, spec: LossSpec, target: Tensor, N: int, algorithm:
 
     def value_of(st: Tensor) -> Tensor:
         labels = model.labels(st)
-        delta, found = spec.loss(labels, target, dtype), model.score(st)
+        found = model.score(st)  # in the accumulation precision: rounded to dtype once, below
+        delta = spec.loss(labels, target, found.dtype)
         return found + delta - gold if spec.rescaling == "margin" else delta * (1 + found - gold)
 
     # ties: prefer the target itself (a zero subgradient) whenever it attains the maximum
     with torch.no_grad():
         keep_target = value_of(model.truth) >= value_of(struct)
     struct = torch.where(keep_target.unsqueeze(1), model.truth, struct)
-    return value_of(struct), struct, spec.count(model.labels(struct), target)
+    value = guard_overflow(value_of(struct).to(dtype), (), 0, lambda: None, "the loss-augmented value",
+                           "the potentials or the loss")
+    return value, struct, spec.count(model.labels(struct), target)
 
 
 def loss_augmented_viterbi(

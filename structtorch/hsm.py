@@ -220,7 +220,7 @@ class HiddenSemiMarkovSVM(nn.Module):
         at a segment end), else a ValueError."""
         sm = check_semimarkov(segment_scores=None, **self(signals, contents, lengths))
         labels, starts = check_target(labels, starts, sm)
-        score = semimarkov_score(sm, labels, starts)
+        score = semimarkov_score(sm, labels, starts).to(sm.content.dtype)
         if bool((score == NEG_INF).any()):
             b = int((score == NEG_INF).nonzero()[0])
             raise ValueError(f"the segmentation of row {b} is infeasible: a transition the grammar forbids, "

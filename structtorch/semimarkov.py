@@ -21,17 +21,25 @@ S = max_len (clamped to T internally).
 
 from __future__ import annotations
 
-import math
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from . import chain as _chain
-from ._chain_torch import NEG_INF, grads_through, safe_logsumexp
-from ._checks import LengthsLike, _fmt, check_float, check_lengths, check_unary
-from .features import SegmentPLiF, plif_interpolate
+from ._chain_torch import NEG_INF, accumulate, grads_through, safe_logsumexp
+from ._checks import (
+    LengthsLike,
+    _fmt,
+    check_float,
+    check_lengths,
+    check_unary,
+    forbidden_pattern,
+    guard_overflow,
+)
+from .features import SegmentPLiF, check_support, plif_interpolate
 
 __all__ = ["semimarkov_viterbi", "semimarkov_log_partition", "semimarkov_score", "SemiMarkov"]
 
@@ -55,16 +63,20 @@ class SemiMarkov:
     lengths: Tensor
     segment_plif: SegmentPLiF | None = None
 
-    def detached(self) -> SemiMarkov:
-        """The same potentials cut from the autograd graph."""
-        def cut(x):
-            return None if x is None else x.detach()
+    def map(self, fn: Callable[[Tensor], Tensor]) -> SemiMarkov:
+        """The potentials (and segment PLiF tracks and ordinates) passed through ``fn``."""
+        def apply(x):
+            return None if x is None else fn(x)
         plif = self.segment_plif
         if plif is not None:
-            plif = SegmentPLiF(plif.tracks.detach(), plif.ordinates.detach(), plif.low, plif.high)
-        return SemiMarkov(cut(self.content), cut(self.transitions), cut(self.length_scores),
-                          cut(self.boundary), cut(self.segment_scores), cut(self.start), cut(self.end),
-                          self.lengths, plif)
+            plif = SegmentPLiF(fn(plif.tracks), fn(plif.ordinates), plif.low, plif.high)
+        return SemiMarkov(apply(self.content), apply(self.transitions), apply(self.length_scores),
+                          apply(self.boundary), apply(self.segment_scores), apply(self.start),
+                          apply(self.end), self.lengths, plif)
+
+    def detached(self) -> SemiMarkov:
+        """The same potentials cut from the autograd graph."""
+        return self.map(Tensor.detach)
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -98,9 +110,10 @@ def _check_segment_plif(plif: object, content: Tensor) -> SegmentPLiF | None:
                          f"got {_fmt(ordinates.shape)}")
     if not bool(torch.isfinite(ordinates).all()):
         raise ValueError("segment_plif.ordinates must be finite")
-    low, high = float(plif.low), float(plif.high)
-    if not (math.isfinite(low) and math.isfinite(high) and low < high):
-        raise ValueError(f"segment_plif needs finite low < high, got low={low}, high={high}")
+    try:
+        low, high = check_support(ordinates.shape[1], plif.low, plif.high)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"segment_plif: {exc}") from None
     return SegmentPLiF(tracks.contiguous(), ordinates.contiguous(), low, high)
 
 
@@ -118,6 +131,10 @@ def check_semimarkov(content, transitions, max_len, length_scores, boundary, seg
     if transitions.shape != (N, N):
         raise ValueError(f"transitions must have shape (N, N) = ({N}, {N}), got {_fmt(transitions.shape)}")
 
+    # segments never exceed T: work with S' = min(max_len, T) so that memory and time do not grow
+    # with a max_len meant as "unbounded" (defaults are built at S' directly)
+    used = max(1, min(S, T))
+
     def optional(name, x, shapes, default_shape):
         if x is None:
             return content.new_zeros(default_shape)
@@ -127,10 +144,10 @@ def check_semimarkov(content, transitions, max_len, length_scores, boundary, seg
             raise ValueError(f"{name} must have shape {wanted}, got {_fmt(x.shape)}")
         return x.expand(default_shape) if x.shape != default_shape else x
 
-    # segments never exceed T: work with S' = min(max_len, T) so that memory and time do not grow
-    # with a max_len meant as "unbounded"
-    used = max(1, min(S, T))
-    length_scores = optional("length_scores", length_scores, [(S, N), (B, S, N)], (B, S, N))[:, :used]
+    if length_scores is None:
+        length_scores = content.new_zeros(B, used, N)
+    else:
+        length_scores = optional("length_scores", length_scores, [(S, N), (B, S, N)], (B, S, N))[:, :used]
     boundary = optional("boundary", boundary, [(B, T, N)], (B, T, N))
     start = optional("start", start, [(N,), (B, N)], (B, N))
     end = optional("end", end, [(N,), (B, N)], (B, N))
@@ -196,29 +213,30 @@ def semimarkov_score(sm: SemiMarkov, labels: Tensor, starts: Tensor) -> Tensor:
     (trusted: valid inside each length; anything beyond)."""
     B, T, S, N = sm.shape
     if T == 0:
-        return sm.content.sum(dim=(1, 2))
+        return accumulate(sm.content.sum(dim=(1, 2)))
     lengths = sm.lengths
     lay = segment_layout(labels, starts, lengths)
     t, inside, lab, starts, ends = lay.t, lay.inside, lay.labels, lay.starts, lay.ends
     d = lay.length.clamp(1, S)
-    zero = sm.content.new_zeros(())
+    zero = accumulate(sm.content.new_zeros(()))
 
-    def pick(x: Tensor) -> Tensor:  # (B, T, N) -> (B, T) at the labels
-        return x.gather(2, lab.unsqueeze(2)).squeeze(2)
+    def pick(x: Tensor) -> Tensor:  # (B, T, N) -> (B, T) at the labels, in the accumulation dtype
+        return accumulate(x.gather(2, lab.unsqueeze(2)).squeeze(2))
 
-    per_end = pick(sm.boundary) + _length_pick(sm, d, lab)
+    per_end = pick(sm.boundary) + accumulate(_length_pick(sm, d, lab))
     if sm.segment_scores is not None:
         flat = sm.segment_scores.reshape(B, T, S * N)
-        per_end = per_end + flat.gather(2, ((d - 1) * N + lab).unsqueeze(2)).squeeze(2)
+        per_end = per_end + accumulate(flat.gather(2, ((d - 1) * N + lab).unsqueeze(2)).squeeze(2))
     if sm.segment_plif is not None:
         plif = sm.segment_plif
         means = lay.means(pick(plif.tracks)).unsqueeze(2).expand(B, T, N)
-        per_end = per_end + pick(plif.segment_value(means))
+        per_end = per_end + pick(plif_interpolate(means, accumulate(plif.ordinates), plif.low, plif.high))
     total = torch.where(inside, pick(sm.content), zero).sum(1) + torch.where(ends, per_end, zero).sum(1)
     prev = torch.cat([lab[:, :1], lab[:, :-1]], 1)
-    total = total + torch.where(starts & (t > 0), sm.transitions[prev, lab], zero).sum(1)
+    total = total + torch.where(starts & (t > 0), accumulate(sm.transitions[prev, lab]), zero).sum(1)
     last = lab.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
-    edge = sm.start.gather(1, lab[:, :1]).squeeze(1) + sm.end.gather(1, last.unsqueeze(1)).squeeze(1)
+    edge = accumulate(sm.start.gather(1, lab[:, :1]).squeeze(1)) + accumulate(
+        sm.end.gather(1, last.unsqueeze(1)).squeeze(1))
     return total + torch.where(lengths > 0, edge, zero)
 
 
@@ -380,8 +398,20 @@ def semimarkov_viterbi(
                           start, end, lengths, segment_plif)
     ops = _chain._ops_for(sm.content) if sm.shape[1] > 0 else None
     best, labels, starts = _viterbi_segmentation(sm) if ops is None else _compiled_segmentation(sm, ops)
-    score = semimarkov_score(sm, labels, starts)
-    return torch.where(best > NEG_INF, score, score.new_full((), NEG_INF)), labels, starts
+    score = semimarkov_score(sm, labels, starts).to(sm.content.dtype)
+    return _guard(sm, torch.where(best > NEG_INF, score, NEG_INF), "the Viterbi score"), labels, starts
+
+
+def _guard(sm: SemiMarkov, result: Tensor, what: str) -> Tensor:
+    """``result`` (B,), or a ValueError where it overflowed (see :func:`guard_overflow`)."""
+    def feasible() -> Tensor:
+        return _viterbi_segmentation(sm.map(forbidden_pattern))[0] > NEG_INF
+
+    plif = [] if sm.segment_plif is None else [sm.segment_plif.ordinates]
+    potentials = [x for x in (sm.content, sm.transitions, sm.length_scores, sm.boundary, sm.segment_scores,
+                              sm.start, sm.end) if x is not None] + plif
+    return guard_overflow(result, potentials, 5 * sm.shape[1] + 2, feasible, what,
+                          "the content, transition, length, boundary and segment scores")
 
 
 class _LogPartition(torch.autograd.Function):
@@ -443,5 +473,7 @@ def semimarkov_log_partition(
     if sm.shape[1] > 0 and sm.segment_plif is None and _chain._ops_for(sm.content) is not None:
         segment = sm.content.new_empty(0) if sm.segment_scores is None else sm.segment_scores
         parts = (sm.length_scores, sm.boundary, segment, sm.transitions, sm.start, sm.end)
-        return _LogPartition.apply(sm.content, *(x.contiguous() for x in parts), sm.lengths)
-    return _reference_log_partition(sm).to(sm.content.dtype)
+        logz = _LogPartition.apply(sm.content, *(x.contiguous() for x in parts), sm.lengths)
+    else:
+        logz = _reference_log_partition(sm).to(sm.content.dtype)
+    return _guard(sm, logz, "the log-partition")

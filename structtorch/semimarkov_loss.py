@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._chain_torch import NEG_INF
+from ._chain_torch import NEG_INF, accumulate
 from ._checks import LengthsLike, check_labels
 from ._hamming_tables import Tables, negate_scores
 from .features import SegmentPLiF
@@ -80,7 +80,7 @@ class _SemiMarkovStructure:
         return semimarkov_score(self.sm, labels, starts)
 
     def fold_path(self, label_loss: Tensor) -> Tensor:
-        sm = self.sm.detached()
+        sm = self.sm.detached().map(accumulate)  # the loss is added in double on CPU
         _, labels, starts = semimarkov_viterbi(
             sm.content + label_loss.to(sm.content.dtype), sm.transitions, max_len=sm.shape[2],
             length_scores=sm.length_scores, boundary=sm.boundary, segment_scores=sm.segment_scores,

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from ._checks import check_int, check_number
 from .chain import viterbi
 from .data.tagging import SequenceData
 
@@ -143,12 +144,13 @@ def fit(
         ``train_loss`` (mean over the epoch's batches of loss + penalty, on this process) and
         ``val_<metric>``.
     """
-    if epochs < 0:
-        raise ValueError(f"epochs must be >= 0, got {epochs}")
-    if C is not None and not C > 0:
-        raise ValueError(f"C must be positive (or None for no regularizer), got {C}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    check_int("epochs", epochs, 0)
+    if C is not None:
+        check_number("C", C, low=0.0, open_low=True)
+    check_int("batch_size", batch_size, 1)
+    check_int("seed", seed)
+    if len(train_data) == 0:
+        raise ValueError("train_data is empty: fit needs at least one training sequence")
     unknown = set(metrics) - {"accuracy", "hamming"}
     if unknown:
         raise ValueError(f"unknown metrics {sorted(unknown)}; choose from ['accuracy', 'hamming']")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._chain_torch import NEG_INF, small_index_dtype
-from ._checks import LengthsLike, _fmt, check_float, check_lengths
+from ._chain_torch import NEG_INF, accumulate, small_index_dtype
+from ._checks import LengthsLike, _fmt, check_float, check_lengths, forbidden_pattern, guard_overflow
 
 __all__ = ["viterbi_window", "window_score"]
 
@@ -106,19 +106,28 @@ def viterbi_window(scores: Tensor, *, lengths: LengthsLike = None) -> tuple[Tens
         flat = scores.unsqueeze(2).expand(B, T, N, N)
     else:
         flat = scores.reshape(B, T, N**order, N)
-    path = _window_path(flat.detach(), lengths, max(order, 1), N)
-    return window_score(scores, path, lengths), path
+    path = _window_path(accumulate(flat.detach()), lengths, max(order, 1), N)
+
+    def feasible() -> Tensor:
+        pattern = _window_path(forbidden_pattern(flat), lengths, max(order, 1), N)
+        return (pattern[:, :1] >= 0).all(1) | (lengths == 0)
+
+    score = guard_overflow(window_score(scores, path, lengths), (scores,), T, feasible, "the Viterbi score",
+                           "scores")
+    return score, path
 
 
-def window_score(scores: Tensor, path: Tensor, lengths: Tensor) -> Tensor:
-    """(B,) differentiable score of ``path`` (B, T) under window ``scores``; -inf for rows whose
-    path is all -1 (infeasible), 0 for zero-length rows."""
+def window_score(scores: Tensor, path: Tensor, lengths: Tensor, *, exact: bool = False) -> Tensor:
+    """(B,) differentiable score of ``path`` (B, T) under window ``scores`` in their dtype (summed
+    in float64 on CPU; ``exact=True`` returns that sum uncast); -inf for rows whose path is all -1
+    (infeasible), 0 for zero-length rows."""
     B, T = scores.shape[:2]
     N, order = scores.shape[2], scores.dim() - 3
+    dtype = accumulate(scores.new_zeros(())).dtype if exact else scores.dtype
     if T == 0:
-        return scores.reshape(B, -1).sum(1)
+        return scores.flatten(1).sum(1).to(dtype)
     inside = torch.arange(T, device=scores.device) < lengths[:, None]
     picked = scores.reshape(B, T, N ** (order + 1)).gather(2, _window_indices(path, order, N).unsqueeze(2))
-    total = torch.where(inside, picked.squeeze(2), scores.new_zeros(())).sum(1)
+    total = torch.where(inside, accumulate(picked.squeeze(2)), 0.0).sum(1).to(dtype)
     feasible = (path[:, :1] >= 0).all(1) | (lengths == 0)
-    return torch.where(feasible, total, scores.new_full((), NEG_INF))
+    return torch.where(feasible, total, NEG_INF)

@@ -61,8 +61,14 @@ def test_hinge_reductions_and_errors():
 def test_fit_rejects_bad_arguments():
     data = separable_data(n=4)
     model, loss = st.LinearChainPotentials(3, 3), st.StructuredHingeLoss()
-    with pytest.raises(ValueError, match="C must be positive"):
+    with pytest.raises(ValueError, match=r"C must be a finite number in \(0, inf\), got -1.0"):
         st.train.fit(model, data, loss, epochs=1, C=-1.0, progress=False)
+    with pytest.raises(ValueError, match=r"C must be a finite number in \(0, inf\), got nan"):
+        st.train.fit(model, data, loss, epochs=1, C=float("nan"), progress=False)
+    with pytest.raises(ValueError, match="train_data is empty"):  # was a ZeroDivisionError
+        st.train.fit(model, data.batch(torch.arange(0)), loss, epochs=1, progress=False)
+    with pytest.raises(TypeError, match="epochs must be an int"):
+        st.train.fit(model, data, loss, epochs=1.5, progress=False)
     with pytest.raises(ValueError, match="unknown metrics"):
         st.train.fit(model, data, loss, epochs=1, metrics=["f1"], progress=False)
     with pytest.raises(TypeError, match="the model must return"):

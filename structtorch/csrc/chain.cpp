@@ -11,6 +11,7 @@
 namespace {
 
 using structtorch::Blocks;
+using structtorch::Check;
 using structtorch::kNegInf;
 using structtorch::make_blocks;
 
@@ -108,10 +109,27 @@ void viterbi_one(const T* u, const Blocks<T>& blk, const T* st, const T* en, int
   }
 }
 
+// Checks the chain inputs the kernels here read (start may be undefined) and returns (B, T, N).
+std::tuple<int64_t, int64_t, int64_t> check_chain(const char* op, const at::Tensor& unary, const at::Tensor& trans,
+                                                  const at::Tensor& start, const at::Tensor& end,
+                                                  const at::Tensor& lengths) {
+  const Check c{op};
+  TORCH_CHECK(unary.dim() == 3, op, ": unary must have shape (B, T, N), got ", unary.sizes());
+  const int64_t B = unary.size(0), T = unary.size(1), N = unary.size(2);
+  const auto dtype = unary.scalar_type();
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kDouble, op, ": unary must be float32 or float64");
+  c.tensor(unary, "unary", dtype, {B, T, N});
+  c.transitions(trans, "trans", dtype, B, T, N);
+  if (start.defined()) c.tensor(start, "start", dtype, {B, N});
+  c.tensor(end, "end", dtype, {B, N});
+  c.lengths(lengths, B, T);
+  return {B, T, N};
+}
+
 std::tuple<at::Tensor, at::Tensor> viterbi_forward(const at::Tensor& unary, const at::Tensor& trans,
                                                    const at::Tensor& start, const at::Tensor& end,
                                                    const at::Tensor& lengths) {
-  const int64_t B = unary.size(0), T = unary.size(1), N = unary.size(2);
+  const auto [B, T, N] = check_chain("viterbi_forward", unary, trans, start, end, lengths);
   TORCH_CHECK(N <= 32767, "viterbi_forward: at most 32767 labels");
   auto score = at::empty({B}, unary.options().dtype(at::kDouble));
   auto path = at::full({B, T}, -1, unary.options().dtype(at::kLong));
@@ -148,6 +166,16 @@ struct Normalized {
   const double* r_at(int64_t b, int64_t t) const { return shared ? r : r + (b * steps + t) * n; }
   const double* f_at(int64_t b, int64_t t) const { return shared ? f : f + (b * steps + t) * n * n; }
 };
+
+// r (N) or (B, T-1, N) and f shaped as the transitions, both float64.
+void check_normalized(const char* op, const at::Tensor& r, const at::Tensor& f, int64_t B, int64_t T, int64_t N) {
+  const Check c{op};
+  c.transitions(f, "f", at::kDouble, B, T, N);
+  if (f.dim() == 2)
+    c.tensor(r, "r", at::kDouble, {N});
+  else
+    c.tensor(r, "r", at::kDouble, {B, std::max<int64_t>(T - 1, 0), N});
+}
 
 Normalized make_normalized(const at::Tensor& r, const at::Tensor& f, int64_t n) {
   const bool shared = f.dim() == 2;
@@ -209,7 +237,8 @@ double logz_one(const T* u, const Blocks<T>& blk, const Normalized& nrm, const T
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_forward(
     const at::Tensor& unary, const at::Tensor& trans, const at::Tensor& r, const at::Tensor& f,
     const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths) {
-  const int64_t B = unary.size(0), T = unary.size(1), N = unary.size(2);
+  const auto [B, T, N] = check_chain("logz_forward", unary, trans, start, end, lengths);
+  check_normalized("logz_forward", r, f, B, T, N);
   const auto dopt = unary.options().dtype(at::kDouble);
   auto logz = at::empty({B}, dopt);
   auto alpha = at::empty({B, T, N}, dopt);  // every entry is written below: no fill pass
@@ -324,7 +353,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_back
     const at::Tensor& grad, const at::Tensor& unary, const at::Tensor& trans, const at::Tensor& r,
     const at::Tensor& ft, const at::Tensor& end, const at::Tensor& lengths, const at::Tensor& logz,
     const at::Tensor& alpha, const at::Tensor& p, const at::Tensor& m) {
-  const int64_t B = unary.size(0), T = unary.size(1), N = unary.size(2);
+  const auto [B, T, N] = check_chain("logz_backward", unary, trans, at::Tensor(), end, lengths);
+  check_normalized("logz_backward", r, ft, B, T, N);
+  const Check c{"logz_backward"};
+  c.tensor(grad, "grad", at::kDouble, {B});
+  c.tensor(logz, "logz", at::kDouble, {B});
+  c.tensor(alpha, "alpha", at::kDouble, {B, T, N});
+  c.tensor(p, "p", at::kDouble, {B, T, N});
+  c.tensor(m, "m", at::kDouble, {B, T});
   const int64_t E = std::max<int64_t>(T - 1, 0);
   const auto dopt = unary.options().dtype(at::kDouble);
   auto g_unary = at::empty({B, T, N}, unary.options());  // every entry is written below

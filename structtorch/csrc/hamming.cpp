@@ -10,6 +10,7 @@
 namespace {
 
 using structtorch::Blocks;
+using structtorch::Check;
 using structtorch::kNegInf;
 using structtorch::make_blocks;
 
@@ -107,8 +108,19 @@ void hamming_one(const T* u, const Blocks<T>& blk, const T* st, const T* en, int
 std::tuple<at::Tensor, at::Tensor, at::Tensor> hamming_forward(
     const at::Tensor& unary, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
     const at::Tensor& lengths, const at::Tensor& target, const at::Tensor& weights, int64_t K) {
+  const Check c{"hamming_forward"};
+  TORCH_CHECK(unary.dim() == 3, "hamming_forward: unary must have shape (B, T, N), got ", unary.sizes());
   const int64_t B = unary.size(0), T = unary.size(1), N = unary.size(2);
   TORCH_CHECK(N <= 32767, "hamming_forward: at most 32767 labels");
+  TORCH_CHECK(K >= 0, "hamming_forward: K must be >= 0, got ", K);
+  c.tensor(unary, "unary", unary.scalar_type(), {B, T, N});
+  c.transitions(trans, "trans", unary.scalar_type(), B, T, N);
+  c.tensor(start, "start", unary.scalar_type(), {B, N});
+  c.tensor(end, "end", unary.scalar_type(), {B, N});
+  c.lengths(lengths, B, T);
+  c.labels(target, "target", lengths, B, T, N);
+  c.weights(weights, lengths, B, T, K);
+  c.numel({B, T, N, K + 1});
   auto best = at::empty({B, K + 1}, unary.options().dtype(at::kDouble));
   auto last = at::empty({B, K + 1}, unary.options().dtype(at::kLong));
   auto bp = at::empty({B, T, N, K + 1}, unary.options().dtype(N <= 256 ? at::kByte : at::kShort));
@@ -138,12 +150,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> hamming_forward(
   return {best, last, bp};
 }
 
+// A count k with no labeling (an infeasible cell) leaves the row -1 rather than walking out of the table.
 template <typename BP>
 void backtrack_one(const BP* bp, Row row, int64_t n, int64_t K1, int64_t k, int64_t j, int64_t* path) {
   for (int64_t t = row.len - 1; t > 0; --t) {
     path[t] = j;
     const int64_t i = static_cast<int64_t>(bp[(t * n + j) * K1 + k]);
     k -= j != row.target[t] ? row.weight[t] : 0;
+    if (k < 0 || i < 0 || i >= n) {
+      std::fill(path, path + row.len, int64_t(-1));
+      return;
+    }
     j = i;
   }
   path[0] = j;
@@ -152,7 +169,21 @@ void backtrack_one(const BP* bp, Row row, int64_t n, int64_t K1, int64_t k, int6
 // Labels of the best labeling with count k[b] ending in last[b] (rows with k[b] < 0 stay -1).
 at::Tensor hamming_backtrack(const at::Tensor& bp, const at::Tensor& lengths, const at::Tensor& target,
                              const at::Tensor& weights, const at::Tensor& k, const at::Tensor& last) {
+  const Check c{"hamming_backtrack"};
+  TORCH_CHECK(bp.dim() == 4 && (bp.scalar_type() == at::kByte || bp.scalar_type() == at::kShort),
+              "hamming_backtrack: bp must be a (B, T, N, K+1) uint8 or int16 tensor");
   const int64_t B = bp.size(0), T = bp.size(1), N = bp.size(2), K1 = bp.size(3);
+  c.tensor(bp, "bp", bp.scalar_type(), {B, T, N, K1});
+  c.lengths(lengths, B, T);
+  c.labels(target, "target", lengths, B, T, N);
+  c.weights(weights, lengths, B, T, K1 - 1);
+  c.tensor(k, "k", at::kLong, {B});
+  c.tensor(last, "last", at::kLong, {B});
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t kb = k.data_ptr<int64_t>()[b], lb = last.data_ptr<int64_t>()[b];
+    TORCH_CHECK(kb >= -1 && kb < K1, "hamming_backtrack: k[", b, "] = ", kb, " is outside [-1, ", K1, ")");
+    TORCH_CHECK(kb < 0 || (lb >= 0 && lb < N), "hamming_backtrack: last[", b, "] = ", lb, " is outside [0, ", N, ")");
+  }
   auto path = at::full({B, T}, -1, target.options());
   const int64_t* len = lengths.data_ptr<int64_t>();
   const int64_t* tgt = target.data_ptr<int64_t>();

@@ -44,6 +44,29 @@ struct SemiBatch {
   int64_t N() const { return boundary.size(2); }
   int64_t S() const { return length.size(1); }
   bool has_segment() const { return segment.numel() > 0; }
+
+  // Checks every shape and index the kernels read: forb[b][e][j] in [-1, e), lengths in [0, T].
+  void check(const char* op, const at::Tensor& lengths) const {
+    const structtorch::Check c{op};
+    TORCH_CHECK(boundary.dim() == 3 && length.dim() == 3, op, ": boundary must be (B, T, N), length (B, S, N)");
+    const int64_t B_ = B(), T_ = T(), N_ = N(), S_ = S();
+    const auto dtype = boundary.scalar_type();
+    TORCH_CHECK(dtype == at::kFloat || dtype == at::kDouble, op, ": potentials must be float32 or float64");
+    c.tensor(content, "content", dtype, {B_, T_, N_});
+    c.tensor(boundary, "boundary", dtype, {B_, T_, N_});
+    c.tensor(length, "length", dtype, {B_, S_, N_});
+    if (has_segment()) c.tensor(segment, "segment", dtype, {B_, T_, S_, N_});
+    c.tensor(trans, "trans", dtype, {N_, N_});
+    c.tensor(start, "start", dtype, {B_, N_});
+    c.tensor(end, "end", dtype, {B_, N_});
+    c.lengths(lengths, B_, T_);
+    c.tensor(forb, "forb", at::kLong, {B_, T_ + 1, N_});
+    const int64_t* f = forb.data_ptr<int64_t>();
+    for (int64_t i = 0; i < B_ * (T_ + 1) * N_; ++i) {
+      const int64_t e = (i / N_) % (T_ + 1);
+      TORCH_CHECK(f[i] >= -1 && f[i] < e, op, ": forb[b, e, j] must lie in [-1, e)");
+    }
+  }
   template <typename U>
   SemiInputs<U> row(int64_t b) const {
     const int64_t T_ = T(), N_ = N(), S_ = S();
@@ -123,13 +146,30 @@ double semimarkov_one(const SemiInputs<T>& in, int64_t len, int64_t S, int64_t n
   return best;
 }
 
+// Segment-mean PLiF inputs: tracks (B, T, N), ordinates (N, P >= 2) on a support whose spacing
+// (high - low) / (P - 1) is a positive normal number, so interpolation indices are never NaN.
+void check_plif(const at::Tensor& tracks, const at::Tensor& plif, double low, double high, int64_t B, int64_t T,
+                int64_t N, at::ScalarType dtype) {
+  const structtorch::Check c{"semimarkov_viterbi_forward"};
+  c.tensor(tracks, "tracks", dtype, {B, T, N});
+  TORCH_CHECK(plif.dim() == 2 && plif.size(1) >= 2, "semimarkov_viterbi_forward: plif must be (N, P >= 2)");
+  c.tensor(plif, "plif", dtype, {N, plif.size(1)});
+  const double step = (high - low) / static_cast<double>(plif.size(1) - 1);
+  TORCH_CHECK(std::isfinite(low) && std::isfinite(high) && std::isnormal(step) && step > 0.0 &&
+                  std::isfinite(static_cast<double>(plif.size(1) - 1) / (high - low)),
+              "semimarkov_viterbi_forward: the PLiF support [", low, ", ", high, "] must be finite with a normal, "
+              "positive spacing");
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> semimarkov_viterbi_forward(
     const at::Tensor& content, const at::Tensor& forb, const at::Tensor& length, const at::Tensor& boundary,
     const at::Tensor& segment, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
     const at::Tensor& lengths, const at::Tensor& tracks, const at::Tensor& plif, double low, double high) {
   const SemiBatch x{content, forb, length, boundary, segment, trans, start, end};
+  x.check("semimarkov_viterbi_forward", lengths);
   const int64_t B = x.B(), T = x.T(), N = x.N(), S = x.S();
   const bool has_plif = tracks.numel() > 0;
+  if (has_plif) check_plif(tracks, plif, low, high, B, T, N, content.scalar_type());
   auto best = at::empty({B}, content.options().dtype(at::kDouble));
   auto labels = at::full({B, T}, -1, lengths.options());
   auto starts = at::zeros({B, T}, lengths.options().dtype(at::kBool));
@@ -222,6 +262,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> semimarkov_logz_forward(
     const at::Tensor& segment, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
     const at::Tensor& lengths) {
   const SemiBatch x{content, forb, length, boundary, segment, trans, start, end};
+  x.check("semimarkov_logz_forward", lengths);
   const int64_t B = x.B(), T = x.T(), N = x.N(), S = x.S();
   auto logz = at::empty({B}, content.options().dtype(at::kDouble));
   auto alpha = at::full({B, T + 1, N}, kNegInf, content.options().dtype(at::kDouble));
@@ -315,7 +356,13 @@ std::vector<at::Tensor> semimarkov_logz_backward(
     const at::Tensor& segment, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
     const at::Tensor& lengths) {
   const SemiBatch x{content, forb, length, boundary, segment, trans, start, end};
+  x.check("semimarkov_logz_backward", lengths);
   const int64_t B = x.B(), T = x.T(), N = x.N(), S = x.S();
+  const structtorch::Check c{"semimarkov_logz_backward"};
+  c.tensor(grad, "grad", at::kDouble, {B});
+  c.tensor(logz, "logz", at::kDouble, {B});
+  c.tensor(alpha, "alpha", at::kDouble, {B, T + 1, N});
+  c.tensor(inc, "inc", at::kDouble, {B, T + 1, N});
   const auto dopt = content.options().dtype(at::kDouble);
   auto g_content = at::zeros({B, T, N}, dopt), g_length = at::zeros({B, S, N}, dopt);
   auto g_boundary = at::zeros({B, T, N}, dopt);

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from .._checks import check_int, check_number
 from .tagging import SequenceData
 
 START, NEGATIVE, POSITIVE, END = 0, 1, 2, 3
@@ -24,10 +25,11 @@ def bauer_synthetic(n: int, sigma: float, *, T: int = 100, r: int = 4, seed: int
         ``x`` (n, T, r) float32 signals, ``labels`` (n, T) int64 in {0: start, 1: -1, 2: +1,
         3: end}, ``lengths`` (n,) all T.
     """
-    if T < 3:
-        raise ValueError(f"T must be >= 3 (start, body, end), got {T}")
-    if n < 0 or sigma < 0:
-        raise ValueError(f"n and sigma must be non-negative, got n={n}, sigma={sigma}")
+    check_int("n", n, 0)
+    check_int("T", T, 3)  # start, body, end
+    check_int("r", r, 1)
+    check_int("seed", seed)
+    check_number("sigma", sigma, low=0.0)
     g = torch.Generator().manual_seed(seed)
     signal = -torch.ones(n, T)
     blocks = torch.randint(0, 5, (n,), generator=g)

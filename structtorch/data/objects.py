@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .._checks import check_int, check_number
 from ..lp.graph import grid_edges
 
 __all__ = ["ObjectData", "synthetic_objects", "OBJECT_CLASSES"]
@@ -71,6 +72,13 @@ def synthetic_objects(n: int, cls: str = "bar", *, H: int = 16, W: int = 16, num
     """
     if cls not in OBJECT_CLASSES:
         raise ValueError(f"cls must be one of {OBJECT_CLASSES}, got {cls!r}")
+    check_int("n", n, 1)
+    check_int("H", H, 2)
+    check_int("W", W, 2)
+    check_int("num_features", num_features, 2)
+    check_int("clutter", clutter, 0)
+    check_int("seed", seed)
+    check_number("noise", noise, low=0.0)
     g = torch.Generator().manual_seed(seed * 7919 + OBJECT_CLASSES.index(cls))
     means = torch.Generator().manual_seed(OBJECT_CLASSES.index(cls))
     m_obj = torch.randn(num_features - 1, generator=means, dtype=torch.float64) * 0.6

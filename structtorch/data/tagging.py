@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .._checks import check_int, check_number
+
 
 @dataclass
 class SequenceData:
@@ -65,8 +67,14 @@ def make_tagging_data(
     TaggingData
         ``x`` (B, T, num_features), ``labels`` (B, T), ``lengths`` (B,), T = longest length.
     """
-    if not 1 <= min_length <= max_length:
+    check_int("num_sequences", num_sequences, 1)
+    check_int("num_labels", num_labels, 1)
+    check_int("num_features", num_features, 1)
+    check_int("seed", seed)
+    if not 1 <= check_int("min_length", min_length) <= check_int("max_length", max_length):
         raise ValueError(f"need 1 <= min_length <= max_length, got {min_length}, {max_length}")
+    check_number("p_stay", p_stay, low=0.0, high=1.0)
+    check_number("noise", noise, low=0.0)
     means = torch.randn(num_labels, num_features, generator=torch.Generator().manual_seed(12345))
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(min_length, max_length + 1, (num_sequences,), generator=g)

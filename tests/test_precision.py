@@ -1,0 +1,188 @@
+"""Precision: every DP's float32 result against its float64 result at large offsets.
+
+The inputs are float32 values; the reference runs the same values promoted to float64. On CPU
+every DP accumulates in double, so its float32 result must be the float64 result rounded once:
+the same structures (paths, segmentations, k-best lists) and values within a few float32 ulps,
+with and without requires_grad.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import structtorch as st
+
+OFFSETS = [1e4, 1e5, 1e6]
+B, T, N = 3, 40, 4
+
+
+def _ulps(x: torch.Tensor, n: float = 4.0) -> torch.Tensor:
+    """n float32 ulps of the magnitude of x (at least of 1)."""
+    return n * torch.finfo(torch.float32).eps * x.double().abs().clamp(min=1.0)
+
+
+def assert_f32_close(got: torch.Tensor, ref: torch.Tensor, n: float = 4.0) -> None:
+    assert got.dtype == torch.float32
+    err = (got.double() - ref.double()).abs()
+    assert bool((err <= _ulps(ref, n)).all()), f"max error {float(err.max())} over {n} ulps"
+
+
+def chain(offset: float, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    unary = torch.randn(B, T, N, generator=g) + offset
+    trans = torch.randn(N, N, generator=g)
+    lengths = torch.tensor([T, T - 7, 13])
+    return unary, trans, lengths
+
+
+def as64(*xs):
+    return tuple(x.double() if x.is_floating_point() else x for x in xs)
+
+
+@pytest.fixture(params=[False, True], ids=["no-grad", "requires-grad"])
+def grad(request):
+    return request.param
+
+
+def _maybe_grad(x: torch.Tensor, grad: bool) -> torch.Tensor:
+    return x.clone().requires_grad_() if grad else x
+
+
+@pytest.mark.parametrize("offset", OFFSETS)
+def test_chain_dps(backend, offset, grad):
+    unary, trans, lengths = chain(offset)
+    u = _maybe_grad(unary, grad)
+    u64, t64 = as64(unary, trans)
+    score, path = st.viterbi(u, trans, lengths=lengths)
+    ref_score, ref_path = st.viterbi(u64, t64, lengths=lengths)
+    assert torch.equal(path, ref_path)
+    assert_f32_close(score, ref_score)
+    assert_f32_close(st.path_score(u, trans, ref_path.clamp(min=0), lengths=lengths), ref_score)
+    assert_f32_close(st.log_partition(u, trans, lengths=lengths), st.log_partition(u64, t64, lengths=lengths))
+    marg = st.marginals(u, trans, lengths=lengths)
+    assert (marg.double() - st.marginals(u64, t64, lengths=lengths)).abs().max() < 1e-6
+    scores, paths = st.kbest(u, trans, 4, lengths=lengths)
+    ref_scores, ref_paths = st.kbest(u64, t64, 4, lengths=lengths)
+    assert torch.equal(paths, ref_paths)
+    assert_f32_close(scores, ref_scores)
+    assert torch.equal(scores[:, 0], score)
+
+
+@pytest.mark.parametrize("offset", OFFSETS)
+def test_gradients_match_float64(backend, offset):
+    """d logZ and d (w . marginals) in float32 equal the float64 ones."""
+    unary, trans, lengths = chain(offset, seed=1)
+    w = torch.randn(B, T, N, generator=torch.Generator().manual_seed(2))
+    got, ref = [], []
+    for dtype, out in ((torch.float32, got), (torch.float64, ref)):
+        u = unary.to(dtype).requires_grad_()
+        a = trans.to(dtype).requires_grad_()
+        logz = st.log_partition(u, a, lengths=lengths).sum()
+        out.extend(torch.autograd.grad(logz, (u, a)))
+        marg = st.marginals(u, a, lengths=lengths)
+        out.extend(torch.autograd.grad((marg * w.to(dtype)).sum(), (u, a)))
+    for g32, g64 in zip(got, ref, strict=True):
+        assert g32.dtype == torch.float32
+        assert (g32.double() - g64).abs().max() < 2e-5 * max(1.0, float(g64.abs().max()))
+
+
+def test_marginals_do_not_depend_on_requires_grad(backend):
+    """The reproducer: randn + 1e4 and 1e6, marginals with and without requires_grad."""
+    for offset in (1e4, 1e6):
+        u = torch.randn(1, 40, 4, generator=torch.Generator().manual_seed(0)) + offset
+        t = torch.randn(4, 4, generator=torch.Generator().manual_seed(1))
+        plain = st.marginals(u, t)
+        with_grad = st.marginals(u.clone().requires_grad_(), t)
+        assert (plain - with_grad).abs().max() < 1e-6
+
+
+def test_kbest_one_is_viterbi_at_large_offsets(backend):
+    """The reproducer: kbest(k=1) was 0.96 worse than viterbi on float32 scores offset by 1e5."""
+    for seed in range(5):
+        g = torch.Generator().manual_seed(seed)
+        u, t = torch.randn(1, 40, 4, generator=g) + 1e5, torch.randn(4, 4, generator=g)
+        best, path = st.viterbi(u, t)
+        scores, paths = st.kbest(u, t, 1)
+        assert torch.equal(paths[:, 0], path)
+        assert torch.equal(scores[:, 0], best)
+
+
+@pytest.mark.parametrize("offset", OFFSETS)
+@pytest.mark.parametrize("order", [0, 1, 2])
+def test_window(offset, order, grad):
+    g = torch.Generator().manual_seed(order)
+    scores = torch.randn((B, T) + (N,) * (order + 1), generator=g) + offset
+    lengths = torch.tensor([T, 9, 0])
+    score, path = st.viterbi_window(_maybe_grad(scores, grad), lengths=lengths)
+    ref_score, ref_path = st.viterbi_window(scores.double(), lengths=lengths)
+    assert torch.equal(path, ref_path)
+    assert_f32_close(score, ref_score)
+
+
+@pytest.mark.parametrize("offset", OFFSETS)
+@pytest.mark.parametrize("rescaling", ["margin", "slack"])
+@pytest.mark.parametrize("h", [None, "square"])
+def test_loss_augmented(backend, offset, rescaling, h, grad):
+    unary, trans, lengths = chain(offset, seed=3)
+    target = st.viterbi(unary.double(), trans.double(), lengths=lengths)[1].clamp(min=0)
+    target[:, ::3] = (target[:, ::3] + 1) % N  # a target that is not the best labeling
+    hfun = None if h is None else (lambda k: k**2)
+    value, path, count = st.loss_augmented_viterbi(
+        _maybe_grad(unary, grad), trans, target, h=hfun, rescaling=rescaling, lengths=lengths)
+    ref_value, ref_path, ref_count = st.loss_augmented_viterbi(
+        *as64(unary, trans), target, h=hfun, rescaling=rescaling, lengths=lengths)
+    assert torch.equal(path, ref_path)
+    assert torch.equal(count, ref_count)
+    # the value is a difference of two scores of size ~T * offset: rounded once, at their scale
+    scale = unary.double().abs().sum((1, 2)) / N * (ref_count.double().clamp(min=1) ** 2 if h else 1)
+    assert ((value.double() - ref_value).abs() <= _ulps(scale)).all()
+
+
+@pytest.mark.parametrize("offset", OFFSETS)
+@pytest.mark.parametrize("rescaling", ["margin", "slack"])
+def test_loss_augmented_window(offset, rescaling):
+    g = torch.Generator().manual_seed(4)
+    scores = torch.randn(B, T, N, N, N, generator=g) + offset
+    lengths = torch.tensor([T, 11, 1])
+    target = torch.randint(0, N, (B, T), generator=g)
+    value, path, _ = st.loss_augmented_viterbi_window(scores, target, rescaling=rescaling, lengths=lengths)
+    ref_value, ref_path, _ = st.loss_augmented_viterbi_window(
+        scores.double(), target, rescaling=rescaling, lengths=lengths)
+    assert torch.equal(path, ref_path)
+    scale = scores.double().abs().amax((2, 3, 4)).sum(1) * T
+    assert ((value.double() - ref_value).abs() <= _ulps(scale)).all()
+
+
+def semimarkov(offset: float, seed: int = 5):
+    g = torch.Generator().manual_seed(seed)
+    content = torch.randn(B, T, N, generator=g) + offset
+    trans = torch.randn(N, N, generator=g)
+    length_scores = torch.randn(6, N, generator=g)
+    return content, trans, length_scores, torch.tensor([T, 17, 0])
+
+
+@pytest.mark.parametrize("offset", OFFSETS)
+def test_semimarkov(backend, offset, grad):
+    content, trans, length_scores, lengths = semimarkov(offset)
+    kw = dict(max_len=6, lengths=lengths)
+    score, labels, starts = st.semimarkov_viterbi(_maybe_grad(content, grad), trans,
+                                                  length_scores=length_scores, **kw)
+    ref = st.semimarkov_viterbi(*as64(content, trans), length_scores=length_scores.double(), **kw)
+    assert torch.equal(labels, ref[1]) and torch.equal(starts, ref[2])
+    assert_f32_close(score, ref[0])
+    logz = st.semimarkov_log_partition(_maybe_grad(content, grad), trans, length_scores=length_scores, **kw)
+    ref_logz = st.semimarkov_log_partition(*as64(content, trans), length_scores=length_scores.double(), **kw)
+    assert_f32_close(logz, ref_logz)
+    target_labels, target_starts = ref[1].clamp(min=0), ref[2].clone()
+    target_starts[:, 5::7] = True  # a different segmentation as the target
+    for rescaling in ("margin", "slack"):
+        value, lab, _, H = st.semimarkov_loss_augmented(
+            _maybe_grad(content, grad), trans, target_labels, target_starts, length_scores=length_scores,
+            rescaling=rescaling, **kw)
+        ref_value, ref_lab, _, ref_H = st.semimarkov_loss_augmented(
+            *as64(content, trans), target_labels, target_starts, length_scores=length_scores.double(),
+            rescaling=rescaling, **kw)
+        assert torch.equal(lab, ref_lab) and torch.equal(H, ref_H)
+        scale = content.double().abs().sum((1, 2)) / N * ref_H.double().clamp(min=1)
+        assert ((value.double() - ref_value).abs() <= _ulps(scale)).all()
