@@ -18,7 +18,9 @@ NEG_INF = float("-inf")
 def accumulate(x: Tensor) -> Tensor:
     """``x`` in the precision the dynamic programs accumulate in: float64 on CPU (as the compiled
     kernels), its own dtype elsewhere. The cast is differentiable; results are cast back."""
-    return x.double() if x.device.type == "cpu" and x.is_floating_point() else x
+    if isinstance(x, Tensor) and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
+        return x.double()
+    return x  # anything else is left for the validation to judge
 
 
 def accumulating(chain: Chain) -> Chain:

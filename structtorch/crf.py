@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ._checks import LengthsLike
+from ._chain_torch import accumulate
+from ._checks import LengthsLike, check_float
 from .chain import log_partition, marginals, path_score, viterbi
 
 __all__ = ["LinearChainCRF"]
@@ -69,10 +70,16 @@ class LinearChainCRF(nn.Module):
         Returns
         -------
         Tensor (B,)
+            In the dtype of ``unary``; on CPU the difference logZ - score is taken in float64, so a
+            small NLL keeps its digits when both terms are large.
         """
-        logz = log_partition(unary, self.transitions, lengths=lengths, **self._potentials(unary))
-        gold = path_score(unary, self.transitions, labels, lengths=lengths, **self._potentials(unary))
-        return logz - gold
+        if isinstance(unary, Tensor) and unary.is_floating_point():  # one dtype, before promoting
+            check_float("transitions", self.transitions, unary)
+        pots = {k: accumulate(v) for k, v in self._potentials(unary).items()}
+        u, a = accumulate(unary), accumulate(self.transitions)
+        logz = log_partition(u, a, lengths=lengths, **pots)
+        gold = path_score(u, a, labels, lengths=lengths, **pots)
+        return (logz - gold).to(unary.dtype)
 
     def decode(self, unary: Tensor, lengths: LengthsLike = None) -> tuple[Tensor, Tensor]:
         """Best labeling: ``(score (B,), path (B, T))`` as returned by :func:`structtorch.viterbi`."""

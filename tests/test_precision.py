@@ -186,3 +186,15 @@ def test_semimarkov(backend, offset, grad):
         assert torch.equal(lab, ref_lab) and torch.equal(H, ref_H)
         scale = content.double().abs().sum((1, 2)) / N * ref_H.double().clamp(min=1)
         assert ((value.double() - ref_value).abs() <= _ulps(scale)).all()
+
+
+@pytest.mark.parametrize("offset", OFFSETS)
+def test_crf_nll_keeps_its_digits(backend, offset):
+    """NLL = logZ - score: a small difference of two large numbers, taken in float64 on CPU."""
+    unary, _, lengths = chain(offset, seed=6)
+    labels = torch.randint(0, N, (B, T), generator=torch.Generator().manual_seed(7))
+    crf = st.LinearChainCRF(N)
+    nll = crf(unary.clone().requires_grad_(), labels, lengths)
+    ref = crf.double()(unary.double(), labels, lengths)
+    assert nll.dtype == torch.float32
+    assert (nll.double() - ref).abs().max() < 1e-4 * ref.abs().max().clamp(min=1.0)
