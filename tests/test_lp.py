@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import itertools
+import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st_
+from torch import Tensor
 
 import structtorch as st
 from structtorch import lp
@@ -252,8 +256,8 @@ def test_grid_edges():
         (torch.tensor([[0, 1]]), (1, 2, 3), {}, ValueError, r"pairwise must have shape \(E, L, L\) = \(1, 2, 2\)"),
         (torch.tensor([[0, 1]]), (1, 2, 2), {"connected": [2]}, ValueError, r"connected labels must be ints in \[0, L\)"),
         (torch.tensor([[0, 1]]), (1, 2, 2), {"connected": [0.7]}, ValueError, "connected labels must be ints"),
-        (torch.tensor([[0, 1]]), (1, 2, 2), {"connected_soft": {1: float("inf")}}, ValueError, "finite and >= 0"),
-        (torch.tensor([[0, 1]]), (1, 2, 2), {"connected_soft": {1: -1.0}}, ValueError, "weights must be finite and >= 0"),
+        (torch.tensor([[0, 1]]), (1, 2, 2), {"connected_soft": {1: float("inf")}}, ValueError, r"finite number in \[0, inf\)"),
+        (torch.tensor([[0, 1]]), (1, 2, 2), {"connected_soft": {1: -1.0}}, ValueError, r"weights must be a finite number in \[0, inf\)"),
         (torch.tensor([[0, 1]]), (1, 2, 2), {"connected": [1], "connected_soft": {1: 1.0}}, ValueError, "both"),
     ],
 )
@@ -351,7 +355,7 @@ def test_layer_bad_input():
         layer(torch.zeros(5, 2), torch.zeros(5, 2, 2), cuts=[(1, 0, 2, [1]), (1, 0, 3, [4])])
     with pytest.raises(ValueError, match="V = 5 nodes and L = 2 labels"):
         layer(torch.zeros(6, 2), torch.zeros(5, 2, 2))
-    with pytest.raises(ValueError, match="num_labels must be >= 2"):
+    with pytest.raises(ValueError, match="num_labels must be an int >= 2"):
         lp.MAPRelaxation(FIVE_CYCLE, 1)
 
 
@@ -500,3 +504,209 @@ def test_relaxed_hinge_with_connectivity():
         res = lp.map_lp(unary + (1 - torch.nn.functional.one_hot(split, 2)), pairwise, edges,
                         connected_soft={1: 0.8})
         assert grad.item() == pytest.approx(1.0 - res.slack[0, 0].item(), abs=1e-9)  # phi(target) = 1
+
+
+# --- issue 10: reliability -------------------------------------------------------------------------
+
+PATH5 = lp.grid_edges(1, 5)
+ISSUE_UNARY = torch.tensor([[[0, 1], [0, -.5], [0, -.5], [0, -.5], [0, 1.]]])
+
+
+@pytest.mark.parametrize("kwargs, name", [({"nested": 0}, "nested"), ({"nested": -1}, "nested"),
+                                          ({"tol": float("nan")}, "tol")])
+def test_issue10_connectivity_options_are_validated(kwargs, name):
+    """Issue 10.1: nested <= 0 or tol = nan skipped the separation and claimed a certificate for
+    the disconnected labeling {0, 4}."""
+    with pytest.raises(ValueError, match=name):
+        lp.map_lp(ISSUE_UNARY, torch.zeros(4, 2, 2), PATH5, connected=[1], **kwargs)
+    res = lp.map_lp(ISSUE_UNARY, torch.zeros(4, 2, 2), PATH5, connected=[1])
+    labels = lp.round_labels(res.mu)[0][0]
+    assert bool(res.converged[0]) and bool(res.integral[0])
+    assert is_connected(labels.eq(1).nonzero().squeeze(1).tolist(), PATH5)
+    assert res.score.item() == pytest.approx(brute(ISSUE_UNARY[0].numpy(), np.zeros((4, 2, 2)), PATH5.numpy(), [1]))
+
+
+@pytest.mark.parametrize("kwargs, exc, message", [
+    ({"max_iter": 0}, ValueError, "max_iter must be an int >= 1"),
+    ({"max_iter": 2.0}, TypeError, "max_iter must be an int"),
+    ({"max_iter": True}, TypeError, "max_iter must be an int"),
+    ({"cuts_per_round": 0}, ValueError, "cuts_per_round must be an int >= 1"),
+    ({"nested": 1.5}, TypeError, "nested must be an int"),
+    ({"tol": 0.0}, ValueError, r"tol must be a finite number in \(0, inf\)"),
+    ({"tol": float("inf")}, ValueError, "tol must be a finite number"),
+    ({"tol": 1.0}, ValueError, r"tol must lie in \(0, 1\)"),
+    ({"tol": "1e-6"}, TypeError, "tol must be a real number"),
+    ({"connected": 1}, TypeError, "connected must be a list"),
+    ({"connected_soft": [1]}, TypeError, "connected_soft must be a dict"),
+    ({"connected_soft": {1: float("nan")}}, ValueError, "connected_soft weights must be a finite number"),
+])
+def test_issue10_map_lp_options(kwargs, exc, message):
+    with pytest.raises(exc, match=message):
+        lp.map_lp(ISSUE_UNARY, torch.zeros(4, 2, 2), PATH5, connected=kwargs.pop("connected", [1]), **kwargs)
+
+
+def test_issue10_small_costs_are_solved_exactly():
+    """Issue 10.2: HiGHS's absolute tolerances took the 1e-8 costs for zeros and returned [1, 1]."""
+    res = lp.map_lp(torch.tensor([[[0, 1e-8], [1e-8, 0]]], dtype=torch.float64),
+                    torch.zeros(1, 2, 2, dtype=torch.float64), torch.tensor([[0, 1]]))
+    assert lp.round_labels(res.mu)[0].tolist() == [[1, 0]]
+    assert bool(res.integral[0]) and bool(res.converged[0])
+    assert res.score.item() == pytest.approx(2e-8, rel=1e-9)
+
+
+@pytest.mark.parametrize("scale", [1e-9, 1e9])
+@pytest.mark.parametrize("kwargs", [{}, {"connected": [1]}, {"connected_soft": {1: 0.7}}])
+def test_issue10_map_lp_is_scale_invariant(scale, kwargs):
+    edges = lp.grid_edges(4, 4)
+    for seed in range(4):
+        unary, pairwise = random_potentials(16, len(edges), 2, seed)
+        base = lp.map_lp(unary, pairwise, edges, **kwargs)
+        scaled_kwargs = {"connected_soft": {1: 0.7 * scale}} if "connected_soft" in kwargs else kwargs
+        res = lp.map_lp(unary * scale, pairwise * scale, edges, **scaled_kwargs)
+        torch.testing.assert_close(res.mu, base.mu, atol=1e-6, rtol=0)
+        assert res.score.item() / scale == pytest.approx(base.score.item(), rel=1e-7, abs=1e-9)
+        assert bool(res.converged[0]) and bool(res.integral[0]) == bool(base.integral[0])
+
+
+def test_issue10_huge_dynamic_range_is_at_the_solvers_resolution():
+    """Scaling by the largest |cost| maps 1e-9 entries next to O(1) ones to about 1e-9, below HiGHS's
+    1e-7 tolerance: the O(1) part is solved exactly and the objective is within 1e-7 of the optimum
+    (the documented behaviour; the same as without scaling)."""
+    edges = torch.tensor([[0, 1], [1, 2], [3, 4], [4, 5]])  # two chains: one O(1), one O(1e-9)
+    g = torch.Generator().manual_seed(0)
+    unary = torch.randn(6, 2, generator=g, dtype=torch.float64)
+    pairwise = torch.randn(4, 2, 2, generator=g, dtype=torch.float64)
+    unary[3:] *= 1e-9
+    pairwise[2:] *= 1e-9
+    res = lp.map_lp(unary, pairwise, edges)
+    best = brute(unary.numpy(), pairwise.numpy(), edges.numpy())
+    assert best - 1e-7 <= res.score.item() <= best + 1e-7
+    big = lp.map_lp(unary[:3], pairwise[:2], edges[:2])
+    torch.testing.assert_close(res.mu[0, :3], big.mu[0], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("unary_value, pairwise_value, kwargs, name", [
+    (1e20, 0.0, {}, "unary"), (-3e20, 0.0, {}, "unary"), (0.0, 1e25, {}, "pairwise"),
+    (0.0, 0.0, {"connected_soft": {1: 1e20}}, "connected_soft weights"),
+])
+def test_issue10_infinite_costs_are_rejected(unary_value, pairwise_value, kwargs, name):
+    unary = torch.zeros(5, 2, dtype=torch.float64)
+    unary[2, 1] = unary_value
+    pairwise = torch.full((4, 2, 2), pairwise_value, dtype=torch.float64)
+    with pytest.raises(ValueError, match=f"{name} must be below 1e\\+20 in magnitude"):
+        lp.map_lp(unary, pairwise, PATH5, **kwargs)
+
+
+def test_issue10_empty_batches_and_graphs():
+    edges = torch.tensor([[0, 1], [1, 2]])
+    res = lp.map_lp(torch.zeros(0, 3, 2), torch.zeros(2, 2, 2), edges, connected=[1])
+    assert res.mu.shape == (0, 3, 2) and res.mu_edges.shape == (0, 2, 2, 2) and res.score.shape == (0,)
+    assert res.converged.dtype == torch.bool and res.iterations.dtype == torch.long and res.cuts == []
+    assert res.integral.shape == res.converged.shape == res.fractional_fraction.shape == (0,)
+    none = torch.zeros(0, 2, dtype=torch.long)
+    res = lp.map_lp(torch.zeros(2, 0, 3), torch.zeros(0, 3, 3), none, connected_soft={1: 1.0})
+    assert res.mu.shape == (2, 0, 3) and res.score.tolist() == [0.0, 0.0]
+    assert res.converged.tolist() == [True, True] and res.integral.tolist() == [True, True]
+    assert res.fractional_fraction.tolist() == [0.0, 0.0] and res.slack.tolist() == [[0.0], [0.0]]
+    assert lp.round_labels(res.mu)[1].tolist() == [0.0, 0.0]  # no NaN fraction for V = 0
+    plain = lp.map_lp(torch.zeros(0, 3), torch.zeros(0, 3, 3), none)
+    assert lp.stability_range(plain, torch.zeros(0)) == (-math.inf, math.inf)
+    assert lp.node_stability(plain).shape == (0,)
+    with pytest.raises(ValueError, match="num_nodes is needed when edges is empty"):
+        lp.MAPRelaxation(none, 2)
+
+
+@pytest.mark.parametrize("cuts, exc, message", [
+    ([(1, 0, 2)], ValueError, r"each row of cuts must be \(label, i, j, separator\)"),
+    ([(1, 0, 2, [1]), 5], ValueError, r"each row of cuts must be \(label, i, j, separator\).*got 5"),
+    ([(1, 0, 2, torch.tensor([float("nan")]))], TypeError, "cuts separators must hold integer node indices"),
+    ([(1, 0, 2, [1.0])], TypeError, "cuts separators must be integer tensors or lists of ints"),
+    ([(1.0, 0, 2, [1])], TypeError, "the label, i and j of a cuts row must be ints"),
+    ([[(1, 0, 2, [1])], []], ValueError, "cuts given per instance must hold B = 1 lists"),
+    (torch.zeros(3), TypeError, "cuts must be a list of rows"),
+    ([(1, 0, 0, [1])], ValueError, "cut rows must be"),
+])
+def test_issue10_malformed_cuts(cuts, exc, message):
+    with pytest.raises(exc, match=message):
+        lp.map_lp(torch.zeros(5, 2), torch.zeros(5, 2, 2), FIVE_CYCLE, connected=[1], cuts=cuts)
+    target = torch.zeros(5, dtype=torch.long)
+    with pytest.raises(exc, match=message):
+        lp.relaxed_hinge(torch.zeros(5, 2), torch.zeros(5, 2, 2), FIVE_CYCLE, target, connected=[1], cuts=cuts)
+    if not isinstance(cuts, Tensor):
+        with pytest.raises(exc, match=message):
+            lp.cut_block(cuts, 1, 5, 2, 4, torch.zeros(0))
+
+
+def test_issue10_cut_rows_as_lists_and_per_instance():
+    """A row given as a list is one row (it was read as B = 1 per-instance lists before)."""
+    pairwise = torch.zeros(1, 2, 2, dtype=torch.float64)
+    pairwise[0, 0, 0] = 2.0
+    args = (torch.zeros(2, 2, dtype=torch.float64), pairwise, torch.tensor([[0, 1]]))
+    for cuts in ([[0, 0, 1, []]], [[(0, 0, 1, [])]], [(0, 0, 1, np.zeros(0, dtype=np.int64))]):
+        assert lp.map_lp(*args, cuts=cuts).score.item() == pytest.approx(1.0)  # the fractional vertex
+
+
+def test_issue10_nan_cut_block_is_rejected():
+    layer = lp.MAPRelaxation(FIVE_CYCLE, 2, max_cuts=2)
+    block = torch.zeros(1, 5, 2)
+    block[0, 0, 1] = float("nan")
+    with pytest.raises(ValueError, match="cuts must be finite"):
+        layer(torch.zeros(5, 2), torch.zeros(5, 2, 2), cuts=block)
+    with pytest.raises(TypeError, match="cuts must be a real"):
+        layer(torch.zeros(5, 2), torch.zeros(5, 2, 2), cuts=block.to(torch.complex64))
+
+
+@pytest.mark.parametrize("kwargs, exc, message", [
+    ({"num_labels": 2.0}, TypeError, "num_labels must be an int"),
+    ({"smoothing": float("nan")}, ValueError, "smoothing must be a finite number"),
+    ({"max_cuts": 0}, ValueError, "max_cuts must be an int >= 1"),
+    ({"num_nodes": 0}, ValueError, "num_nodes must be an int >= 1"),
+    ({"solve_method": 3}, TypeError, "solve_method must be a str"),
+])
+def test_issue10_layer_options(kwargs, exc, message):
+    with pytest.raises(exc, match=message):
+        lp.MAPRelaxation(FIVE_CYCLE, **{"num_labels": 2, **kwargs})
+
+
+def test_issue10_stability_index_is_checked():
+    res = lp.map_lp(torch.zeros(1, 3, 2), torch.zeros(2, 2, 2), torch.tensor([[0, 1], [1, 2]]))
+    d = torch.zeros(res.cost.shape[1])
+    with pytest.raises(ValueError, match=r"index must lie in \[0, B\) = \[0, 1\)"):
+        lp.stability_range(res, d, index=5)
+    with pytest.raises(ValueError, match="index must be an int >= 0"):
+        lp.stability_range(res, d, index=-1)
+    with pytest.raises(TypeError, match="index must be an int"):
+        lp.node_stability(res, index=0.0)
+
+
+@pytest.mark.parametrize("call, exc, message", [
+    (lambda: lp.grid_edges(2.5, 3), TypeError, "H must be an int"),
+    (lambda: lp.grid_edges(2, 0), ValueError, "W must be an int >= 1"),
+    (lambda: lp.grid_edges(2, 2, connectivity=True), ValueError, "connectivity must be 4 or 8"),
+    (lambda: lp.round_labels([[1.0, 0.0]]), TypeError, "mu must be a torch.Tensor"),
+    (lambda: lp.round_labels(torch.ones(2, 2, dtype=torch.complex64)), TypeError, "mu must be a real"),
+    (lambda: lp.connectivity_cut(torch.ones(2), torch.zeros(0, 2, dtype=torch.long), tol=0), ValueError, "tol must be"),
+    (lambda: lp.connectivity_cut(torch.ones(2, 1), torch.zeros(0, 2, dtype=torch.long)), ValueError, r"y must be a \(V,\)"),
+    (lambda: lp.relaxed_hinge(torch.zeros(2, 2), torch.zeros(1, 2, 2), torch.tensor([[0, 1]]),
+                              torch.zeros(2, dtype=torch.long), reduction="avg"), ValueError, "reduction must be one of"),
+])
+def test_issue10_unclear_errors(call, exc, message):
+    with pytest.raises(exc, match=message):
+        call()
+
+
+def test_issue10_lp_calls_print_nothing():
+    """Issue 10.6: the HiGHS banner went to stdout on the first solve of each process (highspy.Highs
+    sets its callback in its constructor, before output_flag can be turned off)."""
+    code = (
+        "import torch\n"
+        "from structtorch import lp\n"
+        "res = lp.map_lp(torch.zeros(3, 2), torch.zeros(2, 2, 2), torch.tensor([[0, 1], [1, 2]]), connected=[1])\n"
+        "mc = lp.multicut(lp.all_pairs(3), torch.tensor([1.0, -1.0, 1.0]))\n"
+        "assert mc.integral and bool(res.integral[0])\n"
+        "lp.stability_range(mc, torch.ones(3))\n"
+        "lp.stability_range(res, torch.ones(res.cost.shape[1]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""

@@ -169,7 +169,7 @@ def test_weights_and_bad_input():
     with pytest.raises(ValueError, match="relaxation must be one of"):
         lp.multicut(all_pairs(3), torch.zeros(3), relaxation="cycle+bicycle")
     res = lp.multicut(all_pairs(3), torch.tensor([1.0, -1.0, 1.0]))
-    with pytest.raises(ValueError, match=r"direction must have shape \(E,\) or \(n,\) = \(3,\)"):
+    with pytest.raises(ValueError, match=r"direction must be a tensor of shape \(E,\) or \(n,\) = \(3,\)"):
         lp.stability_range(res, torch.zeros(4))
     frac = lp.multicut(*k4((-0.7, -0.9, -0.9)), relaxation="cycle")
     with pytest.raises(ValueError, match="integral"):
@@ -263,3 +263,127 @@ def test_review_regressions():
         lo, hi = lp.stability_range(res, s * d)
         for a, b in zip((lo * s, hi * s), base, strict=True):
             assert (math.isinf(a) and a == b) or a == pytest.approx(b, rel=1e-6, abs=1e-9)
+
+
+# --- issue 10: reliability -------------------------------------------------------------------------
+
+
+def test_issue10_tiny_weights_are_solved_exactly():
+    """Issue 10.2: HiGHS's absolute tolerances certified objective 0 for weights of 1e-9 (the
+    optimum -1e-9 cuts the -2e-9 edge and one of the others)."""
+    res = lp.multicut(all_pairs(3), torch.tensor([1e-9, -2e-9, 1e-9], dtype=torch.float64))
+    assert res.integral and res.converged
+    assert res.objective == pytest.approx(-1e-9, rel=1e-9)
+    assert res.z[1].item() == 1.0 and res.z.sum().item() == 2.0
+
+
+@pytest.mark.parametrize("scale", [1e-9, 1e9])
+def test_issue10_multicut_and_ranges_are_scale_invariant(scale):
+    rng = np.random.default_rng(0)
+    edges = all_pairs(6)
+    Z = partition_vectors(edges, 6)
+    for _ in range(4):
+        w, d = torch.tensor(rng.normal(size=len(edges))), torch.tensor(rng.normal(size=len(edges)))
+        base, res = lp.multicut(edges, w), lp.multicut(edges, w * scale)
+        torch.testing.assert_close(res.z, base.z, atol=1e-6, rtol=0)
+        assert res.objective / scale == pytest.approx(base.objective, rel=1e-7)
+        assert res.integral == base.integral and res.converged and base.converged
+        if base.integral:
+            assert base.objective == pytest.approx(float((Z @ w.numpy()).min()), abs=1e-9)
+            want = lp.stability_range(base, d)
+            for got in (lp.stability_range(res, d * scale), [x / scale for x in lp.stability_range(res, d)]):
+                for a, b in zip(got, want, strict=True):
+                    assert (math.isinf(a) and a == b) or a == pytest.approx(b, rel=1e-6, abs=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1e-9, 1e9])
+def test_issue10_map_ranges_are_scale_invariant(scale):
+    rng = np.random.default_rng(1)
+    edges = torch.tensor([[0, 1], [1, 2], [1, 3]])
+    X, _ = labeling_vectors(4, 2, edges)
+    for _ in range(3):
+        unary, pairwise = torch.tensor(rng.normal(size=(4, 2))), torch.tensor(rng.normal(size=(3, 2, 2)))
+        base, res = lp.map_lp(unary, pairwise, edges), lp.map_lp(unary * scale, pairwise * scale, edges)
+        d = torch.tensor(rng.normal(size=res.cost.shape[1]))
+        x_star = torch.cat([base.mu[0].reshape(-1), base.mu_edges[0].reshape(-1)]).numpy()
+        want = brute_range(X, base.cost[0].numpy(), x_star, d.numpy())
+        got = [x / scale for x in lp.stability_range(res, d)]
+        for a, b in zip(got, want, strict=True):
+            assert (math.isinf(a) and a == b) or a == pytest.approx(b, rel=1e-6, abs=1e-9)
+
+
+def test_issue10_converged_flag_and_max_iter():
+    """Issue 10.3: a max_iter stop looked like a fractional optimum; max_iter <= 0 was accepted."""
+    tri, w = all_pairs(3), torch.tensor([-1.0, 1.0, 1.0])
+    early = lp.multicut(tri, w, max_iter=1)
+    assert not early.converged and not early.integral and early.iterations == 1
+    full = lp.multicut(tri, w)
+    assert full.converged and full.integral and full.objective == pytest.approx(0.0)
+    frac = lp.multicut(*k4((-0.7, -0.9, -0.9)), relaxation="cycle")
+    assert frac.converged and not frac.integral  # a genuine fractional optimum of LP-C
+    for bad, exc in ((0, ValueError), (-3, ValueError), (2.0, TypeError), (True, TypeError)):
+        with pytest.raises(exc, match="max_iter must be"):
+            lp.multicut(tri, w, max_iter=bad)
+    for bad in (0.0, float("nan"), 1.0):
+        with pytest.raises(ValueError, match="tol must"):
+            lp.multicut(tri, w, tol=bad)
+
+
+def test_issue10_no_edges():
+    res = lp.multicut(torch.zeros(0, 2, dtype=torch.long), torch.zeros(0), num_nodes=3)
+    assert res.clusters.tolist() == [0, 1, 2] and res.objective == 0.0 and res.z.shape == (0,)
+    assert res.integral and res.converged and res.iterations == 0
+    assert lp.stability_range(res, torch.zeros(0)) == (-math.inf, math.inf)
+    assert lp.variable_stability(res).shape == (0, 2)
+    with pytest.raises(ValueError, match="num_nodes is needed when edges is empty"):
+        lp.multicut(torch.zeros(0, 2, dtype=torch.long), torch.zeros(0))
+    with pytest.raises(ValueError, match="num_nodes must be an int >= 0"):
+        lp.multicut(all_pairs(3), torch.zeros(3), num_nodes=-1)
+
+
+@pytest.mark.parametrize("call, exc, message", [
+    (lambda res: lp.multicut(all_pairs(3), torch.tensor([1.0, -1.0, 1j])), TypeError, "weights must be a real"),
+    (lambda res: lp.multicut(all_pairs(3), [1.0, -1.0, 1.0]), TypeError, "weights must be a torch.Tensor"),
+    (lambda res: lp.multicut(all_pairs(3), torch.tensor([1.0, -1.0, 1e20])), ValueError,
+     r"weights must be below 1e\+20"),
+    (lambda res: lp.multicut(all_pairs(3), torch.tensor([1.0, -1.0, float("nan")])), ValueError, "weights must be finite"),
+    (lambda res: lp.stability_range(res, torch.tensor([1j, 0, 0])), TypeError, "direction must be a real"),
+    (lambda res: lp.stability_range(res, torch.tensor([1e20, 0, 0])), ValueError, r"direction must be below 1e\+20"),
+    (lambda res: lp.stability_range(res, torch.tensor([float("inf"), 0, 0])), ValueError, "direction must be finite"),
+    (lambda res: lp.stability_range(res, torch.ones(3), index=1), ValueError, r"index must lie in \[0, B\) = \[0, 1\)"),
+    (lambda res: lp.stability_range(res, torch.ones(3), tol=-1.0), ValueError, r"tol must be a finite number in \(0, inf\)"),
+    (lambda res: lp.stability_range(res, torch.ones(3), max_iter=0), ValueError, "max_iter must be an int >= 1"),
+    (lambda res: lp.variable_stability(res, max_iter=0.5), TypeError, "max_iter must be an int"),
+    (lambda res: lp.stability_range("res", torch.ones(3)), TypeError, "result must be a MulticutResult"),
+    (lambda res: lp.solution_path(res, torch.ones(3), float("nan"), 1.0), ValueError, "theta_min must be a finite number"),
+    (lambda res: lp.solution_path(res, torch.ones(3), 0.0, 1.0, eps=0.0), ValueError, r"eps must be a finite number in \(0, inf\)"),
+    (lambda res: lp.solution_path(res, torch.ones(3), 0.0, 1.0, max_steps=0), ValueError, "max_steps must be an int >= 1"),
+    (lambda res: lp.solution_path(res, torch.ones(2), 0.0, 1.0), ValueError, "direction must be a tensor of shape"),
+    (lambda res: lp.modularity_weights([(0, 1), (1, 2)]), TypeError, "graph must be a networkx graph"),
+    (lambda res: lp.modularity([(0, 1)], torch.zeros(2)), TypeError, "graph must be a networkx graph"),
+    (lambda res: lp.all_pairs(2.5), TypeError, "V must be an int"),
+    (lambda res: lp.cluster_size_bias(3, float("nan")), ValueError, "lam must be a finite number"),
+    (lambda res: lp.consensus_weights(torch.zeros(0, 3, dtype=torch.long)), ValueError, "m >= 1"),
+    (lambda res: lp.consensus_weights(torch.zeros(2, 3)), TypeError, "clusterings must be an"),
+    (lambda res: lp.correlation_weights(torch.full((2, 2), float("nan"))), ValueError, "similarity must be finite"),
+])
+def test_issue10_unvalidated_arguments(call, exc, message):
+    res = lp.multicut(all_pairs(3), torch.tensor([1.0, -1.0, 1.0], dtype=torch.float64))
+    with pytest.raises(exc, match=message):
+        call(res)
+
+
+def test_issue10_default_path_step_follows_the_scale():
+    """solution_path's default eps is relative (1e-6 max|w| / max|d|, the unit of theta): with the
+    weights at 1e-6 (modularity weights of a few hundred edges) the path over the scaled theta
+    interval is the same as at scale 1 (an absolute 1e-6 step would jump past every breakpoint)."""
+    g = torch.Generator().manual_seed(5)
+    sim = torch.rand(5, 5, generator=g, dtype=torch.float64)
+    edges, w = lp.correlation_weights((sim + sim.T) / 2)
+    w, ones = w - 1.0, torch.ones(len(edges), dtype=torch.float64)
+    base = lp.solution_path(lp.multicut(edges, w), ones, -1.0, 1.0)
+    tiny = lp.solution_path(lp.multicut(edges, w * 1e-6), ones, -1e-6, 1e-6)
+    assert len(tiny) == len(base) > 1
+    for ((lo, hi), sol), ((lo2, hi2), sol2) in zip(base, tiny, strict=True):
+        assert torch.equal(sol.z, sol2.z)
+        assert (lo2 * 1e6, hi2 * 1e6) == (pytest.approx(lo, rel=1e-6, abs=1e-9), pytest.approx(hi, rel=1e-6, abs=1e-9))

@@ -109,27 +109,11 @@ void viterbi_one(const T* u, const Blocks<T>& blk, const T* st, const T* en, int
   }
 }
 
-// Checks the chain inputs the kernels here read (start may be undefined) and returns (B, T, N).
-std::tuple<int64_t, int64_t, int64_t> check_chain(const char* op, const at::Tensor& unary, const at::Tensor& trans,
-                                                  const at::Tensor& start, const at::Tensor& end,
-                                                  const at::Tensor& lengths) {
-  const Check c{op};
-  TORCH_CHECK(unary.dim() == 3, op, ": unary must have shape (B, T, N), got ", unary.sizes());
-  const int64_t B = unary.size(0), T = unary.size(1), N = unary.size(2);
-  const auto dtype = unary.scalar_type();
-  TORCH_CHECK(dtype == at::kFloat || dtype == at::kDouble, op, ": unary must be float32 or float64");
-  c.tensor(unary, "unary", dtype, {B, T, N});
-  c.transitions(trans, "trans", dtype, B, T, N);
-  if (start.defined()) c.tensor(start, "start", dtype, {B, N});
-  c.tensor(end, "end", dtype, {B, N});
-  c.lengths(lengths, B, T);
-  return {B, T, N};
-}
-
 std::tuple<at::Tensor, at::Tensor> viterbi_forward(const at::Tensor& unary, const at::Tensor& trans,
                                                    const at::Tensor& start, const at::Tensor& end,
                                                    const at::Tensor& lengths) {
-  const auto [B, T, N] = check_chain("viterbi_forward", unary, trans, start, end, lengths);
+  int64_t B, T, N;
+  std::tie(B, T, N) = Check{"viterbi_forward"}.chain(unary, trans, start, end, lengths);
   TORCH_CHECK(N <= 32767, "viterbi_forward: at most 32767 labels");
   auto score = at::empty({B}, unary.options().dtype(at::kDouble));
   auto path = at::full({B, T}, -1, unary.options().dtype(at::kLong));
@@ -237,7 +221,8 @@ double logz_one(const T* u, const Blocks<T>& blk, const Normalized& nrm, const T
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_forward(
     const at::Tensor& unary, const at::Tensor& trans, const at::Tensor& r, const at::Tensor& f,
     const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths) {
-  const auto [B, T, N] = check_chain("logz_forward", unary, trans, start, end, lengths);
+  int64_t B, T, N;
+  std::tie(B, T, N) = Check{"logz_forward"}.chain(unary, trans, start, end, lengths);
   check_normalized("logz_forward", r, f, B, T, N);
   const auto dopt = unary.options().dtype(at::kDouble);
   auto logz = at::empty({B}, dopt);
@@ -353,7 +338,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_back
     const at::Tensor& grad, const at::Tensor& unary, const at::Tensor& trans, const at::Tensor& r,
     const at::Tensor& ft, const at::Tensor& end, const at::Tensor& lengths, const at::Tensor& logz,
     const at::Tensor& alpha, const at::Tensor& p, const at::Tensor& m) {
-  const auto [B, T, N] = check_chain("logz_backward", unary, trans, at::Tensor(), end, lengths);
+  int64_t B, T, N;
+  std::tie(B, T, N) = Check{"logz_backward"}.chain(unary, trans, at::Tensor(), end, lengths);
   check_normalized("logz_backward", r, ft, B, T, N);
   const Check c{"logz_backward"};
   c.tensor(grad, "grad", at::kDouble, {B});

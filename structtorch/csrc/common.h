@@ -56,6 +56,23 @@ struct Check {
       TORCH_CHECK(len[b] >= 0 && len[b] <= T, op, ": lengths[", b, "] = ", len[b], " is outside [0, ", T, "]");
   }
 
+  // The chain inputs (start may be undefined): unary (B, T, N) float32/float64, transitions (N, N) or
+  // (B, T-1, N, N), start and end (B, N) of the same dtype, lengths in [0, T]. Returns (B, T, N).
+  std::tuple<int64_t, int64_t, int64_t> chain(const at::Tensor& unary, const at::Tensor& trans,
+                                              const at::Tensor& start, const at::Tensor& end,
+                                              const at::Tensor& lens) const {
+    TORCH_CHECK(unary.dim() == 3, op, ": unary must have shape (B, T, N), got ", unary.sizes());
+    const int64_t B = unary.size(0), T = unary.size(1), N = unary.size(2);
+    const auto dtype = unary.scalar_type();
+    TORCH_CHECK(dtype == at::kFloat || dtype == at::kDouble, op, ": unary must be float32 or float64");
+    tensor(unary, "unary", dtype, {B, T, N});
+    transitions(trans, "trans", dtype, B, T, N);
+    if (start.defined()) tensor(start, "start", dtype, {B, N});
+    tensor(end, "end", dtype, {B, N});
+    lengths(lens, B, T);
+    return {B, T, N};
+  }
+
   // (B, T) int64 labels in [0, N) at every position inside each length.
   void labels(const at::Tensor& x, const char* name, const at::Tensor& lengths, int64_t B, int64_t T,
               int64_t N) const {

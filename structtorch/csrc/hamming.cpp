@@ -109,15 +109,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> hamming_forward(
     const at::Tensor& unary, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
     const at::Tensor& lengths, const at::Tensor& target, const at::Tensor& weights, int64_t K) {
   const Check c{"hamming_forward"};
-  TORCH_CHECK(unary.dim() == 3, "hamming_forward: unary must have shape (B, T, N), got ", unary.sizes());
-  const int64_t B = unary.size(0), T = unary.size(1), N = unary.size(2);
+  int64_t B, T, N;
+  std::tie(B, T, N) = c.chain(unary, trans, start, end, lengths);
   TORCH_CHECK(N <= 32767, "hamming_forward: at most 32767 labels");
   TORCH_CHECK(K >= 0, "hamming_forward: K must be >= 0, got ", K);
-  c.tensor(unary, "unary", unary.scalar_type(), {B, T, N});
-  c.transitions(trans, "trans", unary.scalar_type(), B, T, N);
-  c.tensor(start, "start", unary.scalar_type(), {B, N});
-  c.tensor(end, "end", unary.scalar_type(), {B, N});
-  c.lengths(lengths, B, T);
   c.labels(target, "target", lengths, B, T, N);
   c.weights(weights, lengths, B, T, K);
   c.numel({B, T, N, K + 1});

@@ -13,6 +13,12 @@
 
 Scores are maximized (the thesis minimizes energies: energy = -score). V nodes, E edges (i < j),
 L labels, B instances on the same graph.
+
+Every entry point validates its arguments (a ``TypeError`` or ``ValueError`` naming the argument
+and the expected range); empty batches, graphs and edge sets give empty or trivial results. The
+LPs are solved by a silent HiGHS on costs scaled to [-1, 1], so that answers do not depend on the
+scale of the potentials or weights, which must stay below 1e20 in magnitude (see
+:mod:`structtorch.lp._highs` for the resolution within one instance).
 """
 
 from .clustering import (

@@ -11,19 +11,30 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ._options import as_real_tensor, check_costs, check_int, check_real
+
 __all__ = ["all_pairs", "modularity_weights", "correlation_weights", "consensus_weights",
            "cluster_size_bias", "modularity"]
 
 
 def all_pairs(V: int) -> Tensor:
-    """(V (V - 1) / 2, 2) int64 edges of the complete graph, i < j."""
+    """(V (V - 1) / 2, 2) int64 edges of the complete graph on V >= 0 nodes, i < j."""
+    V = check_int("V", V, minimum=0)
     i, j = torch.triu_indices(V, V, offset=1)
     return torch.stack([i, j], 1)
+
+
+def _check_graph(graph) -> None:
+    import networkx as nx
+
+    if not isinstance(graph, nx.Graph):
+        raise TypeError(f"graph must be a networkx graph (nx.Graph), got {type(graph).__name__}")
 
 
 def _adjacency(graph) -> tuple[np.ndarray, list]:
     import networkx as nx
 
+    _check_graph(graph)
     if graph.is_directed() or graph.is_multigraph():
         raise ValueError("graph must be a simple undirected networkx graph")
     nodes = sorted(graph.nodes)
@@ -47,7 +58,8 @@ def modularity_weights(graph) -> tuple[Tensor, Tensor]:
 
 def correlation_weights(similarity: Tensor) -> tuple[Tensor, Tensor]:
     """w_ij = v(i, j) from a symmetric (V, V) rating matrix (positive: same cluster)."""
-    v = torch.as_tensor(similarity, dtype=torch.float64)
+    v = as_real_tensor("similarity", similarity).double()
+    check_costs("similarity", v)
     if v.dim() != 2 or v.shape[0] != v.shape[1] or not torch.allclose(v, v.T):
         raise ValueError(f"similarity must be a symmetric (V, V) matrix, got shape {tuple(v.shape)}")
     edges = all_pairs(v.shape[0])
@@ -57,9 +69,12 @@ def correlation_weights(similarity: Tensor) -> tuple[Tensor, Tensor]:
 def consensus_weights(clusterings: Tensor) -> tuple[Tensor, Tensor]:
     """w_ij = (1/m) sum_k (1 - 2 r^k_ij), r^k_ij = 1 when clustering k splits i and j; clusterings
     (m, V) int64 labels."""
-    c = torch.as_tensor(clusterings)
-    if c.dim() != 2 or c.dtype.is_floating_point:
-        raise ValueError(f"clusterings must be an (m, V) integer tensor, got {tuple(c.shape)} {c.dtype}")
+    c = as_real_tensor("clusterings", clusterings)
+    if c.dtype.is_floating_point:
+        raise TypeError(f"clusterings must be an (m, V) integer tensor, got {c.dtype}")
+    if c.dim() != 2 or c.shape[0] == 0:
+        raise ValueError(f"clusterings must be an (m, V) integer tensor with m >= 1, got shape "
+                         f"{tuple(c.shape)}")
     edges = all_pairs(c.shape[1])
     split = (c[:, edges[:, 0]] != c[:, edges[:, 1]]).double()
     return edges, (1 - 2 * split).mean(0)
@@ -71,6 +86,7 @@ def cluster_size_bias(V: int, lam: float, kind: str = "squared") -> tuple[Tensor
     sizes): -2 lam per pair."""
     if kind not in ("squared", "difference"):
         raise ValueError(f"kind must be 'squared' or 'difference', got {kind!r}")
+    lam = check_real("lam", lam)
     edges = all_pairs(V)
     return edges, torch.full((len(edges),), -lam * (1 if kind == "squared" else 2), dtype=torch.float64)
 
@@ -79,6 +95,7 @@ def modularity(graph, clusters: Tensor) -> float:
     """Newman's modularity of the partition ``clusters`` (V,) (order: sorted(graph.nodes))."""
     import networkx as nx
 
+    _check_graph(graph)
     nodes = sorted(graph.nodes)
     labels = torch.as_tensor(clusters).tolist()
     if len(labels) != len(nodes):

@@ -7,19 +7,20 @@ import torch
 from torch import Tensor
 
 from .._checks import _fmt, check_float
+from ._options import check_int, is_integer_dtype
 
-__all__ = ["grid_edges", "check_edges", "check_graph_potentials"]
+__all__ = ["grid_edges", "check_edges", "check_graph_potentials", "num_nodes_of"]
 
 
 def grid_edges(H: int, W: int, connectivity: int = 4) -> Tensor:
     """Edges (E, 2) int64 of an H x W pixel grid, node r * W + c, each row (i, j) with i < j.
 
-    ``connectivity`` 4 joins horizontal and vertical neighbours, 8 also the diagonal ones.
+    ``H``, ``W``: ints >= 1. ``connectivity`` 4 joins horizontal and vertical neighbours, 8 also
+    the diagonal ones.
     """
-    if connectivity not in (4, 8):
+    H, W = check_int("H", H), check_int("W", W)
+    if isinstance(connectivity, bool) or connectivity not in (4, 8):
         raise ValueError(f"connectivity must be 4 or 8, got {connectivity!r}")
-    if H < 1 or W < 1:
-        raise ValueError(f"H and W must be >= 1, got H={H}, W={W}")
     idx = torch.arange(H * W).view(H, W)
     pairs = [(idx[:, :-1], idx[:, 1:]), (idx[:-1, :], idx[1:, :])]
     if connectivity == 8:
@@ -32,7 +33,7 @@ def check_edges(edges: object, num_nodes: int) -> Tensor:
     """Validate edges (E, 2) int64 with 0 <= i < j < num_nodes and no duplicates."""
     if not isinstance(edges, Tensor):
         raise TypeError(f"edges must be a torch.Tensor of shape (E, 2), got {type(edges).__name__}")
-    if edges.dtype.is_floating_point or edges.dtype.is_complex or edges.dtype == torch.bool:
+    if not is_integer_dtype(edges.dtype):
         raise TypeError(f"edges must be an integer tensor of shape (E, 2), got {edges.dtype}")
     if edges.dim() != 2 or edges.shape[1] != 2:
         raise ValueError(f"edges must have shape (E, 2), got {_fmt(edges.shape)}")
@@ -54,6 +55,18 @@ def check_edges(edges: object, num_nodes: int) -> Tensor:
             e = int((counts[inverse] > 1).nonzero()[0])
             raise ValueError(f"edges has a duplicate edge {edges[e].tolist()} (row {e})")
     return edges
+
+
+def num_nodes_of(edges: object, num_nodes: object, minimum: int = 0) -> int:
+    """V: ``num_nodes`` (an int >= ``minimum``), or by default the largest node index in ``edges``
+    plus one (an error when there is none)."""
+    if num_nodes is not None:
+        return check_int("num_nodes", num_nodes, minimum)
+    if not (isinstance(edges, Tensor) and is_integer_dtype(edges.dtype)):
+        check_edges(edges, 0)  # a wrong type gets its own message
+    if edges.numel() == 0:
+        raise ValueError("num_nodes is needed when edges is empty (there is no largest node index)")
+    return max(int(edges.max()) + 1, minimum)
 
 
 def check_graph_potentials(unary: object, pairwise: object, edges: object) -> tuple[Tensor, Tensor, Tensor]:

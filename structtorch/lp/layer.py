@@ -23,7 +23,8 @@ import scipy.sparse as sp
 import torch
 from torch import Tensor, nn
 
-from .graph import check_edges, check_graph_potentials
+from ._options import check_int, check_real, check_real_tensor
+from .graph import check_edges, check_graph_potentials, num_nodes_of
 from .relaxation import check_cuts
 
 __all__ = ["MAPRelaxation", "cut_block"]
@@ -37,6 +38,9 @@ def cut_block(cuts, B: int, V: int, L: int, max_cuts: int, ref: Tensor) -> Tenso
     if cuts is None:
         return block
     if isinstance(cuts, Tensor):
+        check_real_tensor("cuts", cuts)
+        if not bool(torch.isfinite(cuts).all()):
+            raise ValueError("cuts must be finite (a NaN or inf coefficient reaches the solver)")
         rows = cuts.to(ref).unsqueeze(0).expand(B, *cuts.shape) if cuts.dim() == 3 else cuts.to(ref)
         if rows.dim() != 4 or rows.shape[0] != B or rows.shape[2:] != (V, L) or rows.shape[1] > max_cuts:
             raise ValueError(f"cuts must have shape (K, V, L) or (B, K, V, L) with K <= max_cuts = "
@@ -63,13 +67,13 @@ class MAPRelaxation(nn.Module):
         i < j, no duplicates.
     num_labels : int
         L >= 2.
-    num_nodes : int, optional
-        V (default: the largest node index in ``edges`` plus one).
+    num_nodes : int >= 1, optional
+        V (default: the largest node index in ``edges`` plus one; needed when E = 0).
     smoothing : float
-        Weight of the quadratic smoothing; 0 solves the plain LP, whose gradients vanish almost
-        everywhere.
+        Finite weight >= 0 of the quadratic smoothing; 0 solves the plain LP, whose gradients
+        vanish almost everywhere.
     max_cuts : int
-        Rows of the cut block.
+        Rows of the cut block, >= 1.
     solve_method : str
         diffcp's conic solver, "Clarabel" (default) or "SCS".
 
@@ -84,13 +88,14 @@ class MAPRelaxation(nn.Module):
         import cvxpy as cp
         from cvxpylayers.torch import CvxpyLayer
 
-        if num_labels < 2:
-            raise ValueError(f"num_labels must be >= 2, got {num_labels}")
-        if not smoothing >= 0:
-            raise ValueError(f"smoothing must be >= 0, got {smoothing}")
-        if max_cuts < 1:
-            raise ValueError(f"max_cuts must be >= 1, got {max_cuts}")
-        V = int(num_nodes) if num_nodes is not None else int(torch.as_tensor(edges).max()) + 1
+        num_labels = check_int("num_labels", num_labels, minimum=2)
+        smoothing = check_real("smoothing", smoothing, minimum=0.0)
+        max_cuts = check_int("max_cuts", max_cuts)
+        if not isinstance(solve_method, str):
+            raise TypeError(f"solve_method must be a str such as 'Clarabel' or 'SCS', got {solve_method!r}")
+        if solver_args is not None and not isinstance(solver_args, dict):
+            raise TypeError(f"solver_args must be a dict or None, got {type(solver_args).__name__}")
+        V = num_nodes_of(edges, num_nodes, minimum=1)
         self.edges = check_edges(edges, V)
         self.num_nodes, self.num_labels, self.max_cuts, self.smoothing = V, num_labels, max_cuts, smoothing
         E, L, K = len(self.edges), num_labels, max_cuts

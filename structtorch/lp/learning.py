@@ -26,7 +26,7 @@ def area_weights(area: Tensor | None, B: int, V: int, ref: Tensor, normalize: bo
     """(B, V) loss weights r_i: ``area`` (default all ones), divided by its sum per instance when
     ``normalize``."""
     if area is None:
-        return ref.new_full((B, V), 1.0 / V if normalize else 1.0)
+        return ref.new_full((B, V), 1.0 / max(V, 1) if normalize else 1.0)
     area = check_float("area", area, ref, "unary")
     if area.dim() == 1:
         area = area.unsqueeze(0).expand(B, V)
@@ -42,6 +42,15 @@ def _onehot_edges(target: Tensor, edges: Tensor, L: int, dtype: torch.dtype) -> 
     i, j = target[:, edges[:, 0]], target[:, edges[:, 1]]
     flat = nn.functional.one_hot(i * L + j, L * L).to(dtype)
     return flat.view(*i.shape, L, L)
+
+
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def _check_reduction(reduction: object) -> str:
+    if not isinstance(reduction, str) or reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    return reduction
 
 
 def _check_no_lengths(lengths, V: int) -> None:
@@ -94,6 +103,7 @@ def relaxed_hinge(
     """
     from ..losses import _reduce
 
+    _check_reduction(reduction)
     unary_b, pairwise_b, edges = check_graph_potentials(unary, pairwise, edges)
     B, V, L = unary_b.shape
     if not isinstance(target, Tensor) or target.dtype != torch.long:
@@ -154,6 +164,7 @@ class RelaxedHingeLoss(nn.Module):
                  connected_soft: dict | None = None, normalize: bool = True, reduction: str = "mean",
                  **lp_options) -> None:
         super().__init__()
+        _check_reduction(reduction)
         self.edges, self.connected, self.connected_soft = edges, connected, connected_soft
         self.normalize, self.reduction, self.lp_options = normalize, reduction, lp_options
 

@@ -22,7 +22,9 @@ import torch
 from scipy.sparse.csgraph import connected_components, dijkstra
 from torch import Tensor
 
-from .graph import check_edges
+from ._highs import cost_scale
+from ._options import check_costs, check_int, check_real_tensor, check_tol
+from .graph import check_edges, num_nodes_of
 from .relaxation import _Instance
 
 __all__ = ["multicut", "MulticutResult", "RELAXATIONS"]
@@ -52,6 +54,12 @@ class MulticutResult:
     time : float
         Seconds.
     edges, weights : the problem (E, 2) int64 and (E,) float64; relaxation : str; num_nodes : int.
+    converged : bool
+        The last solution violates no inequality of the relaxation, so ``objective`` is the
+        relaxation's optimum (a lower bound on the best partition's objective). False when
+        ``max_iter`` stopped the loop first: ``z`` is then only the optimum of the cuts found so
+        far, and ``objective`` is not a valid bound. (False by default for results built by hand:
+        nothing certified them.)
     """
 
     z: Tensor
@@ -65,6 +73,7 @@ class MulticutResult:
     weights: Tensor = field(repr=False)
     relaxation: str = "cycle+oddwheel"
     num_nodes: int = 0
+    converged: bool = False
 
 
 class _Graph:
@@ -178,6 +187,16 @@ def _clusters(edges: np.ndarray, z: np.ndarray, V: int) -> Tensor:
     return torch.from_numpy(connected_components(adj, directed=False)[1]).long()
 
 
+def _check_problem(edges, weights, num_nodes) -> tuple[Tensor, np.ndarray, int]:
+    """(edges (E, 2) int64, weights (E,) float64, V) validated."""
+    V = num_nodes_of(edges, num_nodes)
+    edges = check_edges(edges, V)
+    E = len(edges)
+    weights = check_real_tensor("weights", weights, (E,), f"(E,) = ({E},)")
+    check_costs("weights", weights)
+    return edges, weights.detach().double().cpu().numpy(), V
+
+
 def multicut(
     edges: Tensor,
     weights: Tensor,
@@ -194,36 +213,39 @@ def multicut(
     edges : Tensor (E, 2) int64
         A simple graph (i < j, no duplicates).
     weights : Tensor (E,)
-        w_e < 0 favours cutting edge e, w_e > 0 keeping its ends together.
+        Real (not complex), finite and below 1e20 in magnitude; w_e < 0 favours cutting edge e,
+        w_e > 0 keeping its ends together.
     relaxation : {"cycle", "cycle+oddwheel"}
         LP-C or LP-CO.
-    max_iter : int
+    max_iter : int >= 1
         Most LP solves.
-    tol : float
-        Separation and integrality tolerance.
-    num_nodes : int, optional
-        V (default: the largest node index plus one).
+    tol : float in (0, 1)
+        Separation and integrality tolerance (on z, which lies in [0, 1]).
+    num_nodes : int >= 0, optional
+        V (default: the largest node index plus one; needed when E = 0).
 
     Returns
     -------
     MulticutResult
+        Check ``converged`` (or ``integral``, which implies it) before trusting ``objective`` as a
+        bound. E = 0 gives every node its own cluster, objective 0, converged.
+
+    Notes
+    -----
+    The LPs are solved for ``weights / max |weights|``, so the solution does not depend on the
+    scale of the weights (modularity weights are of order 1 / m^2); weights smaller than about
+    1e-7 of the largest one are at the solver's resolution (see :mod:`structtorch.lp._highs`).
     """
     t0 = time.perf_counter()
     if relaxation not in RELAXATIONS:
         raise ValueError(f"relaxation must be one of {RELAXATIONS}, got {relaxation!r}")
-    V = int(num_nodes) if num_nodes is not None else int(torch.as_tensor(edges).max()) + 1
-    edges = check_edges(edges, V)
+    max_iter, tol = check_int("max_iter", max_iter), check_tol("tol", tol)
+    edges, w, V = _check_problem(edges, weights, num_nodes)
     E = len(edges)
-    if not isinstance(weights, Tensor) or weights.shape != (E,):
-        raise ValueError(f"weights must be a tensor of shape (E,) = ({E},), got "
-                         f"{getattr(weights, 'shape', type(weights).__name__)}")
-    w = weights.detach().double().cpu().numpy()
-    if not np.isfinite(w).all():
-        raise ValueError("weights must be finite")
     g = _Graph(edges.numpy(), V)
-    inst = _Instance(w, sp.csc_array((0, E)), np.zeros(0), 0)
-    cuts, iterations = [], 0
-    while True:
+    inst = _Instance(w / cost_scale(w), sp.csc_array((0, E)), np.zeros(0), 0)
+    cuts, iterations, found, z = [], 0, [], np.zeros(0)
+    while E and iterations < max_iter:
         z = np.clip(inst.solve(), 0.0, 1.0)
         iterations += 1
         found = separate(g, z, relaxation, tol)
@@ -236,4 +258,4 @@ def multicut(
     z = np.round(z) + 0.0 if integral else z  # + 0.0: no -0.0
     return MulticutResult(torch.from_numpy(z), float(w @ z), integral,
                           _clusters(edges.numpy(), z, V) if integral else None, cuts, iterations,
-                          time.perf_counter() - t0, edges, torch.from_numpy(w), relaxation, V)
+                          time.perf_counter() - t0, edges, torch.from_numpy(w), relaxation, V, not found)

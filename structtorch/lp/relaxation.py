@@ -14,7 +14,9 @@ charges ``weight * s_c`` (the soft connectivity potential). The solver is HiGHS 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from numbers import Integral
 
 import highspy
 import numpy as np
@@ -22,8 +24,10 @@ import scipy.sparse as sp
 import torch
 from torch import Tensor
 
+from ._highs import cost_scale, new_highs
+from ._options import check_costs, check_int, check_real, check_tol, is_integer_dtype
 from .graph import check_graph_potentials
-from .rounding import fractional
+from .rounding import fractional, fractional_nodes
 from .separation import Separator
 
 __all__ = ["map_lp", "LPResult", "lp_score"]
@@ -52,7 +56,8 @@ class LPResult:
     iterations : Tensor (B,) int64
         LP solves per instance.
     converged : Tensor (B,) bool
-        No violated cut remained (False when ``max_iter`` stopped the loop).
+        The separation oracle found no violated cut in the last solution (False when ``max_iter``
+        stopped the loop); always True without connectivity labels.
     slack : Tensor (B, C_soft)
         The soft-connectivity slacks, in the order of ``connected_soft``.
     timings : list of B dicts
@@ -103,26 +108,29 @@ def _weight(w) -> float:
 
 
 def _check_labels(connected, connected_soft, L: int) -> tuple[list[int], list[tuple[int, object]]]:
+    if connected is not None and not isinstance(connected, Iterable):
+        raise TypeError(f"connected must be a list of labels, got {type(connected).__name__}")
+    if connected_soft is not None and not isinstance(connected_soft, Mapping):
+        raise TypeError(f"connected_soft must be a dict {{label: weight}}, got "
+                        f"{type(connected_soft).__name__}")
     hard = [] if connected is None else list(connected)
     soft = [] if connected_soft is None else list(connected_soft.items())
     for c in hard + [c for c, _ in soft]:
-        if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or not 0 <= c < L:
+        if isinstance(c, bool) or not isinstance(c, Integral) or not 0 <= c < L:
             raise ValueError(f"connected labels must be ints in [0, L) = [0, {L}), got {c!r}")
-    for c, w in soft:
-        if not (np.isfinite(_weight(w)) and _weight(w) >= 0):
-            raise ValueError(f"connected_soft weights must be finite and >= 0 (else the LP is unbounded), "
-                             f"got {_weight(w)} for label {c}")
+    for _, w in soft:  # the LP is unbounded for a negative weight
+        check_real("connected_soft weights", w, minimum=0.0)
     if set(hard) & {c for c, _ in soft}:
         raise ValueError("a label cannot be both in connected and in connected_soft")
     return [int(c) for c in hard], [(int(c), w) for c, w in soft]
 
 
 class _Instance:
-    """One LP with its cut rows, solved and re-solved by HiGHS."""
+    """One LP with its cut rows, solved and re-solved by HiGHS (the costs as given: callers scale
+    them, see :mod:`structtorch.lp._highs`)."""
 
     def __init__(self, cost: np.ndarray, A: sp.csc_array, rhs: np.ndarray, num_slack: int):
-        self.h = highspy.Highs()
-        self.h.setOptionValue("output_flag", False)
+        self.h = new_highs()
         lp = highspy.HighsLp()
         n = A.shape[1] + num_slack
         lp.num_col_, lp.num_row_ = n, A.shape[0]
@@ -163,27 +171,137 @@ def _cut_row(c: int, i: int, j: int, S: np.ndarray, L: int,
     return (idx, val) if slack is None else (np.append(idx, slack), np.append(val, -1.0))
 
 
+_ROW_FORM = "(label, i, j, separator) with separator a 1-D integer tensor or list of node indices"
+
+
+def _is_index(x) -> bool:
+    if isinstance(x, Tensor):
+        return x.dim() == 0 and is_integer_dtype(x.dtype)
+    return isinstance(x, Integral) and not isinstance(x, bool)
+
+
+def _separator(S) -> Tensor:
+    """A cut row's separator as a sorted (|S|,) int64 CPU tensor without repeats (it is a set):
+    integer entries only (a float tensor could hold NaN or fractions, which no node index is)."""
+    if isinstance(S, np.ndarray):
+        if S.dtype.kind not in "iu":
+            raise TypeError(f"cuts separators must hold integer node indices, got dtype {S.dtype}")
+        S = torch.from_numpy(S)
+    if isinstance(S, Tensor):
+        if not is_integer_dtype(S.dtype):
+            raise TypeError(f"cuts separators must hold integer node indices, got dtype {S.dtype}")
+        return torch.unique(S.long().reshape(-1).cpu())
+    if not isinstance(S, (list, tuple)) or not all(_is_index(k) for k in S):
+        raise TypeError(f"cuts separators must be integer tensors or lists of ints, got {S!r}")
+    return torch.unique(torch.tensor([int(k) for k in S], dtype=torch.long))
+
+
+def _check_row(row, V: int, L: int) -> tuple[int, int, int, Tensor]:
+    if not isinstance(row, (tuple, list)) or len(row) != 4:
+        raise ValueError(f"each row of cuts must be {_ROW_FORM}, got {row!r}")
+    c, i, j, S = row
+    if not all(_is_index(x) for x in (c, i, j)):
+        raise TypeError(f"the label, i and j of a cuts row must be ints, got {row!r}")
+    c, i, j, S = int(c), int(i), int(j), _separator(S)
+    ok = 0 <= c < L and 0 <= i < V and 0 <= j < V and i != j
+    ok = ok and (not len(S) or (int(S.min()) >= 0 and int(S.max()) < V and not bool(
+        torch.isin(S, torch.tensor([i, j])).any())))
+    if not ok:
+        raise ValueError(f"cut rows must be (label in [0, {L}), i != j in [0, {V}), separator in "
+                         f"[0, {V}) without i and j), got {row}")
+    return c, i, j, S
+
+
 def check_cuts(cuts, B: int, V: int, L: int) -> list[list]:
     """Cut rows (label, i, j, separator) as one list for all instances or one list per instance,
     validated; returns B lists with int labels/nodes and int64 separators."""
     if cuts is None:
         return [[] for _ in range(B)]
-    per_instance = cuts if len(cuts) == B and all(isinstance(c, list) for c in cuts) else [cuts] * B
-    checked = []
-    for rows in per_instance:
-        out = []
-        for row in rows:
-            c, i, j, S = row
-            S = torch.as_tensor(S, dtype=torch.long).reshape(-1).cpu()
-            ok = 0 <= int(c) < L and 0 <= int(i) < V and 0 <= int(j) < V and int(i) != int(j)
-            ok = ok and (not len(S) or (int(S.min()) >= 0 and int(S.max()) < V and not bool(
-                torch.isin(S, torch.tensor([int(i), int(j)])).any())))
-            if not ok:
-                raise ValueError(f"cut rows must be (label in [0, {L}), i != j in [0, {V}), separator in "
-                                 f"[0, {V}) without i and j), got {row}")
-            out.append((int(c), int(i), int(j), S))
-        checked.append(out)
-    return checked
+    if not isinstance(cuts, (list, tuple)):
+        raise TypeError(f"cuts must be a list of rows {_ROW_FORM}, or a list of B such lists, got "
+                        f"{type(cuts).__name__}")
+    per_instance = len(cuts) > 0 and all(
+        isinstance(rows, (list, tuple)) and all(isinstance(r, (list, tuple)) for r in rows) for rows in cuts)
+    if not per_instance:
+        return [[_check_row(row, V, L) for row in cuts]] * B
+    if len(cuts) != B:
+        raise ValueError(f"cuts given per instance must hold B = {B} lists of rows, got {len(cuts)}")
+    return [[_check_row(row, V, L) for row in rows] for rows in cuts]
+
+
+@dataclass
+class _Options:
+    max_iter: int
+    tol: float
+    cuts_per_round: int
+    nested: int
+
+
+@dataclass
+class _Run:
+    """One instance's cutting-plane loop: the last solution, the cuts, LP solves, convergence."""
+
+    x: np.ndarray
+    cuts: list
+    solves: int
+    converged: bool
+    timings: dict
+
+
+@dataclass
+class _Problem:
+    """The local polytope of one graph with the connectivity labels: what every instance shares."""
+
+    V: int
+    L: int
+    A: sp.csc_array
+    rhs: np.ndarray
+    sep: Separator | None
+    labels: list[int]  # hard, then soft
+    slack_col: dict[int, int]  # soft label -> its slack column
+    options: _Options
+
+    def separate(self, x: np.ndarray) -> list[tuple[int, int, int, np.ndarray]]:
+        """Violated connectivity cuts (label, i, j, separator) of the solution x."""
+        V, L, o = self.V, self.L, self.options
+        found = []
+        for c in self.labels:
+            y = np.clip(x[np.arange(V) * L + c], 0.0, 1.0)
+            slack = x[self.slack_col[c]] if c in self.slack_col else 0.0
+            found += [(c, i, j, S) for _, i, j, S in self.sep.violated(y, o.tol, o.cuts_per_round, o.nested,
+                                                                         offset=slack)]
+        return found
+
+    def row(self, c: int, i: int, j: int, S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return _cut_row(c, i, j, S, self.L, self.slack_col.get(c))
+
+    def solve(self, cost: np.ndarray, soft_w: np.ndarray, start: list) -> _Run:
+        """Algorithm 7 for one instance, on the costs scaled to [-1, 1] (the solution is that of the
+        unscaled LP; HiGHS's absolute tolerances then act relative to the largest cost)."""
+        if self.V == 0:  # nothing to label: the slacks stay at 0
+            return _Run(np.zeros(len(soft_w)), [], 0, True, {"lp": 0.0, "separation": 0.0})
+        inst = _Instance(np.concatenate([cost, soft_w]) / cost_scale(cost, soft_w), self.A, self.rhs,
+                         len(self.slack_col))
+        if start:
+            inst.add_rows([self.row(c, i, j, S.numpy()) for c, i, j, S in start])
+        run = _Run(np.zeros(0), list(start), 0, False, {"lp": 0.0, "separation": 0.0})
+        while run.solves < self.options.max_iter:
+            t0 = time.perf_counter()
+            run.x = inst.solve()
+            run.solves += 1
+            run.timings["lp"] += time.perf_counter() - t0
+            if self.sep is None:
+                run.converged = True
+                break
+            t0 = time.perf_counter()
+            found = self.separate(run.x)
+            run.timings["separation"] += time.perf_counter() - t0
+            if not found:
+                run.converged = True
+                break
+            inst.add_rows([self.row(*cut) for cut in found])
+            run.cuts += [(c, i, j, torch.from_numpy(S).long()) for c, i, j, S in found]
+        return run
 
 
 def lp_score(unary: Tensor, pairwise: Tensor, mu: Tensor, mu_edges: Tensor) -> Tensor:
@@ -217,78 +335,65 @@ def map_lp(
         Labels whose nodes must form one connected subgraph (hard potential, eq. 70).
     connected_soft : dict {label: weight >= 0}, optional
         Soft connectivity: the score loses ``weight * max(0, max_d d^T mu^c - 1)``.
-    max_iter : int
+    max_iter : int >= 1
         Most LP solves per instance.
-    tol : float
-        Separation tolerance.
-    cuts_per_round : int
+    tol : float in (0, 1)
+        Separation tolerance: violations of a cut up to ``tol`` do not count.
+    cuts_per_round : int >= 1
         Most violated cuts added per label and round (one per pair of representatives).
-    nested : int
+    nested : int >= 1
         Cuts per violated pair, with disjoint separators (nested cuts; 1 = the thesis's single
         most violated one). Several rings of zero-weight separators per round speed up
         convergence a lot on noisy instances.
     cuts : list of (label, i, j, separator), or a list of B such lists, optional
         Rows ``mu_i(label) + mu_j(label) - sum_{k in separator} mu_k(label) <= 1`` to start from
         (``- s_label`` for soft labels), e.g. the ``cuts`` of an earlier result on the same graph
-        (they depend on the graph only). Rows are taken as given: they are connectivity cuts
-        when the separator separates i and j.
+        (they depend on the graph only), with int label, i, j and an integer tensor or list of
+        ints as separator. Rows are taken as given: they are connectivity cuts when the separator
+        separates i and j.
 
     Returns
     -------
     LPResult
+        B = 0 gives results with batch dimension 0; V = 0 an empty ``mu``, score 0 and no solve.
+
+    Notes
+    -----
+    Potentials and soft weights must be below 1e20 in magnitude (the solver's infinity). Each
+    instance is solved with its costs divided by their largest magnitude, so the solution does not
+    depend on the scale of the potentials; costs smaller than about 1e-7 of the largest one are at
+    the solver's resolution (see :mod:`structtorch.lp._highs`).
     """
     unary_b, pairwise_b, edges = check_graph_potentials(unary, pairwise, edges)
-    if max_iter < 1 or cuts_per_round < 1:
-        raise ValueError(f"max_iter and cuts_per_round must be >= 1, got {max_iter} and {cuts_per_round}")
+    check_costs("unary", unary_b)
+    check_costs("pairwise", pairwise_b)
+    options = _Options(check_int("max_iter", max_iter), check_tol("tol", tol),
+                       check_int("cuts_per_round", cuts_per_round), check_int("nested", nested))
     B, V, L = unary_b.shape
     E = len(edges)
     hard, soft = _check_labels(connected, connected_soft, L)
-    A = _constraints(V, L, edges)
-    rhs = np.concatenate([np.ones(V), np.zeros(2 * E * L)])
-    sep = Separator.build(edges, V) if hard or soft else None
-    soft_w = np.array([_weight(w) for _, w in soft])
-    slack_col = {c: V * L + E * L * L + pos for pos, (c, _) in enumerate(soft)}
-    cost = -torch.cat([unary_b.reshape(B, -1), pairwise_b.reshape(B, -1)], 1).detach().double().cpu().numpy()
-    n = V * L + E * L * L
     start = check_cuts(cuts, B, V, L)
-    sols, all_cuts, iters, done, timings = [], [], [], [], []
-    for b in range(B):
-        inst = _Instance(np.concatenate([cost[b], soft_w]), A, rhs, len(soft))
-        if start[b]:
-            inst.add_rows([_cut_row(c, i, j, S.numpy(), L, slack_col.get(c)) for c, i, j, S in start[b]])
-        found, t_lp, t_sep = list(start[b]), 0.0, 0.0
-        converged, solves = False, 0
-        while solves < max_iter:
-            t0 = time.perf_counter()
-            x = inst.solve()
-            solves += 1
-            t_lp += time.perf_counter() - t0
-            if sep is None:
-                converged = True
-                break
-            t0 = time.perf_counter()
-            rows = []
-            for c in hard + [c for c, _ in soft]:
-                y = np.clip(x[np.arange(V) * L + c], 0.0, 1.0)
-                slack = x[slack_col[c]] if c in slack_col else 0.0
-                for _, i, j, S in sep.violated(y, tol, cuts_per_round, nested, offset=slack):
-                    rows.append(_cut_row(c, i, j, S, L, slack_col.get(c)))
-                    found.append((c, i, j, torch.from_numpy(S).long()))
-            t_sep += time.perf_counter() - t0
-            if not rows:
-                converged = True
-                break
-            inst.add_rows(rows)
-        sols.append(x)
-        all_cuts.append(found)
-        iters.append(solves)
-        done.append(converged)
-        timings.append({"lp": t_lp, "separation": t_sep})
-    X = torch.from_numpy(np.stack(sols))
+    soft_w = np.array([_weight(w) for _, w in soft])
+    check_costs("connected_soft weights", soft_w)
+    problem = _Problem(V, L, _constraints(V, L, edges), np.concatenate([np.ones(V), np.zeros(2 * E * L)]),
+                       Separator.build(edges, V) if hard or soft else None, hard + [c for c, _ in soft],
+                       {c: V * L + E * L * L + pos for pos, (c, _) in enumerate(soft)}, options)
+    cost = -torch.cat([unary_b.reshape(B, V * L), pairwise_b.reshape(B, E * L * L)], 1)
+    cost = cost.detach().double().cpu().numpy()
+    runs = [problem.solve(cost[b], soft_w, start[b]) for b in range(B)]
+    return _result(runs, unary_b, pairwise_b, edges, soft, cost, hard)
+
+
+def _result(runs: list[_Run], unary_b: Tensor, pairwise_b: Tensor, edges: Tensor, soft: list,
+            cost: np.ndarray, hard: list[int]) -> LPResult:
+    """The LPResult of the instances' runs, in the dtype and on the device of ``unary``."""
+    B, V, L = unary_b.shape
+    E, n = len(edges), cost.shape[1]
+    X = torch.from_numpy(np.stack([r.x for r in runs]) if runs else np.zeros((0, n + len(soft))))
     mu = X[:, : V * L].reshape(B, V, L).clamp(0, 1)
     mu_e = X[:, V * L:n].reshape(B, E, L, L).clamp(0, 1)
     slack = X[:, n:].clamp(min=0)
-    frac, frac_e = fractional(mu), fractional(mu_e).flatten(1).any(1)
+    frac, frac_e, node_frac = fractional(mu), fractional(mu_e).flatten(1).any(1), fractional_nodes(mu)
     ref = unary_b
     mu, mu_e, slack = (t.to(dtype=ref.dtype, device=ref.device) for t in (mu, mu_e, slack))
     score = lp_score(unary_b, pairwise_b, mu, mu_e)
@@ -296,6 +401,7 @@ def map_lp(
         score = score - w * slack[:, pos]
     dev = ref.device
     return LPResult(mu, mu_e, score, (~frac.flatten(1).any(1) & ~frac_e).to(dev),
-                    frac.any(2).double().mean(1).to(dtype=ref.dtype, device=dev), all_cuts,
-                    torch.tensor(iters, device=dev), torch.tensor(done, device=dev), slack, timings, edges,
-                    torch.from_numpy(cost), hard, bool(soft))
+                    node_frac.to(dtype=ref.dtype, device=dev), [r.cuts for r in runs],
+                    torch.tensor([r.solves for r in runs], dtype=torch.long, device=dev),
+                    torch.tensor([r.converged for r in runs], dtype=torch.bool, device=dev), slack,
+                    [r.timings for r in runs], edges, torch.from_numpy(cost), hard, bool(soft))

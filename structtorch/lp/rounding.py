@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["round_labels", "fractional", "FRACTIONAL_TOL"]
+from ._options import check_real_tensor
+
+__all__ = ["round_labels", "fractional", "fractional_nodes", "FRACTIONAL_TOL"]
 
 FRACTIONAL_TOL = 1e-6
 
@@ -13,6 +15,13 @@ FRACTIONAL_TOL = 1e-6
 def fractional(x: Tensor) -> Tensor:
     """Entries strictly inside (0, 1), beyond FRACTIONAL_TOL."""
     return (x > FRACTIONAL_TOL) & (x < 1 - FRACTIONAL_TOL)
+
+
+def fractional_nodes(mu: Tensor) -> Tensor:
+    """(B,) fraction of the V nodes of mu (B, V, L) with a fractional variable (0 when V = 0), in
+    mu's dtype (float64 for integer mu)."""
+    dtype = mu.dtype if mu.dtype.is_floating_point else torch.float64
+    return fractional(mu).any(2).to(dtype).sum(1) / max(mu.shape[1], 1)
 
 
 def round_labels(mu: Tensor) -> tuple[Tensor, Tensor]:
@@ -29,13 +38,14 @@ def round_labels(mu: Tensor) -> tuple[Tensor, Tensor]:
         ``argmax_s mu_i(s)`` (ties: the smallest label, so a node at 1/2 foreground, 1/2
         background rounds to label 0, the thesis's "round down" for binary problems).
     fractional : Tensor (B,)
-        Fraction of nodes with a variable strictly between 0 and 1 (beyond 1e-6).
+        Fraction of nodes with a variable strictly between 0 and 1 (beyond 1e-6); 0 when V = 0.
     """
-    if not isinstance(mu, Tensor) or mu.dim() not in (2, 3):
-        got = getattr(mu, "shape", type(mu).__name__)
-        raise ValueError(f"mu must have shape (V, L) or (B, V, L), got {got}")
+    check_real_tensor("mu", mu)
+    if mu.dim() not in (2, 3):
+        raise ValueError(f"mu must have shape (V, L) or (B, V, L), got {tuple(mu.shape)}")
+    if mu.shape[-1] == 0:
+        raise ValueError(f"mu must have at least one label (L >= 1), got shape {tuple(mu.shape)}")
     mu = mu.unsqueeze(0) if mu.dim() == 2 else mu
     if bool(torch.isnan(mu).any()):
         raise ValueError("mu contains NaN")
-    frac = fractional(mu).any(2)
-    return mu.argmax(2), frac.to(mu.dtype if mu.dtype.is_floating_point else torch.float64).mean(1)
+    return mu.argmax(2), fractional_nodes(mu)

@@ -24,6 +24,7 @@ import torch
 from scipy.sparse.csgraph import breadth_first_order, connected_components, maximum_flow
 from torch import Tensor
 
+from ._options import check_real_tensor, check_tol
 from .graph import adjacency, check_edges
 
 __all__ = ["connectivity_cut", "Separator"]
@@ -140,7 +141,7 @@ def connectivity_cut(y: Tensor, edges: Tensor, *, tol: float = 1e-6) -> tuple[fl
         Values of one label plane (e.g. ``mu[:, c]`` of an LP solution).
     edges : Tensor (E, 2) int64
         Undirected edges, i < j.
-    tol : float
+    tol : float in (0, 1)
         Violations up to ``tol`` do not count.
 
     Returns
@@ -153,8 +154,10 @@ def connectivity_cut(y: Tensor, edges: Tensor, *, tol: float = 1e-6) -> tuple[fl
     separator : Tensor (|S|,) int64
         The vertex separator S (empty when none is violated).
     """
-    if not isinstance(y, Tensor) or y.dim() != 1:
-        raise ValueError(f"y must be a (V,) tensor, got {getattr(y, 'shape', type(y).__name__)}")
+    check_real_tensor("y", y)
+    if y.dim() != 1:
+        raise ValueError(f"y must be a (V,) tensor, got shape {tuple(y.shape)}")
+    tol = check_tol("tol", tol)
     values = y.detach().double().cpu().numpy()
     if np.isnan(values).any() or (values < -tol).any() or (values > 1 + tol).any():
         raise ValueError("y must lie in [0, 1] (and not be NaN)")

@@ -24,6 +24,8 @@ import scipy.sparse as sp
 import torch
 from torch import Tensor
 
+from ._highs import cost_scale, new_highs
+from ._options import as_real_tensor, check_costs, check_int, check_real, check_tol
 from .multicut import MulticutResult, _Graph, multicut, separate
 from .relaxation import LPResult, _constraints, _cut_row
 from .separation import Separator
@@ -49,7 +51,8 @@ class _Auxiliary:
     rewrites the direction's row (d^T z*) alpha - d^T z = t. With ``warm`` the model re-solves from
     the previous basis and keeps the cuts found for earlier directions (they describe the polytope);
     that halves the time on MAP-MRF problems, whereas multicut problems, whose cycle cuts pile up,
-    are faster from the base model each time."""
+    are faster from the base model each time. The costs are scaled to [-1, 1] and each direction
+    to unit size (HiGHS's tolerances are absolute), and the ranges scaled back."""
 
     def __init__(self, w: np.ndarray, z_star: np.ndarray, rows: list, equalities: list, sep: Separation,
                  tol: float, max_iter: int, warm: bool = False):
@@ -63,15 +66,15 @@ class _Auxiliary:
         self.row = A.shape[0] - 1
         lp = highspy.HighsLp()
         lp.num_col_, lp.num_row_ = n + 1, A.shape[0]
-        lp.col_cost_ = np.append(w, -float(w @ z_star))
+        self.w_scale = cost_scale(w)
+        lp.col_cost_ = np.append(w, -float(w @ z_star)) / self.w_scale
         lp.col_lower_, lp.col_upper_ = np.zeros(n + 1), np.full(n + 1, inf)
         lp.row_lower_ = np.concatenate([np.full(k, -inf), np.zeros(eq.shape[0]), [0.0]])
         lp.row_upper_ = np.zeros(A.shape[0])
         lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
         lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = A.indptr, A.indices, A.data
         lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n + 1, A.shape[0]
-        self.h = highspy.Highs()
-        self.h.setOptionValue("output_flag", False)
+        self.h = new_highs()
         self.h.passModel(lp)
         self.base, self.warm = lp, warm
         self.columns = np.zeros(0, dtype=np.int64)  # the z columns the direction's row uses now
@@ -118,21 +121,27 @@ class _Auxiliary:
         scale = float(np.abs(d).max()) if len(d) else 0.0
         if scale == 0.0:
             return -math.inf, math.inf
-        # the solver's tolerances are absolute: solve for a unit-size direction
+        # rho(w, d) = rho(w / w_scale, d / scale) * w_scale / scale
         plus, minus = self.value(d / scale, 1.0), self.value(d / scale, -1.0)
-        if plus < -1e-7 or minus < -1e-7:
+        if plus < -1e-7 or minus < -1e-7:  # relative to the largest cost: the costs are scaled
             raise ValueError(NOT_OPTIMAL)
-        return (-minus / scale if math.isfinite(minus) else -math.inf), plus / scale
+        unit = self.w_scale / scale
+        return (-minus * unit if math.isfinite(minus) else -math.inf), plus * unit
 
 
 def _direction(direction, n: int) -> np.ndarray:
-    d = torch.as_tensor(np.asarray(direction, dtype=np.float64))
-    if d.shape != (n,):
-        raise ValueError(f"direction must have shape (E,) or (n,) = ({n},), one entry per variable, "
-                         f"got {tuple(d.shape)}")
-    if not bool(torch.isfinite(d).all()):
-        raise ValueError("direction must be finite")
-    return d.numpy()
+    """The direction as a real (n,) float64 array, finite and below the solver's infinity."""
+    d = as_real_tensor("direction", direction, (n,), f"(E,) or (n,) = ({n},), one entry per variable")
+    d = d.detach().double().cpu().numpy()
+    check_costs("direction", d)
+    return d
+
+
+def _check_index(index: object, size: int) -> int:
+    index = check_int("index", index, minimum=0)
+    if index >= size:
+        raise ValueError(f"index must lie in [0, B) = [0, {size}) (an instance of the result), got {index}")
+    return index
 
 
 def _multicut_problem(result: MulticutResult, direction):
@@ -176,9 +185,10 @@ def _map_problem(result: LPResult, direction, index: int):
 
 def _problem(result, direction, index: int = 0):
     if isinstance(result, MulticutResult):
+        _check_index(index, 1)
         return _multicut_problem(result, direction)
     if isinstance(result, LPResult):
-        return _map_problem(result, direction, index)
+        return _map_problem(result, direction, _check_index(index, result.mu.shape[0]))
     raise TypeError(f"result must be a MulticutResult or an LPResult, got {type(result).__name__}")
 
 
@@ -190,6 +200,14 @@ def _check_optimal(w: np.ndarray, z_star: np.ndarray, rows, equalities, tol: flo
     for idx, coef, rhs in equalities:
         if abs(float(np.dot(coef, z_star[np.asarray(idx)])) - rhs) > tol:
             raise ValueError("the solution violates the local polytope: it is not optimal for these weights")
+
+
+def _auxiliary(result, direction, index: int, tol: float, max_iter: int) -> tuple[_Auxiliary, np.ndarray]:
+    """The validated problem's auxiliary LPs, and the direction as an array."""
+    tol, max_iter = check_tol("tol", tol, upper=None), check_int("max_iter", max_iter)
+    w, z_star, d, rows, sep, equalities = _problem(result, direction, index)
+    _check_optimal(w, z_star, rows, equalities)
+    return _Auxiliary(w, z_star, rows, equalities, sep, tol, max_iter, isinstance(result, LPResult)), d
 
 
 def stability_range(result: MulticutResult | LPResult, direction: Tensor, *, index: int = 0,
@@ -204,24 +222,38 @@ def stability_range(result: MulticutResult | LPResult, direction: Tensor, *, ind
         ``index`` of :func:`map_lp` (w = the energy -[unary, pairwise] flattened, n = V L + E L^2
         variables; connectivity cuts included, soft connectivity not supported).
     direction : Tensor (E,) or (n,)
-        The perturbation d of the minimized weights.
+        The perturbation d of the minimized weights: real, finite, below 1e20 in magnitude.
+    index : int in [0, B)
+        The instance of an LPResult (0 for a MulticutResult).
+    tol : float > 0
+        Smallest homogenization variable alpha for which the cuts are separated.
+    max_iter : int >= 1
+        Most separation rounds per auxiliary LP.
+
+    Notes
+    -----
+    The auxiliary LPs are solved for the weights scaled to [-1, 1] and a unit-size direction, and
+    the range is scaled back, so ranges scale exactly with the weights and inversely with d.
     """
-    w, z_star, d, rows, sep, equalities = _problem(result, direction, index)
-    _check_optimal(w, z_star, rows, equalities)
-    return _Auxiliary(w, z_star, rows, equalities, sep, tol, max_iter, isinstance(result, LPResult)).range(d)
+    aux, d = _auxiliary(result, direction, index, tol, max_iter)
+    return aux.range(d)
 
 
-def _ranges(result, directions, index: int, tol: float = 1e-9, max_iter: int = 1000) -> Tensor:
+def _ranges(result, directions: np.ndarray, index: int, tol: float = 1e-9, max_iter: int = 1000) -> Tensor:
     """(k, 2) ranges of several directions (k, n), sharing the auxiliary LP's rows."""
-    w, z_star, _, rows, sep, equalities = _problem(result, directions[0], index)
-    _check_optimal(w, z_star, rows, equalities)
-    aux = _Auxiliary(w, z_star, rows, equalities, sep, tol, max_iter, isinstance(result, LPResult))
+    first = directions[0] if len(directions) else np.zeros(directions.shape[1])
+    aux, _ = _auxiliary(result, first, index, tol, max_iter)  # validates the options even for k = 0
+    if not len(directions):
+        return torch.zeros(0, 2, dtype=torch.float64)
     return torch.tensor([aux.range(np.asarray(d, dtype=np.float64)) for d in directions], dtype=torch.float64)
 
 
 def variable_stability(result: MulticutResult, **options) -> Tensor:
     """(E, 2) stability ranges for d = e_m, each edge weight moved alone. Cut edges get
-    [-inf, a >= 0], uncut edges [b <= 0, +inf]."""
+    [-inf, a >= 0], uncut edges [b <= 0, +inf]. ``options``: tol, max_iter of
+    :func:`stability_range`."""
+    if not isinstance(result, MulticutResult):
+        raise TypeError(f"result must be a MulticutResult, got {type(result).__name__}")
     return _ranges(result, np.eye(len(result.edges)), 0, **options)
 
 
@@ -249,14 +281,24 @@ PathStep = tuple[tuple[float, float], MulticutResult]
 
 
 def solution_path(result: MulticutResult, direction: Tensor, theta_min: float, theta_max: float, *,
-                  eps: float = 1e-6, max_steps: int = 200) -> list[PathStep]:
+                  eps: float | None = None, max_steps: int = 200) -> list[PathStep]:
     """The optimal partitions along w + theta d for theta in [theta_min, theta_max]: a list of
     ((lo, hi), solution) with the stability interval of each, walking from theta_min upward and
-    re-solving just past each breakpoint."""
+    re-solving ``eps`` past each breakpoint.
+
+    ``theta_min <= theta_max`` finite; ``eps > 0`` (default 1e-6 max|w| / max|d|, the unit of
+    theta, so that the path does not depend on the scale of w and d); ``max_steps >= 1``.
+    """
+    if not isinstance(result, MulticutResult):
+        raise TypeError(f"result must be a MulticutResult, got {type(result).__name__}")
+    theta_min, theta_max = check_real("theta_min", theta_min), check_real("theta_max", theta_max)
     if not theta_min <= theta_max:
         raise ValueError(f"need theta_min <= theta_max, got {theta_min} and {theta_max}")
-    d = torch.as_tensor(direction, dtype=torch.float64)
+    max_steps = check_int("max_steps", max_steps)
+    d = torch.from_numpy(_direction(direction, len(result.edges)))
     w = result.weights
+    unit = cost_scale(w.numpy()) / cost_scale(d.numpy())
+    eps = 1e-6 * unit if eps is None else check_real("eps", eps, minimum=0.0, strict=True)
     theta, path = theta_min, []
     for _ in range(max_steps):
         current = multicut(result.edges, w + theta * d, relaxation=result.relaxation,
@@ -275,9 +317,13 @@ def node_stability(result: LPResult, *, index: int = 0, **options) -> Tensor:
     """(V,) per-node stability of an integral MAP labeling: how much energy the chosen label of
     node i can take (d = e_(i, y_i), its unary pushed toward the other labels) before the optimal
     labeling changes, rho_+ of that direction; +inf where no amount changes it. A
-    non-probabilistic confidence map for segmentations."""
-    _, V, L = result.mu.shape
+    non-probabilistic confidence map for segmentations. ``options``: tol, max_iter of
+    :func:`stability_range`."""
+    if not isinstance(result, LPResult):
+        raise TypeError(f"result must be an LPResult, got {type(result).__name__}")
+    B, V, L = result.mu.shape
+    index = _check_index(index, B)
     labels = result.mu[index].argmax(1).cpu().numpy()
-    directions = np.zeros((V, result.cost.shape[1]))
+    directions = np.zeros((V, result.mu[index].numel() + result.mu_edges[index].numel()))
     directions[np.arange(V), np.arange(V) * L + labels] = 1.0
     return _ranges(result, directions, index, **options)[:, 1]
