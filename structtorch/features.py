@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from ._checks import LengthsLike, check_int, check_lengths
+from ._checks import LengthsLike, check_device, check_float, check_int, check_lengths
 
 __all__ = ["LinearChainPotentials", "HistogramBinning", "PLiF", "plif_interpolate", "plif_basis",
            "SegmentPLiF"]
@@ -142,7 +142,16 @@ def plif_interpolate(x: Tensor, ordinates: Tensor, low: float, high: float) -> T
     -------
     Tensor (..., K), differentiable w.r.t. ``ordinates`` (and ``x`` inside the support).
     """
+    x = check_float("x", x)
+    ordinates = check_float("ordinates", ordinates)
+    if ordinates.dim() != 2 or ordinates.shape[1] < 2 or not bool(torch.isfinite(ordinates).all()):
+        raise ValueError("ordinates must be a finite (K, P) tensor with P >= 2, got shape "
+                         f"{tuple(ordinates.shape)}")
     K, P = ordinates.shape
+    if x.dim() < 1 or x.shape[-1] != K:
+        raise ValueError(f"x must have shape (..., K) = (..., {K}) for ordinates (K, P) = ({K}, {P}), "
+                         f"got {tuple(x.shape)}")
+    check_device("x", x, ordinates, "ordinates")
     left, frac = _plif_position(x, P, low, high)
     idx = left + torch.arange(K, device=x.device) * P
     flat = ordinates.reshape(-1)
@@ -153,6 +162,8 @@ def plif_interpolate(x: Tensor, ordinates: Tensor, low: float, high: float) -> T
 def plif_basis(x: Tensor, num_points: int, low: float, high: float) -> Tensor:
     """Hat-function features phi (..., P) of x (...), so that a PLiF with ordinates w (P,) takes the
     value ``phi @ w`` at x: the joint feature map of a PLiF is linear in its ordinates."""
+    x = check_float("x", x)
+    check_int("num_points", num_points, 2)
     left, frac = _plif_position(x, num_points, low, high)
     phi = x.new_zeros(*x.shape, num_points)
     phi.scatter_(-1, left.unsqueeze(-1), (1 - frac).unsqueeze(-1))

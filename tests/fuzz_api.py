@@ -9,6 +9,7 @@ extreme but valid values give the float64 result (or a ValueError saying the res
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -18,69 +19,105 @@ from hypothesis import strategies as hst
 import structtorch as st
 
 B, T, N, S = 2, 4, 3, 3
-SETTINGS = settings(max_examples=40, deadline=None, database=None)
+SETTINGS = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 40)), deadline=None, database=None)
 
 
-def base_chain(dtype=torch.float32):
-    g = torch.Generator().manual_seed(0)
-    return {
-        "unary": torch.randn(B, T, N, generator=g).to(dtype),
-        "transitions": torch.randn(N, N, generator=g).to(dtype),
-        "start": torch.randn(N, generator=g).to(dtype),
-        "end": torch.randn(B, N, generator=g).to(dtype),
-        "lengths": torch.tensor([T, 2]),
-    }
+class Sizes:
+    """Random potentials of one problem size, drawn from one seed."""
+
+    def __init__(self, B: int = B, T: int = T, N: int = N, seed: int = 0):
+        self.B, self.T, self.N, self.S = B, T, N, max(1, min(S, T))
+        self.g = torch.Generator().manual_seed(seed)
+
+    def randn(self, *shape) -> torch.Tensor:
+        return torch.randn(*shape, generator=self.g)
+
+    def lengths(self) -> torch.Tensor:
+        return torch.randint(0, self.T + 1, (self.B,), generator=self.g).index_fill_(0, torch.tensor([0]), self.T)
+
+    def labels(self) -> torch.Tensor:
+        return torch.randint(0, self.N, (self.B, self.T), generator=self.g)
+
+    def chain(self) -> dict:
+        B, T, N = self.B, self.T, self.N
+        return {"unary": self.randn(B, T, N), "transitions": self.randn(N, N), "start": self.randn(N),
+                "end": self.randn(B, N), "lengths": self.lengths()}
+
+    def segments(self) -> dict:
+        """A target segmentation: segments of length <= S, one label each."""
+        starts = torch.zeros(self.B, self.T, dtype=torch.bool)
+        starts[:, :: self.S] = True
+        seg = starts.long().cumsum(1)
+        return {"target_labels": seg % self.N, "target_starts": starts}
+
+    def semimarkov(self) -> dict:
+        B, T, N = self.B, self.T, self.N
+        return {"content": self.randn(B, T, N), "transitions": self.randn(N, N), "max_len": self.S,
+                "length_scores": self.randn(self.S, N), "boundary": self.randn(B, T, N),
+                "lengths": self.lengths()}
 
 
-def target():
-    return torch.tensor([[0, 1, 2, 0], [1, 1, 0, 0]])
+def _hsm(z: Sizes):
+    from structtorch.data import gene_grammar
+
+    model = st.HiddenSemiMarkovSVM(gene_grammar(), max_len=4, signal_of=[0, 3, 1, 1, 3, 2],
+                                   content_of=[2, 0, 0, 0, 0, 1], start_labels=[0], end_labels=[0],
+                                   num_points=5)
+    return model, {"signals": z.randn(z.B, z.T, 4), "contents": z.randn(z.B, z.T, 3), "lengths": z.lengths()}
 
 
-def starts():
-    return torch.tensor([[True, False, True, False], [True, True, False, False]])
-
-
-# name -> (callable taking kwargs, kwargs factory, {argument: kind}); kinds pick the mutations
+# name -> (callable taking kwargs, kwargs factory of a Sizes, {argument: kind}); kinds pick mutations
 ENTRY_POINTS = {
-    "viterbi": (lambda kw: st.viterbi(**kw), base_chain, {}),
-    "log_partition": (lambda kw: st.log_partition(**kw), base_chain, {}),
-    "marginals": (lambda kw: st.marginals(**kw), base_chain, {}),
-    "path_score": (lambda kw: st.path_score(**kw), lambda: {**base_chain(), "labels": target()},
+    "viterbi": (lambda kw: st.viterbi(**kw), Sizes.chain, {}),
+    "log_partition": (lambda kw: st.log_partition(**kw), Sizes.chain, {}),
+    "marginals": (lambda kw: st.marginals(**kw), Sizes.chain, {}),
+    "path_score": (lambda kw: st.path_score(**kw), lambda z: {**z.chain(), "labels": z.labels()},
                    {"labels": "labels"}),
-    "kbest": (lambda kw: st.kbest(**kw), lambda: {**base_chain(), "k": 3}, {"k": "count"}),
+    "kbest": (lambda kw: st.kbest(**kw), lambda z: {**z.chain(), "k": 3}, {"k": "count"}),
     "loss_augmented_viterbi": (
         lambda kw: st.loss_augmented_viterbi(**kw),
-        lambda: {**base_chain(), "target": target(), "rescaling": "slack", "weights": torch.ones(B, T)},
+        lambda z: {**z.chain(), "target": z.labels(), "rescaling": "slack", "weights": torch.ones(z.B, z.T)},
         {"target": "labels", "weights": "weights", "rescaling": "choice"}),
+    "structured_hinge": (
+        lambda kw: st.structured_hinge(**kw),
+        lambda z: {**z.chain(), "target": z.labels(), "rescaling": "margin", "reduction": "sum"},
+        {"target": "labels", "rescaling": "choice", "reduction": "choice"}),
+    "LinearChainCRF": (
+        lambda kw: st.LinearChainCRF(kw["unary"].shape[-1] if isinstance(kw["unary"], torch.Tensor) and
+                                     kw["unary"].dim() == 3 else N)(**kw),
+        lambda z: {"unary": z.randn(z.B, z.T, z.N), "labels": z.labels(), "lengths": z.lengths()},
+        {"labels": "labels"}),
     "viterbi_window": (lambda kw: st.viterbi_window(**kw),
-                       lambda: {"scores": torch.randn(B, T, N, N), "lengths": torch.tensor([T, 1])}, {}),
+                       lambda z: {"scores": z.randn(z.B, z.T, z.N, z.N), "lengths": z.lengths()}, {}),
     "loss_augmented_viterbi_window": (
         lambda kw: st.loss_augmented_viterbi_window(**kw),
-        lambda: {"scores": torch.randn(B, T, N, N), "target": target(), "lengths": torch.tensor([T, 3]),
-                 "rescaling": "margin", "h": lambda k: k.sqrt()},
+        lambda z: {"scores": z.randn(z.B, z.T, z.N, z.N), "target": z.labels(), "lengths": z.lengths(),
+                   "rescaling": "margin", "h": lambda k: k.sqrt()},
         {"target": "labels", "rescaling": "choice"}),
-    "semimarkov_viterbi": (
-        lambda kw: st.semimarkov_viterbi(**kw),
-        lambda: {"content": torch.randn(B, T, N), "transitions": torch.randn(N, N), "max_len": S,
-                 "length_scores": torch.randn(S, N), "lengths": torch.tensor([T, 3])},
-        {"max_len": "count"}),
-    "semimarkov_log_partition": (
-        lambda kw: st.semimarkov_log_partition(**kw),
-        lambda: {"content": torch.randn(B, T, N), "transitions": torch.randn(N, N), "max_len": S,
-                 "boundary": torch.randn(B, T, N), "lengths": torch.tensor([T, 0])},
-        {"max_len": "count"}),
+    "semimarkov_viterbi": (lambda kw: st.semimarkov_viterbi(**kw), Sizes.semimarkov, {"max_len": "count"}),
+    "semimarkov_log_partition": (lambda kw: st.semimarkov_log_partition(**kw), Sizes.semimarkov,
+                                 {"max_len": "count"}),
     "semimarkov_loss_augmented": (
         lambda kw: st.semimarkov_loss_augmented(**kw),
-        lambda: {"content": torch.randn(B, T, N), "transitions": torch.randn(N, N), "max_len": S,
-                 "target_labels": torch.tensor([[0, 0, 2, 2], [1, 1, 0, 0]]), "target_starts": starts(),
-                 "lengths": torch.tensor([T, 2]), "rescaling": "slack"},
+        lambda z: {**z.semimarkov(), **z.segments(), "rescaling": "slack"},
         {"target_labels": "labels", "max_len": "count", "rescaling": "choice"}),
+    "HiddenSemiMarkovSVM.decode": (lambda kw: _hsm(Sizes())[0].decode(**kw), lambda z: _hsm(z)[1], {}),
+    "plif_interpolate": (
+        lambda kw: st.plif_interpolate(**kw),
+        lambda z: {"x": z.randn(z.B, z.T, z.N), "ordinates": z.randn(z.N, 5), "low": -1.0, "high": 1.0},
+        {"low": "support", "high": "support"}),
 }
-DEFINES_N = {"unary", "scores", "content"}
-FLOAT_ARGS = {"unary", "transitions", "start", "end", "scores", "content", "length_scores", "boundary"}
+DEFINES_N = {"unary", "scores", "content", "x", "signals", "contents"}
+FLOAT_ARGS = {"unary", "transitions", "start", "end", "scores", "content", "length_scores", "boundary",
+              "signals", "contents", "x", "ordinates"}
+SOLE_FLOAT = {"scores", "x", "ordinates", "signals", "contents"}  # no other float argument to disagree with
 
 
-def mutations(kind: str, value):
+def kind_of(arg: str, kinds: dict) -> str | None:
+    return "float" if arg in FLOAT_ARGS else "lengths" if arg == "lengths" else kinds.get(arg)
+
+
+def mutations(kind: str, value, T: int = T, N: int = N):
     """(bad value, expected exception type) pairs for an argument of this kind."""
     if kind == "float":
         yield [[0.0]], TypeError
@@ -94,10 +131,10 @@ def mutations(kind: str, value):
             yield x, ValueError
         yield value.double() if value.dtype == torch.float32 else value.float(), TypeError
     elif kind == "lengths":
-        yield torch.tensor([T + 1, 0]), ValueError
-        yield torch.tensor([-1, 0]), ValueError
-        yield torch.tensor([1.0, 2.0]), TypeError
-        yield torch.tensor([1, 2, 3]), ValueError
+        yield torch.tensor([T + 1] + [0] * (len(value) - 1)), ValueError
+        yield torch.tensor([-1] + [0] * (len(value) - 1)), ValueError
+        yield value.double(), TypeError
+        yield torch.zeros(len(value) + 1, dtype=torch.long), ValueError
         yield "abc", TypeError
     elif kind == "labels":
         for bad in (N, -1, 2**62):
@@ -105,7 +142,7 @@ def mutations(kind: str, value):
             x[0, 0] = bad
             yield x, ValueError
         yield value.double(), TypeError
-        yield value[:, :2], ValueError
+        yield value[:, :1] if value.shape[1] > 1 else torch.cat([value, value], 1), ValueError
     elif kind == "count":
         yield 0, ValueError
         yield -3, ValueError
@@ -116,36 +153,61 @@ def mutations(kind: str, value):
             x = value.clone()
             x[0, 0] = bad
             yield x, ValueError
-        yield torch.tensor([[2**62, 2**62, 2**63 - 1, 0], [1, 1, 1, 1]]), ValueError
-        yield value[:, :2], ValueError
+        huge = torch.zeros(value.shape, dtype=torch.long)
+        huge[0, 0] = 2**63 - 1
+        yield huge, ValueError
+        yield value[:, :1] if value.shape[1] > 1 else torch.cat([value, value], 1), ValueError
     elif kind == "choice":
         yield "other", ValueError
+    elif kind == "support":
+        yield math.nan, ValueError
+        yield 1e300, ValueError
+        yield "a", TypeError
+
+
+def skipped(arg: str, i: int) -> bool:
+    if arg in DEFINES_N and i == 4:  # another N: the other arguments' shapes are then the wrong ones
+        return True
+    if arg in ("x", "scores") and i == 3:  # (..., K) and (B, T) + (N,) * (l + 1): an axis more can be valid
+        return True
+    return arg in SOLE_FLOAT and i == 7  # the only float argument: any float dtype is fine
 
 
 def cases():
     for name, (_, make, kinds) in ENTRY_POINTS.items():
-        base = make()
-        for arg, value in base.items():
-            kind = "float" if arg in FLOAT_ARGS else "lengths" if arg == "lengths" else kinds.get(arg)
+        for arg, value in make(Sizes()).items():
+            kind = kind_of(arg, kinds)
             if kind is None:
                 continue
             for i, (_, exc) in enumerate(mutations(kind, value)):
-                if arg in DEFINES_N and i == 4:  # another N: the others' shapes are then the wrong ones
-                    continue
-                if arg == "scores" and i == 7:  # the only float argument: any float dtype is fine
-                    continue
-                yield pytest.param(name, arg, i, exc, id=f"{name}-{arg}-{i}")
+                if not skipped(arg, i):
+                    yield pytest.param(name, arg, i, exc, id=f"{name}-{arg}-{i}")
+
+
+def check_named(name: str, arg: str, i: int, z: Sizes) -> None:
+    fn, make, kinds = ENTRY_POINTS[name]
+    kw = make(z)
+    bad, exc = list(mutations(kind_of(arg, kinds), kw[arg], z.T, z.N))[i]
+    kw[arg] = bad
+    with pytest.raises(exc) as info:
+        fn(kw)
+    assert arg in str(info.value), f"{name}: {info.value!r} does not name {arg!r}"
 
 
 @pytest.mark.parametrize("name, arg, i, exc", list(cases()))
 def test_bad_argument_named(name, arg, i, exc):
-    fn, make, kinds = ENTRY_POINTS[name]
-    kw = make()
-    kind = "float" if arg in FLOAT_ARGS else "lengths" if arg == "lengths" else kinds[arg]
-    kw[arg] = list(mutations(kind, kw[arg]))[i][0]
-    with pytest.raises(exc) as info:
-        fn(kw)
-    assert arg in str(info.value), f"{info.value!r} does not name {arg!r}"
+    check_named(name, arg, i, Sizes())
+
+
+@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 150)), deadline=None, database=None)
+@given(hst.sampled_from([c.values[:3] for c in cases()]), hst.integers(1, 3), hst.integers(1, 5),
+       hst.integers(1, 4), hst.integers(0, 2**16))
+def test_bad_argument_named_at_random_sizes(case, B_, T_, N_, seed):
+    """The same contract at hypothesis-drawn sizes and values."""
+    name, arg, i = case
+    assume(not (arg == "labels" and i == 4 and T_ == 1) and not (name == "kbest" and N_ ** T_ < 3))
+    assume(not (i == 3 and B_ == 1 and arg in ("start", "length_scores")))  # (N,) -> (1, N) is (B, N)
+    check_named(name, arg, i, Sizes(B_, T_, N_, seed))
 
 
 @SETTINGS
@@ -154,12 +216,13 @@ def test_power_of_two_scaling(name, e):
     """Viterbi-type results scale exactly by 2^e (paths unchanged) or raise an overflow error; a
     log-partition matches float64 or raises the same way. Never a silent inf, NaN or wrong path."""
     fn, make, _ = ENTRY_POINTS[name]
-    kw = make()
+    kw = make(Sizes())
     ref = fn(kw)
     for arg in FLOAT_ARGS & set(kw):
         kw[arg] = torch.ldexp(kw[arg].double(), torch.tensor(e))
-    if name in ("loss_augmented_viterbi", "loss_augmented_viterbi_window", "semimarkov_loss_augmented"):
-        return  # scaling the scores but not the loss changes the problem: covered by the overflow tests
+    if name in ("loss_augmented_viterbi", "loss_augmented_viterbi_window", "semimarkov_loss_augmented",
+                "structured_hinge", "LinearChainCRF", "HiddenSemiMarkovSVM.decode", "plif_interpolate"):
+        return  # not homogeneous in the potentials (a loss, a learned model): see the overflow tests
     scaled_values = [kw[a] for a in FLOAT_ARGS & set(kw)]
     assume(all(bool(torch.isfinite(x).all()) for x in scaled_values))
     assume(all(bool((x.abs() >= 2.0**-1000).all()) for x in scaled_values))  # no underflow to subnormals
