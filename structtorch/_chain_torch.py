@@ -7,6 +7,8 @@ compute the same quantities with a hand-written backward.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -29,17 +31,26 @@ def accumulating(chain: Chain) -> Chain:
     return Chain(*(accumulate(x) for x in parts), chain.lengths)
 
 
-def guard(chain: Chain, result: Tensor, what: str) -> Tensor:
-    """``result`` (B,) of a chain DP, or a ValueError where it overflowed (see
-    :func:`structtorch._checks.guard_overflow`); feasibility from Viterbi on the -inf pattern."""
-    parts = (chain.unary, chain.transitions, chain.start, chain.end)
+POTENTIALS = "unary, transitions, start and end"
 
-    def feasible() -> Tensor:
-        pattern = Chain(*(forbidden_pattern(x) for x in parts), chain.lengths)
-        return viterbi(pattern)[0] > NEG_INF
+
+def pattern(chain: Chain) -> Chain:
+    """The chain's -inf pattern: 0 where an entry is finite, -inf where it is -inf."""
+    parts = (chain.unary, chain.transitions, chain.start, chain.end)
+    return Chain(*(forbidden_pattern(x) for x in parts), chain.lengths)
+
+
+def guard(chain: Chain, result: Tensor, what: str, feasible: Callable[[], Tensor] | None = None) -> Tensor:
+    """``result`` (B,) of a chain DP, or a ValueError where it overflowed (see
+    :func:`structtorch._checks.guard_overflow`); ``feasible`` defaults to Viterbi on the -inf
+    pattern (some labeling avoids every -inf entry)."""
+    parts = (chain.unary, chain.transitions, chain.start, chain.end)
+    if feasible is None:
+        def feasible() -> Tensor:
+            return viterbi(pattern(chain))[0] > NEG_INF
 
     T = chain.unary.shape[1]
-    return guard_overflow(result, parts, 2 * T + 2, feasible, what, "unary, transitions, start and end")
+    return guard_overflow(result, parts, 2 * T + 2, feasible, what, POTENTIALS)
 
 
 def step_blocks(chain: Chain) -> list[Tensor]:

@@ -231,17 +231,29 @@ def guard_overflow(result: Tensor, potentials: Sequence[Tensor], terms: int, fea
     bad = ~torch.isfinite(result)
     if not bool(bad.any()):
         return result
-    limit = torch.finfo(result.dtype).max
-    hint = (f"{what} overflows {result.dtype} (beyond +-{limit:.3g}): rescale {names}, e.g. divide them "
-            "by a constant")
+    hint = _overflow(what, result.dtype, names)
     if bool((torch.isnan(result) | torch.isposinf(result)).any()):
         raise ValueError(hint)
-    if _finite_magnitude(potentials) * terms < limit / 2:  # no sum can reach the limit: truly -inf
+    if _finite_magnitude(potentials) * terms < torch.finfo(result.dtype).max / 2:  # no sum reaches it: -inf
         return result
     rows = bad.flatten(1).any(1) if result.dim() > 1 else bad
     if bool((rows & feasible()).any()):
         raise ValueError(hint + "; a feasible structure's score overflowed to -inf")
     return result
+
+
+def cast_checked(x: Tensor, dtype: torch.dtype, what: str, names: str) -> Tensor:
+    """``x`` (computed in a wider dtype) cast to ``dtype``, or a ValueError where a finite entry
+    becomes infinite in the cast (values that are already infinite keep their meaning)."""
+    out = x.to(dtype)
+    if bool((torch.isfinite(x) & ~torch.isfinite(out)).any()):
+        raise ValueError(_overflow(what, dtype, names))
+    return out
+
+
+def _overflow(what: str, dtype: torch.dtype, names: str) -> str:
+    return (f"{what} overflows {dtype} (beyond +-{torch.finfo(dtype).max:.3g}): rescale {names}, e.g. "
+            "divide them by a constant (to forbid an entry, use -inf rather than a huge finite number)")
 
 
 def forbidden_pattern(x: Tensor) -> Tensor:

@@ -24,7 +24,13 @@ from torch import Tensor, nn
 from . import _chain_torch
 from ._chain_cpu import LogPartition, Marginals, marginals_through, node_marginals
 from ._chain_torch import accumulate, accumulating
-from ._checks import Chain, LengthsLike, check_chain, check_labels
+from ._checks import (
+    Chain,
+    LengthsLike,
+    cast_checked,
+    check_chain,
+    check_labels,
+)
 from ._extension import chain_ops
 
 __all__ = ["viterbi", "log_partition", "marginals", "path_score", "kbest", "Viterbi"]
@@ -84,8 +90,15 @@ def _score_paths(chain: Chain, path: Tensor) -> Tensor:
     """Differentiable scores of DP-returned paths in the input dtype; -inf where the path is all -1
     (infeasible)."""
     feasible = (path[:, :1] >= 0).all(1) | (chain.lengths == 0)
-    scores = _path_score(chain, path.clamp(min=0)).to(chain.unary.dtype)
-    return _chain_torch.guard(chain, torch.where(feasible, scores, NEG_INF), "the Viterbi score")
+    scores = torch.where(feasible, _path_score(chain, path.clamp(min=0)), NEG_INF)
+    return _cast_guarded(chain, scores, "the Viterbi score")
+
+
+def _cast_guarded(chain: Chain, scores: Tensor, what: str, feasible=None) -> Tensor:
+    """(B,) scores in the accumulation dtype, checked for overflow (see :func:`_chain_torch.guard`)
+    and cast to the input dtype."""
+    _chain_torch.guard(chain, scores, what, feasible)
+    return cast_checked(scores, chain.unary.dtype, what, _chain_torch.POTENTIALS)
 
 
 def viterbi(
@@ -195,7 +208,12 @@ def path_score(
         Sum of the unary, transition, start and end scores along ``labels``.
     """
     chain = check_chain(unary, transitions, start, end, lengths)
-    return _path_score(chain, check_labels(labels, chain.mask(), chain.shape[2])).to(chain.unary.dtype)
+    labels = check_labels(labels, chain.mask(), chain.shape[2])
+
+    def feasible() -> Tensor:  # the labeling uses no -inf entry
+        return _path_score(_chain_torch.pattern(chain), labels) > NEG_INF
+
+    return _cast_guarded(chain, _path_score(chain, labels), "the path score", feasible)
 
 
 def _kbest_paths(chain: Chain, k: int) -> tuple[Tensor, Tensor]:
@@ -267,13 +285,14 @@ def kbest(
         end=chain.end.repeat_interleave(k, 0),
         lengths=chain.lengths.repeat_interleave(k, 0),
     )
-    scores = _path_score(rep, flat.clamp(min=0)).reshape(B, k).to(chain.unary.dtype)
-    scores = torch.where(valid, scores, scores.new_full((), NEG_INF))
+    scores = _path_score(rep, flat.clamp(min=0)).reshape(B, k)
+    # -inf in a valid entry, or no best labeling for a feasible row, is an overflow (guard_overflow)
+    first = torch.arange(k, device=scores.device) == 0
+    checked = torch.where(valid, scores, torch.where(first, NEG_INF, 0.0))
+    scores = torch.where(valid, _cast_guarded(chain, checked, "a k-best score"), NEG_INF)
     # re-rank: the recomputed sums may differ from the DP's by rounding on near-ties
     order = scores.detach().argsort(dim=1, descending=True, stable=True)
-    scores = scores.gather(1, order)
-    _chain_torch.guard(chain, scores[:, 0], "the best score")  # the others may be -inf legitimately
-    return scores, paths.gather(1, order.unsqueeze(2).expand(B, k, T))
+    return scores.gather(1, order), paths.gather(1, order.unsqueeze(2).expand(B, k, T))
 
 
 class Viterbi(nn.Module):

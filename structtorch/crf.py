@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from ._chain_torch import accumulate
-from ._checks import LengthsLike, check_float
+from ._checks import LengthsLike, cast_checked, check_float
 from .chain import log_partition, marginals, path_score, viterbi
 
 __all__ = ["LinearChainCRF"]
@@ -79,7 +79,8 @@ class LinearChainCRF(nn.Module):
         u, a = accumulate(unary), accumulate(self.transitions)
         logz = log_partition(u, a, lengths=lengths, **pots)
         gold = path_score(u, a, labels, lengths=lengths, **pots)
-        return (logz - gold).to(unary.dtype)
+        # +inf stays (a labeling with probability 0); a finite NLL beyond the dtype's range raises
+        return cast_checked(logz - gold, unary.dtype, "the negative log-likelihood", "unary")
 
     def decode(self, unary: Tensor, lengths: LengthsLike = None) -> tuple[Tensor, Tensor]:
         """Best labeling: ``(score (B,), path (B, T))`` as returned by :func:`structtorch.viterbi`."""

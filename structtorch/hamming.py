@@ -28,9 +28,9 @@ from torch import Tensor
 from . import _chain_torch
 from . import chain as _chain
 from ._chain_torch import accumulate, accumulating
-from ._checks import LengthsLike, _fmt, check_chain, check_labels, check_lengths, guard_overflow
+from ._checks import LengthsLike, _fmt, cast_checked, check_chain, check_labels, check_lengths, guard_overflow
 from ._hamming_tables import Tables, chain_tables_cpu, chain_to_windows, negate_scores, window_tables
-from .window import _check_scores, _window_path, window_score
+from .window import _check_scores, _window_path, _window_score
 
 __all__ = ["loss_augmented_viterbi", "loss_augmented_viterbi_window"]
 
@@ -93,8 +93,8 @@ def _check_finite(name: str, x: Tensor) -> None:
 def _weights(weights: Tensor | None, mask: Tensor, ref: Tensor) -> tuple[Tensor, bool]:
     """(B, T) weights, 0 beyond each length, and whether they are non-negative integers.
 
-    Integer weights come back as int64 only when every row sum fits the count table
-    (<= ``MAX_COUNTS``); larger ones stay float64 so that no cast or sum can wrap around.
+    Integer weights come back as int64 whenever their row sums fit int64 (so counts stay exact
+    integers); larger ones stay float64 so that no cast or sum can wrap around.
     """
     B, T = mask.shape
     if weights is None:
@@ -111,8 +111,8 @@ def _weights(weights: Tensor | None, mask: Tensor, ref: Tensor) -> tuple[Tensor,
         _check_finite("weights", weights)
     w = torch.where(mask, weights, torch.zeros((), dtype=weights.dtype, device=weights.device))
     integral = bool((w == w.round()).all()) and bool((w >= 0).all())
-    # row sums in float64 never wrap; exact up to 2^53, far beyond MAX_COUNTS
-    fits = B == 0 or float(w.double().sum(1).max()) <= MAX_COUNTS
+    # row sums in float64 never wrap (rounded, but far from the int64 limit when they pass)
+    fits = B == 0 or float(w.double().abs().sum(1).max()) < 2.0**62
     return (w.long() if integral and fits else w.double()), integral
 
 
@@ -281,7 +281,7 @@ class _WindowStructure(_LabelStructure):
         return scores.reshape(B, T, self.N**self.order, self.N)
 
     def score(self, path: Tensor) -> Tensor:
-        return window_score(self.scores, path, self.lengths, exact=True)
+        return _window_score(self.scores, path, self.lengths, exact=True)
 
     def fold_path(self, label_loss: Tensor) -> Tensor:
         shape = label_loss.shape[:2] + (1,) * self.order + (self.N,)
@@ -348,8 +348,10 @@ def _solve(model: _Structure, spec: LossSpec, target: Tensor, N: int, algorithm:
     with torch.no_grad():
         keep_target = value_of(model.truth) >= value_of(struct)
     struct = torch.where(keep_target.unsqueeze(1), model.truth, struct)
-    value = guard_overflow(value_of(struct).to(dtype), (), 0, lambda: None, "the loss-augmented value",
-                           "the potentials or the loss")
+    names = "the potentials or the loss"
+    value = value_of(struct)
+    guard_overflow(value, (), 0, lambda: None, "the loss-augmented value", names)  # +inf, NaN
+    value = cast_checked(value, dtype, "the loss-augmented value", names)
     return value, struct, spec.count(model.labels(struct), target)
 
 

@@ -470,7 +470,9 @@ def semimarkov_log_partition(
     recursion."""
     sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
                           start, end, lengths, segment_plif)
-    if sm.shape[1] > 0 and sm.segment_plif is None and _chain._ops_for(sm.content) is not None:
+    if sm.shape[1] == 0:
+        return sm.content.sum(dim=(1, 2))  # zeros, connected to the graph (as the chain's)
+    if sm.segment_plif is None and _chain._ops_for(sm.content) is not None:
         segment = sm.content.new_empty(0) if sm.segment_scores is None else sm.segment_scores
         parts = (sm.length_scores, sm.boundary, segment, sm.transitions, sm.start, sm.end)
         logz = _LogPartition.apply(sm.content, *(x.contiguous() for x in parts), sm.lengths)

@@ -11,7 +11,16 @@ import torch
 from torch import Tensor
 
 from ._chain_torch import NEG_INF, accumulate, small_index_dtype
-from ._checks import LengthsLike, _fmt, check_float, check_lengths, forbidden_pattern, guard_overflow
+from ._checks import (
+    LengthsLike,
+    _fmt,
+    cast_checked,
+    check_float,
+    check_labels,
+    check_lengths,
+    forbidden_pattern,
+    guard_overflow,
+)
 
 __all__ = ["viterbi_window", "window_score"]
 
@@ -101,7 +110,7 @@ def viterbi_window(scores: Tensor, *, lengths: LengthsLike = None) -> tuple[Tens
     lengths = check_lengths(lengths, B, T, scores.device)
     if T == 0:
         empty = torch.empty(B, 0, dtype=torch.long, device=scores.device)
-        return window_score(scores, empty, lengths), empty
+        return _window_score(scores, empty, lengths), empty
     if order == 0:  # solved as order 1 with windows that ignore the previous label
         flat = scores.unsqueeze(2).expand(B, T, N, N)
     else:
@@ -112,15 +121,52 @@ def viterbi_window(scores: Tensor, *, lengths: LengthsLike = None) -> tuple[Tens
         pattern = _window_path(forbidden_pattern(flat), lengths, max(order, 1), N)
         return (pattern[:, :1] >= 0).all(1) | (lengths == 0)
 
-    score = guard_overflow(window_score(scores, path, lengths), (scores,), T, feasible, "the Viterbi score",
-                           "scores")
-    return score, path
+    total = guard_overflow(_window_score(scores, path, lengths, exact=True), (scores,), T, feasible,
+                           "the Viterbi score", "scores")
+    return cast_checked(total, scores.dtype, "the Viterbi score", "scores"), path
 
 
-def window_score(scores: Tensor, path: Tensor, lengths: Tensor, *, exact: bool = False) -> Tensor:
+def window_score(scores: Tensor, path: Tensor, lengths: LengthsLike = None) -> Tensor:
+    """Differentiable score of labelings under window scores.
+
+    Parameters
+    ----------
+    scores : Tensor (B, T) + (N,) * (l + 1)
+        As for :func:`viterbi_window`.
+    path : Tensor (B, T) integer
+        Labels in [0, N) within each length (anything beyond it), or a row of -1 (no labeling).
+    lengths : Tensor (B,), optional
+
+    Returns
+    -------
+    Tensor (B,)
+        In the dtype of ``scores`` (summed in float64 on CPU); -inf for rows whose path is -1, 0 for
+        zero-length rows. A sum beyond the dtype's range raises a ValueError.
+    """
+    scores, _, N = _check_scores(scores)
+    B, T = scores.shape[:2]
+    lengths = check_lengths(lengths, B, T, scores.device)
+    inside = torch.arange(T, device=scores.device) < lengths[:, None]
+    if not isinstance(path, Tensor):
+        raise TypeError(f"path must be an integer tensor of shape (B, T) = ({B}, {T})")
+    none = (path == -1).all(1, keepdim=True) if path.shape == (B, T) else None
+    labels = check_labels(torch.where(none, 0, path) if none is not None else path, inside, N, name="path")
+    labels = torch.where(none, -1, labels)
+
+    def feasible() -> Tensor:
+        return _window_score(forbidden_pattern(scores), labels, lengths, exact=True) > NEG_INF
+
+    total = _window_score(scores, labels, lengths, exact=True)
+    feasible_rows = ~none.squeeze(1)
+    total = torch.where(feasible_rows | (lengths == 0), total, NEG_INF)
+    guard_overflow(total, (scores,), T, feasible, "the window score", "scores")
+    return cast_checked(total, scores.dtype, "the window score", "scores")
+
+
+def _window_score(scores: Tensor, path: Tensor, lengths: Tensor, *, exact: bool = False) -> Tensor:
     """(B,) differentiable score of ``path`` (B, T) under window ``scores`` in their dtype (summed
     in float64 on CPU; ``exact=True`` returns that sum uncast); -inf for rows whose path is all -1
-    (infeasible), 0 for zero-length rows."""
+    (infeasible), 0 for zero-length rows. Inputs are trusted."""
     B, T = scores.shape[:2]
     N, order = scores.shape[2], scores.dim() - 3
     dtype = accumulate(scores.new_zeros(())).dtype if exact else scores.dtype

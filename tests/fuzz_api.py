@@ -241,11 +241,17 @@ def test_power_of_two_scaling(name, e):
     assert torch.allclose(out[0], expected, rtol=1e-6, atol=0)
 
 
+def MARGINALS(u, t):  # noqa: N802 - a constant of the list below
+    return st.marginals(u, t)
+
+
 @pytest.mark.parametrize("fn", [
     lambda u, t: st.viterbi(u, t),
     lambda u, t: st.log_partition(u, t),
-    lambda u, t: st.marginals(u, t),
+    MARGINALS,
     lambda u, t: st.kbest(u, t, 2),
+    lambda u, t: st.path_score(u, t, torch.zeros(1, 5, dtype=torch.long)),
+    lambda u, t: st.window_score(u.unsqueeze(3).expand(1, 5, 3, 3), torch.zeros(1, 5, dtype=torch.long)),
     lambda u, t: st.semimarkov_viterbi(u, t, max_len=2),
     lambda u, t: st.semimarkov_log_partition(u, t, max_len=2),
     lambda u, t: st.viterbi_window(u.unsqueeze(3).expand(1, 5, 3, 3)),
@@ -254,6 +260,8 @@ def test_power_of_two_scaling(name, e):
                                           (torch.float32, 3e38)])
 def test_overflow_is_an_error(fn, dtype, value):
     """Scores beyond the dtype's range raise a clear error, never an inf/-inf read as infeasible."""
+    if dtype == torch.float32 and fn is MARGINALS:
+        pytest.skip("float32 marginals are representable (logZ in float64): test_robustness checks them")
     u = torch.full((1, 5, 3), value, dtype=dtype)
     with pytest.raises(ValueError, match="overflows"):
         fn(u, torch.zeros(3, 3, dtype=dtype))

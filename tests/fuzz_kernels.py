@@ -1,8 +1,10 @@
 """Fuzzing of the compiled CPU kernels with arbitrary shapes, counts and indices.
 
 Not collected by pytest on its own: ``test_robustness.py`` runs it in a subprocess, so that a crash
-(SIGSEGV) fails one test instead of killing the suite. Every call must either return or raise a
+(SIGSEGV) fails one test instead of killing the suite. Every call with a bad argument must raise a
 RuntimeError (the kernels' own checks); nothing a caller passes may touch memory out of bounds.
+Every call whose arguments are all valid must succeed (the checks are not too strict), and the
+semi-Markov kernels get real ``forb`` tables (from content with -inf entries).
 
 Run directly: ``python tests/fuzz_kernels.py [max_examples]``.
 """
@@ -16,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from structtorch._extension import chain_ops
+from structtorch.semimarkov import _last_forbidden
 
 OPS = chain_ops()
 HUGE = [2**62, 2**63 - 1, -(2**63), -1, 10**6]
@@ -27,16 +30,33 @@ def ints(lo: int, hi: int):
                      st.sampled_from(HUGE))
 
 
-def int_tensor(data, shape: tuple[int, ...], lo: int, hi: int) -> torch.Tensor:
-    """Valid entries in [lo, hi], with one corrupted entry half of the time."""
+def int_tensor(data, shape: tuple[int, ...], lo: int, hi: int, valid: torch.Tensor | None = None):
+    """(tensor, ok): entries in [lo, hi] (or ``valid``), one of them corrupted half of the time;
+    ``ok`` says whether every entry still lies in [lo, hi]."""
     n = 1
     for s in shape:
         n *= s
-    x = torch.tensor(data.draw(st.lists(st.integers(lo, max(lo, hi)), min_size=n, max_size=n)),
-                     dtype=torch.long)
+    if valid is None:
+        x = torch.tensor(data.draw(st.lists(st.integers(lo, max(lo, hi)), min_size=n, max_size=n)),
+                         dtype=torch.long)
+    else:
+        x = valid.clone().reshape(-1)
+    ok = True
     if n and data.draw(st.booleans()):
-        x[data.draw(st.integers(0, n - 1))] = data.draw(ints(lo, hi))
-    return x.view(shape)
+        bad = data.draw(ints(lo, hi))
+        x[data.draw(st.integers(0, n - 1))] = bad
+        ok = valid is None and lo <= bad <= hi
+    return x.view(shape), ok
+
+
+def _call(fn, *args, valid: bool = False):
+    """Call a kernel: a RuntimeError is the expected answer to bad input, never to valid input."""
+    try:
+        return fn(*args)
+    except RuntimeError:
+        if valid:
+            raise
+        return None
 
 
 MUTATIONS = ["none"] * 6 + ["trans", "start", "end", "dtype", "lengths_shape"]
@@ -58,17 +78,12 @@ def chain_args(draw):
         other = torch.float64 if dtype == torch.float32 else torch.float32
         key = draw(st.sampled_from(sorted(tensors)))
         tensors[key] = tensors[key].to(draw(st.sampled_from([other, torch.long])))
-    lengths = int_tensor(draw(st.data()), (B,), 0, T)
+    lengths, ok = int_tensor(draw(st.data()), (B,), 0, T)
     if mutation == "lengths_shape":
         lengths = torch.zeros(B + 1, dtype=torch.long)
-    return B, T, N, tensors, lengths
-
-
-def _call(fn, *args):
-    try:
-        fn(*args)
-    except RuntimeError:
-        pass
+    # a start of shape (N,) is (B, N) when B = 1; so is an unchanged tensor of the right shape
+    valid = ok and (mutation == "none" or (mutation in ("start", "end") and shape_of[mutation] == (B, N)))
+    return B, T, N, tensors, lengths, valid
 
 
 def normalized(trans: torch.Tensor):
@@ -84,30 +99,36 @@ FUZZ = settings(max_examples=int(sys.argv[1]) if len(sys.argv) > 1 else 150, dea
 @FUZZ
 @given(chain_args(), st.data())
 def fuzz_chain(args, data):
-    B, T, N, x, lengths = args
-    _call(OPS.viterbi_forward, x["unary"], x["trans"], x["start"], x["end"], lengths)
+    B, T, N, x, lengths, valid = args
+    _call(OPS.viterbi_forward, x["unary"], x["trans"], x["start"], x["end"], lengths, valid=valid)
     r, f = normalized(x["trans"])
-    _call(OPS.logz_forward, x["unary"], x["trans"], r, f, x["start"], x["end"], lengths)
+    _call(OPS.logz_forward, x["unary"], x["trans"], r, f, x["start"], x["end"], lengths, valid=valid)
     d = torch.float64
     g = torch.ones(B, dtype=d)
     alpha, p, m = torch.zeros(B, T, N, dtype=d), torch.zeros(B, T, N, dtype=d), torch.zeros(B, T, dtype=d)
     ft = f.transpose(-1, -2).contiguous() if f.dim() >= 2 else f
-    _call(OPS.logz_backward, g, x["unary"], x["trans"], r, ft, x["end"], lengths,
-          g.clone(), alpha, p, m)
-    target = int_tensor(data, (B, T), 0, N - 1)
-    weights = int_tensor(data, (B, T), 0, 2)
+    _call(OPS.logz_backward, g, x["unary"], x["trans"], r, ft, x["end"], lengths, g.clone(), alpha, p, m,
+          valid=valid)
+    target, target_ok = int_tensor(data, (B, T), 0, N - 1)
+    weights, weights_ok = int_tensor(data, (B, T), 0, 2)
     K = data.draw(st.one_of(st.integers(2 * T, 2 * T + 2), st.integers(-2, 2 * T + 2),
                             st.sampled_from([2**62, 2**63 - 2])))
-    try:
-        best, last, bp = OPS.hamming_forward(x["unary"], x["trans"], x["start"], x["end"], lengths, target,
-                                             weights, K)
-    except RuntimeError:
+    inside = torch.arange(T) < lengths.clamp(0, T)[:, None] if valid else None
+    fits = valid and K <= 2 * T + 2 and bool(((weights * inside).sum(1) <= K).all()) and K >= 0
+    # only the positions inside each length are read: a corrupted entry beyond them is fine
+    target_ok = target_ok or (valid and bool(((target >= 0) & (target < N) | ~inside).all()))
+    weights_ok = weights_ok or (valid and bool(((weights >= 0) & (weights <= 2) | ~inside).all()))
+    forward_ok = fits and target_ok and weights_ok
+    out = _call(OPS.hamming_forward, x["unary"], x["trans"], x["start"], x["end"], lengths, target, weights, K,
+                valid=forward_ok)
+    if out is None:
         bp = torch.zeros(max(B, 0), T, N, max(min(K, 8), 0) + 1, dtype=torch.uint8)
-        last = torch.zeros(B, bp.shape[3], dtype=torch.long)
-    k = int_tensor(data, (B,), -1, bp.shape[3] - 1)
-    end_label = int_tensor(data, (B,), 0, N - 1)
-    _call(OPS.hamming_backtrack, bp, lengths, target, weights, k, end_label)
-    del last
+    else:
+        bp = out[2]
+    k, k_ok = int_tensor(data, (B,), -1, bp.shape[3] - 1)
+    end_label, end_ok = int_tensor(data, (B,), 0, N - 1)
+    _call(OPS.hamming_backtrack, bp, lengths, target, weights, k, end_label,
+          valid=forward_ok and out is not None and k_ok and end_ok)
 
 
 @FUZZ
@@ -115,24 +136,30 @@ def fuzz_chain(args, data):
 def fuzz_semimarkov(B, T, N, S, data):
     d = data.draw(st.sampled_from([torch.float32, torch.float64]))
     content = torch.randn(B, T, N, dtype=d)
-    forb = int_tensor(data, (B, T + 1, N), -1, -1)
+    content[torch.rand(B, T, N) < data.draw(st.sampled_from([0.0, 0.2, 0.5]))] = float("-inf")
+    forb, forb_ok = int_tensor(data, (B, T + 1, N), -1, T - 1, valid=_last_forbidden(content))
     length = torch.randn(B, S, N, dtype=d)
     boundary = torch.randn(B, T, N, dtype=d)
-    segment = data.draw(st.sampled_from([content.new_empty(0)] * 2 + [torch.randn(B, T, S, N, dtype=d),
-                                                                     torch.randn(B, T, S + 1, N, dtype=d)]))
-    trans = torch.randn(*data.draw(st.sampled_from([(N, N)] * 3 + [(N, N + 1)])), dtype=d)
+    segments = [content.new_empty(0)] * 2 + [torch.randn(B, T, S, N, dtype=d), torch.randn(B, T, S + 1, N, dtype=d)]
+    segment_index = data.draw(st.integers(0, 3))
+    trans_shape = data.draw(st.sampled_from([(N, N)] * 3 + [(N, N + 1)]))
+    trans = torch.randn(*trans_shape, dtype=d)
     start, end = torch.randn(B, N, dtype=d), torch.randn(B, N, dtype=d)
-    lengths = int_tensor(data, (B,), 0, T)
-    args = (content, forb, length, boundary, segment, trans, start, end, lengths)
+    lengths, lengths_ok = int_tensor(data, (B,), 0, T)
+    valid = forb_ok and lengths_ok and trans_shape == (N, N) and (segment_index < 3 or B * T * N == 0)
+    args = (content, forb, length, boundary, segments[segment_index], trans, start, end, lengths)
     P = data.draw(st.integers(0, 3))
-    low, high = data.draw(st.sampled_from([(0.0, 1.0)] * 4 + [(0.0, 5e-324), (1.0, 0.0), (-1e308, 1e308),
-                                                              (0.0, float("nan"))]))
-    tracks = data.draw(st.sampled_from([content.new_empty(0), torch.randn(B, T, N, dtype=d)]))
-    _call(OPS.semimarkov_viterbi_forward, *args, tracks, torch.randn(N, P, dtype=d), low, high)
-    _call(OPS.semimarkov_logz_forward, *args)
+    support = data.draw(st.sampled_from([(0.0, 1.0)] * 4 + [(0.0, 5e-324), (1.0, 0.0), (-1e308, 1e308),
+                                                            (0.0, float("nan"))]))
+    with_tracks = data.draw(st.booleans())
+    tracks = torch.randn(B, T, N, dtype=d) if with_tracks else content.new_empty(0)
+    plif_ok = not with_tracks or (P >= 2 and support == (0.0, 1.0)) or B * T * N == 0
+    _call(OPS.semimarkov_viterbi_forward, *args, tracks, torch.randn(N, P, dtype=d), *support,
+          valid=valid and plif_ok)
+    _call(OPS.semimarkov_logz_forward, *args, valid=valid)
     g = torch.ones(B, dtype=torch.float64)
     table = torch.zeros(B, T + 1, N, dtype=torch.float64)
-    _call(OPS.semimarkov_logz_backward, g, g.clone(), table, table.clone(), *args)
+    _call(OPS.semimarkov_logz_backward, g, g.clone(), table, table.clone(), *args, valid=valid)
 
 
 if __name__ == "__main__":

@@ -219,3 +219,85 @@ def test_linear_chain_potentials_dtype_and_labels():
         st.LinearChainPotentials(3, 0)
     with pytest.raises(ValueError, match="num_labels must be a positive int"):
         st.LinearChainCRF(0)
+
+
+def test_float32_marginals_of_scores_whose_log_partition_exceeds_float32():
+    """Review finding: logZ (1.5e39) exceeds float32 but the marginals (0.5) are representable; the
+    compiled path checked the float32-cast logZ and raised."""
+    u, a = torch.full((1, 4, 2), 1e38), torch.zeros(2, 2)
+    for x in (u, u.clone().requires_grad_()):
+        assert torch.allclose(st.marginals(x, a), torch.full((1, 4, 2), 0.5))
+    assert torch.allclose(st.LinearChainCRF(2).marginals(u), torch.full((1, 4, 2), 0.5), atol=0.1)
+
+
+def test_kbest_scores_that_overflow_raise_instead_of_minus_inf():
+    """Review finding: lower k-best scores overflowed float32 to -inf next to a real path."""
+    u, a = torch.tensor([[[1e38, -2e38], [1e38, -2e38]]]), torch.zeros(2, 2)
+    with pytest.raises(ValueError, match="a k-best score overflows torch.float32"):
+        st.kbest(u, a, 4)
+    scores, paths = st.kbest(torch.randn(2, 2, 2), a, 6)  # fewer than k labelings: -inf with path -1
+    assert (scores[:, 4:] == float("-inf")).all() and (paths[:, 4:] == -1).all()
+    assert torch.isfinite(scores[:, :4]).all()
+
+
+def test_scoring_functions_overflow_is_an_error():
+    """Review finding: path_score, window_score and the CRF loss returned inf silently."""
+    u, a = torch.tensor([[[2e38, 0.0], [2e38, 0.0]]]), torch.zeros(2, 2)
+    with pytest.raises(ValueError, match="the path score overflows"):
+        st.path_score(u, a, torch.tensor([[0, 0]]))
+    assert st.path_score(u, a, torch.tensor([[1, 1]])).item() == 0.0
+    with pytest.raises(ValueError, match="the window score overflows"):
+        st.window_score(u, torch.tensor([[0, 0]]), torch.tensor([2]))
+    assert st.window_score(u, torch.tensor([[-1, -1]])).item() == float("-inf")  # no labeling
+    crf = st.LinearChainCRF(2)
+    crf.transitions.data.zero_()
+    with pytest.raises(ValueError, match="the negative log-likelihood overflows"):
+        crf(torch.tensor([[[2e38, -2e38], [2e38, -2e38]]]), torch.tensor([[1, 1]]))
+    forbidden = torch.tensor([[[0.0, float("-inf")], [0.0, 0.0]]])
+    assert crf(forbidden, torch.tensor([[1, 1]])).item() == float("inf")  # probability 0: a real +inf
+
+
+def test_window_score_validates_its_arguments():
+    with pytest.raises(ValueError, match=r"path must lie in \[0, N\) = \[0, 2\)"):
+        st.window_score(torch.zeros(1, 2, 2, 2), torch.tensor([[5, 1]]))
+    with pytest.raises(TypeError, match="scores must be a torch.Tensor"):
+        st.window_score([[0.0]], torch.tensor([[0]]))
+    with pytest.raises(ValueError, match="lengths must lie in"):
+        st.window_score(torch.zeros(1, 2, 2, 2), torch.tensor([[0, 1]]), torch.tensor([3]))
+
+
+def test_float32_finfo_min_masks_crossed_twice_name_the_remedy():
+    """Two finfo(float32).min entries on every path sum beyond float32: an overflow error that says
+    to use -inf to forbid entries (it used to come back as -inf with a real path)."""
+    u = torch.zeros(1, 4, 2)
+    u[0, 1:3] = torch.finfo(torch.float32).min
+    with pytest.raises(ValueError, match="use -inf rather than a huge finite number"):
+        st.viterbi(u, torch.zeros(2, 2))
+    u[0, 1:3] = float("-inf")
+    assert st.viterbi(u, torch.zeros(2, 2))[0].item() == float("-inf")
+
+
+def test_loss_augmented_count_stays_int64_for_large_integer_weights():
+    """Review finding: integer weights summing beyond the count table came back as float64 counts."""
+    u, t = torch.randn(1, 3, 2), torch.zeros(1, 3, dtype=torch.long)
+    _, path, count = st.loss_augmented_viterbi(u, torch.zeros(2, 2), t, weights=torch.tensor([[10**6, 10**6, 1]]))
+    assert count.dtype == torch.int64 and count.item() == int(((path != t) * torch.tensor([10**6, 10**6, 1])).sum())
+
+
+def test_semimarkov_log_partition_of_empty_sequences_is_connected():
+    c = torch.zeros(2, 0, 3, requires_grad=True)
+    logz = st.semimarkov_log_partition(c, torch.zeros(3, 3), max_len=2)
+    logz.sum().backward()
+    assert logz.tolist() == [0.0, 0.0] and c.grad.shape == (2, 0, 3)
+
+
+def test_stability_needs_a_converged_result():
+    from structtorch import lp
+
+    u = torch.tensor([[[0, 1], [0, -0.5], [0, -0.5], [0, -0.5], [0, 1.0]]], dtype=torch.float64)
+    res = lp.map_lp(u, torch.zeros(4, 2, 2, dtype=torch.float64), lp.grid_edges(1, 5), connected=[1], max_iter=1)
+    assert not bool(res.converged[0])
+    d = torch.zeros(res.cost.shape[1], dtype=torch.float64)
+    d[0] = 1.0
+    with pytest.raises(ValueError, match="converged"):
+        lp.stability_range(res, d)

@@ -146,7 +146,11 @@ def _check_index(index: object, size: int) -> int:
 
 def _multicut_problem(result: MulticutResult, direction):
     if not result.integral:
-        raise ValueError("stability ranges need an integral (certified optimal) solution")
+        raise ValueError("stability ranges need an integral (certified optimal) solution; this one is "
+                         "fractional")
+    if not result.converged:
+        raise ValueError("stability ranges need a converged solution; this one stopped at max_iter with "
+                         "violated cuts left (raise max_iter)")
     g = _Graph(result.edges.numpy(), result.num_nodes)
     rows = [(idx, coef, rhs) for _, idx, coef, rhs in result.cuts]
 
@@ -162,6 +166,9 @@ def _map_problem(result: LPResult, direction, index: int):
         raise ValueError("stability ranges need an LPResult of map_lp without soft connectivity")
     if not bool(result.integral[index]):
         raise ValueError(f"stability ranges need an integral solution; instance {index} is fractional")
+    if not bool(result.converged[index]):
+        raise ValueError(f"stability ranges need a converged solution; instance {index} stopped at max_iter "
+                         "with violated cuts left (raise max_iter)")
     B, V, L = result.mu.shape
     E = len(result.edges)
     z_star = torch.cat([result.mu[index].reshape(-1), result.mu_edges[index].reshape(-1)])
