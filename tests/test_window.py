@@ -64,6 +64,15 @@ def test_viterbi_window_matches_enumeration(order, B, T, N, integer, p_inf, seed
         for t in range(L):
             indicator[(t,) + tuple(y[t - order + k] if t - order + k >= 0 else 0 for k in range(order + 1))] += 1
         np.testing.assert_array_equal(scores.grad[b].numpy(), indicator)
+    # window_score of random labelings against the explicit sum (-inf where a window is forbidden)
+    labels = torch.tensor(rng.integers(0, N, size=(B, T)))
+    got = st.window_score(scores.detach(), labels, lengths)
+    for b in range(B):
+        L, y = int(lengths[b]), labels[b].tolist()
+        windows = [(t,) + tuple(y[t - order + k] if t - order + k >= 0 else 0 for k in range(order + 1))
+                   for t in range(L)]
+        assert np.isclose(got[b].item(), sum(x[b][w] for w in windows), atol=1e-9, equal_nan=False) or (
+            got[b].item() == -np.inf and any(x[b][w] == -np.inf for w in windows))
 
 
 def test_order_one_window_equals_viterbi():
