@@ -1,15 +1,18 @@
 """structtorch: differentiable structured prediction layers for PyTorch."""
 
-from . import data, lp, train
-from .chain import Viterbi, kbest, log_partition, marginals, path_score, viterbi
-from .crf import LinearChainCRF
-from .features import HistogramBinning, LinearChainPotentials, PLiF, SegmentPLiF, plif_basis, plif_interpolate
-from .hamming import loss_augmented_viterbi, loss_augmented_viterbi_window
-from .hsm import HiddenSemiMarkovSVM
-from .losses import StructuredHingeLoss, structured_hinge
-from .semimarkov import semimarkov_log_partition, semimarkov_viterbi
-from .semimarkov_loss import semimarkov_loss_augmented
-from .window import viterbi_window, window_score
+from . import data, lp
+from ._backend import use_backend
+from .chain import Viterbi, kbest, log_partition, marginals, path_score, viterbi, viterbi_window, window_score
+from .learn import StructuredHingeLoss, structured_hinge, train
+from .lossaug import loss_augmented_viterbi, loss_augmented_viterbi_window, semimarkov_loss_augmented
+from .nn import HiddenSemiMarkovSVM, HistogramBinning, LinearChainCRF, LinearChainPotentials, PLiF
+from .semimarkov import (
+    SegmentPLiF,
+    plif_basis,
+    plif_interpolate,
+    semimarkov_log_partition,
+    semimarkov_viterbi,
+)
 
 __all__ = [
     "viterbi",
@@ -38,6 +41,7 @@ __all__ = [
     "data",
     "train",
     "lp",
+    "use_backend",
 ]
 
 __version__ = "0.3.0"

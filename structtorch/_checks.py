@@ -1,8 +1,12 @@
-"""Input validation and canonical forms shared by every chain dynamic program.
+"""Validation shared by every public entry point, and the canonical chain form.
 
-Every public entry point converts its arguments to a :class:`Chain` first, so that bad input gets
-one clear ``ValueError``/``TypeError`` naming the argument and the expected shape, and the kernels
-can assume canonical, contiguous tensors.
+Chain dynamic programs convert their arguments to a :class:`Chain` first (``check_chain``); the
+semi-Markov ones to a :class:`structtorch.semimarkov.layout.SemiMarkov`, built from the same
+checks. Bad input gets one ``ValueError``/``TypeError`` naming the argument and the expected shape
+(or range), and the backends can assume canonical, contiguous tensors. Also here: scalar option
+checks (``check_int``, ``check_number``) and the overflow contract of every result
+(``guard_overflow``, ``cast_checked``): a result beyond its dtype's range raises, it is never
+reported as inf or as an infeasible -inf.
 """
 
 from __future__ import annotations

@@ -4,8 +4,10 @@ The kernels are registered as torch operators (``torch.ops.structtorch_chain.*``
 with ``-march=native`` for the machine that runs them; the build is cached by torch under
 ``~/.cache/torch_extensions`` (or ``$TORCH_EXTENSIONS_DIR``) in a folder named after the CPU, so
 machines sharing a home directory never load each other's builds. Building needs a C++ compiler
-and ninja (a dependency). Without them, or with ``STRUCTTORCH_NO_EXTENSION=1``, the pure-PyTorch
-dynamic programs in :mod:`structtorch._chain_torch` are used instead, after one warning.
+and ninja (a dependency). Without them, or with ``STRUCTTORCH_NO_EXTENSION=1``, the "torch" backend
+(the PyTorch loops of each structure's ``_torch.py``) runs instead, after one warning; see
+:mod:`structtorch._backend`. The kernels check every shape, count and index they read
+(``csrc/common.h``), so a wrong call raises a RuntimeError rather than touching memory.
 """
 
 from __future__ import annotations

@@ -6,7 +6,6 @@ import contextlib
 import itertools
 import os
 from dataclasses import dataclass
-from unittest import mock
 
 import numpy as np
 import pytest
@@ -14,7 +13,8 @@ import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-import structtorch.chain as chain_mod
+import structtorch
+from structtorch._extension import chain_ops
 
 settings.register_profile(
     "default", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
@@ -31,17 +31,13 @@ NEG_INF = float("-inf")
 
 @contextlib.contextmanager
 def use_backend(name: str):
-    """Run the chain DPs on the compiled CPU kernels or on the pure-PyTorch loops."""
-    if name == "compiled":
-        if chain_mod.chain_ops() is None:
-            if os.environ.get("STRUCTTORCH_REQUIRE_EXTENSION"):
-                raise AssertionError("the compiled kernels failed to build (see the warning)")
-            pytest.skip("compiled kernels unavailable on this machine")
+    """Run every dynamic program on one backend ("compiled" or "torch"); skip when unavailable."""
+    if name == "compiled" and chain_ops() is None:
+        if os.environ.get("STRUCTTORCH_REQUIRE_EXTENSION"):
+            raise AssertionError("the compiled kernels failed to build (see the warning)")
+        pytest.skip("compiled kernels unavailable on this machine")
+    with structtorch.use_backend(name):
         yield
-    else:
-        with mock.patch.object(chain_mod, "_ops", lambda chain: None), \
-                mock.patch.object(chain_mod, "_ops_for", lambda x: None):
-            yield
 
 
 @dataclass

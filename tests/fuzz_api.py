@@ -210,8 +210,12 @@ def test_bad_argument_named_at_random_sizes(case, B_, T_, N_, seed):
     check_named(name, arg, i, Sizes(B_, T_, N_, seed))
 
 
+HOMOGENEOUS = ["viterbi", "log_partition", "marginals", "path_score", "kbest", "viterbi_window",
+               "semimarkov_viterbi", "semimarkov_log_partition"]  # scores scale with the potentials
+
+
 @SETTINGS
-@given(hst.sampled_from(sorted(ENTRY_POINTS)), hst.integers(-1100, 1100))
+@given(hst.sampled_from(HOMOGENEOUS), hst.integers(-1100, 1100))
 def test_power_of_two_scaling(name, e):
     """Viterbi-type results scale exactly by 2^e (paths unchanged) or raise an overflow error; a
     log-partition matches float64 or raises the same way. Never a silent inf, NaN or wrong path."""
@@ -220,9 +224,6 @@ def test_power_of_two_scaling(name, e):
     ref = fn(kw)
     for arg in FLOAT_ARGS & set(kw):
         kw[arg] = torch.ldexp(kw[arg].double(), torch.tensor(e))
-    if name in ("loss_augmented_viterbi", "loss_augmented_viterbi_window", "semimarkov_loss_augmented",
-                "structured_hinge", "LinearChainCRF", "HiddenSemiMarkovSVM.decode", "plif_interpolate"):
-        return  # not homogeneous in the potentials (a loss, a learned model): see the overflow tests
     scaled_values = [kw[a] for a in FLOAT_ARGS & set(kw)]
     assume(all(bool(torch.isfinite(x).all()) for x in scaled_values))
     assume(all(bool((x.abs() >= 2.0**-1000).all()) for x in scaled_values))  # no underflow to subnormals

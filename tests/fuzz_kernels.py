@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from structtorch._extension import chain_ops
-from structtorch.semimarkov import _last_forbidden
+from structtorch.semimarkov._cpu import last_forbidden
 
 OPS = chain_ops()
 HUGE = [2**62, 2**63 - 1, -(2**63), -1, 10**6]
@@ -137,7 +137,7 @@ def fuzz_semimarkov(B, T, N, S, data):
     d = data.draw(st.sampled_from([torch.float32, torch.float64]))
     content = torch.randn(B, T, N, dtype=d)
     content[torch.rand(B, T, N) < data.draw(st.sampled_from([0.0, 0.2, 0.5]))] = float("-inf")
-    forb, forb_ok = int_tensor(data, (B, T + 1, N), -1, T - 1, valid=_last_forbidden(content))
+    forb, forb_ok = int_tensor(data, (B, T + 1, N), -1, T - 1, valid=last_forbidden(content))
     length = torch.randn(B, S, N, dtype=d)
     boundary = torch.randn(B, T, N, dtype=d)
     segments = [content.new_empty(0)] * 2 + [torch.randn(B, T, S, N, dtype=d), torch.randn(B, T, S + 1, N, dtype=d)]

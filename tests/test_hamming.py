@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import enumerate_row, instances, use_backend
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st_
 
 import structtorch as st
@@ -62,8 +62,7 @@ def h_of(name, T, rng):
 def test_matches_enumeration(backend, inst, rescaling, h_name, seed):
     rng = np.random.default_rng(seed)
     target = feasible_target(inst, rng)
-    if target is None:
-        return
+    assume(target is not None)
     T = inst.unary.shape[1]
     h_tensor, h_fn = h_of(h_name, T, rng)
     value, path, hamming = st.loss_augmented_viterbi(
@@ -90,8 +89,7 @@ def test_matches_enumeration(backend, inst, rescaling, h_name, seed):
 def test_integer_weights_match_enumeration(backend, inst, rescaling, seed):
     rng = np.random.default_rng(seed)
     target = feasible_target(inst, rng)
-    if target is None:
-        return
+    assume(target is not None)
     B, T, _ = inst.unary.shape
     weights = torch.tensor(rng.integers(0, 3, size=(B, T)))
     h = lambda k: torch.sin(k) * 3  # noqa: E731  nonlinear, sign-changing
@@ -110,8 +108,7 @@ def test_integer_weights_match_enumeration(backend, inst, rescaling, seed):
 def test_decomposable_margin_losses_match_enumeration(backend, inst, seed, shape):
     rng = np.random.default_rng(seed)
     target = feasible_target(inst, rng)
-    if target is None:
-        return
+    assume(target is not None)
     B, T, N = inst.unary.shape
     kwargs, costs = {}, []
     if shape == "w":
@@ -132,8 +129,7 @@ def test_decomposable_margin_losses_match_enumeration(backend, inst, seed, shape
 @given(inst=instances(max_t=6, max_n=3), seed=st_.integers(0, 2**31))
 def test_fold_and_table_agree_for_affine_h(inst, seed):
     target = feasible_target(inst, np.random.default_rng(seed))
-    if target is None:
-        return
+    assume(target is not None)
     h = lambda k: 2.5 * k - 1.0  # noqa: E731
     a = st.loss_augmented_viterbi(*inst.args(), target, h=h, algorithm="viterbi", **inst.kwargs)
     b = st.loss_augmented_viterbi(*inst.args(), target, h=h, algorithm="hamming", **inst.kwargs)
@@ -146,8 +142,7 @@ def test_compiled_and_torch_tables_agree(inst, rescaling, seed):
     target = feasible_target(inst, np.random.default_rng(seed)) if inst.unary.shape[1] <= 5 else None
     if target is None:
         target = torch.zeros(inst.unary.shape[:2], dtype=torch.long)
-        if not torch.isfinite(st.path_score(*inst.args(), target, **inst.kwargs)).all():
-            return
+        assume(bool(torch.isfinite(st.path_score(*inst.args(), target, **inst.kwargs)).all()))
     h = torch.tensor(np.random.default_rng(seed).normal(size=inst.unary.shape[1] + 1), dtype=inst.unary.dtype)
     out = []
     for name in ("compiled", "torch"):

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import check_float
+from .._numerics import reduce_batch
 from .graph import check_graph_potentials
 from .relaxation import LPResult, lp_score, map_lp
 
@@ -101,7 +102,6 @@ def relaxed_hinge(
     -------
     Tensor: max(0, hinge) reduced over the batch; (B,) for reduction "none" (and the LPResult).
     """
-    from ..losses import _reduce
 
     _check_reduction(reduction)
     unary_b, pairwise_b, edges = check_graph_potentials(unary, pairwise, edges)
@@ -127,7 +127,7 @@ def relaxed_hinge(
     for pos, (c, w) in enumerate((connected_soft or {}).items()):
         found = found - w * res.slack[:, pos]
         gold = gold - w * split[c].to(gold)  # phi_conn of an integral labeling: 1 if split, else 0
-    value = _reduce((found + (wrong * res.mu).sum((1, 2)) - gold).clamp(min=0), reduction)
+    value = reduce_batch((found + (wrong * res.mu).sum((1, 2)) - gold).clamp(min=0), reduction)
     return (value, res) if return_result else value
 
 

@@ -25,12 +25,23 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from . import _chain_torch
-from . import chain as _chain
-from ._chain_torch import accumulate, accumulating
-from ._checks import LengthsLike, _fmt, cast_checked, check_chain, check_labels, check_lengths, guard_overflow
-from ._hamming_tables import Tables, chain_tables_cpu, chain_to_windows, negate_scores, window_tables
-from .window import _check_scores, _window_path, _window_score
+from .._checks import (
+    LengthsLike,
+    _fmt,
+    cast_checked,
+    check_chain,
+    check_labels,
+    check_lengths,
+    guard_overflow,
+)
+from .._extension import chain_ops
+from .._numerics import accumulate
+from ..chain import _torch as _chain_torch
+from ..chain import linear as _chain
+from ..chain._torch import accumulating
+from ..chain.window import _check_scores, _window_path, _window_score
+from ._cpu import chain_tables_cpu
+from ._torch import Tables, chain_to_windows, negate_scores, window_tables
 
 __all__ = ["loss_augmented_viterbi", "loss_augmented_viterbi_window"]
 
@@ -251,10 +262,9 @@ class _ChainStructure(_LabelStructure):
         c = accumulating(self.chain)  # the loss is added in double on CPU
         shifted = type(c)(c.unary.detach() + label_loss.to(c.unary.dtype), c.transitions.detach(),
                           c.start.detach(), c.end.detach(), c.lengths)
-        ops = _chain._ops(shifted)
-        if ops is None:
+        if not _chain._compiled(shifted):
             return _chain_torch.viterbi(shifted)[1]
-        return ops.viterbi_forward(shifted.unary, shifted.transitions, shifted.start, shifted.end,
+        return chain_ops().viterbi_forward(shifted.unary, shifted.transitions, shifted.start, shifted.end,
                                    shifted.lengths)[1]
 
     def tables(self, target: Tensor, weights: Tensor, K: int, negate: bool) -> Tables:
@@ -263,7 +273,7 @@ class _ChainStructure(_LabelStructure):
         if negate:
             parts = [negate_scores(x) for x in parts]
         chain = type(c)(*parts, c.lengths)
-        if _chain._ops(chain) is not None:
+        if _chain._compiled(chain):
             return chain_tables_cpu(chain, target, weights, K)
         return window_tables(chain_to_windows(chain), target, weights, c.lengths, K, 1)
 

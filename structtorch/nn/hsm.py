@@ -24,13 +24,15 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from ._chain_torch import NEG_INF
-from ._checks import LengthsLike, _fmt, check_float, check_lengths
-from .features import PLiF, SegmentPLiF, plif_basis
-from .hamming import HLike
-from .losses import structured_hinge
-from .semimarkov import check_semimarkov, segment_layout, semimarkov_score, semimarkov_viterbi
-from .semimarkov_loss import check_target
+from .._checks import LengthsLike, _fmt, check_float, check_lengths
+from .._numerics import NEG_INF
+from ..learn.losses import structured_hinge
+from ..lossaug.hamming import HLike
+from ..lossaug.semimarkov import check_target
+from ..semimarkov.layout import check_semimarkov, segment_layout, semimarkov_score
+from ..semimarkov.plif import SegmentPLiF, plif_basis
+from ..semimarkov.segments import semimarkov_viterbi
+from .features import PLiF
 
 __all__ = ["HiddenSemiMarkovSVM"]
 

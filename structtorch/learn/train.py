@@ -24,9 +24,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from ._checks import check_int, check_number
-from .chain import viterbi
-from .data.tagging import SequenceData
+from .._checks import check_int, check_number
+from ..chain import viterbi
+from ..data.tagging import SequenceData
 
 __all__ = ["fit", "evaluate", "History", "sequence_metrics"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ._chain_torch import accumulate
-from ._checks import LengthsLike, cast_checked, check_float
-from .chain import log_partition, marginals, path_score, viterbi
+from .._checks import LengthsLike, cast_checked, check_float
+from .._numerics import accumulate
+from ..chain import log_partition, marginals, path_score, viterbi
 
 __all__ = ["LinearChainCRF"]
 

@@ -1,4 +1,5 @@
-"""Pure-PyTorch chain dynamic programs: the reference, the CUDA path and the fallback.
+"""Pure-PyTorch chain dynamic programs ("torch" backend): the reference, the path on CUDA and
+without a compiler, and the differentiable recursion behind double backward.
 
 Batched over sequences and labels, looping in Python over time only. ``log_partition`` here is
 plain autograd (so it supports double backward); the compiled CPU kernels in ``csrc/chain.cpp``
@@ -12,17 +13,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from ._checks import Chain, forbidden_pattern, guard_overflow
-
-NEG_INF = float("-inf")
-
-
-def accumulate(x: Tensor) -> Tensor:
-    """``x`` in the precision the dynamic programs accumulate in: float64 on CPU (as the compiled
-    kernels), its own dtype elsewhere. The cast is differentiable; results are cast back."""
-    if isinstance(x, Tensor) and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
-        return x.double()
-    return x  # anything else is left for the validation to judge
+from .._checks import Chain, forbidden_pattern, guard_overflow
+from .._numerics import NEG_INF, accumulate, backtrack, safe_logsumexp, small_index_dtype
 
 
 def accumulating(chain: Chain) -> Chain:
@@ -61,16 +53,6 @@ def step_blocks(chain: Chain) -> list[Tensor]:
     return list(chain.transitions.unbind(1))
 
 
-def safe_logsumexp(x: Tensor, dim: int) -> Tensor:
-    """logsumexp whose value and gradient stay finite-or--inf when every entry is -inf."""
-    m = x.detach().amax(dim, keepdim=True)
-    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    s = torch.exp(x - m).sum(dim)
-    positive = s > 0
-    out = torch.log(torch.where(positive, s, torch.ones_like(s))) + m.squeeze(dim)
-    return torch.where(positive, out, torch.full_like(out, NEG_INF))
-
-
 def log_partition(chain: Chain) -> Tensor:
     """(B,) log-partition by the forward recursion, differentiable by autograd (any order)."""
     unary, lengths = chain.unary, chain.lengths
@@ -83,33 +65,6 @@ def log_partition(chain: Chain) -> Tensor:
         alpha = torch.where((t < lengths)[:, None], new, alpha)
     logz = safe_logsumexp(alpha + chain.end, dim=1)
     return torch.where(lengths > 0, logz, torch.zeros_like(logz))
-
-
-def grads_through(reference: Tensor, inputs: tuple[Tensor, ...], needs: tuple[bool, ...],
-                  grad: Tensor) -> tuple[Tensor | None, ...]:
-    """Gradients of ``reference`` (a differentiable re-computation) w.r.t. the ``inputs`` that
-    ``needs`` marks, with ``create_graph``: the double-backward path of the compiled Functions."""
-    wanted = [x for x, need in zip(inputs, needs, strict=True) if need]
-    got = iter(torch.autograd.grad(reference, wanted, grad, create_graph=True, allow_unused=True))
-    return tuple(next(got) if need else None for need in needs)
-
-
-def backtrack(bps: list[Tensor], last: Tensor, lengths: Tensor, T: int) -> Tensor:
-    """Follow (B, N) backpointers from ``last`` (B,) at position length-1; -1 beyond lengths."""
-    path = torch.full((last.shape[0], T), -1, dtype=torch.long, device=last.device)
-    cur = last
-    for t in range(T - 1, -1, -1):
-        cur = torch.where(lengths - 1 == t, last, cur)
-        path[:, t] = torch.where(t < lengths, cur, torch.full_like(cur, -1))
-        if t > 0:
-            prev = bps[t - 1].gather(1, cur.unsqueeze(1)).squeeze(1).long()
-            cur = torch.where(t < lengths, prev, cur)
-    return path
-
-
-def small_index_dtype(n: int) -> torch.dtype:
-    """The smallest integer dtype holding indices in [0, n)."""
-    return torch.uint8 if n <= 256 else torch.int16 if n <= 32768 else torch.int32
 
 
 @torch.no_grad()

@@ -16,18 +16,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._chain_torch import NEG_INF, accumulate
-from ._checks import LengthsLike, check_labels
-from ._hamming_tables import Tables, negate_scores
-from .features import SegmentPLiF
+from .._checks import LengthsLike, check_labels
+from .._numerics import NEG_INF, accumulate
+from ..semimarkov._torch import segment_terms
+from ..semimarkov.layout import SemiMarkov, check_semimarkov, semimarkov_score
+from ..semimarkov.plif import SegmentPLiF
+from ..semimarkov.segments import semimarkov_viterbi
+from ._torch import Tables, negate_scores
 from .hamming import HLike, _solve, resolve_loss
-from .semimarkov import (
-    SemiMarkov,
-    _segment_terms,
-    check_semimarkov,
-    semimarkov_score,
-    semimarkov_viterbi,
-)
 
 __all__ = ["semimarkov_loss_augmented"]
 
@@ -118,7 +114,7 @@ def _tables(sm: SemiMarkov, target: Tensor, weights: Tensor, K: int) -> Tables:
         count = mis[:, e].unsqueeze(1) - mis[:, s]  # (B, D, N)
         src = kidx.view(1, 1, K1, 1) - count.unsqueeze(2)  # (B, D, K1, N)
         prev = inc[:, s].gather(2, src.clamp(min=0))
-        cand = torch.where(src >= 0, prev, NEG_INF) + _segment_terms(sm, F, e).unsqueeze(2)
+        cand = torch.where(src >= 0, prev, NEG_INF) + segment_terms(sm, F, e).unsqueeze(2)
         d = cand.argmax(1)
         alpha[:, e] = cand.gather(1, d.unsqueeze(1)).squeeze(1)
         bp_d[:, e] = d + 1

@@ -1,10 +1,10 @@
 """The Hamming-dimension dynamic program (Bauer et al. 2014, Algorithm 1) behind
-:mod:`structtorch.hamming`.
+:mod:`structtorch.lossaug.hamming`, as the PyTorch reference.
 
 A table run returns, for every (weighted) Hamming count k, the best score of a labeling whose
-distance to the target is exactly k, and can backtrack the labeling for any chosen k. Two
-backends: the compiled CPU kernel for linear chains (``csrc/hamming.cpp``) and a batched PyTorch
-loop over order-l window scores (any device; linear chains are converted to order-1 windows).
+distance to the target is exactly k, and can backtrack the labeling for any chosen k. This is the
+batched PyTorch loop over order-l window scores (any device; linear chains are converted to order-1
+windows); ``_cpu.py`` runs linear chains in the compiled kernel (``csrc/hamming.cpp``).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ._chain_torch import NEG_INF, small_index_dtype
-from ._checks import Chain
-from ._extension import chain_ops
+from .._checks import Chain
+from .._numerics import NEG_INF, small_index_dtype
+from ..chain.window import _newest_first
 
 
 @dataclass
@@ -31,21 +31,6 @@ class Tables:
 def negate_scores(x: Tensor) -> Tensor:
     """-x with forbidden (-inf) entries kept forbidden: max over -x gives -min over x."""
     return torch.where(x == NEG_INF, x, -x)
-
-
-def chain_tables_cpu(chain: Chain, target: Tensor, weights: Tensor, K: int) -> Tables:
-    """Compiled tables for a linear chain on CPU; weights (B, T) int64."""
-    ops = chain_ops()
-    args = (chain.lengths, target.contiguous(), weights.contiguous())
-    best, last, bp = ops.hamming_forward(
-        chain.unary, chain.transitions, chain.start, chain.end, *args, K
-    )
-
-    def backtrack(k: Tensor) -> Tensor:
-        end_label = last.gather(1, k.clamp(min=0).unsqueeze(1)).squeeze(1)
-        return ops.hamming_backtrack(bp, *args, k.contiguous(), end_label.contiguous())
-
-    return Tables(best, backtrack)
 
 
 def chain_to_windows(chain: Chain) -> Tensor:
@@ -62,11 +47,6 @@ def chain_to_windows(chain: Chain) -> Tensor:
     rows = torch.nonzero(lengths > 0).squeeze(1)
     g[rows, lengths[rows] - 1] += chain.end[rows].unsqueeze(1)
     return g
-
-
-def _newest_first(order: int, N: int, device: torch.device) -> Tensor:
-    idx = torch.arange(N**order, device=device).view((N,) * order)
-    return idx.permute(*reversed(range(order))).reshape(-1)
 
 
 def window_tables(

@@ -4,20 +4,15 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from ._checks import LengthsLike
-from .features import SegmentPLiF
-from .hamming import RESCALINGS, HLike, loss_augmented_viterbi
-from .semimarkov_loss import semimarkov_loss_augmented
+from .._checks import LengthsLike
+from .._numerics import reduce_batch
+from ..lossaug.hamming import RESCALINGS, HLike, loss_augmented_viterbi
+from ..lossaug.semimarkov import semimarkov_loss_augmented
+from ..semimarkov.plif import SegmentPLiF
 
 __all__ = ["StructuredHingeLoss", "structured_hinge"]
 
 REDUCTIONS = ("mean", "sum", "none")
-
-
-def _reduce(x: Tensor, reduction: str) -> Tensor:
-    if reduction == "mean":  # an empty batch has mean 0, not NaN
-        return x.sum() / max(x.numel(), 1)
-    return x.sum() if reduction == "sum" else x
 
 
 def structured_hinge(
@@ -92,12 +87,12 @@ def structured_hinge(
             unary, transitions, target, h=h, rescaling=rescaling, start=start, end=end,
             lengths=lengths, weights=weights, cost=cost,
         )[0]
-    return _reduce(value.clamp(min=0), reduction)
+    return reduce_batch(value.clamp(min=0), reduction)
 
 
 def _graph_hinge(unary, pairwise, target, edges, rescaling, h, reduction, lengths, weights, connected,
                  connected_soft) -> Tensor:
-    from .lp import RelaxedHingeLoss
+    from ..lp import RelaxedHingeLoss
 
     if rescaling != "margin" or h is not None:
         raise ValueError("graph models (edges=...) support margin rescaling with the area-weighted Hamming "

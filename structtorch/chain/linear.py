@@ -5,9 +5,12 @@ label i at position t followed by label j at t + 1; it is (N, N) shared by all p
 (B, T-1, N, N) per position. ``start``/``end`` are (N,) or (B, N); ``lengths`` is (B,) with
 0 <= length <= T (None: all T). Entries may be -inf (forbidden); NaN and +inf are rejected.
 
-On CPU the dynamic programs run in compiled kernels (``csrc/chain.cpp``, built on first use) with
-double accumulators; elsewhere, or without a compiler, in the batched PyTorch loops of
-:mod:`structtorch._chain_torch`.
+:mod:`structtorch._backend` picks the implementation per call: on CPU tensors the compiled kernels
+(``csrc/chain.cpp``, built on first use, glue in ``_cpu.py``); elsewhere, on the "torch" backend or
+without a compiler, the batched PyTorch loops of ``_torch.py``. On CPU every path accumulates in
+float64 whatever the input dtype; results come back in the input dtype, and a result beyond its
+range raises a ValueError (see :func:`structtorch._checks.guard_overflow`). ``kbest`` runs its
+k-list recursion in PyTorch on every backend.
 
 Tie-breaking of :func:`viterbi`: among optimal labelings the returned one is the smallest in
 reverse lexicographic order: the smallest possible last label, then the smallest possible label
@@ -21,34 +24,29 @@ import numbers
 import torch
 from torch import Tensor, nn
 
-from . import _chain_torch
-from ._chain_cpu import LogPartition, Marginals, marginals_through, node_marginals
-from ._chain_torch import accumulate, accumulating
-from ._checks import (
+from .._backend import backend_for
+from .._checks import (
     Chain,
     LengthsLike,
     cast_checked,
     check_chain,
     check_labels,
 )
-from ._extension import chain_ops
+from .._extension import chain_ops
+from .._numerics import accumulate
+from . import _torch
+from ._cpu import LogPartition, Marginals, marginals_through, node_marginals
+from ._torch import accumulating
 
 __all__ = ["viterbi", "log_partition", "marginals", "path_score", "kbest", "Viterbi"]
 
 NEG_INF = float("-inf")
 
 
-def _ops_for(x: Tensor):
-    """The compiled CPU kernels when ``x`` lives on the CPU and they built, else None."""
-    return chain_ops() if x.device.type == "cpu" else None
-
-
-def _ops(chain: Chain):
-    """The compiled kernels when they apply to these chain inputs, else None."""
+def _compiled(chain: Chain) -> bool:
+    """Whether the compiled kernels run these chain inputs (see :mod:`structtorch._backend`)."""
     _, T, N = chain.shape
-    if T == 0 or N > 32767:
-        return None
-    return _ops_for(chain.unary)
+    return T > 0 and N <= 32767 and backend_for(chain.unary) == "compiled"
 
 
 def _kernel_args(chain: Chain) -> tuple[Tensor, ...]:
@@ -56,11 +54,11 @@ def _kernel_args(chain: Chain) -> tuple[Tensor, ...]:
 
 
 def _log_partition(chain: Chain) -> Tensor:
-    if _ops(chain) is None:
-        logz = _chain_torch.log_partition(accumulating(chain)).to(chain.unary.dtype)
+    if not _compiled(chain):
+        logz = _torch.log_partition(accumulating(chain)).to(chain.unary.dtype)
     else:
         logz = LogPartition.apply(*_kernel_args(chain))
-    return _chain_torch.guard(chain, logz, "the log-partition")
+    return _torch.guard(chain, logz, "the log-partition")
 
 
 def _path_score(chain: Chain, labels: Tensor) -> Tensor:
@@ -95,10 +93,10 @@ def _score_paths(chain: Chain, path: Tensor) -> Tensor:
 
 
 def _cast_guarded(chain: Chain, scores: Tensor, what: str, feasible=None) -> Tensor:
-    """(B,) scores in the accumulation dtype, checked for overflow (see :func:`_chain_torch.guard`)
+    """(B,) scores in the accumulation dtype, checked for overflow (see :func:`_torch.guard`)
     and cast to the input dtype."""
-    _chain_torch.guard(chain, scores, what, feasible)
-    return cast_checked(scores, chain.unary.dtype, what, _chain_torch.POTENTIALS)
+    _torch.guard(chain, scores, what, feasible)
+    return cast_checked(scores, chain.unary.dtype, what, _torch.POTENTIALS)
 
 
 def viterbi(
@@ -131,11 +129,10 @@ def viterbi(
         Best labeling, -1 at positions >= length and on infeasible rows. Ties: see the module doc.
     """
     chain = check_chain(unary, transitions, start, end, lengths)
-    ops = _ops(chain)
-    if ops is None:
-        _, path = _chain_torch.viterbi(accumulating(chain))
+    if _compiled(chain):
+        _, path = chain_ops().viterbi_forward(*_kernel_args(chain))
     else:
-        _, path = ops.viterbi_forward(*_kernel_args(chain))
+        _, path = _torch.viterbi(accumulating(chain))
     return _score_paths(chain, path), path
 
 
@@ -173,7 +170,7 @@ def marginals(
     chain = check_chain(unary, transitions, start, end, lengths)
     inputs = (chain.unary, chain.transitions, chain.start, chain.end)
     differentiable = torch.is_grad_enabled() and any(x.requires_grad for x in inputs)
-    if _ops(chain) is not None:  # the same kernel value with or without autograd
+    if _compiled(chain):  # the same kernel value with or without autograd
         return Marginals.apply(*_kernel_args(chain)) if differentiable else node_marginals(chain)
     if differentiable:
         with torch.enable_grad():  # marginals as a differentiable function of the inputs
@@ -211,7 +208,7 @@ def path_score(
     labels = check_labels(labels, chain.mask(), chain.shape[2])
 
     def feasible() -> Tensor:  # the labeling uses no -inf entry
-        return _path_score(_chain_torch.pattern(chain), labels) > NEG_INF
+        return _path_score(_torch.pattern(chain), labels) > NEG_INF
 
     return _cast_guarded(chain, _path_score(chain, labels), "the path score", feasible)
 
@@ -231,7 +228,7 @@ def _kbest_paths(chain: Chain, k: int) -> tuple[Tensor, Tensor]:
     alpha = unary.new_full((B, N, k), NEG_INF)
     alpha[:, :, 0] = chain.start + unary[:, 0]
     bps = []
-    for t, block in enumerate(_chain_torch.step_blocks(chain), start=1):
+    for t, block in enumerate(_torch.step_blocks(chain), start=1):
         # cand[b, j, i * k + r] = alpha[b, i, r] + block[b, i, j]
         cand = (alpha.unsqueeze(2) + block.unsqueeze(-1)).permute(0, 2, 1, 3).reshape(B, N, N * k)
         vals, idx = cand.topk(k, dim=2)

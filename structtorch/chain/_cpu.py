@@ -10,9 +10,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import _chain_torch
-from ._checks import Chain
-from ._extension import chain_ops
+from .._checks import Chain
+from .._extension import chain_ops
+from .._numerics import grads_through
+from . import _torch
 
 
 def finite_or_zero(x: Tensor) -> Tensor:
@@ -79,7 +80,7 @@ def _backward(chain: Chain, logz: Tensor, factors: tuple[Tensor, Tensor, Tensor]
 def node_marginals(chain: Chain) -> Tensor:
     """(B, T, N) node marginals straight from the kernels, outside autograd."""
     logz, factors = _forward(chain)
-    _chain_torch.guard(chain, logz, "the log-partition")  # float64: the marginals may be representable
+    _torch.guard(chain, logz, "the log-partition")  # float64: the marginals may be representable
     ones = torch.ones_like(logz)
     return _backward(chain, logz, factors, ones, edges=False)[0]
 
@@ -87,10 +88,10 @@ def node_marginals(chain: Chain) -> Tensor:
 def marginals_through(chain: Chain, create_graph: bool = True) -> Tensor:
     """(B, T, N) node marginals d logZ / d unary from the PyTorch recursion in the accumulation
     precision (float64 on CPU), differentiable w.r.t. the potentials when ``create_graph``."""
-    ref = _chain_torch.accumulating(chain)
+    ref = _torch.accumulating(chain)
     if not ref.unary.requires_grad:  # unary must be a graph input
         ref.unary = ref.unary.detach().requires_grad_()
-    logz = _chain_torch.guard(chain, _chain_torch.log_partition(ref), "the log-partition")
+    logz = _torch.guard(chain, _torch.log_partition(ref), "the log-partition")
     return torch.autograd.grad(logz.sum(), ref.unary, create_graph=create_graph)[0]
 
 
@@ -137,8 +138,8 @@ class LogPartition(torch.autograd.Function):
         chain = Chain(unary, transitions, start, end, lengths)
         if torch.is_grad_enabled():  # create_graph=True: differentiate the torch recursion
             inputs = (unary, transitions, start, end)
-            ref = _chain_torch.log_partition(_chain_torch.accumulating(chain))  # in double, as the kernel
-            return (*_chain_torch.grads_through(ref, inputs, ctx.needs_input_grad[:4], grad.double()), None)
+            ref = _torch.log_partition(_torch.accumulating(chain))  # in double, as the kernel
+            return (*grads_through(ref, inputs, ctx.needs_input_grad[:4], grad.double()), None)
         g_unary, g_trans = _backward(chain, logz, tuple(factors), grad.double().contiguous())
         last = (lengths - 1).clamp(min=0)[:, None, None].expand(-1, 1, unary.shape[2])
         g_end = g_unary.gather(1, last).squeeze(1)

@@ -2,7 +2,8 @@
 
 A joint feature map that is additively decomposable of order l (Definition 1 of Bauer et al.,
 2014) scores a labeling as sum_t g_t(y_{t-l}, ..., y_t). The dynamic program runs over states
-(y_{t-l+1}, ..., y_t), N^l of them, in O(T N^(l+1)) time.
+(y_{t-l+1}, ..., y_t), N^l of them, in O(T N^(l+1)) time. It runs in PyTorch on every backend
+(accumulating in float64 on CPU).
 """
 
 from __future__ import annotations
@@ -10,8 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._chain_torch import NEG_INF, accumulate, small_index_dtype
-from ._checks import (
+from .._checks import (
     LengthsLike,
     _fmt,
     cast_checked,
@@ -21,6 +21,7 @@ from ._checks import (
     forbidden_pattern,
     guard_overflow,
 )
+from .._numerics import NEG_INF, accumulate, small_index_dtype
 
 __all__ = ["viterbi_window", "window_score"]
 

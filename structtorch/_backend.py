@@ -1,0 +1,101 @@
+"""The one place that decides which implementation of a dynamic program runs.
+
+Backends
+--------
+``"compiled"``
+    The C++ CPU kernels of ``csrc/`` (built on first use, double accumulators), for CPU tensors.
+``"triton"``
+    Fused GPU kernels. Not implemented yet: asking for it runs ``"torch"`` after one warning.
+``"torch"``
+    The batched PyTorch loops over time: the reference, and the path on every other device.
+
+By default CPU tensors use ``"compiled"`` and everything else ``"torch"``. The choice can be forced
+with :func:`use_backend` (a context manager, or a plain call that sets it for the process) or the
+environment variable ``STRUCTTORCH_BACKEND``; :func:`use_backend` wins over the variable. A backend
+that cannot run the given tensors (compiled kernels on a CUDA tensor, or kernels that failed to
+build) falls back to ``"torch"`` after one warning per reason.
+
+Each structure (``chain``, ``semimarkov``, ``lossaug``) asks :func:`backend_for` once per call and
+keeps one implementation per backend: ``_torch.py`` (reference) and ``_cpu.py`` (compiled glue).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+from torch import Tensor
+
+from ._extension import chain_ops
+
+__all__ = ["use_backend", "backend_for", "BACKENDS"]
+
+BACKENDS = ("compiled", "triton", "torch")
+ENV = "STRUCTTORCH_BACKEND"
+_state: dict[str, str | None] = {"name": None}
+_warned: set[str] = set()
+
+
+def _check_name(name: object, what: str) -> str | None:
+    if name is None or name == "auto":
+        return None
+    if name not in BACKENDS:
+        raise ValueError(f"{what} must be one of {BACKENDS} or 'auto', got {name!r}")
+    return name
+
+
+class use_backend:  # noqa: N801 - used like a function, as torch's context managers are
+    """Force the backend of every dynamic program.
+
+    ``use_backend("torch")`` sets it for the process; ``with use_backend("torch"): ...`` sets it for
+    the block and restores the previous choice after it. ``None`` or ``"auto"`` returns to the
+    defaults (compiled on CPU, torch elsewhere), still below ``STRUCTTORCH_BACKEND`` when set.
+
+    Parameters
+    ----------
+    name : {"compiled", "triton", "torch", "auto"} or None
+    """
+
+    def __init__(self, name: str | None) -> None:
+        self.name = _check_name(name, "backend")
+        self._previous = _state["name"]
+        _state["name"] = self.name
+
+    def __enter__(self) -> use_backend:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _state["name"] = self._previous
+
+    def __repr__(self) -> str:
+        return f"use_backend({self.name!r})"
+
+
+def requested() -> str | None:
+    """The backend forced by :func:`use_backend` or ``STRUCTTORCH_BACKEND``, else None."""
+    if _state["name"] is not None:
+        return _state["name"]
+    return _check_name(os.environ.get(ENV) or None, ENV)
+
+
+def _fallback(reason: str) -> str:
+    if reason not in _warned:
+        _warned.add(reason)
+        warnings.warn(f"structtorch: {reason}; using the 'torch' backend", RuntimeWarning, stacklevel=4)
+    return "torch"
+
+
+def backend_for(x: Tensor) -> str:
+    """The backend that runs a dynamic program on tensors like ``x``: "compiled" or "torch"."""
+    name = requested()
+    on_cpu = x.device.type == "cpu"
+    if name is None:
+        return "compiled" if on_cpu and chain_ops() is not None else "torch"
+    if name == "compiled":
+        if not on_cpu:
+            return _fallback(f"the compiled kernels run on CPU tensors only, not on {x.device.type}")
+        if chain_ops() is None:
+            return _fallback("the compiled kernels are unavailable (see the build warning)")
+    if name == "triton":
+        return _fallback("the Triton kernels are not implemented yet")
+    return name

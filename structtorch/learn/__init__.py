@@ -1,0 +1,7 @@
+"""Learning: structured hinge losses (``losses``) and the subgradient training loop with its
+metrics (``train``)."""
+
+from . import train
+from .losses import StructuredHingeLoss, structured_hinge
+
+__all__ = ["StructuredHingeLoss", "structured_hinge", "train"]

@@ -1,0 +1,105 @@
+"""The PyTorch reference of the semi-Markov dynamic programs: a loop over segment ends, vectorized
+over batch, segment length and label, in float64 (runs on any device; differentiable by autograd,
+so it also serves double backward). Segment content sums accumulate backwards from each end, never
+as differences of prefix sums, which one huge-magnitude entry would ruin.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .._numerics import NEG_INF, safe_logsumexp
+from .layout import SemiMarkov
+from .plif import plif_interpolate
+
+
+def segment_terms(sm: SemiMarkov, F: Tensor, e: int) -> Tensor:
+    """(B, D, N) score of the segments ending at e (exclusive) with lengths 1..D, D = min(S, e),
+    without the incoming term (start or transition). Content sums accumulate backwards from e
+    (never a difference of prefix sums, which one huge-magnitude entry would ruin)."""
+    D = min(sm.shape[2], e)
+    s = torch.arange(e - 1, e - D - 1, -1, device=F.device)  # segment starts for d = 1..D
+    window = sm.content[:, e - D:e].double().flip(1)  # positions e-1, e-2, ..., e-D
+    content = torch.where(window == NEG_INF, 0.0, window).cumsum(1)
+    blocked = (F[:, e].unsqueeze(1) - F[:, s]) > 0
+    terms = content + sm.length_scores[:, :D].double() + sm.boundary[:, e - 1].double().unsqueeze(1)
+    if sm.segment_scores is not None:
+        terms = terms + sm.segment_scores[:, e - 1, :D].double()
+    if sm.segment_plif is not None:
+        plif = sm.segment_plif
+        d = torch.arange(1, D + 1, device=F.device, dtype=torch.float64).view(1, D, 1)
+        means = plif.tracks[:, e - D:e].double().flip(1).cumsum(1) / d
+        terms = terms + plif_interpolate(means, plif.ordinates.double(), plif.low, plif.high)
+    return torch.where(blocked, NEG_INF, terms)
+
+
+def log_forward(sm: SemiMarkov) -> Tensor:
+    """(B, N): log-sum over segmentations of [0, L) whose last segment has label n, plus end[n];
+    computed through alpha[e], the same over [0, e) for every e (differentiable by autograd)."""
+    reduce = safe_logsumexp
+    B, T, S, N = sm.shape
+    F = sm.forbidden_counts()
+    alpha = [sm.start.new_full((B, N), NEG_INF, dtype=torch.float64)]
+    incoming = [sm.start.double()]  # incoming[s]: term of a segment starting at s
+    trans = sm.transitions.double()
+    for e in range(1, T + 1):
+        D = min(S, e)
+        terms = segment_terms(sm, F, e) + torch.stack(incoming[e - D:e][::-1], 1)
+        alpha.append(reduce(terms, 1))
+        incoming.append(reduce(alpha[e].unsqueeze(2) + trans, 1))
+    final = torch.stack(alpha, 1).gather(1, sm.lengths.view(B, 1, 1).expand(B, 1, N)).squeeze(1)
+    return final + sm.end.double()
+
+
+@torch.no_grad()
+def viterbi_segmentation(sm: SemiMarkov) -> tuple[Tensor, Tensor, Tensor]:
+    """(best (B,), labels (B, T), starts (B, T)) by max-plus over segment ends, then backtracking
+    that jumps one segment per step for every row at once. Ties: the shortest last segment, then
+    the smallest previous label."""
+    B, T, S, N = sm.shape
+    F = sm.forbidden_counts()
+    dev = F.device
+    trans = sm.transitions.double()
+    alpha = [sm.start.new_full((B, N), NEG_INF, dtype=torch.float64)]
+    incoming, came_from = [sm.start.double()], [torch.zeros(B, N, dtype=torch.long, device=dev)]
+    best_len = [torch.zeros(B, N, dtype=torch.long, device=dev)]
+    for e in range(1, T + 1):
+        D = min(S, e)
+        terms = segment_terms(sm, F, e) + torch.stack(incoming[e - D:e][::-1], 1)
+        d = terms.argmax(1)
+        alpha.append(terms.gather(1, d.unsqueeze(1)).squeeze(1))
+        best_len.append(d + 1)
+        cand = alpha[e].unsqueeze(2) + trans
+        m = cand.argmax(1)
+        incoming.append(cand.gather(1, m.unsqueeze(1)).squeeze(1))
+        came_from.append(m)
+    alpha_t, len_t, from_t = (torch.stack(x, 1) for x in (alpha, best_len, came_from))
+    lengths = sm.lengths
+    final = alpha_t.gather(1, lengths.view(B, 1, 1).expand(B, 1, N)).squeeze(1) + sm.end.double()
+    label = final.argmax(1)
+    best = torch.where(lengths > 0, final.gather(1, label.unsqueeze(1)).squeeze(1), 0.0)
+    labels = torch.full((B, T), -1, dtype=torch.long, device=dev)
+    starts = torch.zeros(B, T, dtype=torch.bool, device=dev)
+    rows = torch.arange(B, device=dev)
+    e = lengths.clone()
+    active = (lengths > 0) & (best > NEG_INF)
+    seg_label = torch.full((B, T), -1, dtype=torch.long, device=dev)
+    while bool(active.any()):
+        d = len_t[rows, e, label]
+        s = e - d
+        starts[rows[active], s[active]] = True
+        seg_label[rows[active], s[active]] = label[active]
+        label = torch.where(active, from_t[rows, s, label], label)
+        e = torch.where(active, s, e)
+        active = active & (e > 0)
+    filled = torch.where(starts, torch.arange(T, device=dev), 0).cummax(1).values
+    inside = torch.arange(T, device=dev) < lengths[:, None]
+    labels = torch.where(inside & (best > NEG_INF)[:, None], seg_label.gather(1, filled), -1)
+    starts &= (best > NEG_INF)[:, None]
+    return best, labels, starts
+
+
+def log_partition(sm: SemiMarkov) -> Tensor:
+    final = log_forward(sm)
+    return torch.where(sm.lengths > 0, safe_logsumexp(final, 1), 0.0)

@@ -1,0 +1,122 @@
+"""Semi-Markov (segment) dynamic programs: Viterbi and log-partition over segmentations (the model
+is described in :mod:`structtorch.semimarkov.layout`).
+
+On CPU tensors they run the compiled kernels (``csrc/semimarkov.cpp``, glue in ``_cpu.py``);
+elsewhere, on the "torch" backend, and for the log-partition with ``segment_plif``, the PyTorch
+reference (``_torch.py``). :mod:`structtorch._backend` decides. Time O(B T S N + B T N^2); memory
+O(B T N) unless ``segment_scores`` (B, T, max_len, N) is given.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .._backend import backend_for
+from .._checks import LengthsLike, forbidden_pattern, guard_overflow
+from .._extension import chain_ops
+from .._numerics import NEG_INF
+from . import _cpu, _torch
+from .layout import SemiMarkov, check_semimarkov, semimarkov_score
+from .plif import SegmentPLiF
+
+__all__ = ["semimarkov_viterbi", "semimarkov_log_partition"]
+
+
+def semimarkov_viterbi(
+    content: Tensor,
+    transitions: Tensor,
+    *,
+    max_len: int,
+    length_scores: Tensor | None = None,
+    boundary: Tensor | None = None,
+    segment_scores: Tensor | None = None,
+    start: Tensor | None = None,
+    end: Tensor | None = None,
+    lengths: LengthsLike = None,
+    segment_plif: SegmentPLiF | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Highest-scoring segmentation of each sequence.
+
+    Parameters
+    ----------
+    content : Tensor (B, T, N)
+        Per-position label scores, summed over each segment.
+    transitions : Tensor (N, N)
+        ``transitions[m, n]`` scores a segment of label m followed by one of label n.
+    max_len : int
+        S, the longest segment.
+    length_scores : Tensor (S, N) or (B, S, N), optional
+        ``length_scores[d-1, n]`` scores a segment of length d and label n.
+    boundary : Tensor (B, T, N), optional
+        ``boundary[b, e-1, n]`` scores a segment of label n ending at e.
+    segment_scores : Tensor (B, T, S, N), optional
+        ``segment_scores[b, e-1, d-1, n]``: any further score of the segment [e-d, e).
+    start, end : Tensor (N,) or (B, N), optional
+        Scores of the first and last segment's label.
+    lengths : Tensor (B,), optional
+    segment_plif : SegmentPLiF, optional
+        Adds ``PLiF_n(mean(tracks[b, s:e, n]))`` to each segment [s, e) of label n (see
+        :meth:`structtorch.PLiF.over_segments`); compiled on CPU, O(T S N) time, O(T N) memory.
+
+    Returns
+    -------
+    score : Tensor (B,)
+        0 for empty rows, -inf where no segmentation is feasible; its gradient w.r.t. every input
+        is the indicator of the returned segmentation.
+    labels : Tensor (B, T) int64
+        The label of each position, -1 beyond the length and on infeasible rows.
+    starts : Tensor (B, T) bool
+        True where a segment begins.
+    """
+    sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
+                          start, end, lengths, segment_plif)
+    if sm.shape[1] > 0 and backend_for(sm.content) == "compiled":
+        best, labels, starts = _cpu.compiled_segmentation(sm, chain_ops())
+    else:
+        best, labels, starts = _torch.viterbi_segmentation(sm)
+    score = semimarkov_score(sm, labels, starts).to(sm.content.dtype)
+    return _guard(sm, torch.where(best > NEG_INF, score, NEG_INF), "the Viterbi score"), labels, starts
+
+
+def _guard(sm: SemiMarkov, result: Tensor, what: str) -> Tensor:
+    """``result`` (B,), or a ValueError where it overflowed (see :func:`guard_overflow`)."""
+    def feasible() -> Tensor:
+        return _torch.viterbi_segmentation(sm.map(forbidden_pattern))[0] > NEG_INF
+
+    plif = [] if sm.segment_plif is None else [sm.segment_plif.ordinates]
+    potentials = [x for x in (sm.content, sm.transitions, sm.length_scores, sm.boundary, sm.segment_scores,
+                              sm.start, sm.end) if x is not None] + plif
+    return guard_overflow(result, potentials, 5 * sm.shape[1] + 2, feasible, what,
+                          "the content, transition, length, boundary and segment scores")
+
+
+def semimarkov_log_partition(
+    content: Tensor,
+    transitions: Tensor,
+    *,
+    max_len: int,
+    length_scores: Tensor | None = None,
+    boundary: Tensor | None = None,
+    segment_scores: Tensor | None = None,
+    start: Tensor | None = None,
+    end: Tensor | None = None,
+    lengths: LengthsLike = None,
+    segment_plif: SegmentPLiF | None = None,
+) -> Tensor:
+    """Log of the sum over all segmentations of exp(score), (B,); arguments as for
+    :func:`semimarkov_viterbi`. 0 for empty rows, -inf for infeasible ones. Its gradients are the
+    segment marginals: on CPU a compiled forward and a hand-written backward (O(T S N) time, O(T N)
+    memory per sequence); elsewhere, and with ``segment_plif``, autograd through the PyTorch
+    recursion."""
+    sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
+                          start, end, lengths, segment_plif)
+    if sm.shape[1] == 0:
+        return sm.content.sum(dim=(1, 2))  # zeros, connected to the graph (as the chain's)
+    if sm.segment_plif is None and backend_for(sm.content) == "compiled":
+        segment = sm.content.new_empty(0) if sm.segment_scores is None else sm.segment_scores
+        parts = (sm.length_scores, sm.boundary, segment, sm.transitions, sm.start, sm.end)
+        logz = _cpu.LogPartition.apply(sm.content, *(x.contiguous() for x in parts), sm.lengths)
+    else:
+        logz = _torch.log_partition(sm).to(sm.content.dtype)
+    return _guard(sm, logz, "the log-partition")

@@ -1,0 +1,110 @@
+"""The backend switch: use_backend (context manager and plain call), STRUCTTORCH_BACKEND, fallbacks."""
+
+from __future__ import annotations
+
+import warnings
+from unittest import mock
+
+import pytest
+import torch
+
+import structtorch as st
+from structtorch import _backend
+from structtorch._extension import chain_ops
+
+X = torch.zeros(1, 2, 2)
+
+
+@pytest.fixture(autouse=True)
+def clean_state(monkeypatch):
+    monkeypatch.delenv(_backend.ENV, raising=False)
+    monkeypatch.setitem(_backend._state, "name", None)
+    monkeypatch.setattr(_backend, "_warned", set())
+
+
+def test_defaults_follow_the_device():
+    expected = "compiled" if chain_ops() is not None else "torch"
+    assert _backend.backend_for(X) == expected
+    meta = torch.empty(1, 2, 2, device="meta")
+    assert _backend.backend_for(meta) == "torch"
+
+
+def test_context_manager_restores_and_plain_call_persists():
+    with st.use_backend("torch"):
+        assert _backend.backend_for(X) == "torch"
+        with st.use_backend("auto"):
+            assert _backend.requested() is None
+        assert _backend.backend_for(X) == "torch"
+    assert _backend.requested() is None
+    st.use_backend("torch")  # a plain call sets it for the process
+    assert _backend.backend_for(X) == "torch"
+    st.use_backend(None)
+    assert _backend.requested() is None
+
+
+def test_environment_variable_and_precedence(monkeypatch):
+    monkeypatch.setenv(_backend.ENV, "torch")
+    assert _backend.backend_for(X) == "torch"
+    if chain_ops() is not None:
+        with st.use_backend("compiled"):  # use_backend wins over the variable
+            assert _backend.backend_for(X) == "compiled"
+    monkeypatch.setenv(_backend.ENV, "fast")
+    with pytest.raises(ValueError, match="STRUCTTORCH_BACKEND must be one of"):
+        _backend.backend_for(X)
+
+
+def test_bad_names_are_refused():
+    with pytest.raises(ValueError, match=r"backend must be one of \('compiled', 'triton', 'torch'\)"):
+        st.use_backend("cuda")
+
+
+def test_unavailable_backends_fall_back_to_torch_with_one_warning():
+    meta = torch.empty(1, 2, 2, device="meta")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with st.use_backend("triton"):
+            assert _backend.backend_for(X) == "torch" and _backend.backend_for(X) == "torch"
+        with st.use_backend("compiled"):
+            assert _backend.backend_for(meta) == "torch"
+            assert _backend.backend_for(meta) == "torch"
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 2
+    assert "Triton kernels are not implemented" in messages[0] and "CPU tensors only" in messages[1]
+
+
+def test_the_choice_reaches_every_structure():
+    """With "torch" no compiled kernel runs; with "compiled" they do (counted at the op table)."""
+    ops = chain_ops()
+    if ops is None:
+        pytest.skip("compiled kernels unavailable")
+    calls = []
+
+    class Counting:
+        def __getattr__(self, name):
+            calls.append(name)
+            return getattr(ops, name)
+
+    u, a = torch.randn(2, 5, 3), torch.randn(3, 3)
+    y = torch.zeros(2, 5, dtype=torch.long)
+    targets = ["structtorch.chain.linear.chain_ops", "structtorch.chain._cpu.chain_ops",
+               "structtorch.lossaug._cpu.chain_ops", "structtorch.lossaug.hamming.chain_ops",
+               "structtorch.semimarkov.segments.chain_ops", "structtorch.semimarkov._cpu.chain_ops"]
+    patches = [mock.patch(t, lambda: Counting()) for t in targets]
+    for p in patches:
+        p.start()
+    try:
+        for name, expect_calls in (("torch", False), ("compiled", True)):
+            calls.clear()
+            with st.use_backend(name):
+                st.viterbi(u, a)
+                st.log_partition(u.clone().requires_grad_(), a).sum().backward()
+                st.marginals(u, a)
+                st.loss_augmented_viterbi(u, a, y, rescaling="slack")
+                st.semimarkov_viterbi(u, a, max_len=2)
+                st.semimarkov_log_partition(u.clone().requires_grad_(), a, max_len=2).sum().backward()
+            assert bool(calls) == expect_calls, (name, calls)
+        assert {"viterbi_forward", "logz_forward", "logz_backward", "hamming_forward",
+                "semimarkov_viterbi_forward", "semimarkov_logz_forward", "semimarkov_logz_backward"} <= set(calls)
+    finally:
+        for p in patches:
+            p.stop()
