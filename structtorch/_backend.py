@@ -5,11 +5,15 @@ Backends
 ``"compiled"``
     The C++ CPU kernels of ``csrc/`` (built on first use, double accumulators), for CPU tensors.
 ``"triton"``
-    Fused GPU kernels. Not implemented yet: asking for it runs ``"torch"`` after one warning.
+    Fused Triton kernels, one launch per call, for CUDA tensors; with ``TRITON_INTERPRET=1`` set
+    before Triton is imported, also for CPU tensors (Triton's interpreter: slow, for tests). They
+    cover the linear-chain Viterbi, log-partition (forward and backward) and marginals so far;
+    the other dynamic programs run ``"torch"`` on this backend.
 ``"torch"``
     The batched PyTorch loops over time: the reference, and the path on every other device.
 
-By default CPU tensors use ``"compiled"`` and everything else ``"torch"``. The choice can be forced
+By default CPU tensors use ``"compiled"``, CUDA tensors ``"triton"`` when Triton is installed, and
+everything else ``"torch"``. The choice can be forced
 with :func:`use_backend` (a context manager, or a plain call that sets it for the process) or the
 environment variable ``STRUCTTORCH_BACKEND``; :func:`use_backend` wins over the variable. A backend
 that cannot run the given tensors (compiled kernels on a CUDA tensor, or kernels that failed to
@@ -21,6 +25,7 @@ keeps one implementation per backend: ``_torch.py`` (reference) and ``_cpu.py`` 
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 
@@ -85,17 +90,40 @@ def _fallback(reason: str) -> str:
     return "torch"
 
 
+@functools.cache
+def triton_installed() -> bool:
+    """Whether Triton imports (checked once; importing it is not free)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _triton_reason(x: Tensor) -> str | None:
+    """Why the Triton kernels cannot run on ``x``, or None when they can."""
+    if not triton_installed():
+        return "Triton is not installed"
+    if x.device.type == "cuda" or (x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"):
+        return None
+    return f"the Triton kernels need CUDA tensors (or TRITON_INTERPRET=1 for CPU ones), not {x.device.type}"
+
+
 def backend_for(x: Tensor) -> str:
-    """The backend that runs a dynamic program on tensors like ``x``: "compiled" or "torch"."""
+    """The backend that runs a dynamic program on tensors like ``x``: "compiled", "triton" or "torch"."""
     name = requested()
     on_cpu = x.device.type == "cpu"
     if name is None:
-        return "compiled" if on_cpu and chain_ops() is not None else "torch"
+        if on_cpu:
+            return "compiled" if chain_ops() is not None else "torch"
+        return "triton" if x.device.type == "cuda" and _triton_reason(x) is None else "torch"
     if name == "compiled":
         if not on_cpu:
             return _fallback(f"the compiled kernels run on CPU tensors only, not on {x.device.type}")
         if chain_ops() is None:
             return _fallback("the compiled kernels are unavailable (see the build warning)")
     if name == "triton":
-        return _fallback("the Triton kernels are not implemented yet")
+        reason = _triton_reason(x)
+        if reason is not None:
+            return _fallback(reason)
     return name

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 import structtorch
+from structtorch import _backend
 from structtorch._extension import chain_ops
 
 settings.register_profile(
@@ -25,7 +26,12 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
-BACKENDS = ["compiled", "torch"]
+# Triton's interpreter runs the Triton kernels on CPU tensors; it must be chosen before Triton is
+# imported (structtorch imports it lazily). On a CUDA machine the kernels compile for the GPU instead.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+BACKENDS = ["compiled", "triton", "torch"]
 NEG_INF = float("-inf")
 
 
@@ -36,6 +42,12 @@ def use_backend(name: str):
         if os.environ.get("STRUCTTORCH_REQUIRE_EXTENSION"):
             raise AssertionError("the compiled kernels failed to build (see the warning)")
         pytest.skip("compiled kernels unavailable on this machine")
+    if name == "triton":
+        reason = _backend._triton_reason(torch.zeros(()))
+        if reason is not None:
+            if os.environ.get("STRUCTTORCH_REQUIRE_TRITON"):
+                raise AssertionError(f"the triton backend cannot run here: {reason}")
+            pytest.skip(reason)
     with structtorch.use_backend(name):
         yield
 

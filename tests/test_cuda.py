@@ -11,28 +11,47 @@ import structtorch as st
 pytestmark = [requires_cuda, pytest.mark.cuda]
 
 
+@pytest.mark.parametrize("backend", ["triton", "torch"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("shared", [True, False])
-def test_chain_on_cuda_matches_cpu(dtype, shared):
+@pytest.mark.parametrize("N", [6, 70])
+def test_chain_on_cuda_matches_cpu(backend, dtype, shared, N):
+    """Every chain DP on CUDA (Triton kernels or PyTorch loops) against the compiled CPU kernels."""
     torch.manual_seed(0)
-    B, T, N = 5, 17, 6
+    B, T = 5, 17
     u = torch.randn(B, T, N, dtype=torch.float64)
     A = torch.randn(*((N, N) if shared else (B, T - 1, N, N)), dtype=torch.float64)
     A[..., 0, 1] = float("-inf")
     lengths = torch.tensor([17, 9, 1, 0, 4])
     cpu = [x.to(dtype) for x in (u, A)]
-    gpu = [x.to(dtype).cuda().requires_grad_() for x in (u, A)]
     s_cpu, p_cpu = st.viterbi(*cpu, lengths=lengths)
-    s_gpu, p_gpu = st.viterbi(*gpu, lengths=lengths.cuda())
+    logz_cpu = st.log_partition(*cpu, lengths=lengths)
+    marg_cpu = st.marginals(*cpu, lengths=lengths)
+    cpu_grad = [x.clone().requires_grad_() for x in cpu]
+    st.log_partition(*cpu_grad, lengths=lengths).sum().backward()
+    gpu = [x.to(dtype).cuda().requires_grad_() for x in (u, A)]
+    tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else {}
+    with st.use_backend(backend):
+        s_gpu, p_gpu = st.viterbi(*gpu, lengths=lengths.cuda())
+        logz = st.log_partition(*gpu, lengths=lengths.cuda())
+        logz.sum().backward()
+        marg = st.marginals(*[x.detach() for x in gpu], lengths=lengths.cuda())
     assert s_gpu.device.type == "cuda" and p_gpu.device.type == "cuda"
     assert torch.equal(p_gpu.cpu(), p_cpu)
-    torch.testing.assert_close(s_gpu.detach().cpu(), s_cpu)
-    logz = st.log_partition(*gpu, lengths=lengths.cuda())
-    torch.testing.assert_close(logz.detach().cpu(), st.log_partition(*cpu, lengths=lengths))
-    logz.sum().backward()
-    torch.testing.assert_close(gpu[0].grad.cpu(), st.marginals(*cpu, lengths=lengths))
+    torch.testing.assert_close(s_gpu.detach().cpu(), s_cpu, **tol)
+    torch.testing.assert_close(logz.detach().cpu(), logz_cpu, **tol)
+    torch.testing.assert_close(gpu[0].grad.cpu(), cpu_grad[0].grad, **tol)
+    torch.testing.assert_close(gpu[1].grad.cpu(), cpu_grad[1].grad, **tol)
+    torch.testing.assert_close(marg.cpu(), marg_cpu, **tol)
     scores, paths = st.kbest(*[x.detach() for x in gpu], 3, lengths=lengths.cuda())
     assert torch.equal(paths.cpu(), st.kbest(*cpu, 3, lengths=lengths)[1])
+
+
+def test_cuda_defaults_to_triton_when_installed():
+    from structtorch import _backend
+
+    x = torch.zeros(1, device="cuda")
+    assert _backend.backend_for(x) == ("triton" if _backend.triton_installed() else "torch")
 
 
 def test_crf_module_on_cuda():

@@ -12,7 +12,6 @@ from torch import Tensor
 
 from .._checks import Chain
 from .._extension import chain_ops
-from .._numerics import grads_through
 from . import _torch
 
 
@@ -77,46 +76,19 @@ def _backward(chain: Chain, logz: Tensor, factors: tuple[Tensor, Tensor, Tensor]
     return g_unary, _edge_gradient(chain, f, s_edge, q_edge, exact, alpha, beta, logz, g)
 
 
+@torch.no_grad()
+def viterbi_path(chain: Chain) -> Tensor:
+    """(B, T) best labeling from the compiled Viterbi (-1 beyond each length and on infeasible rows)."""
+    args = (chain.unary, chain.transitions, chain.start, chain.end, chain.lengths)
+    return chain_ops().viterbi_forward(*args)[1]
+
+
 def node_marginals(chain: Chain) -> Tensor:
     """(B, T, N) node marginals straight from the kernels, outside autograd."""
     logz, factors = _forward(chain)
     _torch.guard(chain, logz, "the log-partition")  # float64: the marginals may be representable
     ones = torch.ones_like(logz)
     return _backward(chain, logz, factors, ones, edges=False)[0]
-
-
-def marginals_through(chain: Chain, create_graph: bool = True) -> Tensor:
-    """(B, T, N) node marginals d logZ / d unary from the PyTorch recursion in the accumulation
-    precision (float64 on CPU), differentiable w.r.t. the potentials when ``create_graph``."""
-    ref = _torch.accumulating(chain)
-    if not ref.unary.requires_grad:  # unary must be a graph input
-        ref.unary = ref.unary.detach().requires_grad_()
-    logz = _torch.guard(chain, _torch.log_partition(ref), "the log-partition")
-    return torch.autograd.grad(logz.sum(), ref.unary, create_graph=create_graph)[0]
-
-
-class Marginals(torch.autograd.Function):
-    """Node marginals from the compiled kernels, differentiable: the backward differentiates the
-    float64 PyTorch recursion, so value and gradient are as precise as without autograd."""
-
-    @staticmethod
-    def forward(ctx, unary, transitions, start, end, lengths):
-        ctx.save_for_backward(unary, transitions, start, end, lengths)
-        return node_marginals(Chain(unary, transitions, start, end, lengths))
-
-    @staticmethod
-    def backward(ctx, grad):
-        *inputs, lengths = ctx.saved_tensors
-        needs = ctx.needs_input_grad[:4]
-        create_graph = torch.is_grad_enabled()  # double backward: keep the graph to the inputs
-        with torch.enable_grad():
-            if not create_graph:
-                inputs = [x.detach().requires_grad_(need) for x, need in zip(inputs, needs, strict=True)]
-            marg = marginals_through(Chain(*inputs, lengths))
-            wanted = [x for x, need in zip(inputs, needs, strict=True) if need]
-            got = iter(torch.autograd.grad(marg, wanted, grad.to(marg.dtype), create_graph=create_graph,
-                                           allow_unused=True))
-        return (*(next(got) if need else None for need in needs), None)
 
 
 class LogPartition(torch.autograd.Function):
@@ -137,9 +109,7 @@ class LogPartition(torch.autograd.Function):
         unary, transitions, start, end, lengths, logz, *factors = ctx.saved_tensors
         chain = Chain(unary, transitions, start, end, lengths)
         if torch.is_grad_enabled():  # create_graph=True: differentiate the torch recursion
-            inputs = (unary, transitions, start, end)
-            ref = _torch.log_partition(_torch.accumulating(chain))  # in double, as the kernel
-            return (*grads_through(ref, inputs, ctx.needs_input_grad[:4], grad.double()), None)
+            return (*_torch.double_backward(chain, ctx.needs_input_grad[:4], grad), None)
         g_unary, g_trans = _backward(chain, logz, tuple(factors), grad.double().contiguous())
         last = (lengths - 1).clamp(min=0)[:, None, None].expand(-1, 1, unary.shape[2])
         g_end = g_unary.gather(1, last).squeeze(1)

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from .._checks import Chain, forbidden_pattern, guard_overflow
-from .._numerics import NEG_INF, accumulate, backtrack, safe_logsumexp, small_index_dtype
+from .._numerics import NEG_INF, accumulate, backtrack, grads_through, safe_logsumexp, small_index_dtype
 
 
 def accumulating(chain: Chain) -> Chain:
@@ -90,3 +90,47 @@ def viterbi(chain: Chain) -> tuple[Tensor, Tensor]:
     best = torch.where(lengths > 0, best, torch.zeros_like(best))
     path[best == NEG_INF] = -1
     return best, path
+
+
+def double_backward(chain: Chain, needs: tuple[bool, ...], grad: Tensor) -> tuple[Tensor | None, ...]:
+    """Gradients of logZ (upstream ``grad``) w.r.t. unary, transitions, start and end with
+    ``create_graph``, through this recursion in the accumulation precision: the double-backward
+    path of every kernel backend's log-partition."""
+    ref = log_partition(accumulating(chain))
+    inputs = (chain.unary, chain.transitions, chain.start, chain.end)
+    return grads_through(ref, inputs, needs, grad.to(ref.dtype))
+
+
+def marginals_through(chain: Chain, create_graph: bool = True) -> Tensor:
+    """(B, T, N) node marginals d logZ / d unary from the PyTorch recursion in the accumulation
+    precision (float64 on CPU), differentiable w.r.t. the potentials when ``create_graph``."""
+    ref = accumulating(chain)
+    if not ref.unary.requires_grad:  # unary must be a graph input
+        ref.unary = ref.unary.detach().requires_grad_()
+    logz = guard(chain, log_partition(ref), "the log-partition")
+    return torch.autograd.grad(logz.sum(), ref.unary, create_graph=create_graph)[0]
+
+
+class KernelMarginals(torch.autograd.Function):
+    """Node marginals from a kernel backend (``node_marginals``, a function of a Chain),
+    differentiable: the backward differentiates this module's recursion in the accumulation
+    precision, so value and gradient are as precise as without autograd."""
+
+    @staticmethod
+    def forward(ctx, node_marginals, unary, transitions, start, end, lengths):
+        ctx.save_for_backward(unary, transitions, start, end, lengths)
+        return node_marginals(Chain(unary, transitions, start, end, lengths))
+
+    @staticmethod
+    def backward(ctx, grad):
+        *inputs, lengths = ctx.saved_tensors
+        needs = ctx.needs_input_grad[1:5]
+        create_graph = torch.is_grad_enabled()  # double backward: keep the graph to the inputs
+        with torch.enable_grad():
+            if not create_graph:
+                inputs = [x.detach().requires_grad_(need) for x, need in zip(inputs, needs, strict=True)]
+            marg = marginals_through(Chain(*inputs, lengths))
+            wanted = [x for x, need in zip(inputs, needs, strict=True) if need]
+            got = iter(torch.autograd.grad(marg, wanted, grad.to(marg.dtype), create_graph=create_graph,
+                                           allow_unused=True))
+        return (None, *(next(got) if need else None for need in needs), None)

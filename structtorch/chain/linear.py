@@ -32,10 +32,8 @@ from .._checks import (
     check_chain,
     check_labels,
 )
-from .._extension import chain_ops
 from .._numerics import accumulate
-from . import _torch
-from ._cpu import LogPartition, Marginals, marginals_through, node_marginals
+from . import _cpu, _torch
 from ._torch import accumulating
 
 __all__ = ["viterbi", "log_partition", "marginals", "path_score", "kbest", "Viterbi"]
@@ -43,10 +41,26 @@ __all__ = ["viterbi", "log_partition", "marginals", "path_score", "kbest", "Vite
 NEG_INF = float("-inf")
 
 
-def _compiled(chain: Chain) -> bool:
-    """Whether the compiled kernels run these chain inputs (see :mod:`structtorch._backend`)."""
+def _kernels(chain: Chain):
+    """The kernel backend (the ``_cpu`` or ``_triton`` module) that runs these chain inputs, or None
+    for the PyTorch loops of ``_torch`` (see :mod:`structtorch._backend`)."""
     _, T, N = chain.shape
-    return T > 0 and N <= 32767 and backend_for(chain.unary) == "compiled"
+    if T == 0:
+        return None
+    name = backend_for(chain.unary)
+    if name == "compiled":
+        return _cpu if N <= 32767 else None
+    if name == "triton":
+        from . import _triton  # imports Triton: only when asked for
+
+        return _triton
+    return None
+
+
+def _viterbi_path(chain: Chain) -> Tensor:
+    """(B, T) best labeling on the chosen backend (-1 beyond each length and on infeasible rows)."""
+    kernels = _kernels(chain)
+    return _torch.viterbi(accumulating(chain))[1] if kernels is None else kernels.viterbi_path(chain)
 
 
 def _kernel_args(chain: Chain) -> tuple[Tensor, ...]:
@@ -54,10 +68,11 @@ def _kernel_args(chain: Chain) -> tuple[Tensor, ...]:
 
 
 def _log_partition(chain: Chain) -> Tensor:
-    if not _compiled(chain):
+    kernels = _kernels(chain)
+    if kernels is None:
         logz = _torch.log_partition(accumulating(chain)).to(chain.unary.dtype)
     else:
-        logz = LogPartition.apply(*_kernel_args(chain))
+        logz = kernels.LogPartition.apply(*_kernel_args(chain))
     return _torch.guard(chain, logz, "the log-partition")
 
 
@@ -129,10 +144,7 @@ def viterbi(
         Best labeling, -1 at positions >= length and on infeasible rows. Ties: see the module doc.
     """
     chain = check_chain(unary, transitions, start, end, lengths)
-    if _compiled(chain):
-        _, path = chain_ops().viterbi_forward(*_kernel_args(chain))
-    else:
-        _, path = _torch.viterbi(accumulating(chain))
+    path = _viterbi_path(chain)
     return _score_paths(chain, path), path
 
 
@@ -170,14 +182,17 @@ def marginals(
     chain = check_chain(unary, transitions, start, end, lengths)
     inputs = (chain.unary, chain.transitions, chain.start, chain.end)
     differentiable = torch.is_grad_enabled() and any(x.requires_grad for x in inputs)
-    if _compiled(chain):  # the same kernel value with or without autograd
-        return Marginals.apply(*_kernel_args(chain)) if differentiable else node_marginals(chain)
+    kernels = _kernels(chain)
+    if kernels is not None:  # the same kernel value with or without autograd
+        if differentiable:
+            return _torch.KernelMarginals.apply(kernels.node_marginals, *_kernel_args(chain))
+        return kernels.node_marginals(chain)
     if differentiable:
         with torch.enable_grad():  # marginals as a differentiable function of the inputs
-            return marginals_through(chain).to(chain.unary.dtype)
+            return _torch.marginals_through(chain).to(chain.unary.dtype)
     with torch.inference_mode(False), torch.enable_grad():  # also works under inference_mode
         parts = (x.detach().clone() for x in inputs)
-        marg = marginals_through(Chain(*parts, chain.lengths.clone()), create_graph=False)
+        marg = _torch.marginals_through(Chain(*parts, chain.lengths.clone()), create_graph=False)
         return marg.to(chain.unary.dtype)
 
 

@@ -34,9 +34,7 @@ from .._checks import (
     check_lengths,
     guard_overflow,
 )
-from .._extension import chain_ops
 from .._numerics import accumulate
-from ..chain import _torch as _chain_torch
 from ..chain import linear as _chain
 from ..chain._torch import accumulating
 from ..chain.window import _check_scores, _window_path, _window_score
@@ -262,10 +260,7 @@ class _ChainStructure(_LabelStructure):
         c = accumulating(self.chain)  # the loss is added in double on CPU
         shifted = type(c)(c.unary.detach() + label_loss.to(c.unary.dtype), c.transitions.detach(),
                           c.start.detach(), c.end.detach(), c.lengths)
-        if not _chain._compiled(shifted):
-            return _chain_torch.viterbi(shifted)[1]
-        return chain_ops().viterbi_forward(shifted.unary, shifted.transitions, shifted.start, shifted.end,
-                                   shifted.lengths)[1]
+        return _chain._viterbi_path(shifted)
 
     def tables(self, target: Tensor, weights: Tensor, K: int, negate: bool) -> Tables:
         c = self.chain
@@ -273,7 +268,7 @@ class _ChainStructure(_LabelStructure):
         if negate:
             parts = [negate_scores(x) for x in parts]
         chain = type(c)(*parts, c.lengths)
-        if _chain._compiled(chain):
+        if _chain._kernels(chain) is _chain._cpu:  # the table's compiled kernel (linear chains)
             return chain_tables_cpu(chain, target, weights, K)
         return window_tables(chain_to_windows(chain), target, weights, c.lengths, K, 1)
 
