@@ -2,6 +2,7 @@
 
 from . import data, lp
 from ._backend import use_backend
+from ._checks import set_validation, validation_enabled
 from .chain import Viterbi, kbest, log_partition, marginals, path_score, viterbi, viterbi_window, window_score
 from .learn import StructuredHingeLoss, structured_hinge, train
 from .lossaug import loss_augmented_viterbi, loss_augmented_viterbi_window, semimarkov_loss_augmented
@@ -42,6 +43,8 @@ __all__ = [
     "train",
     "lp",
     "use_backend",
+    "set_validation",
+    "validation_enabled",
 ]
 
 __version__ = "0.3.0"

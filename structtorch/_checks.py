@@ -79,6 +79,56 @@ def check_number(name: str, value: object, *, low: float = -math.inf, high: floa
     return value
 
 
+_VALIDATION = {"on": True}
+
+
+class set_validation:  # noqa: N801 - used like a function, as torch's context managers are
+    """Switch the value checks of inputs and results on (default) or off.
+
+    Shape, dtype and device checks always run. Value checks (NaN/+inf potentials, lengths and
+    labels out of range, results that overflow) read tensor values: while on, on CPU tensors they
+    raise a ValueError naming the first bad entry, and on other devices they run as asynchronous
+    device assertions (``torch._assert_async``: no host synchronization; the error surfaces at the
+    next synchronization). While off they do not run at all, so bad values give undefined results
+    (the compiled kernels still bound-check every index they read). Usable as a plain call (for the
+    process) or as a context manager (for a block), like :class:`structtorch.use_backend`.
+
+    Parameters
+    ----------
+    enabled : bool
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        if not isinstance(enabled, bool):
+            raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
+        self._previous = _VALIDATION["on"]
+        _VALIDATION["on"] = enabled
+
+    def __enter__(self) -> set_validation:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _VALIDATION["on"] = self._previous
+
+
+def validation_enabled() -> bool:
+    """Whether value checks run (see :class:`set_validation`)."""
+    return _VALIDATION["on"]
+
+
+def on_host(x: Tensor) -> bool:
+    """Whether value checks on ``x`` may read it on the host: CPU tensors; elsewhere they are
+    asynchronous assertions (see :class:`set_validation`)."""
+    return x.device.type == "cpu"
+
+
+def require(ok: Tensor, message: str) -> None:
+    """An asynchronous device assertion that ``ok`` (a one-element bool tensor) holds, while value
+    checks are on; for tensors that are not on the CPU (those raise ValueErrors on the spot)."""
+    if _VALIDATION["on"]:
+        torch._assert_async(ok, f"structtorch: {message}")
+
+
 def _fmt(shape) -> str:
     return str(tuple(int(s) for s in shape))
 
@@ -101,7 +151,12 @@ def check_float(name: str, x: object, ref: Tensor | None = None, ref_name: str =
 
 
 def check_values(name: str, x: Tensor) -> None:
-    """Raise a ValueError locating the first NaN or +inf entry of ``x`` (-inf is allowed)."""
+    """Raise a ValueError locating the first NaN or +inf entry of ``x`` (-inf is allowed); an
+    asynchronous assertion off the CPU (see :class:`set_validation`)."""
+    if not _VALIDATION["on"]:
+        return None
+    if not on_host(x):
+        return require(~(torch.isnan(x) | torch.isposinf(x)).any(), f"{name} contains NaN or +inf")
     bad = torch.isnan(x) | torch.isposinf(x)
     if bool(bad.any()):
         idx = tuple(int(i) for i in bad.nonzero()[0].tolist())
@@ -132,7 +187,11 @@ def check_lengths(lengths: LengthsLike, B: int, T: int, device: torch.device) ->
         raise ValueError(f"lengths must have shape (B,) = ({B},), got {_fmt(lengths.shape)}")
     if lengths.device != device:
         raise ValueError(f"lengths is on {lengths.device} but unary is on {device}; use one device")
-    if B and (bool((lengths < 0).any()) or bool((lengths > T).any())):
+    if not B or not _VALIDATION["on"]:
+        pass
+    elif not on_host(lengths):
+        require(((lengths >= 0) & (lengths <= T)).all(), f"lengths must lie in [0, T] = [0, {T}]")
+    elif bool((lengths < 0).any()) or bool((lengths > T).any()):
         raise ValueError(
             f"lengths must lie in [0, T] = [0, {T}], got min {int(lengths.min())} "
             f"and max {int(lengths.max())}"
@@ -208,7 +267,11 @@ def check_labels(labels: object, mask: Tensor, N: int, name: str = "labels") -> 
     if labels.device != mask.device:
         raise ValueError(f"{name} is on {labels.device} but unary is on {mask.device}; use one device")
     bad = mask & ((labels < 0) | (labels >= N))
-    if bool(bad.any()):
+    if not _VALIDATION["on"]:
+        pass
+    elif not on_host(bad):
+        require(~bad.any(), f"{name} must lie in [0, N) = [0, {N}) within each length")
+    elif bool(bad.any()):
         b, t = (int(i) for i in bad.nonzero()[0].tolist())
         raise ValueError(
             f"{name} must lie in [0, N) = [0, {N}) within each length; {name}[{b}, {t}] = "
@@ -230,8 +293,14 @@ def guard_overflow(result: Tensor, potentials: Sequence[Tensor], terms: int, fea
     +inf or NaN always means overflow. -inf means "no feasible structure", unless the finite
     ``potentials`` are large enough for a sum of ``terms`` of them to overflow; then ``feasible()``
     ((B,) bool: the DP rerun on the -inf pattern alone) tells a feasible row whose scores overflowed
-    to -inf from an infeasible one. Costs one ``isfinite(result).all()`` when nothing is wrong.
+    to -inf from an infeasible one. Costs one ``isfinite(result).all()`` when nothing is wrong. Off
+    the CPU it only asserts, asynchronously, that no result is NaN or +inf.
     """
+    if not _VALIDATION["on"]:
+        return result
+    if not on_host(result):
+        require(~(torch.isnan(result) | torch.isposinf(result)).any(), _overflow(what, result.dtype, names))
+        return result
     bad = ~torch.isfinite(result)
     if not bool(bad.any()):
         return result
@@ -250,7 +319,12 @@ def cast_checked(x: Tensor, dtype: torch.dtype, what: str, names: str) -> Tensor
     """``x`` (computed in a wider dtype) cast to ``dtype``, or a ValueError where a finite entry
     becomes infinite in the cast (values that are already infinite keep their meaning)."""
     out = x.to(dtype)
-    if bool((torch.isfinite(x) & ~torch.isfinite(out)).any()):
+    if not _VALIDATION["on"]:
+        return out
+    overflowed = (torch.isfinite(x) & ~torch.isfinite(out)).any()
+    if not on_host(x):
+        require(~overflowed, _overflow(what, dtype, names))
+    elif bool(overflowed):
         raise ValueError(_overflow(what, dtype, names))
     return out
 

@@ -69,3 +69,31 @@ def test_window_on_cuda():
     s_cpu, p_cpu = st.viterbi_window(g.cpu())
     assert torch.equal(p_gpu.cpu(), p_cpu)
     torch.testing.assert_close(s_gpu.cpu(), s_cpu)
+
+
+@pytest.mark.parametrize("validate", [True, False])
+def test_chain_hot_path_does_not_synchronize(validate):
+    """Viterbi, log-partition forward and backward and marginals on the triton backend, with value
+    checks on (asynchronous assertions) and off, never synchronize with the host."""
+    from structtorch import _backend
+
+    if not _backend.triton_installed():
+        pytest.skip("Triton is not installed")
+    u = torch.randn(8, 50, 16, device="cuda", requires_grad=True)
+    a = torch.randn(16, 16, device="cuda", requires_grad=True)
+    lengths = torch.randint(1, 51, (8,), device="cuda")
+
+    def run():
+        st.viterbi(u, a, lengths=lengths)
+        st.log_partition(u, a, lengths=lengths).sum().backward()
+        st.marginals(u.detach(), a.detach(), lengths=lengths)
+
+    with st.use_backend("triton"):
+        run()  # compiles the kernels
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            with st.set_validation(validate):
+                run()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)

@@ -1,0 +1,68 @@
+"""The validation switch: value checks raise on CPU, become asynchronous device assertions on other
+devices (exercised here by treating CPU tensors as device tensors), and can be switched off."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import structtorch as st
+from structtorch import _checks
+
+
+@pytest.fixture
+def as_device(monkeypatch):
+    """Run the value checks as they run on a GPU: asynchronous assertions, no host reads."""
+    monkeypatch.setattr(_checks, "on_host", lambda x: False)
+
+
+def _bad_inputs():
+    u, a = torch.randn(2, 3, 4), torch.zeros(4, 4)
+    nan = u.clone()
+    nan[1, 2, 3] = float("nan")
+    return {
+        "unary NaN": (lambda: st.viterbi(nan, a), "unary contains NaN or \\+inf"),
+        "lengths": (lambda: st.log_partition(u, a, lengths=torch.tensor([4, 1])), r"lengths must lie in \[0, T\]"),
+        "labels": (lambda: st.path_score(u, a, torch.tensor([[0, 4, 0], [0, 0, 0]])), r"labels must lie in \[0, N\)"),
+        "overflow": (lambda: st.viterbi(torch.full((1, 3, 2), 2e38), torch.zeros(2, 2)), "the Viterbi score overflows"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_bad_inputs()))
+def test_device_checks_are_async_assertions(as_device, case):
+    call, message = _bad_inputs()[case]
+    with pytest.raises(RuntimeError, match="structtorch: " + message):  # _assert_async raises at once on CPU
+        call()
+
+
+@pytest.mark.parametrize("case", list(_bad_inputs()))
+def test_value_checks_can_be_switched_off(as_device, case):
+    call, _ = _bad_inputs()[case]
+    with st.set_validation(False):
+        assert not st.validation_enabled()
+        try:
+            call()
+        except (IndexError, RuntimeError) as exc:  # only PyTorch's own bounds checks remain
+            assert "structtorch" not in str(exc)
+    assert st.validation_enabled()
+
+
+def test_cpu_checks_name_the_entry_and_respect_the_switch():
+    u = torch.randn(2, 3, 4)
+    u[1, 2, 3] = float("nan")
+    with pytest.raises(ValueError, match=r"unary contains NaN at index \(1, 2, 3\)"):
+        st.viterbi(u, torch.zeros(4, 4))
+    st.set_validation(False)  # a plain call sets it for the process
+    try:
+        st.viterbi(u, torch.zeros(4, 4))
+    finally:
+        st.set_validation(True)
+    with pytest.raises(TypeError, match="enabled must be a bool"):
+        st.set_validation("no")
+
+
+def test_valid_inputs_pass_the_device_checks(as_device):
+    u, a = torch.randn(2, 3, 4), torch.randn(4, 4)
+    ref = st.viterbi(u, a)
+    torch.testing.assert_close(st.marginals(u, a).sum(-1), torch.ones(2, 3))
+    assert torch.equal(st.viterbi(u, a)[1], ref[1])
