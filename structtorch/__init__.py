@@ -1,6 +1,11 @@
-"""structtorch: differentiable structured prediction layers for PyTorch."""
+"""structtorch: differentiable structured prediction layers for PyTorch.
 
-from . import data, lp
+``structtorch.lp`` (HiGHS, scipy, cvxpy) and ``structtorch.data`` load on first use, so that
+``import structtorch`` needs torch alone.
+"""
+
+import importlib
+
 from ._backend import use_backend
 from ._checks import set_validation, validation_enabled
 from .chain import Viterbi, kbest, log_partition, marginals, path_score, viterbi, viterbi_window, window_score
@@ -48,3 +53,17 @@ __all__ = [
 ]
 
 __version__ = "0.3.0"
+
+_LAZY = ("lp", "data")
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        module = importlib.import_module(f".{name}", __name__)
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'structtorch' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -122,3 +122,16 @@ def test_the_choice_reaches_every_structure():
     finally:
         for p in patches:
             p.stop()
+
+
+def test_import_needs_torch_alone():
+    """`import structtorch` loads neither the LP stack nor Triton; `structtorch.lp` loads on use."""
+    import subprocess
+    import sys
+
+    code = ("import sys, structtorch as st\n"
+            "heavy = [m for m in ('scipy', 'highspy', 'cvxpy', 'cvxpylayers', 'triton') if m in sys.modules]\n"
+            "assert not heavy, heavy\n"
+            "assert st.lp.map_lp and 'highspy' in sys.modules and 'lp' in dir(st)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -17,7 +17,6 @@ import torch
 from torch import Tensor
 
 from .._checks import check_int, check_number
-from ..lp.graph import grid_edges
 
 __all__ = ["ObjectData", "synthetic_objects", "OBJECT_CLASSES"]
 
@@ -101,4 +100,6 @@ def synthetic_objects(n: int, cls: str = "bar", *, H: int = 16, W: int = 16, num
         feat = mean + noise * torch.randn(V, num_features - 1, generator=g, dtype=torch.float64)
         xs.append(torch.cat([feat, torch.ones(V, 1, dtype=torch.float64)], 1))
         ys.append(mask.reshape(V).long())
+    from ..lp.graph import grid_edges  # the LP stack loads on first use
+
     return ObjectData(torch.stack(xs), torch.stack(ys), grid_edges(H, W), (H, W))
