@@ -62,28 +62,28 @@ def test_float32_inputs_accumulate_in_float64():
     torch.testing.assert_close(logz.double(), st.log_partition(u.double(), a.double(), lengths=lengths))
 
 
-def _count_launches(monkeypatch):
-    from structtorch.chain import _triton
-
+def _count_launches(monkeypatch, module, names):
+    """Count the launches of the Triton kernels ``names`` of ``module`` (kernel[grid](...) calls)."""
     counts = {"n": 0}
-    for name in ("_viterbi_kernel", "_logz_kernel", "_backward_kernel"):
-        kernel = getattr(_triton, name)
 
-        class Counted:
-            def __init__(self, k):
-                self.k = k
+    class Counted:
+        def __init__(self, kernel):
+            self.kernel = kernel
 
-            def __getitem__(self, grid):
-                counts["n"] += 1
-                return self.k[grid]
+        def __getitem__(self, grid):
+            counts["n"] += 1
+            return self.kernel[grid]
 
-        monkeypatch.setattr(_triton, name, Counted(kernel))
+    for name in names:
+        monkeypatch.setattr(module, name, Counted(getattr(module, name)))
     return counts
 
 
 @pytest.mark.parametrize("T", [3, 12])
 def test_launches_per_call_do_not_grow_with_T(monkeypatch, T):
-    counts = _count_launches(monkeypatch)
+    from structtorch.chain import _triton
+
+    counts = _count_launches(monkeypatch, _triton, ("_viterbi_kernel", "_logz_kernel", "_backward_kernel"))
     u, a, lengths = _chain(2, T, 3)
     expected = {"viterbi": 1, "log_partition": 1, "log_partition + backward": 2, "marginals": 2}
     with st.use_backend("triton"):
@@ -96,3 +96,62 @@ def test_launches_per_call_do_not_grow_with_T(monkeypatch, T):
             counts["n"] = 0
             fn()
             assert counts["n"] == expected[name], (name, counts["n"])
+
+
+def _semimarkov(B, T, N, S, seed=0, segment=False, plif=False):
+    g = torch.Generator().manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    content = randn(B, T, N)
+    content[0, 1, 0] = float("-inf")
+    trans = randn(N, N)
+    trans[0, -1] = float("-inf")
+    kw = dict(max_len=S, length_scores=randn(S, N), boundary=randn(B, T, N), start=randn(N), end=randn(B, N),
+              lengths=torch.randint(0, T + 1, (B,), generator=g).index_fill_(0, torch.tensor([0]), T))
+    kw["boundary"][0, T // 2, :1] = float("-inf")
+    if segment:
+        kw["segment_scores"] = randn(B, T, S, N)
+    if plif:
+        kw["segment_plif"] = st.SegmentPLiF(randn(B, T, N), randn(N, 6), -1.0, 1.0)
+    return content, trans, kw
+
+
+@pytest.mark.parametrize("B, T, N, S, segment, plif", [
+    (3, 7, 3, 3, False, False), (3, 9, 2, 4, True, False), (2, 8, 3, 20, False, True),
+    (4, 6, 20, 3, True, False), (2, 5, 40, 2, False, False), (2, 70, 2, 70, False, False)])
+def test_semimarkov_triton_matches_compiled(B, T, N, S, segment, plif):
+    content, trans, kw = _semimarkov(B, T, N, S, segment=segment, plif=plif)
+    out = {}
+    for name in ("compiled", "triton"):
+        with st.use_backend(name):
+            score, labels, starts = st.semimarkov_viterbi(content, trans, **kw)
+            no_plif = {k: v for k, v in kw.items() if k != "segment_plif"}
+            inputs = [content.clone().requires_grad_(), trans.clone().requires_grad_()]
+            extra = {k: no_plif[k].clone().requires_grad_() for k in ("length_scores", "boundary", "start", "end")}
+            if segment:
+                extra["segment_scores"] = no_plif["segment_scores"].clone().requires_grad_()
+            logz = st.semimarkov_log_partition(*inputs, **{**no_plif, **extra})
+            grads = torch.autograd.grad(torch.where(torch.isfinite(logz), logz, 0).sum(), [*inputs, *extra.values()])
+            out[name] = (score, labels, starts, logz, *grads)
+    for got, ref in zip(out["triton"], out["compiled"], strict=True):
+        if got.is_floating_point():
+            torch.testing.assert_close(got, ref, atol=1e-10, rtol=1e-10)
+        else:
+            assert torch.equal(got, ref)
+
+
+def test_semimarkov_launches_per_call_do_not_grow_with_T(monkeypatch):
+    from structtorch.semimarkov import _triton
+
+    counts = _count_launches(monkeypatch, _triton, ("_forward_kernel", "_backward_kernel"))
+    for T in (4, 16):
+        content, trans, kw = _semimarkov(2, T, 3, 3)
+        with st.use_backend("triton"):
+            counts["n"] = 0
+            st.semimarkov_viterbi(content, trans, **kw)
+            assert counts["n"] == 1
+            counts["n"] = 0
+            st.semimarkov_log_partition(content.clone().requires_grad_(), trans, **kw).sum().backward()
+            assert counts["n"] == 2

@@ -80,12 +80,7 @@ def _viterbi_kernel(unary, trans, start, end, lengths, ring, bp, path, T, N,
                 best = tl.full([BLOCK], NEG, tl.float64)
                 arg = tl.zeros([BLOCK], tl.int32)
                 for i0 in range(0, N, BLOCK):
-                    cand = _candidates(src, A, i0, j, mj, r, N)
-                    m = tl.max(cand, axis=0)
-                    am = tl.argmax(cand, axis=0).to(tl.int32) + i0
-                    better = m > best  # strict: the first maximal index wins ties
-                    best = tl.where(better, m, best)
-                    arg = tl.where(better, am, arg)
+                    best, arg = _argmax_update(best, arg, _candidates(src, A, i0, j, mj, r, N), i0)
                 u = tl.load(unary + (b * T + t) * N + j, mask=mj, other=NEG).to(tl.float64)
                 tl.store(dst + j, best + u, mask=mj)
                 tl.store(bp + (b * T + t) * N + j, arg.to(bp.dtype.element_ty), mask=mj)
@@ -98,17 +93,24 @@ def _viterbi_kernel(unary, trans, start, end, lengths, ring, bp, path, T, N,
             mj = j < N
             v = tl.load(last + j, mask=mj, other=NEG)
             v += tl.load(end + b * N + j, mask=mj, other=NEG).to(tl.float64)
-            m = tl.max(v, axis=0)
-            am = tl.argmax(v, axis=0).to(tl.int32) + j0
-            better = m > best
-            best = tl.where(better, m, best)
-            label = tl.where(better, am, label)
+            best, label = _argmax_update(best, label, v, j0)
         if best > NEG:
             for s in range(0, L - 1):
                 t = L - 1 - s
                 tl.store(path + b * T + t, label.to(tl.int64))
                 label = tl.load(bp + (b * T + t) * N + label).to(tl.int32)
             tl.store(path + b * T, label.to(tl.int64))
+
+
+@triton.jit
+def _argmax_update(best, arg, cand, offset):
+    """Fold candidates (a (BLOCK, BLOCK) tile or a (BLOCK,) vector, reduced over axis 0, indices
+    from ``offset``) into the running (max, first argmax): strict comparison, so earlier indices
+    win ties."""
+    m = tl.max(cand, axis=0)
+    am = tl.argmax(cand, axis=0).to(tl.int32) + offset
+    better = m > best
+    return tl.where(better, m, best), tl.where(better, am, arg)
 
 
 @triton.jit

@@ -24,13 +24,21 @@ def last_forbidden(content: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def compiled_segmentation(sm: SemiMarkov, ops) -> tuple[Tensor, Tensor, Tensor]:
+def viterbi_segmentation(sm: SemiMarkov) -> tuple[Tensor, Tensor, Tensor]:
+    """(best (B,) float64, labels (B, T), starts (B, T)) from the compiled segment Viterbi."""
+    ops = chain_ops()
     segment = sm.content.new_empty(0) if sm.segment_scores is None else sm.segment_scores.contiguous()
     parts = (sm.length_scores, sm.boundary, segment, sm.transitions, sm.start, sm.end)
     plif = sm.segment_plif or SegmentPLiF(sm.content.new_empty(0), sm.content.new_empty(0, 2), 0.0, 1.0)
     return ops.semimarkov_viterbi_forward(sm.content.detach().contiguous(), last_forbidden(sm.content),
                                           *(x.detach().contiguous() for x in parts), sm.lengths,
                                           plif.tracks.detach(), plif.ordinates.detach(), plif.low, plif.high)
+
+
+def model_of(content, length, boundary, segment, transitions, start, end, lengths) -> SemiMarkov:
+    """The SemiMarkov of a log-partition Function's inputs (an empty ``segment`` means none)."""
+    segment = segment if segment.numel() else None
+    return SemiMarkov(content, transitions, length, boundary, segment, start, end, lengths)
 
 
 class LogPartition(torch.autograd.Function):
@@ -53,8 +61,7 @@ class LogPartition(torch.autograd.Function):
             ctx.saved_tensors)
         inputs = (content, length, boundary, segment, transitions, start, end)
         if torch.is_grad_enabled():  # create_graph: differentiate the PyTorch recursion
-            sm = SemiMarkov(content, transitions, length, boundary, segment if segment.numel() else None,
-                            start, end, lengths)
+            sm = model_of(content, length, boundary, segment, transitions, start, end, lengths)
             ref = _torch.log_partition(sm)
             return (*grads_through(ref, inputs, ctx.needs_input_grad[:7], grad), None)
         grads = chain_ops().semimarkov_logz_backward(

@@ -1,10 +1,11 @@
 """Semi-Markov (segment) dynamic programs: Viterbi and log-partition over segmentations (the model
 is described in :mod:`structtorch.semimarkov.layout`).
 
-On CPU tensors they run the compiled kernels (``csrc/semimarkov.cpp``, glue in ``_cpu.py``);
-elsewhere, on the "torch" backend, and for the log-partition with ``segment_plif``, the PyTorch
-reference (``_torch.py``). :mod:`structtorch._backend` decides. Time O(B T S N + B T N^2); memory
-O(B T N) unless ``segment_scores`` (B, T, max_len, N) is given.
+On CPU tensors they run the compiled kernels (``csrc/semimarkov.cpp``, glue in ``_cpu.py``), on
+CUDA tensors the Triton kernels (``_triton.py``); on the "torch" backend, and for the
+log-partition with ``segment_plif``, the PyTorch reference (``_torch.py``);
+:mod:`structtorch._backend` decides. Time O(B T S N + B T N^2); memory O(B T N) unless
+``segment_scores`` (B, T, max_len, N) is given.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from torch import Tensor
 
 from .._backend import backend_for
 from .._checks import LengthsLike, forbidden_pattern, guard_overflow
-from .._extension import chain_ops
 from .._numerics import NEG_INF
 from . import _cpu, _torch
 from .layout import SemiMarkov, check_semimarkov, semimarkov_score
@@ -71,12 +71,24 @@ def semimarkov_viterbi(
     """
     sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
                           start, end, lengths, segment_plif)
-    if sm.shape[1] > 0 and backend_for(sm.content) == "compiled":
-        best, labels, starts = _cpu.compiled_segmentation(sm, chain_ops())
-    else:
-        best, labels, starts = _torch.viterbi_segmentation(sm)
+    best, labels, starts = (_kernels(sm) or _torch).viterbi_segmentation(sm)
     score = semimarkov_score(sm, labels, starts).to(sm.content.dtype)
     return _guard(sm, torch.where(best > NEG_INF, score, NEG_INF), "the Viterbi score"), labels, starts
+
+
+def _kernels(sm: SemiMarkov):
+    """The kernel backend (the ``_cpu`` or ``_triton`` module) that runs these inputs, or None for
+    the PyTorch reference of ``_torch`` (see :mod:`structtorch._backend`)."""
+    if sm.shape[1] == 0:
+        return None
+    name = backend_for(sm.content)
+    if name == "compiled":
+        return _cpu
+    if name == "triton":
+        from . import _triton  # imports Triton: only when asked for
+
+        return _triton
+    return None
 
 
 def _guard(sm: SemiMarkov, result: Tensor, what: str) -> Tensor:
@@ -113,10 +125,11 @@ def semimarkov_log_partition(
                           start, end, lengths, segment_plif)
     if sm.shape[1] == 0:
         return sm.content.sum(dim=(1, 2))  # zeros, connected to the graph (as the chain's)
-    if sm.segment_plif is None and backend_for(sm.content) == "compiled":
+    kernels = _kernels(sm)
+    if sm.segment_plif is None and kernels is not None:
         segment = sm.content.new_empty(0) if sm.segment_scores is None else sm.segment_scores
         parts = (sm.length_scores, sm.boundary, segment, sm.transitions, sm.start, sm.end)
-        logz = _cpu.LogPartition.apply(sm.content, *(x.contiguous() for x in parts), sm.lengths)
+        logz = kernels.LogPartition.apply(sm.content, *(x.contiguous() for x in parts), sm.lengths)
     else:
         logz = _torch.log_partition(sm).to(sm.content.dtype)
     return _guard(sm, logz, "the log-partition")

@@ -1,0 +1,365 @@
+"""Semi-Markov dynamic programs as fused Triton kernels ("triton" backend).
+
+One launch per call, one program per sequence, running over segment ends e in order. At each end
+the candidate segments [e - d, e) are scored in (BLOCK_D x BLOCK_N) tiles of (length, label): their
+content sums (and the track sums of segment-mean PLiFs) accumulate backwards from e by a cumulative
+sum inside each tile plus a carry between tiles, never as differences of prefix sums. Forbidden
+(-inf) content caps the lengths through ``forb`` (the last forbidden position before each end), as
+in the compiled CPU kernels; everything accumulates in float64.
+
+- ``viterbi``: alpha/inc by max-plus with int32 argmax tables (first maximal length, then label),
+  and the backtrace into labels and segment starts;
+- ``log_partition``: alpha/inc by online log-sum-exp;
+- the backward: delta/gamma by the reverse recursion; every segment's marginal
+  exp(inc[s] + score + gamma[e] - logZ) spread onto content (a difference array, summed on the
+  host), lengths, boundaries, segment scores, transitions, start and end.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from ..chain._triton import _argmax_update, _candidates, _lse_finish, _lse_update
+from ._cpu import last_forbidden, model_of
+from .layout import SemiMarkov
+
+NEG = float("-inf")
+
+
+@triton.jit
+def _plif_value(x, n, mask, plif, P, low, high, scale):
+    """PLiF_n(x) for a tile x (BLOCK_D, BLOCK_N): linear interpolation on P points in [low, high]."""
+    pos = (tl.minimum(tl.maximum(x, low), high) - low) * scale
+    left = tl.minimum(pos.to(tl.int32), P - 2)
+    y0 = tl.load(plif + n[None, :] * P + left, mask=mask, other=0.0).to(tl.float64)
+    y1 = tl.load(plif + n[None, :] * P + left + 1, mask=mask, other=0.0).to(tl.float64)
+    return y0 + (pos - left) * (y1 - y0)
+
+
+@triton.jit
+def _segment_tile(b, e, d0, n, mn, dmax, carry, tcarry, content, length, boundary, segment, tracks, plif,
+                  T, S, N, P, low, high, scale, rd,
+                  HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr):
+    """Scores (without the incoming term) of segments [e - d, e) for d = d0 + 1 + rd and labels n,
+    -inf beyond ``dmax`` (BLOCK_N,); returns (scores, valid, new carry, new track carry)."""
+    d = d0 + 1 + rd
+    valid = (d[:, None] <= dmax[None, :]) & mn[None, :]
+    pos = e - d
+    c = tl.load(content + (b * T + pos[:, None]) * N + n[None, :], mask=valid, other=0.0).to(tl.float64)
+    v = tl.cumsum(c, axis=0) + carry[None, :]
+    carry += tl.sum(c, axis=0)
+    v += tl.load(length + (b * S + d[:, None] - 1) * N + n[None, :], mask=valid, other=0.0).to(tl.float64)
+    v += tl.load(boundary + (b * T + e - 1) * N + n, mask=mn, other=0.0).to(tl.float64)[None, :]
+    if HAS_SEGMENT:
+        v += tl.load(segment + ((b * T + e - 1) * S + d[:, None] - 1) * N + n[None, :], mask=valid,
+                     other=0.0).to(tl.float64)
+    if HAS_PLIF:
+        x = tl.load(tracks + (b * T + pos[:, None]) * N + n[None, :], mask=valid, other=0.0).to(tl.float64)
+        mean = (tl.cumsum(x, axis=0) + tcarry[None, :]) / d[:, None].to(tl.float64)
+        tcarry += tl.sum(x, axis=0)
+        v += _plif_value(mean, n, valid, plif, P, low, high, scale)
+    return tl.where(valid, v, NEG), valid, carry, tcarry
+
+
+@triton.jit
+def _max_length(b, e, n, mn, forb, boundary, T, S, N):
+    """The longest allowed segment ending at e per label: 0 where the boundary score is -inf."""
+    fb = tl.load(forb + (b * (T + 1) + e) * N + n, mask=mn, other=0)
+    bnd = tl.load(boundary + (b * T + e - 1) * N + n, mask=mn, other=NEG)
+    return tl.where(bnd == NEG, 0, tl.minimum(S, e - (fb + 1)))
+
+
+@triton.jit
+def _forward_kernel(content, forb, length, boundary, segment, trans, start, end, lengths, tracks, plif,
+                    alpha, inc, arg_d, arg_m, out, labels, starts, T, S, N, P, low, high, scale,
+                    VITERBI: tl.constexpr, HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr,
+                    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
+    b = tl.program_id(0)
+    L = tl.load(lengths + b)
+    rn = tl.arange(0, BLOCK_N)
+    rd = tl.arange(0, BLOCK_D)
+    al = alpha + b * (T + 1) * N
+    ic = inc + b * (T + 1) * N
+    result = tl.full([], 0.0, tl.float64)
+    if L > 0:
+        for n0 in range(0, N, BLOCK_N):
+            n = n0 + rn
+            tl.store(ic + n, tl.load(start + b * N + n, mask=n < N, other=NEG).to(tl.float64), mask=n < N)
+        tl.debug_barrier()
+        for e in range(1, L + 1):
+            for n0 in range(0, N, BLOCK_N):
+                n = n0 + rn
+                mn = n < N
+                dmax = _max_length(b, e, n, mn, forb, boundary, T, S, N)
+                carry = tl.zeros([BLOCK_N], tl.float64)
+                tcarry = tl.zeros([BLOCK_N], tl.float64)
+                best = tl.full([BLOCK_N], NEG, tl.float64)
+                acc = tl.zeros([BLOCK_N], tl.float64)
+                arg = tl.zeros([BLOCK_N], tl.int32)
+                for d0 in range(0, tl.max(dmax, axis=0), BLOCK_D):
+                    v, valid, carry, tcarry = _segment_tile(
+                        b, e, d0, n, mn, dmax, carry, tcarry, content, length, boundary, segment, tracks,
+                        plif, T, S, N, P, low, high, scale, rd, HAS_SEGMENT, HAS_PLIF)
+                    d = d0 + 1 + rd
+                    v += tl.load(ic + (e - d[:, None]) * N + n[None, :], mask=valid, other=NEG)
+                    if VITERBI:  # the shortest segment wins ties
+                        best, arg = _argmax_update(best, arg, v, d0 + 1)
+                    else:
+                        best, acc = _lse_update(best, acc, v, 0)
+                if VITERBI:
+                    tl.store(arg_d + (b * (T + 1) + e) * N + n, arg, mask=mn)
+                else:
+                    best = _lse_finish(best, acc)
+                tl.store(al + e * N + n, best, mask=mn)
+            tl.debug_barrier()
+            if e < L:
+                for n0 in range(0, N, BLOCK_N):
+                    n = n0 + rn
+                    mn = n < N
+                    best = tl.full([BLOCK_N], NEG, tl.float64)
+                    acc = tl.zeros([BLOCK_N], tl.float64)
+                    arg = tl.zeros([BLOCK_N], tl.int32)
+                    for m0 in range(0, N, BLOCK_N):
+                        cand = _candidates(al + e * N, trans, m0, n, mn, rn, N)
+                        if VITERBI:
+                            best, arg = _argmax_update(best, arg, cand, m0)
+                        else:
+                            best, acc = _lse_update(best, acc, cand, 0)
+                    if VITERBI:
+                        tl.store(arg_m + (b * (T + 1) + e) * N + n, arg, mask=mn)
+                    else:
+                        best = _lse_finish(best, acc)
+                    tl.store(ic + e * N + n, best, mask=mn)
+                tl.debug_barrier()
+        best = tl.full([BLOCK_N], NEG, tl.float64)
+        acc = tl.zeros([BLOCK_N], tl.float64)
+        label = tl.full([], 0, tl.int32)
+        top = tl.full([], NEG, tl.float64)
+        for n0 in range(0, N, BLOCK_N):
+            n = n0 + rn
+            mn = n < N
+            v = tl.load(al + L * N + n, mask=mn, other=NEG) + tl.load(end + b * N + n, mask=mn, other=NEG).to(
+                tl.float64)
+            if VITERBI:
+                top, label = _argmax_update(top, label, v, n0)
+            else:
+                best, acc = _lse_update(best, acc, v[None, :], 0)
+        if VITERBI:
+            result = top
+            if top > NEG:
+                stop = L
+                while stop > 0:
+                    d = tl.load(arg_d + (b * (T + 1) + stop) * N + label).to(tl.int64)
+                    first = stop - d
+                    for k in range(first, stop):
+                        tl.store(labels + b * T + k, label.to(tl.int64))
+                    tl.store(starts + b * T + first, 1)
+                    label = tl.load(arg_m + (b * (T + 1) + first) * N + label)
+                    stop = first
+        else:
+            m = tl.max(best, axis=0)
+            safe = tl.where(m == NEG, 0.0, m)
+            result = _lse_finish(m, tl.sum(acc * tl.exp(best - safe), axis=0))
+    tl.store(out + b, result)
+
+
+@triton.jit
+def _add(ptr, value, mask):
+    """*ptr += value where mask (one program: no two lanes share an address)."""
+    tl.store(ptr, tl.load(ptr, mask=mask, other=0.0) + value, mask=mask)
+
+
+@triton.jit
+def _backward_kernel(grad, logz, alpha, inc, content, forb, length, boundary, segment, trans, start, end,
+                     lengths, gamma, delta, diff, g_length, g_boundary, g_segment, g_trans, g_start, g_end,
+                     T, S, N, HAS_SEGMENT: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
+    b = tl.program_id(0)
+    L = tl.load(lengths + b)
+    lz = tl.load(logz + b)
+    g = tl.load(grad + b)
+    rn = tl.arange(0, BLOCK_N)
+    rd = tl.arange(0, BLOCK_D)
+    row = b * (T + 1) * N
+    if (L > 0) & (lz > NEG) & (g != 0.0):
+        for n0 in range(0, N, BLOCK_N):
+            n = n0 + rn
+            mn = n < N
+            en = tl.load(end + b * N + n, mask=mn, other=NEG).to(tl.float64)
+            tl.store(gamma + row + L * N + n, en, mask=mn)
+            last = tl.load(alpha + row + L * N + n, mask=mn, other=NEG)
+            tl.store(g_end + b * N + n, g * tl.exp(last + en - lz), mask=mn)
+        tl.debug_barrier()
+        for k in range(0, L):
+            s = L - 1 - k
+            for n0 in range(0, N, BLOCK_N):
+                n = n0 + rn
+                mn = n < N
+                into = tl.load(inc + row + s * N + n, mask=mn, other=NEG)
+                carry = tl.zeros([BLOCK_N], tl.float64)
+                top = tl.full([BLOCK_N], NEG, tl.float64)
+                acc = tl.zeros([BLOCK_N], tl.float64)
+                leaving = tl.zeros([BLOCK_N], tl.float64)
+                for d0 in range(0, tl.minimum(S, L - s), BLOCK_D):
+                    d = d0 + 1 + rd
+                    e = s + d
+                    inside = (d[:, None] <= S) & (e[:, None] <= L) & mn[None, :]
+                    fb = tl.load(forb + (b * (T + 1) + e[:, None]) * N + n[None, :], mask=inside, other=0)
+                    valid = inside & (fb < s)
+                    at_end = (b * T + e[:, None] - 1) * N + n[None, :]  # (e - 1, n)
+                    at_len = (b * S + d[:, None] - 1) * N + n[None, :]  # (d - 1, n)
+                    at_seg = ((b * T + e[:, None] - 1) * S + d[:, None] - 1) * N + n[None, :]
+                    c = tl.load(content + at_end, mask=valid, other=0.0).to(tl.float64)
+                    term = tl.cumsum(c, axis=0) + carry[None, :]
+                    carry += tl.sum(c, axis=0)
+                    term += tl.load(length + at_len, mask=valid, other=0.0).to(tl.float64)
+                    term += tl.load(boundary + at_end, mask=valid, other=0.0).to(tl.float64)
+                    if HAS_SEGMENT:
+                        term += tl.load(segment + at_seg, mask=valid, other=0.0).to(tl.float64)
+                    term += tl.load(gamma + row + e[:, None] * N + n[None, :], mask=valid, other=NEG)
+                    term = tl.where(valid, term, NEG)
+                    top, acc = _lse_update(top, acc, term, 0)
+                    mu = tl.where(valid, g * tl.exp(into[None, :] + term - lz), 0.0)
+                    leaving += tl.sum(mu, axis=0)
+                    _add(diff + row + e[:, None] * N + n[None, :], -mu, valid)
+                    _add(g_length + at_len, mu, valid)
+                    _add(g_boundary + at_end, mu, valid)
+                    if HAS_SEGMENT:
+                        tl.store(g_segment + at_seg, mu, mask=valid)
+                tl.store(delta + row + s * N + n, _lse_finish(top, acc), mask=mn)
+                _add(diff + row + s * N + n, leaving, mn)
+            tl.debug_barrier()
+            if s > 0:  # gamma[s][m] = lse_n trans[m, n] + delta[s][n]
+                for m0 in range(0, N, BLOCK_N):
+                    m = m0 + rn
+                    mm = m < N
+                    top = tl.full([BLOCK_N], NEG, tl.float64)
+                    acc = tl.zeros([BLOCK_N], tl.float64)
+                    for n0 in range(0, N, BLOCK_N):
+                        n = n0 + rn
+                        mn = n < N
+                        tile = mm[:, None] & mn[None, :]
+                        w = tl.load(trans + m[:, None] * N + n[None, :], mask=tile, other=NEG).to(tl.float64)
+                        v = w + tl.load(delta + row + s * N + n, mask=mn, other=NEG)[None, :]
+                        top, acc = _lse_update(top, acc, v, 1)
+                    tl.store(gamma + row + s * N + m, _lse_finish(top, acc), mask=mm)
+                tl.debug_barrier()
+        for m0 in range(0, N, BLOCK_N):
+            m = m0 + rn
+            mm = m < N
+            for n0 in range(0, N, BLOCK_N):
+                n = n0 + rn
+                mn = n < N
+                tile = mm[:, None] & mn[None, :]
+                w = tl.load(trans + m[:, None] * N + n[None, :], mask=tile, other=NEG).to(tl.float64)
+                total = tl.zeros([BLOCK_N, BLOCK_N], tl.float64)
+                for s in range(1, L):
+                    a = tl.load(alpha + row + s * N + m, mask=mm, other=NEG)
+                    dl = tl.load(delta + row + s * N + n, mask=mn, other=NEG)
+                    total += g * tl.exp(a[:, None] + w + dl[None, :] - lz)
+                tl.store(g_trans + (b * N + m[:, None]) * N + n[None, :], total, mask=tile)
+        for n0 in range(0, N, BLOCK_N):
+            n = n0 + rn
+            mn = n < N
+            st = tl.load(start + b * N + n, mask=mn, other=NEG).to(tl.float64)
+            first = tl.load(delta + row + n, mask=mn, other=NEG)
+            tl.store(g_start + b * N + n, g * tl.exp(st + first - lz), mask=mn)
+
+
+def _meta(sm: SemiMarkov) -> dict:
+    _, _, S, N = sm.shape
+    return dict(BLOCK_D=max(16, min(64, triton.next_power_of_2(S))),
+                BLOCK_N=max(16, min(32, triton.next_power_of_2(N))))
+
+
+def _inputs(sm: SemiMarkov) -> tuple[Tensor, ...]:
+    """content, forb, length, boundary, segment (or empty), transitions, start, end: contiguous."""
+    segment = sm.content.new_empty(0) if sm.segment_scores is None else sm.segment_scores
+    parts = (sm.content, last_forbidden(sm.content), sm.length_scores, sm.boundary, segment, sm.transitions,
+             sm.start, sm.end)
+    return tuple(x.detach().contiguous() for x in parts)
+
+
+def _plif_args(sm: SemiMarkov) -> tuple:
+    plif = sm.segment_plif
+    if plif is None:
+        empty = sm.content.new_empty(0)
+        return empty, empty, 2, 0.0, 1.0, 1.0
+    P = plif.ordinates.shape[1]
+    return (plif.tracks.detach().contiguous(), plif.ordinates.detach().contiguous(), P, plif.low, plif.high,
+            (P - 1) / (plif.high - plif.low))
+
+
+def _forward(sm: SemiMarkov, viterbi: bool):
+    B, T, S, N = sm.shape
+    dev = sm.content.device
+    f64 = dict(dtype=torch.float64, device=dev)
+    alpha = torch.full((B, T + 1, N), NEG, **f64)
+    inc = torch.full((B, T + 1, N), NEG, **f64)
+    arg = torch.zeros((B, T + 1, N) if viterbi else (1,), dtype=torch.int32, device=dev)
+    arg_m = torch.zeros_like(arg)
+    out = torch.empty(B, **f64)
+    labels = torch.full((B, T), -1, dtype=torch.long, device=dev)
+    starts = torch.zeros(B, T, dtype=torch.int8, device=dev)
+    tracks, ordinates, P, low, high, scale = _plif_args(sm)
+    _forward_kernel[(B,)](*_inputs(sm), sm.lengths, tracks, ordinates, alpha, inc, arg, arg_m, out, labels,
+                          starts, T, S, N, P, low, high, scale, VITERBI=viterbi,
+                          HAS_SEGMENT=sm.segment_scores is not None, HAS_PLIF=sm.segment_plif is not None,
+                          **_meta(sm))
+    return out, alpha, inc, labels, starts.bool()
+
+
+@torch.no_grad()
+def viterbi_segmentation(sm: SemiMarkov) -> tuple[Tensor, Tensor, Tensor]:
+    """(best (B,) float64, labels (B, T), starts (B, T)) as the compiled kernel returns them."""
+    best, _, _, labels, starts = _forward(sm, viterbi=True)
+    feasible = (best > NEG).unsqueeze(1)
+    return best, torch.where(feasible, labels, -1), starts & feasible
+
+
+def _backward(sm: SemiMarkov, logz: Tensor, alpha: Tensor, inc: Tensor, g: Tensor) -> list[Tensor]:
+    B, T, S, N = sm.shape
+    f64 = dict(dtype=torch.float64, device=sm.content.device)
+    gamma = torch.full((B, T + 1, N), NEG, **f64)
+    delta = torch.full((B, T + 1, N), NEG, **f64)
+    diff = torch.zeros(B, T + 1, N, **f64)
+    g_length, g_boundary = torch.zeros(B, S, N, **f64), torch.zeros(B, T, N, **f64)
+    has_segment = sm.segment_scores is not None
+    g_segment = torch.zeros((B, T, S, N) if has_segment else (1,), **f64)
+    g_trans, g_start, g_end = torch.zeros(B, N, N, **f64), torch.zeros(B, N, **f64), torch.zeros(B, N, **f64)
+    _backward_kernel[(B,)](g, logz, alpha, inc, *_inputs(sm), sm.lengths, gamma, delta, diff, g_length,
+                           g_boundary, g_segment, g_trans, g_start, g_end, T, S, N, HAS_SEGMENT=has_segment,
+                           **_meta(sm))
+    inside = torch.arange(T, device=diff.device) < sm.lengths[:, None]
+    g_content = torch.where(inside.unsqueeze(2), diff.cumsum(1)[:, :T], 0.0)
+    return [g_content, g_length, g_boundary, g_segment if has_segment else g_segment.new_zeros(0),
+            g_trans.sum(0), g_start, g_end]
+
+
+class LogPartition(torch.autograd.Function):
+    """Semi-Markov log-partition on the Triton kernels with the segment-marginal backward; double
+    backward differentiates the PyTorch recursion (as on CPU)."""
+
+    @staticmethod
+    def forward(ctx, content, length, boundary, segment, transitions, start, end, lengths):
+        inputs = (content, length, boundary, segment, transitions, start, end, lengths)
+        logz, alpha, inc, _, _ = _forward(model_of(*inputs), viterbi=False)
+        logz = torch.where(lengths > 0, logz, 0.0)
+        ctx.save_for_backward(*inputs, logz, alpha, inc)
+        return logz.to(content.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        from .._numerics import grads_through
+        from . import _torch
+
+        *saved, logz, alpha, inc = ctx.saved_tensors
+        sm = model_of(*saved)
+        inputs = tuple(saved[:7])
+        content = saved[0]
+        if torch.is_grad_enabled():
+            return (*grads_through(_torch.log_partition(sm), inputs, ctx.needs_input_grad[:7], grad), None)
+        grads = _backward(sm, logz, alpha, inc, grad.double().contiguous())
+        return (*(gr.to(content.dtype) for gr in grads), None)
