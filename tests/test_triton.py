@@ -155,3 +155,38 @@ def test_semimarkov_launches_per_call_do_not_grow_with_T(monkeypatch):
             counts["n"] = 0
             st.semimarkov_log_partition(content.clone().requires_grad_(), trans, **kw).sum().backward()
             assert counts["n"] == 2
+
+
+@pytest.mark.parametrize("shared", [True, False])
+@pytest.mark.parametrize("rescaling, h, weighted", [
+    ("slack", None, False), ("margin", "square", False), ("slack", "negative", False), ("slack", None, True),
+    ("margin", None, True)])
+def test_hamming_tables_match_compiled(shared, rescaling, h, weighted):
+    from structtorch.lossaug import _triton
+
+    u, a, lengths = _chain(3, 7, 4, shared, seed=5)
+    u[0] = u[0].clamp(min=-5)  # a feasible target in every row
+    a = a.clamp(min=-5)
+    g = torch.Generator().manual_seed(6)
+    target = torch.randint(0, 4, (3, 7), generator=g)
+    weights = torch.randint(0, 3, (3, 7), generator=g) if weighted else None
+    hfun = {None: None, "square": lambda k: k**2, "negative": lambda k: 2 - k}[h]
+    kw = dict(h=hfun, rescaling=rescaling, lengths=lengths, weights=weights, algorithm="hamming")
+    with st.use_backend("compiled"):
+        ref = st.loss_augmented_viterbi(u, a, target, **kw)
+    with st.use_backend("triton"):
+        calls = {"n": 0}
+        original = _triton.chain_tables
+
+        def counted(*args):
+            calls["n"] += 1
+            return original(*args)
+
+        _triton.chain_tables = counted
+        try:
+            got = st.loss_augmented_viterbi(u, a, target, **kw)
+        finally:
+            _triton.chain_tables = original
+    assert calls["n"] >= 1  # the Triton tables ran (twice for a negative slack h: the minimum table)
+    assert torch.equal(got[1], ref[1]) and torch.equal(got[2], ref[2])
+    torch.testing.assert_close(got[0], ref[0])

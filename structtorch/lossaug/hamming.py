@@ -268,8 +268,13 @@ class _ChainStructure(_LabelStructure):
         if negate:
             parts = [negate_scores(x) for x in parts]
         chain = type(c)(*parts, c.lengths)
-        if _chain._kernels(chain) is _chain._cpu:  # the table's compiled kernel (linear chains)
+        kernels = _chain._kernels(chain)
+        if kernels is _chain._cpu:  # the table's compiled kernel (linear chains)
             return chain_tables_cpu(chain, target, weights, K)
+        if kernels is not None:  # the Triton backend
+            from ._triton import chain_tables
+
+            return chain_tables(chain, target, weights, K)
         return window_tables(chain_to_windows(chain), target, weights, c.lengths, K, 1)
 
 
