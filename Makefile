@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # a matching wheel. Override with `make TORCH_SPEC=torch test`.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test bench lint clean
+.PHONY: demo test bench lint clean gpu-wheels
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,11 @@ test: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/chain.py && $(PY) benchmarks/hamming.py && $(PY) benchmarks/semimarkov.py
+
+# Python 3.12 wheels of the GPU benchmark's peers, carried to a GPU machine without network
+gpu-wheels: $(VENV)/.installed
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d .gpu-wheels \
+		torch-struct pytorch-crf flash-semicrf
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check structtorch tests examples benchmarks

@@ -57,8 +57,8 @@ def torch_struct_cases(content, A, length, max_gb):
     gb = B * size / 2 * (S * N) ** 3 * 4 / 1e9
     if gb > max_gb:
         return f"skipped: its scan allocates about {gb:.0f} GB"
-    C = torch.cat([torch.zeros(B, 1, N), content.cumsum(1)], 1)
-    edge = torch.full((B, T, S + 1, N, N), -1e9)
+    C = torch.cat([content.new_zeros(B, 1, N), content.cumsum(1)], 1)
+    edge = content.new_full((B, T, S + 1, N, N), -1e9)  # on the inputs' device
     for d in range(1, S + 1):  # building the input is not timed
         seg = C[:, d:] - C[:, :-d] + length[d - 1]  # (B, T - d + 1, N): segments [s, s + d)
         edge[:, : T - d + 1, d] = seg.unsqueeze(3) + A.t()

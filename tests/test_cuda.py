@@ -97,3 +97,47 @@ def test_chain_hot_path_does_not_synchronize(validate):
                 run()
         finally:
             torch.cuda.set_sync_debug_mode(0)
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+@pytest.mark.parametrize("segment", [False, True])
+def test_semimarkov_on_cuda_matches_cpu(backend, segment):
+    torch.manual_seed(1)
+    B, T, S, N = 4, 30, 6, 5
+    content = torch.randn(B, T, N, dtype=torch.float64)
+    content[0, 3, 1] = float("-inf")
+    trans = torch.randn(N, N, dtype=torch.float64)
+    kw = dict(max_len=S, length_scores=torch.randn(S, N, dtype=torch.float64),
+              boundary=torch.randn(B, T, N, dtype=torch.float64), lengths=torch.tensor([30, 17, 1, 0]))
+    if segment:
+        kw["segment_scores"] = torch.randn(B, T, S, N, dtype=torch.float64)
+    plif = st.SegmentPLiF(torch.randn(B, T, N, dtype=torch.float64), torch.randn(N, 5, dtype=torch.float64), -1.0, 1.0)
+    ref = st.semimarkov_viterbi(content, trans, segment_plif=plif, **kw)
+    c = content.clone().requires_grad_()
+    ref_logz = st.semimarkov_log_partition(c, trans, **kw)
+    (ref_grad,) = torch.autograd.grad(ref_logz.sum(), c)
+    gpu = {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+    gplif = st.SegmentPLiF(plif.tracks.cuda(), plif.ordinates.cuda(), -1.0, 1.0)
+    with st.use_backend(backend):
+        got = st.semimarkov_viterbi(content.cuda(), trans.cuda(), segment_plif=gplif, **gpu)
+        c = content.cuda().requires_grad_()
+        logz = st.semimarkov_log_partition(c, trans.cuda(), **gpu)
+        (grad,) = torch.autograd.grad(logz.sum(), c)
+    assert torch.equal(got[1].cpu(), ref[1]) and torch.equal(got[2].cpu(), ref[2])
+    torch.testing.assert_close(got[0].cpu(), ref[0])
+    torch.testing.assert_close(logz.detach().cpu(), ref_logz.detach())
+    torch.testing.assert_close(grad.cpu(), ref_grad)
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+@pytest.mark.parametrize("rescaling, h", [("slack", None), ("margin", lambda k: k**2), ("slack", lambda k: 3 - k)])
+def test_loss_augmented_on_cuda_matches_cpu(backend, rescaling, h):
+    torch.manual_seed(2)
+    B, T, N = 5, 20, 4
+    u, a = torch.randn(B, T, N), torch.randn(N, N)
+    y, lengths = torch.randint(0, N, (B, T)), torch.tensor([20, 11, 3, 1, 0])
+    ref = st.loss_augmented_viterbi(u, a, y, h=h, rescaling=rescaling, lengths=lengths)
+    with st.use_backend(backend):
+        got = st.loss_augmented_viterbi(u.cuda(), a.cuda(), y.cuda(), h=h, rescaling=rescaling, lengths=lengths.cuda())
+    assert torch.equal(got[1].cpu(), ref[1]) and torch.equal(got[2].cpu(), ref[2])
+    torch.testing.assert_close(got[0].cpu(), ref[0])

@@ -81,3 +81,17 @@ def test_multicut_example_runs(tmp_path):
     out = tmp_path / "multicut.md"
     stdout = run_example("multicut_stability.py", "--quick", "--out", str(out))
     assert "| karate |" in stdout and "0.4198" in stdout and "[-inf," in out.read_text()
+
+
+def test_gpu_benchmark_script_runs_in_smoke_mode():
+    """benchmarks/gpu.py can only time on a GPU; --smoke runs every table at tiny sizes on CPU."""
+    import os
+
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    root = Path(__file__).parent.parent
+    proc = subprocess.run([sys.executable, str(root / "benchmarks/gpu.py"), "--smoke"], capture_output=True,
+                          text=True, timeout=600, env=env, cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for title in ("Linear chain", "Semi-Markov", "Hamming table"):
+        assert title in proc.stdout
+    assert "| 2,5,3 | logZ fwd+bwd |" in proc.stdout
