@@ -22,9 +22,10 @@ import triton.language as tl
 from torch import Tensor
 
 from .._checks import Chain
+from .._numerics import NEG_INF
 from . import _torch
 
-NEG = float("-inf")
+NEG = tl.constexpr(float("-inf"))  # in kernels; NEG_INF on the host
 
 
 def _block(N: int) -> int:
@@ -108,7 +109,7 @@ def _argmax_update(best, arg, cand, offset):
     from ``offset``) into the running (max, first argmax): strict comparison, so earlier indices
     win ties."""
     m = tl.max(cand, axis=0)
-    am = tl.argmax(cand, axis=0).to(tl.int32) + offset
+    am = (tl.argmax(cand, axis=0) + offset).to(tl.int32)
     better = m > best
     return tl.where(better, m, best), tl.where(better, am, arg)
 
@@ -249,7 +250,7 @@ def viterbi_path(chain: Chain) -> Tensor:
 def _forward(chain: Chain) -> tuple[Tensor, Tensor]:
     """logZ (B,) and alpha (B, T, N), both float64."""
     B, T, N = chain.shape
-    alpha = torch.full((B, T, N), NEG, dtype=torch.float64, device=chain.unary.device)
+    alpha = torch.full((B, T, N), NEG_INF, dtype=torch.float64, device=chain.unary.device)
     logz = torch.empty(B, dtype=torch.float64, device=chain.unary.device)
     grid, meta = _launch_args(chain)
     _logz_kernel[grid](chain.unary, chain.transitions, chain.start, chain.end, chain.lengths, alpha, logz,

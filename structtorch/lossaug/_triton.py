@@ -16,10 +16,11 @@ import triton.language as tl
 from torch import Tensor
 
 from .._checks import Chain
+from .._numerics import NEG_INF
 from ..chain._triton import _block_of
 from ._torch import Tables
 
-NEG = float("-inf")
+NEG = tl.constexpr(float("-inf"))  # in kernels; NEG_INF on the host
 
 
 @triton.jit
@@ -119,7 +120,7 @@ def chain_tables(chain: Chain, target: Tensor, weights: Tensor, K: int) -> Table
     K1, dev = K + 1, chain.unary.device
     ring = torch.empty(B, 2, N, K1, dtype=torch.float64, device=dev)
     bp = torch.empty(B, T, N, K1, dtype=torch.uint8 if N <= 256 else torch.int16, device=dev)
-    best = torch.full((B, K1), NEG, dtype=torch.float64, device=dev)
+    best = torch.full((B, K1), NEG_INF, dtype=torch.float64, device=dev)
     last = torch.zeros(B, K1, dtype=torch.long, device=dev)
     target, weights = target.contiguous(), weights.contiguous()
     meta = dict(SHARED=chain.shared, BLOCK_K=max(16, min(64, triton.next_power_of_2(K1))),
@@ -128,7 +129,7 @@ def chain_tables(chain: Chain, target: Tensor, weights: Tensor, K: int) -> Table
                         weights, ring, bp, best, last, T, N, K1, **meta)
     empty = (chain.lengths == 0).unsqueeze(1)
     count_zero = torch.arange(K1, device=dev) == 0
-    best = torch.where(empty, torch.where(count_zero, 0.0, NEG), best)
+    best = torch.where(empty, torch.where(count_zero, 0.0, NEG_INF), best)
 
     def backtrack(k: Tensor) -> Tensor:
         path = torch.full((B, T), -1, dtype=torch.long, device=dev)

@@ -22,11 +22,12 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from .._numerics import NEG_INF
 from ..chain._triton import _argmax_update, _candidates, _lse_finish, _lse_update
 from ._cpu import last_forbidden, model_of
 from .layout import SemiMarkov
 
-NEG = float("-inf")
+NEG = tl.constexpr(float("-inf"))  # in kernels; NEG_INF on the host
 
 
 @triton.jit
@@ -296,8 +297,8 @@ def _forward(sm: SemiMarkov, viterbi: bool):
     B, T, S, N = sm.shape
     dev = sm.content.device
     f64 = dict(dtype=torch.float64, device=dev)
-    alpha = torch.full((B, T + 1, N), NEG, **f64)
-    inc = torch.full((B, T + 1, N), NEG, **f64)
+    alpha = torch.full((B, T + 1, N), NEG_INF, **f64)
+    inc = torch.full((B, T + 1, N), NEG_INF, **f64)
     arg = torch.zeros((B, T + 1, N) if viterbi else (1,), dtype=torch.int32, device=dev)
     arg_m = torch.zeros_like(arg)
     out = torch.empty(B, **f64)
@@ -315,15 +316,15 @@ def _forward(sm: SemiMarkov, viterbi: bool):
 def viterbi_segmentation(sm: SemiMarkov) -> tuple[Tensor, Tensor, Tensor]:
     """(best (B,) float64, labels (B, T), starts (B, T)) as the compiled kernel returns them."""
     best, _, _, labels, starts = _forward(sm, viterbi=True)
-    feasible = (best > NEG).unsqueeze(1)
+    feasible = (best > NEG_INF).unsqueeze(1)
     return best, torch.where(feasible, labels, -1), starts & feasible
 
 
 def _backward(sm: SemiMarkov, logz: Tensor, alpha: Tensor, inc: Tensor, g: Tensor) -> list[Tensor]:
     B, T, S, N = sm.shape
     f64 = dict(dtype=torch.float64, device=sm.content.device)
-    gamma = torch.full((B, T + 1, N), NEG, **f64)
-    delta = torch.full((B, T + 1, N), NEG, **f64)
+    gamma = torch.full((B, T + 1, N), NEG_INF, **f64)
+    delta = torch.full((B, T + 1, N), NEG_INF, **f64)
     diff = torch.zeros(B, T + 1, N, **f64)
     g_length, g_boundary = torch.zeros(B, S, N, **f64), torch.zeros(B, T, N, **f64)
     has_segment = sm.segment_scores is not None
