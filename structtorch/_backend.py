@@ -8,7 +8,7 @@ Backends
     Fused Triton kernels, one launch per call, for CUDA tensors; with ``TRITON_INTERPRET=1`` set
     before Triton is imported, also for CPU tensors (Triton's interpreter: slow, for tests). They
     cover the linear-chain Viterbi, log-partition (forward and backward) and marginals, and the
-    semi-Markov Viterbi (with segment-mean PLiFs) and log-partition (forward and backward), and the
+    semi-Markov Viterbi and log-partition (forward and backward), segment-mean PLiFs included, and the
     Hamming-count tables of linear chains; the semi-Markov Hamming tables, order-l windows and
     k-best run ``"torch"`` on this backend so far.
 ``"torch"``

@@ -50,9 +50,11 @@ def _gpu_signatures():
                        "high": "fp64", "scale": "fp64"}
                 yield "semi forward", semi._forward_kernel, sig, dict(
                     VITERBI=viterbi, HAS_SEGMENT=segment, HAS_PLIF=viterbi, BLOCK_D=16, BLOCK_N=16)
-            sig = dict(grad=f64, logz=f64, alpha=f64, inc=f64, **inputs, gamma=f64, delta=f64, diff=f64,
-                       g_length=f64, g_boundary=f64, g_segment=f64, g_trans=f64, g_start=f64, g_end=f64, T=i, S=i, N=i)
-            yield "semi backward", semi._backward_kernel, sig, dict(HAS_SEGMENT=viterbi, BLOCK_D=16, BLOCK_N=16)
+            sig = dict(grad=f64, logz=f64, alpha=f64, inc=f64, **inputs, tracks=x, plif=x, gamma=f64, delta=f64,
+                       diff=f64, g_length=f64, g_boundary=f64, g_segment=f64, g_trans=f64, g_start=f64, g_end=f64,
+                       t_diff=f64, g_plif=f64, T=i, S=i, N=i, P=i, low="fp64", high="fp64", scale="fp64")
+            yield "semi backward", semi._backward_kernel, sig, dict(HAS_SEGMENT=viterbi, HAS_PLIF=not viterbi,
+                                                                    BLOCK_D=16, BLOCK_N=16)
     sig = dict(bp="*u8", lengths="*i64", target="*i64", weights="*i64", chosen="*i64", last="*i64", path="*i64",
                broken="*i8", T=i, N=i, K1=i)
     yield "hamming backtrack", hamming._backtrack_kernel, sig, {}

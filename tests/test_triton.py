@@ -142,6 +142,22 @@ def test_semimarkov_triton_matches_compiled(B, T, N, S, segment, plif):
             assert torch.equal(got, ref)
 
 
+def test_semimarkov_log_partition_with_segment_plif(monkeypatch):
+    """The Triton log-partition carries segment PLiFs (the compiled one does not: the reference runs):
+    value and gradients w.r.t. content, transitions, tracks and ordinates match the reference."""
+    content, trans, kw = _semimarkov(3, 9, 3, 4, seed=3, plif=True)
+    plif = kw.pop("segment_plif")
+    out = {}
+    for name in ("torch", "triton"):
+        inputs = [x.clone().requires_grad_() for x in (content, trans, plif.tracks, plif.ordinates)]
+        with st.use_backend(name):
+            logz = st.semimarkov_log_partition(*inputs[:2], segment_plif=st.SegmentPLiF(*inputs[2:], -1.0, 1.0),
+                                               **kw)
+            out[name] = (logz, *torch.autograd.grad(torch.where(torch.isfinite(logz), logz, 0).sum(), inputs))
+    for got, ref in zip(out["triton"], out["torch"], strict=True):
+        torch.testing.assert_close(got, ref, atol=1e-10, rtol=1e-10)
+
+
 def test_semimarkov_launches_per_call_do_not_grow_with_T(monkeypatch):
     from structtorch.semimarkov import _triton
 

@@ -69,3 +69,13 @@ class LogPartition(torch.autograd.Function):
             transitions, start, end, lengths)
         grads[4] = grads[4].sum(0)  # transitions are shared by the batch
         return (*(g.to(content.dtype) for g in grads), None)
+
+
+def log_partition(sm: SemiMarkov) -> Tensor:
+    """(B,) log-partition on the compiled kernels, differentiable (no segment PLiFs: see segments)."""
+    segment = sm.content.new_empty(0) if sm.segment_scores is None else sm.segment_scores
+    parts = (sm.length_scores, sm.boundary, segment, sm.transitions, sm.start, sm.end)
+    return LogPartition.apply(sm.content, *(x.contiguous() for x in parts), sm.lengths)
+
+
+SEGMENT_PLIF_LOG_PARTITION = False  # the compiled log-partition has no segment PLiFs

@@ -26,6 +26,7 @@ from .._numerics import NEG_INF
 from ..chain._triton import _argmax_update, _candidates, _lse_finish, _lse_update
 from ._cpu import last_forbidden, model_of
 from .layout import SemiMarkov
+from .plif import SegmentPLiF
 
 NEG = tl.constexpr(float("-inf"))  # in kernels; NEG_INF on the host
 
@@ -175,8 +176,9 @@ def _add(ptr, value, mask):
 
 @triton.jit
 def _backward_kernel(grad, logz, alpha, inc, content, forb, length, boundary, segment, trans, start, end,
-                     lengths, gamma, delta, diff, g_length, g_boundary, g_segment, g_trans, g_start, g_end,
-                     T, S, N, HAS_SEGMENT: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
+                     lengths, tracks, plif, gamma, delta, diff, g_length, g_boundary, g_segment, g_trans,
+                     g_start, g_end, t_diff, g_plif, T, S, N, P, low, high, scale, HAS_SEGMENT: tl.constexpr,
+                     HAS_PLIF: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
     b = tl.program_id(0)
     L = tl.load(lengths + b)
     lz = tl.load(logz + b)
@@ -200,9 +202,11 @@ def _backward_kernel(grad, logz, alpha, inc, content, forb, length, boundary, se
                 mn = n < N
                 into = tl.load(inc + row + s * N + n, mask=mn, other=NEG)
                 carry = tl.zeros([BLOCK_N], tl.float64)
+                tcarry = tl.zeros([BLOCK_N], tl.float64)
                 top = tl.full([BLOCK_N], NEG, tl.float64)
                 acc = tl.zeros([BLOCK_N], tl.float64)
                 leaving = tl.zeros([BLOCK_N], tl.float64)
+                t_leaving = tl.zeros([BLOCK_N], tl.float64)
                 for d0 in range(0, tl.minimum(S, L - s), BLOCK_D):
                     d = d0 + 1 + rd
                     e = s + d
@@ -219,6 +223,16 @@ def _backward_kernel(grad, logz, alpha, inc, content, forb, length, boundary, se
                     term += tl.load(boundary + at_end, mask=valid, other=0.0).to(tl.float64)
                     if HAS_SEGMENT:
                         term += tl.load(segment + at_seg, mask=valid, other=0.0).to(tl.float64)
+                    if HAS_PLIF:  # PLiF_n of the track mean, its slope and its interpolation weights
+                        x = tl.load(tracks + at_end, mask=valid, other=0.0).to(tl.float64)
+                        mean = (tl.cumsum(x, axis=0) + tcarry[None, :]) / d[:, None].to(tl.float64)
+                        tcarry += tl.sum(x, axis=0)
+                        pos = (tl.minimum(tl.maximum(mean, low), high) - low) * scale
+                        left = tl.minimum(pos.to(tl.int32), P - 2)
+                        frac = pos - left
+                        y0 = tl.load(plif + n[None, :] * P + left, mask=valid, other=0.0).to(tl.float64)
+                        y1 = tl.load(plif + n[None, :] * P + left + 1, mask=valid, other=0.0).to(tl.float64)
+                        term += y0 + frac * (y1 - y0)
                     term += tl.load(gamma + row + e[:, None] * N + n[None, :], mask=valid, other=NEG)
                     term = tl.where(valid, term, NEG)
                     top, acc = _lse_update(top, acc, term, 0)
@@ -229,8 +243,18 @@ def _backward_kernel(grad, logz, alpha, inc, content, forb, length, boundary, se
                     _add(g_boundary + at_end, mu, valid)
                     if HAS_SEGMENT:
                         tl.store(g_segment + at_seg, mu, mask=valid)
+                    if HAS_PLIF:  # lanes may share an ordinate: atomics
+                        at_plif = g_plif + (b * N + n[None, :]) * P + left
+                        tl.atomic_add(at_plif, mu * (1.0 - frac), mask=valid)
+                        tl.atomic_add(at_plif + 1, mu * frac, mask=valid)
+                        inside = (mean >= low) & (mean <= high)  # the slope of the clamp, as autograd's
+                        c = tl.where(valid & inside, mu * (y1 - y0) * scale / d[:, None].to(tl.float64), 0.0)
+                        t_leaving += tl.sum(c, axis=0)
+                        _add(t_diff + row + e[:, None] * N + n[None, :], -c, valid)
                 tl.store(delta + row + s * N + n, _lse_finish(top, acc), mask=mn)
                 _add(diff + row + s * N + n, leaving, mn)
+                if HAS_PLIF:
+                    _add(t_diff + row + s * N + n, t_leaving, mn)
             tl.debug_barrier()
             if s > 0:  # gamma[s][m] = lse_n trans[m, n] + delta[s][n]
                 for m0 in range(0, N, BLOCK_N):
@@ -330,24 +354,35 @@ def _backward(sm: SemiMarkov, logz: Tensor, alpha: Tensor, inc: Tensor, g: Tenso
     has_segment = sm.segment_scores is not None
     g_segment = torch.zeros((B, T, S, N) if has_segment else (1,), **f64)
     g_trans, g_start, g_end = torch.zeros(B, N, N, **f64), torch.zeros(B, N, **f64), torch.zeros(B, N, **f64)
-    _backward_kernel[(B,)](g, logz, alpha, inc, *_inputs(sm), sm.lengths, gamma, delta, diff, g_length,
-                           g_boundary, g_segment, g_trans, g_start, g_end, T, S, N, HAS_SEGMENT=has_segment,
+    tracks, ordinates, P, low, high, scale = _plif_args(sm)
+    has_plif = sm.segment_plif is not None
+    t_diff = torch.zeros((B, T + 1, N) if has_plif else (1,), **f64)
+    g_plif = torch.zeros((B, N, P) if has_plif else (1,), **f64)
+    _backward_kernel[(B,)](g, logz, alpha, inc, *_inputs(sm), sm.lengths, tracks, ordinates, gamma, delta,
+                           diff, g_length, g_boundary, g_segment, g_trans, g_start, g_end, t_diff, g_plif,
+                           T, S, N, P, low, high, scale, HAS_SEGMENT=has_segment, HAS_PLIF=has_plif,
                            **_meta(sm))
-    inside = torch.arange(T, device=diff.device) < sm.lengths[:, None]
-    g_content = torch.where(inside.unsqueeze(2), diff.cumsum(1)[:, :T], 0.0)
-    return [g_content, g_length, g_boundary, g_segment if has_segment else g_segment.new_zeros(0),
-            g_trans.sum(0), g_start, g_end]
+    inside = (torch.arange(T, device=diff.device) < sm.lengths[:, None]).unsqueeze(2)
+    grads = [torch.where(inside, diff.cumsum(1)[:, :T], 0.0), g_length, g_boundary,
+             g_segment if has_segment else g_segment.new_zeros(0), g_trans.sum(0), g_start, g_end]
+    if has_plif:
+        grads += [torch.where(inside, t_diff.cumsum(1)[:, :T], 0.0), g_plif.sum(0)]
+    return grads
 
 
 class LogPartition(torch.autograd.Function):
-    """Semi-Markov log-partition on the Triton kernels with the segment-marginal backward; double
-    backward differentiates the PyTorch recursion (as on CPU)."""
+    """Semi-Markov log-partition on the Triton kernels with the segment-marginal backward, segment
+    PLiFs included (gradients w.r.t. their tracks and ordinates); double backward differentiates
+    the PyTorch recursion (as on CPU)."""
 
     @staticmethod
-    def forward(ctx, content, length, boundary, segment, transitions, start, end, lengths):
-        inputs = (content, length, boundary, segment, transitions, start, end, lengths)
-        logz, alpha, inc, _, _ = _forward(model_of(*inputs), viterbi=False)
+    def forward(ctx, low, high, content, length, boundary, segment, transitions, start, end, tracks,
+                ordinates, lengths):
+        inputs = (content, length, boundary, segment, transitions, start, end, tracks, ordinates, lengths)
+        sm = _model(low, high, *inputs)
+        logz, alpha, inc, _, _ = _forward(sm, viterbi=False)
         logz = torch.where(lengths > 0, logz, 0.0)
+        ctx.support = (low, high)
         ctx.save_for_backward(*inputs, logz, alpha, inc)
         return logz.to(content.dtype)
 
@@ -357,10 +392,33 @@ class LogPartition(torch.autograd.Function):
         from . import _torch
 
         *saved, logz, alpha, inc = ctx.saved_tensors
-        sm = model_of(*saved)
-        inputs = tuple(saved[:7])
-        content = saved[0]
+        sm = _model(*ctx.support, *saved)
+        inputs = tuple(saved[:9])
+        needs = ctx.needs_input_grad[2:11]
         if torch.is_grad_enabled():
-            return (*grads_through(_torch.log_partition(sm), inputs, ctx.needs_input_grad[:7], grad), None)
+            return (None, None, *grads_through(_torch.log_partition(sm), inputs, needs, grad), None)
         grads = _backward(sm, logz, alpha, inc, grad.double().contiguous())
-        return (*(gr.to(content.dtype) for gr in grads), None)
+        grads += [None] * (9 - len(grads))  # no PLiF: no track or ordinate gradients
+        dtype = saved[0].dtype
+        return (None, None, *(None if gr is None else gr.to(dtype) for gr in grads), None)
+
+
+def _model(low, high, content, length, boundary, segment, transitions, start, end, tracks, ordinates,
+           lengths) -> SemiMarkov:
+    """The SemiMarkov of the Function's inputs (empty tracks: no segment PLiF)."""
+    sm = model_of(content, length, boundary, segment, transitions, start, end, lengths)
+    if tracks.numel():
+        sm.segment_plif = SegmentPLiF(tracks, ordinates, low, high)
+    return sm
+
+
+def log_partition(sm: SemiMarkov) -> Tensor:
+    """(B,) log-partition on the Triton kernels, differentiable (segment PLiFs included)."""
+    segment = sm.content.new_empty(0) if sm.segment_scores is None else sm.segment_scores
+    plif = sm.segment_plif or SegmentPLiF(sm.content.new_empty(0), sm.content.new_empty(0, 2), 0.0, 1.0)
+    parts = (sm.length_scores, sm.boundary, segment, sm.transitions, sm.start, sm.end, plif.tracks,
+             plif.ordinates)
+    return LogPartition.apply(plif.low, plif.high, sm.content, *(x.contiguous() for x in parts), sm.lengths)
+
+
+SEGMENT_PLIF_LOG_PARTITION = True

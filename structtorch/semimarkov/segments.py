@@ -2,8 +2,9 @@
 is described in :mod:`structtorch.semimarkov.layout`).
 
 On CPU tensors they run the compiled kernels (``csrc/semimarkov.cpp``, glue in ``_cpu.py``), on
-CUDA tensors the Triton kernels (``_triton.py``); on the "torch" backend, and for the
-log-partition with ``segment_plif``, the PyTorch reference (``_torch.py``);
+CUDA tensors the Triton kernels (``_triton.py``, segment PLiFs included in both DPs); on the
+"torch" backend, and for the compiled log-partition with ``segment_plif``, the PyTorch reference
+(``_torch.py``);
 :mod:`structtorch._backend` decides. Time O(B T S N + B T N^2); memory O(B T N) unless
 ``segment_scores`` (B, T, max_len, N) is given.
 """
@@ -126,10 +127,8 @@ def semimarkov_log_partition(
     if sm.shape[1] == 0:
         return sm.content.sum(dim=(1, 2))  # zeros, connected to the graph (as the chain's)
     kernels = _kernels(sm)
-    if sm.segment_plif is None and kernels is not None:
-        segment = sm.content.new_empty(0) if sm.segment_scores is None else sm.segment_scores
-        parts = (sm.length_scores, sm.boundary, segment, sm.transitions, sm.start, sm.end)
-        logz = kernels.LogPartition.apply(sm.content, *(x.contiguous() for x in parts), sm.lengths)
+    if kernels is not None and (sm.segment_plif is None or kernels.SEGMENT_PLIF_LOG_PARTITION):
+        logz = kernels.log_partition(sm)
     else:
         logz = _torch.log_partition(sm).to(sm.content.dtype)
     return _guard(sm, logz, "the log-partition")
