@@ -55,6 +55,13 @@ def _gpu_signatures():
                        t_diff=f64, g_plif=f64, T=i, S=i, N=i, P=i, low="fp64", high="fp64", scale="fp64")
             yield "semi backward", semi._backward_kernel, sig, dict(HAS_SEGMENT=viterbi, HAS_PLIF=not viterbi,
                                                                     BLOCK_D=16, BLOCK_N=16)
+    x = "*fp32"  # the largest tiles the wrappers pick (N >= 64: chain tiles of 64 x 64)
+    yield "chain viterbi (64)", chain._viterbi_kernel, dict(unary=x, trans=x, start=x, end=x, lengths="*i64",
+                                                             ring=f64, bp="*i16", path="*i64", T=i, N=i), dict(
+        SHARED=True, BLOCK=64)
+    yield "chain backward (64)", chain._backward_kernel, dict(
+        grad=f64, unary=x, trans=x, end=x, lengths="*i64", alpha=f64, logz=f64, ring=f64, g_unary=f64, g_trans=f64,
+        T=i, N=i), dict(SHARED=False, EDGES=True, BLOCK=64)
     sig = dict(bp="*u8", lengths="*i64", target="*i64", weights="*i64", chosen="*i64", last="*i64", path="*i64",
                broken="*i8", T=i, N=i, K1=i)
     yield "hamming backtrack", hamming._backtrack_kernel, sig, {}
