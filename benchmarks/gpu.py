@@ -6,7 +6,12 @@ Prints markdown tables of median times (CUDA-synchronized), the ratio structtorc
 installed are noted and skipped; torch-struct is skipped where its scan would need more than
 --ts-max-gb; the PyTorch loops are skipped where one call would exceed --loop-max-s.
 
-    python benchmarks/gpu.py [--budget 0.5] [--quick]
+flash-semicrf is timed through ``semi_crf_streaming_forward`` on the cumulative content sums, the
+transitions and the length scores at the same (B, T, K = max_len, C = N): the same O(T K C^2) work,
+but its model's conventions differ from ours (its log-partition of the same inputs is not ours), so
+only times are compared.
+
+    python benchmarks/gpu.py [--budget 0.5] [--quick] [--smoke]
 """
 
 from __future__ import annotations
