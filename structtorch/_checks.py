@@ -166,6 +166,17 @@ def check_values(name: str, x: Tensor) -> None:
         )
 
 
+def check_finite(name: str, x: Tensor) -> None:
+    """Raise a ValueError when ``x`` has a non-finite entry (-inf included); an asynchronous
+    assertion off the CPU, nothing when value checks are off (see :class:`set_validation`)."""
+    if not _VALIDATION["on"]:
+        return
+    if not on_host(x):
+        return require(torch.isfinite(x).all(), f"{name} must be finite")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} must be finite")
+
+
 def check_device(name: str, x: Tensor, ref: Tensor, ref_name: str = "unary") -> None:
     if x.device != ref.device:
         raise ValueError(f"{name} is on {x.device} but {ref_name} is on {ref.device}; use one device")

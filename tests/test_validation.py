@@ -66,3 +66,14 @@ def test_valid_inputs_pass_the_device_checks(as_device):
     ref = st.viterbi(u, a)
     torch.testing.assert_close(st.marginals(u, a).sum(-1), torch.ones(2, 3))
     assert torch.equal(st.viterbi(u, a)[1], ref[1])
+
+
+def test_segment_plif_checks_follow_the_switch(as_device):
+    """Review finding: the PLiF finiteness checks read the tensors on the host whatever the switch."""
+    tracks = torch.zeros(1, 3, 2)
+    tracks[0, 1, 0] = float("-inf")  # allowed in potentials, not in tracks
+    plif = st.SegmentPLiF(tracks, torch.zeros(2, 3), -1.0, 1.0)
+    with pytest.raises(RuntimeError, match="structtorch: segment_plif.tracks must be finite"):
+        st.semimarkov_viterbi(torch.zeros(1, 3, 2), torch.zeros(2, 2), max_len=2, segment_plif=plif)
+    with st.set_validation(False):
+        st.semimarkov_viterbi(torch.zeros(1, 3, 2), torch.zeros(2, 2), max_len=2, segment_plif=plif)

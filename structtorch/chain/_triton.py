@@ -64,8 +64,8 @@ def _candidates(src, A, i0, j, mj, r, N):
 @triton.jit
 def _viterbi_kernel(unary, trans, start, end, lengths, ring, bp, path, T, N,
                     SHARED: tl.constexpr, BLOCK: tl.constexpr):
-    b = tl.program_id(0)
-    L = tl.load(lengths + b)
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
+    L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
     r = tl.arange(0, BLOCK)
     buf = ring + b * 2 * N
     if L > 0:
@@ -134,8 +134,8 @@ def _lse_finish(m, s):
 @triton.jit
 def _logz_kernel(unary, trans, start, end, lengths, alpha, logz, T, N,
                  SHARED: tl.constexpr, BLOCK: tl.constexpr):
-    b = tl.program_id(0)
-    L = tl.load(lengths + b)
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
+    L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
     r = tl.arange(0, BLOCK)
     al = alpha + b * T * N
     result = tl.full([], 0.0, tl.float64)
@@ -177,8 +177,8 @@ def _backward_kernel(grad, unary, trans, end, lengths, alpha, logz, ring, g_unar
                      SHARED: tl.constexpr, EDGES: tl.constexpr, BLOCK: tl.constexpr):
     """beta by the backward recursion; node marginals into g_unary (B, T, N), edge marginals into
     g_trans ((B, N, N) summed over time when SHARED, else (B, T-1, N, N)), all scaled by grad[b]."""
-    b = tl.program_id(0)
-    L = tl.load(lengths + b)
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
+    L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
     lz = tl.load(logz + b)
     g = tl.load(grad + b)
     r = tl.arange(0, BLOCK)

@@ -26,8 +26,8 @@ NEG = tl.constexpr(float("-inf"))  # in kernels; NEG_INF on the host
 @triton.jit
 def _table_kernel(unary, trans, start, end, lengths, target, weights, ring, bp, best, last, T, N, K1,
                   SHARED: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_J: tl.constexpr):
-    b = tl.program_id(0)
-    L = tl.load(lengths + b)
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
+    L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
     rk = tl.arange(0, BLOCK_K)
     rj = tl.arange(0, BLOCK_J)
     buf = ring + b * 2 * N * K1
@@ -97,8 +97,8 @@ def _table_kernel(unary, trans, start, end, lengths, target, weights, ring, bp, 
 
 @triton.jit
 def _backtrack_kernel(bp, lengths, target, weights, chosen, last, path, broken, T, N, K1):
-    b = tl.program_id(0)
-    L = tl.load(lengths + b)
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
+    L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
     k = tl.load(chosen + b)
     if (L > 0) & (k >= 0):
         j = tl.load(last + b * K1 + k).to(tl.int32)

@@ -79,8 +79,8 @@ def _forward_kernel(content, forb, length, boundary, segment, trans, start, end,
                     alpha, inc, arg_d, arg_m, out, labels, starts, T, S, N, P, low, high, scale,
                     VITERBI: tl.constexpr, HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr,
                     BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
-    b = tl.program_id(0)
-    L = tl.load(lengths + b)
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
+    L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
     rn = tl.arange(0, BLOCK_N)
     rd = tl.arange(0, BLOCK_D)
     al = alpha + b * (T + 1) * N
@@ -179,8 +179,8 @@ def _backward_kernel(grad, logz, alpha, inc, content, forb, length, boundary, se
                      lengths, tracks, plif, gamma, delta, diff, g_length, g_boundary, g_segment, g_trans,
                      g_start, g_end, t_diff, g_plif, T, S, N, P, low, high, scale, HAS_SEGMENT: tl.constexpr,
                      HAS_PLIF: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
-    b = tl.program_id(0)
-    L = tl.load(lengths + b)
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
+    L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
     lz = tl.load(logz + b)
     g = tl.load(grad + b)
     rn = tl.arange(0, BLOCK_N)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .._checks import _fmt, check_float, check_lengths, check_unary
+from .._checks import _fmt, check_finite, check_float, check_lengths, check_unary
 from .._numerics import NEG_INF, accumulate
 from .plif import SegmentPLiF, check_support, plif_interpolate
 
@@ -87,14 +87,12 @@ def _check_segment_plif(plif: object, content: Tensor) -> SegmentPLiF | None:
     if tracks.shape != (B, T, N):
         raise ValueError(f"segment_plif.tracks must have shape (B, T, N) = ({B}, {T}, {N}), "
                          f"got {_fmt(tracks.shape)}")
-    if not bool(torch.isfinite(tracks).all()):
-        raise ValueError("segment_plif.tracks must be finite")
+    check_finite("segment_plif.tracks", tracks)
     ordinates = check_float("segment_plif.ordinates", plif.ordinates, content, "content")
     if ordinates.dim() != 2 or ordinates.shape[0] != N or ordinates.shape[1] < 2:
         raise ValueError(f"segment_plif.ordinates must have shape (N, P) = ({N}, P) with P >= 2, "
                          f"got {_fmt(ordinates.shape)}")
-    if not bool(torch.isfinite(ordinates).all()):
-        raise ValueError("segment_plif.ordinates must be finite")
+    check_finite("segment_plif.ordinates", ordinates)
     try:
         low, high = check_support(ordinates.shape[1], plif.low, plif.high)
     except (TypeError, ValueError) as exc:
