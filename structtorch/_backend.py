@@ -28,14 +28,16 @@ keeps one implementation per backend: ``_torch.py`` (reference) and ``_cpu.py`` 
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import warnings
+from types import ModuleType
 
 from torch import Tensor
 
 from ._extension import chain_ops
 
-__all__ = ["use_backend", "backend_for", "BACKENDS"]
+__all__ = ["use_backend", "backend_for", "kernels", "BACKENDS"]
 
 BACKENDS = ("compiled", "triton", "torch")
 ENV = "STRUCTTORCH_BACKEND"
@@ -129,3 +131,13 @@ def backend_for(x: Tensor) -> str:
         if reason is not None:
             return _fallback(reason)
     return name
+
+
+_MODULE = {"compiled": "._cpu", "triton": "._triton"}
+
+
+def kernels(x: Tensor, package: str) -> ModuleType | None:
+    """The kernel module of ``package`` (its ``_cpu`` or ``_triton``) for the backend that runs
+    tensors like ``x``, or None for the PyTorch loops. Triton is imported only when chosen."""
+    name = backend_for(x)
+    return None if name == "torch" else importlib.import_module(_MODULE[name], package)

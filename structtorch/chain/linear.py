@@ -24,7 +24,7 @@ import numbers
 import torch
 from torch import Tensor, nn
 
-from .._backend import backend_for
+from .._backend import kernels
 from .._checks import (
     Chain,
     LengthsLike,
@@ -32,29 +32,18 @@ from .._checks import (
     check_chain,
     check_labels,
 )
-from .._numerics import accumulate
+from .._numerics import NEG_INF, accumulate
 from . import _cpu, _torch
 from ._torch import accumulating
 
 __all__ = ["viterbi", "log_partition", "marginals", "path_score", "kbest", "Viterbi"]
 
-NEG_INF = float("-inf")
-
-
 def _kernels(chain: Chain):
-    """The kernel backend (the ``_cpu`` or ``_triton`` module) that runs these chain inputs, or None
-    for the PyTorch loops of ``_torch`` (see :mod:`structtorch._backend`)."""
+    """The kernel module (``_cpu`` or ``_triton``) that runs these chain inputs, or None for the
+    PyTorch loops of ``_torch`` (see :mod:`structtorch._backend`)."""
     _, T, N = chain.shape
-    if T == 0:
-        return None
-    name = backend_for(chain.unary)
-    if name == "compiled":
-        return _cpu if N <= 32767 else None
-    if name == "triton":
-        from . import _triton  # imports Triton: only when asked for
-
-        return _triton
-    return None
+    module = kernels(chain.unary, __package__) if T > 0 else None
+    return None if module is _cpu and N > 32767 else module  # int16 backpointers on CPU
 
 
 def _viterbi_path(chain: Chain) -> Tensor:

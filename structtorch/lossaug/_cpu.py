@@ -9,7 +9,7 @@ from .._extension import chain_ops
 from ._torch import Tables
 
 
-def chain_tables_cpu(chain: Chain, target: Tensor, weights: Tensor, K: int) -> Tables:
+def chain_tables(chain: Chain, target: Tensor, weights: Tensor, K: int) -> Tables:
     """Compiled tables for a linear chain on CPU; weights (B, T) int64."""
     ops = chain_ops()
     args = (chain.lengths, target.contiguous(), weights.contiguous())

@@ -25,6 +25,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from .._backend import kernels
 from .._checks import (
     LengthsLike,
     _fmt,
@@ -34,11 +35,10 @@ from .._checks import (
     check_lengths,
     guard_overflow,
 )
-from .._numerics import accumulate
+from .._numerics import NEG_INF, accumulate
 from ..chain import linear as _chain
 from ..chain._torch import accumulating
 from ..chain.window import _check_scores, _window_path, _window_score
-from ._cpu import chain_tables_cpu
 from ._torch import Tables, chain_to_windows, negate_scores, window_tables
 
 __all__ = ["loss_augmented_viterbi", "loss_augmented_viterbi_window"]
@@ -46,7 +46,6 @@ __all__ = ["loss_augmented_viterbi", "loss_augmented_viterbi_window"]
 HLike = Callable[[Tensor], Tensor] | Tensor | None
 RESCALINGS = ("margin", "slack")
 ALGORITHMS = ("auto", "hamming", "viterbi")
-NEG_INF = float("-inf")
 MAX_COUNTS = 1_000_000  # largest Hamming-table count dimension accepted
 
 
@@ -268,13 +267,8 @@ class _ChainStructure(_LabelStructure):
         if negate:
             parts = [negate_scores(x) for x in parts]
         chain = type(c)(*parts, c.lengths)
-        kernels = _chain._kernels(chain)
-        if kernels is _chain._cpu:  # the table's compiled kernel (linear chains)
-            return chain_tables_cpu(chain, target, weights, K)
-        if kernels is not None:  # the Triton backend
-            from ._triton import chain_tables
-
-            return chain_tables(chain, target, weights, K)
+        if _chain._kernels(chain) is not None:  # the table's kernel on the chosen backend
+            return kernels(chain.unary, __package__).chain_tables(chain, target, weights, K)
         return window_tables(chain_to_windows(chain), target, weights, c.lengths, K, 1)
 
 

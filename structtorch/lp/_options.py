@@ -16,7 +16,7 @@ from torch import Tensor
 
 from .. import _checks
 
-__all__ = ["check_int", "check_tol", "check_real", "check_costs", "check_real_tensor", "as_real_tensor",
+__all__ = ["check_tol", "check_real", "check_costs", "check_real_tensor", "as_real_tensor",
            "is_integer_dtype", "MAX_COST"]
 
 MAX_COST = 1e20
@@ -26,11 +26,6 @@ MAX_COST = 1e20
 def is_integer_dtype(dtype: torch.dtype) -> bool:
     """Integer tensor dtypes (not bool, floating point or complex)."""
     return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
-
-
-def check_int(name: str, value: object, minimum: int = 1) -> int:
-    """``value`` as an int >= ``minimum`` (bools and floats are rejected): the package's check."""
-    return _checks.check_int(name, value, minimum)
 
 
 def check_real(name: str, value: object, *, minimum: float = -math.inf, strict: bool = False) -> float:

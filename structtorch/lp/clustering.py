@@ -11,7 +11,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._options import as_real_tensor, check_costs, check_int, check_real
+from .._checks import check_int
+from ._options import as_real_tensor, check_costs, check_real
 
 __all__ = ["all_pairs", "modularity_weights", "correlation_weights", "consensus_weights",
            "cluster_size_bias", "modularity"]
@@ -19,7 +20,7 @@ __all__ = ["all_pairs", "modularity_weights", "correlation_weights", "consensus_
 
 def all_pairs(V: int) -> Tensor:
     """(V (V - 1) / 2, 2) int64 edges of the complete graph on V >= 0 nodes, i < j."""
-    V = check_int("V", V, minimum=0)
+    V = check_int("V", V, 0)
     i, j = torch.triu_indices(V, V, offset=1)
     return torch.stack([i, j], 1)
 

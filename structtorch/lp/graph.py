@@ -6,8 +6,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._checks import _fmt, check_float
-from ._options import check_int, is_integer_dtype
+from .._checks import _fmt, check_float, check_int
+from ._options import is_integer_dtype
 
 __all__ = ["grid_edges", "check_edges", "check_graph_potentials", "num_nodes_of"]
 
@@ -18,7 +18,7 @@ def grid_edges(H: int, W: int, connectivity: int = 4) -> Tensor:
     ``H``, ``W``: ints >= 1. ``connectivity`` 4 joins horizontal and vertical neighbours, 8 also
     the diagonal ones.
     """
-    H, W = check_int("H", H), check_int("W", W)
+    H, W = check_int("H", H, 1), check_int("W", W, 1)
     if isinstance(connectivity, bool) or connectivity not in (4, 8):
         raise ValueError(f"connectivity must be 4 or 8, got {connectivity!r}")
     idx = torch.arange(H * W).view(H, W)

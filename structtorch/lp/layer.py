@@ -23,7 +23,8 @@ import scipy.sparse as sp
 import torch
 from torch import Tensor, nn
 
-from ._options import check_int, check_real, check_real_tensor
+from .._checks import check_int
+from ._options import check_real, check_real_tensor
 from .graph import check_edges, check_graph_potentials, num_nodes_of
 from .relaxation import check_cuts
 
@@ -88,9 +89,9 @@ class MAPRelaxation(nn.Module):
         import cvxpy as cp
         from cvxpylayers.torch import CvxpyLayer
 
-        num_labels = check_int("num_labels", num_labels, minimum=2)
+        num_labels = check_int("num_labels", num_labels, 2)
         smoothing = check_real("smoothing", smoothing, minimum=0.0)
-        max_cuts = check_int("max_cuts", max_cuts)
+        max_cuts = check_int("max_cuts", max_cuts, 1)
         if not isinstance(solve_method, str):
             raise TypeError(f"solve_method must be a str such as 'Clarabel' or 'SCS', got {solve_method!r}")
         if solver_args is not None and not isinstance(solver_args, dict):

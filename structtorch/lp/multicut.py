@@ -22,8 +22,9 @@ import torch
 from scipy.sparse.csgraph import connected_components, dijkstra
 from torch import Tensor
 
+from .._checks import check_int
 from ._highs import cost_scale
-from ._options import check_costs, check_int, check_real_tensor, check_tol
+from ._options import check_costs, check_real_tensor, check_tol
 from .graph import check_edges, num_nodes_of
 from .relaxation import _Instance
 
@@ -239,7 +240,7 @@ def multicut(
     t0 = time.perf_counter()
     if relaxation not in RELAXATIONS:
         raise ValueError(f"relaxation must be one of {RELAXATIONS}, got {relaxation!r}")
-    max_iter, tol = check_int("max_iter", max_iter), check_tol("tol", tol)
+    max_iter, tol = check_int("max_iter", max_iter, 1), check_tol("tol", tol)
     edges, w, V = _check_problem(edges, weights, num_nodes)
     E = len(edges)
     g = _Graph(edges.numpy(), V)

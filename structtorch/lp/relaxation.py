@@ -24,8 +24,9 @@ import scipy.sparse as sp
 import torch
 from torch import Tensor
 
+from .._checks import check_int
 from ._highs import cost_scale, new_highs
-from ._options import check_costs, check_int, check_real, check_tol, is_integer_dtype
+from ._options import check_costs, check_real, check_tol, is_integer_dtype
 from .graph import check_graph_potentials
 from .rounding import fractional, fractional_nodes
 from .separation import Separator
@@ -367,8 +368,8 @@ def map_lp(
     unary_b, pairwise_b, edges = check_graph_potentials(unary, pairwise, edges)
     check_costs("unary", unary_b)
     check_costs("pairwise", pairwise_b)
-    options = _Options(check_int("max_iter", max_iter), check_tol("tol", tol),
-                       check_int("cuts_per_round", cuts_per_round), check_int("nested", nested))
+    options = _Options(check_int("max_iter", max_iter, 1), check_tol("tol", tol),
+                       check_int("cuts_per_round", cuts_per_round, 1), check_int("nested", nested, 1))
     B, V, L = unary_b.shape
     E = len(edges)
     hard, soft = _check_labels(connected, connected_soft, L)

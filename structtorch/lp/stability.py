@@ -24,8 +24,9 @@ import scipy.sparse as sp
 import torch
 from torch import Tensor
 
+from .._checks import check_int
 from ._highs import cost_scale, new_highs
-from ._options import as_real_tensor, check_costs, check_int, check_real, check_tol
+from ._options import as_real_tensor, check_costs, check_real, check_tol
 from .multicut import MulticutResult, _Graph, multicut, separate
 from .relaxation import LPResult, _constraints, _cut_row
 from .separation import Separator
@@ -138,7 +139,7 @@ def _direction(direction, n: int) -> np.ndarray:
 
 
 def _check_index(index: object, size: int) -> int:
-    index = check_int("index", index, minimum=0)
+    index = check_int("index", index, 0)
     if index >= size:
         raise ValueError(f"index must lie in [0, B) = [0, {size}) (an instance of the result), got {index}")
     return index
@@ -211,7 +212,7 @@ def _check_optimal(w: np.ndarray, z_star: np.ndarray, rows, equalities, tol: flo
 
 def _auxiliary(result, direction, index: int, tol: float, max_iter: int) -> tuple[_Auxiliary, np.ndarray]:
     """The validated problem's auxiliary LPs, and the direction as an array."""
-    tol, max_iter = check_tol("tol", tol, upper=None), check_int("max_iter", max_iter)
+    tol, max_iter = check_tol("tol", tol, upper=None), check_int("max_iter", max_iter, 1)
     w, z_star, d, rows, sep, equalities = _problem(result, direction, index)
     _check_optimal(w, z_star, rows, equalities)
     return _Auxiliary(w, z_star, rows, equalities, sep, tol, max_iter, isinstance(result, LPResult)), d
@@ -301,7 +302,7 @@ def solution_path(result: MulticutResult, direction: Tensor, theta_min: float, t
     theta_min, theta_max = check_real("theta_min", theta_min), check_real("theta_max", theta_max)
     if not theta_min <= theta_max:
         raise ValueError(f"need theta_min <= theta_max, got {theta_min} and {theta_max}")
-    max_steps = check_int("max_steps", max_steps)
+    max_steps = check_int("max_steps", max_steps, 1)
     d = torch.from_numpy(_direction(direction, len(result.edges)))
     w = result.weights
     unit = cost_scale(w.numpy()) / cost_scale(d.numpy())

@@ -75,6 +75,27 @@ def _max_length(b, e, n, mn, forb, boundary, T, S, N):
 
 
 @triton.jit
+def _fold(best, acc, arg, cand, offset, VITERBI: tl.constexpr):
+    """Fold a tile of candidates (reduced over axis 0) into the running max and first argmax
+    (Viterbi) or the running log-sum-exp (max, scaled sum)."""
+    if VITERBI:
+        best, arg = _argmax_update(best, arg, cand, offset)
+    else:
+        best, acc = _lse_update(best, acc, cand, 0)
+    return best, acc, arg
+
+
+@triton.jit
+def _settle(value_ptr, arg_ptr, best, acc, arg, mask, VITERBI: tl.constexpr):
+    """Store a folded result: the max and its argmax (Viterbi), or the log-sum-exp."""
+    if VITERBI:
+        tl.store(arg_ptr, arg, mask=mask)
+    else:
+        best = _lse_finish(best, acc)
+    tl.store(value_ptr, best, mask=mask)
+
+
+@triton.jit
 def _forward_kernel(content, forb, length, boundary, segment, trans, start, end, lengths, tracks, plif,
                     alpha, inc, arg_d, arg_m, out, labels, starts, T, S, N, P, low, high, scale,
                     VITERBI: tl.constexpr, HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr,
@@ -107,15 +128,8 @@ def _forward_kernel(content, forb, length, boundary, segment, trans, start, end,
                         plif, T, S, N, P, low, high, scale, rd, HAS_SEGMENT, HAS_PLIF)
                     d = d0 + 1 + rd
                     v += tl.load(ic + (e - d[:, None]) * N + n[None, :], mask=valid, other=NEG)
-                    if VITERBI:  # the shortest segment wins ties
-                        best, arg = _argmax_update(best, arg, v, d0 + 1)
-                    else:
-                        best, acc = _lse_update(best, acc, v, 0)
-                if VITERBI:
-                    tl.store(arg_d + (b * (T + 1) + e) * N + n, arg, mask=mn)
-                else:
-                    best = _lse_finish(best, acc)
-                tl.store(al + e * N + n, best, mask=mn)
+                    best, acc, arg = _fold(best, acc, arg, v, d0 + 1, VITERBI)  # ties: the shortest
+                _settle(al + e * N + n, arg_d + (b * (T + 1) + e) * N + n, best, acc, arg, mn, VITERBI)
             tl.debug_barrier()
             if e < L:
                 for n0 in range(0, N, BLOCK_N):
@@ -126,15 +140,8 @@ def _forward_kernel(content, forb, length, boundary, segment, trans, start, end,
                     arg = tl.zeros([BLOCK_N], tl.int32)
                     for m0 in range(0, N, BLOCK_N):
                         cand = _candidates(al + e * N, trans, m0, n, mn, rn, N)
-                        if VITERBI:
-                            best, arg = _argmax_update(best, arg, cand, m0)
-                        else:
-                            best, acc = _lse_update(best, acc, cand, 0)
-                    if VITERBI:
-                        tl.store(arg_m + (b * (T + 1) + e) * N + n, arg, mask=mn)
-                    else:
-                        best = _lse_finish(best, acc)
-                    tl.store(ic + e * N + n, best, mask=mn)
+                        best, acc, arg = _fold(best, acc, arg, cand, m0, VITERBI)
+                    _settle(ic + e * N + n, arg_m + (b * (T + 1) + e) * N + n, best, acc, arg, mn, VITERBI)
                 tl.debug_barrier()
         best = tl.full([BLOCK_N], NEG, tl.float64)
         acc = tl.zeros([BLOCK_N], tl.float64)

@@ -14,10 +14,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._backend import backend_for
+from .._backend import kernels
 from .._checks import LengthsLike, forbidden_pattern, guard_overflow
 from .._numerics import NEG_INF
-from . import _cpu, _torch
+from . import _torch
 from .layout import SemiMarkov, check_semimarkov, semimarkov_score
 from .plif import SegmentPLiF
 
@@ -78,18 +78,9 @@ def semimarkov_viterbi(
 
 
 def _kernels(sm: SemiMarkov):
-    """The kernel backend (the ``_cpu`` or ``_triton`` module) that runs these inputs, or None for
-    the PyTorch reference of ``_torch`` (see :mod:`structtorch._backend`)."""
-    if sm.shape[1] == 0:
-        return None
-    name = backend_for(sm.content)
-    if name == "compiled":
-        return _cpu
-    if name == "triton":
-        from . import _triton  # imports Triton: only when asked for
-
-        return _triton
-    return None
+    """The kernel module (``_cpu`` or ``_triton``) that runs these inputs, or None for the PyTorch
+    reference of ``_torch`` (see :mod:`structtorch._backend`)."""
+    return kernels(sm.content, __package__) if sm.shape[1] > 0 else None
 
 
 def _guard(sm: SemiMarkov, result: Tensor, what: str) -> Tensor:
