@@ -13,10 +13,16 @@ same objective (sum_i ||mu_i||^2 = 2 sum_i (y_i - 1/2)^2 + V / 2); with more lab
 local polytope. Smoothing the edge variables too made forward+backward 4-8x slower (diffcp's LSQR).
 Connectivity cuts enter as the rows of a fixed-size cut block
 (``max_cuts`` rows D, ``D vec(mu) <= 1``, unused rows zero), so the problem is compiled once per
-graph.
+graph. Compiling it (cvxpy's canonicalization) takes seconds on a 32 x 32 grid, so the compiled
+problem is cached per graph structure (edges, V, L, ``max_cuts``, ``smoothing``, solver and its
+arguments): a second layer on the same graph reuses it (see :meth:`MAPRelaxation.cache_info`).
+The B instances of a batch are solved by diffcp on ``num_workers`` threads.
 """
 
 from __future__ import annotations
+
+import copy
+import functools
 
 import numpy as np
 import scipy.sparse as sp
@@ -25,6 +31,7 @@ from torch import Tensor, nn
 
 from .._checks import check_int
 from ._options import check_real, check_real_tensor
+from ._parallel import check_num_workers
 from .graph import check_edges, check_graph_potentials, num_nodes_of
 from .relaxation import check_cuts
 
@@ -59,6 +66,76 @@ def cut_block(cuts, B: int, V: int, L: int, max_cuts: int, ref: Tensor) -> Tenso
     return block
 
 
+_CACHE_SIZE = 16
+
+
+def _compile(edges: Tensor, V: int, num_labels: int, max_cuts: int, smoothing: float, solve_method: str,
+             solver_args: dict | None):
+    """The CvxpyLayer of the smoothed relaxation on one graph (cvxpy canonicalization: seconds)."""
+    import cvxpy as cp
+    from cvxpylayers.torch import CvxpyLayer
+
+    E, L, K = len(edges), num_labels, max_cuts
+    e = edges.numpy()
+    pick = [sp.csr_array((np.ones(E), (np.arange(E), e[:, s])), shape=(E, V)) for s in (0, 1)]
+    if L == 2:
+        y, z = cp.Variable(V), cp.Variable(E)
+        a, b, C, h = cp.Parameter(V), cp.Parameter(E), cp.Parameter((K, V)), cp.Parameter(K)
+        yi, yj = pick[0] @ y, pick[1] @ y
+        cons = [y >= 0, y <= 1, z >= 0, z <= yi, z <= yj, z >= yi + yj - 1, C @ y <= h]
+        smooth = 2 * cp.sum_squares(y - 0.5)  # = sum_i ||mu_i||^2 - V / 2
+        obj = a @ y + b @ z - smoothing / 2 * smooth
+        params, variables = [a, b, C, h], [y]
+    else:
+        mu, mue = cp.Variable((V, L)), cp.Variable((E, L * L))
+        a, b, D = cp.Parameter((V, L)), cp.Parameter((E, L * L)), cp.Parameter((K, V * L))
+        rows = sp.kron(sp.eye(L), np.ones((1, L))).tocsr()  # sum over t of (s, t)
+        # sum over s of (s, t) for t < L-1: the row of t = L-1 follows from the others and the
+        # normalization, and redundant equalities make the KKT system singular (inexact gradients)
+        cols = sp.kron(np.ones((1, L)), sp.eye(L)).tocsr()[: L - 1]
+        cons = [mu >= 0, mue >= 0, cp.sum(mu, axis=1) == 1, mue @ rows.T == pick[0] @ mu,
+                mue @ cols.T == pick[1] @ mu[:, : L - 1], D @ cp.vec(mu, order="C") <= 1]
+        linear = cp.sum(cp.multiply(a, mu)) + cp.sum(cp.multiply(b, mue))
+        obj = linear - smoothing / 2 * cp.sum_squares(mu)
+        params, variables = [a, b, D], [mu]
+    problem = cp.Problem(cp.Maximize(obj), cons)
+    args = {"solve_method": solve_method, **(solver_args or {})}
+    return CvxpyLayer(problem, parameters=params, variables=variables, solver_args=args)
+
+
+def _structure_key(edges: Tensor, V: int, num_labels: int, max_cuts: int, smoothing: float,
+                   solve_method: str, solver_args: dict | None) -> tuple | None:
+    """Hashable description of everything the compiled problem depends on (None when the solver
+    arguments are not hashable)."""
+    args = tuple(sorted((solver_args or {}).items(), key=lambda kv: str(kv[0])))
+    key = (edges.numpy().astype(np.int64).tobytes(), V, num_labels, max_cuts, smoothing, solve_method, args)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _compiled(key: tuple):
+    """The cached CvxpyLayer of a structure key (the least recently used of more than
+    ``_CACHE_SIZE`` graphs is dropped)."""
+    edges_bytes, V, num_labels, max_cuts, smoothing, solve_method, args = key
+    edges = torch.from_numpy(np.frombuffer(edges_bytes, dtype=np.int64).reshape(-1, 2).copy())
+    return _compile(edges, V, num_labels, max_cuts, smoothing, solve_method, dict(args))
+
+
+def _own_copy(template: nn.Module) -> nn.Module:
+    """A shallow copy of a cached CvxpyLayer: it shares the compiled problem (``ctx``) and the
+    buffer tensors, but has its own buffer, hook and submodule tables, so that moving one layer
+    (``.to(device)``) or hooking it leaves the other layers on the same graph alone."""
+    layer = copy.copy(template)
+    for name, value in vars(template).items():
+        if isinstance(value, dict):
+            setattr(layer, name, type(value)(value))
+    return layer
+
+
 class MAPRelaxation(nn.Module):
     """Smoothed LP relaxation of MAP on a fixed graph as a differentiable layer (cvxpylayers).
 
@@ -77,18 +154,29 @@ class MAPRelaxation(nn.Module):
         Rows of the cut block, >= 1.
     solve_method : str
         diffcp's conic solver, "Clarabel" (default) or "SCS".
+    solver_args : dict, optional
+        More keyword arguments for diffcp's solver.
+    num_workers : int >= 1, optional
+        Threads on which diffcp solves (and differentiates) the B instances of a batch; default
+        ``torch.get_num_threads()`` at each call. ``n_jobs_forward`` / ``n_jobs_backward`` in
+        ``solver_args`` take precedence.
 
     Shapes: ``forward(unary (V, L) or (B, V, L), pairwise (E, L, L) or (B, E, L, L), cuts=None)``
     returns mu (B, V, L), differentiable w.r.t. both potentials.
+
+    Notes
+    -----
+    The compiled problem (cvxpy's canonicalization, seconds on a 32 x 32 grid) is cached per
+    structure: edges, V, L, ``max_cuts``, ``smoothing``, ``solve_method`` and ``solver_args``
+    (unless they cannot be hashed). Layers on the same structure share it (``self.layer.ctx`` is
+    the same object) and construct in milliseconds; each keeps its own buffers. The cache holds
+    the 16 most recently used structures; see :meth:`cache_info` and :meth:`cache_clear`.
     """
 
     def __init__(self, edges: Tensor, num_labels: int, *, num_nodes: int | None = None,
                  smoothing: float = 1e-2, max_cuts: int = 16, solve_method: str = "Clarabel",
-                 solver_args: dict | None = None) -> None:
+                 solver_args: dict | None = None, num_workers: int | None = None) -> None:
         super().__init__()
-        import cvxpy as cp
-        from cvxpylayers.torch import CvxpyLayer
-
         num_labels = check_int("num_labels", num_labels, 2)
         smoothing = check_real("smoothing", smoothing, minimum=0.0)
         max_cuts = check_int("max_cuts", max_cuts, 1)
@@ -99,32 +187,32 @@ class MAPRelaxation(nn.Module):
         V = num_nodes_of(edges, num_nodes, minimum=1)
         self.edges = check_edges(edges, V)
         self.num_nodes, self.num_labels, self.max_cuts, self.smoothing = V, num_labels, max_cuts, smoothing
-        E, L, K = len(self.edges), num_labels, max_cuts
-        e = self.edges.numpy()
-        pick = [sp.csr_array((np.ones(E), (np.arange(E), e[:, s])), shape=(E, V)) for s in (0, 1)]
-        if L == 2:
-            y, z = cp.Variable(V), cp.Variable(E)
-            a, b, C, h = cp.Parameter(V), cp.Parameter(E), cp.Parameter((K, V)), cp.Parameter(K)
-            yi, yj = pick[0] @ y, pick[1] @ y
-            cons = [y >= 0, y <= 1, z >= 0, z <= yi, z <= yj, z >= yi + yj - 1, C @ y <= h]
-            smooth = 2 * cp.sum_squares(y - 0.5)  # = sum_i ||mu_i||^2 - V / 2
-            obj = a @ y + b @ z - smoothing / 2 * smooth
-            params, variables = [a, b, C, h], [y]
+        self.num_workers = None if num_workers is None else check_num_workers(num_workers)
+        key = _structure_key(self.edges, V, num_labels, max_cuts, smoothing, solve_method, solver_args)
+        if key is None:  # solver arguments that cannot be hashed: compiled for this layer only
+            template = _compile(self.edges, V, num_labels, max_cuts, smoothing, solve_method, solver_args)
         else:
-            mu, mue = cp.Variable((V, L)), cp.Variable((E, L * L))
-            a, b, D = cp.Parameter((V, L)), cp.Parameter((E, L * L)), cp.Parameter((K, V * L))
-            rows = sp.kron(sp.eye(L), np.ones((1, L))).tocsr()  # sum over t of (s, t)
-            # sum over s of (s, t) for t < L-1: the row of t = L-1 follows from the others and the
-            # normalization, and redundant equalities make the KKT system singular (inexact gradients)
-            cols = sp.kron(np.ones((1, L)), sp.eye(L)).tocsr()[: L - 1]
-            cons = [mu >= 0, mue >= 0, cp.sum(mu, axis=1) == 1, mue @ rows.T == pick[0] @ mu,
-                    mue @ cols.T == pick[1] @ mu[:, : L - 1], D @ cp.vec(mu, order="C") <= 1]
-            linear = cp.sum(cp.multiply(a, mu)) + cp.sum(cp.multiply(b, mue))
-            obj = linear - smoothing / 2 * cp.sum_squares(mu)
-            params, variables = [a, b, D], [mu]
-        problem = cp.Problem(cp.Maximize(obj), cons)
-        args = {"solve_method": solve_method, **(solver_args or {})}
-        self.layer = CvxpyLayer(problem, parameters=params, variables=variables, solver_args=args)
+            template = _compiled(key)
+        self.layer = _own_copy(template)
+        self._solver_args = dict(solver_args or {})
+
+    @staticmethod
+    def cache_info() -> functools._CacheInfo:
+        """Hits, misses and size of the cache of compiled problems (``functools.lru_cache``)."""
+        return _compiled.cache_info()
+
+    @staticmethod
+    def cache_clear() -> None:
+        """Empty the cache of compiled problems (layers built before keep theirs)."""
+        _compiled.cache_clear()
+
+    def _call_args(self, params: tuple[Tensor, ...]) -> dict:
+        """Per-call diffcp arguments: the batch's threads (diffcp's solve-only path, taken without
+        gradients, has no backward pass and refuses its thread count)."""
+        workers = check_num_workers(self.num_workers)
+        needs_grad = torch.is_grad_enabled() and any(p.requires_grad for p in params)
+        names = ("n_jobs_forward", "n_jobs_backward") if needs_grad else ("n_jobs_forward",)
+        return {k: workers for k in names if k not in self._solver_args}
 
     def extra_repr(self) -> str:
         return (f"num_nodes={self.num_nodes}, num_edges={len(self.edges)}, num_labels={self.num_labels}, "
@@ -147,8 +235,9 @@ class MAPRelaxation(nn.Module):
             b = theta_p[:, :, 0, 0] - theta_p[:, :, 0, 1] - theta_p[:, :, 1, 0] + theta_p[:, :, 1, 1]
             C = block[..., 1] - block[..., 0]  # D mu = sum D_0 + (D_1 - D_0) y
             h = 1 - block[..., 0].sum(2)
-            (y,) = self.layer(a, b, C, h)
+            (y,) = self.layer(a, b, C, h, solver_args=self._call_args((a, b, C, h)))
             mu = torch.stack([1 - y, y], 2)
         else:
-            (mu,) = self.layer(theta_u, theta_p.reshape(B, -1, L * L), block.reshape(B, self.max_cuts, V * L))
+            params = (theta_u, theta_p.reshape(B, -1, L * L), block.reshape(B, self.max_cuts, V * L))
+            (mu,) = self.layer(*params, solver_args=self._call_args(params))
         return mu.clamp(0, 1).to(unary_b.dtype)

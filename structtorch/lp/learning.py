@@ -96,7 +96,9 @@ def relaxed_hinge(
         Also return the loss-augmented :class:`LPResult` (e.g. to pass its ``cuts`` back in the
         next epoch: they depend on the graph only).
     **lp_options
-        Passed to :func:`map_lp` (max_iter, tol, cuts, ...).
+        Passed to :func:`map_lp` (max_iter, tol, cuts, ...), among them ``num_workers``: the
+        threads that solve the B loss-augmented LPs concurrently (default
+        ``torch.get_num_threads()``; the loss does not depend on it).
 
     Returns
     -------

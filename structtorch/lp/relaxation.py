@@ -27,6 +27,7 @@ from torch import Tensor
 from .._checks import check_int
 from ._highs import cost_scale, new_highs
 from ._options import check_costs, check_real, check_tol, is_integer_dtype
+from ._parallel import check_num_workers, parallel_map
 from .graph import check_graph_potentials
 from .rounding import fractional, fractional_nodes
 from .separation import Separator
@@ -322,6 +323,7 @@ def map_lp(
     cuts_per_round: int = 100,
     cuts: list | None = None,
     nested: int = 4,
+    num_workers: int | None = None,
 ) -> LPResult:
     """Maximize the score over the local polytope, with connectivity cuts (Algorithm 7).
 
@@ -352,6 +354,10 @@ def map_lp(
         (they depend on the graph only), with int label, i, j and an integer tensor or list of
         ints as separator. Rows are taken as given: they are connectivity cuts when the separator
         separates i and j.
+    num_workers : int >= 1, optional
+        Threads that solve the B instances concurrently (HiGHS releases the GIL while it
+        solves); default ``torch.get_num_threads()``, 1 solves them one after the other in the
+        calling thread. The results do not depend on it.
 
     Returns
     -------
@@ -370,6 +376,7 @@ def map_lp(
     check_costs("pairwise", pairwise_b)
     options = _Options(check_int("max_iter", max_iter, 1), check_tol("tol", tol),
                        check_int("cuts_per_round", cuts_per_round, 1), check_int("nested", nested, 1))
+    workers = check_num_workers(num_workers)
     B, V, L = unary_b.shape
     E = len(edges)
     hard, soft = _check_labels(connected, connected_soft, L)
@@ -381,7 +388,7 @@ def map_lp(
                        {c: V * L + E * L * L + pos for pos, (c, _) in enumerate(soft)}, options)
     cost = -torch.cat([unary_b.reshape(B, V * L), pairwise_b.reshape(B, E * L * L)], 1)
     cost = cost.detach().double().cpu().numpy()
-    runs = [problem.solve(cost[b], soft_w, start[b]) for b in range(B)]
+    runs = parallel_map(lambda b: problem.solve(cost[b], soft_w, start[b]), range(B), workers)
     return _result(runs, unary_b, pairwise_b, edges, soft, cost, hard)
 
 
