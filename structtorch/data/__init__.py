@@ -1,6 +1,7 @@
 """Synthetic data generators that reproduce the papers' setups."""
 
 from .bauer import bauer_features, bauer_synthetic
+from .digits import DigitSequences, digit_sequences, digit_transitions
 from .genes import SEGMENT_NAMES, GeneData, gene_grammar, synthetic_genes
 from .objects import OBJECT_CLASSES, ObjectData, synthetic_objects
 from .tagging import SequenceData, TaggingData, make_tagging_data
@@ -18,4 +19,7 @@ __all__ = [
     "ObjectData",
     "synthetic_objects",
     "OBJECT_CLASSES",
+    "DigitSequences",
+    "digit_sequences",
+    "digit_transitions",
 ]
