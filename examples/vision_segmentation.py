@@ -100,8 +100,9 @@ AUGMENT = v2.Compose([
 
 def augment(images: Tensor, masks: Tensor) -> tuple[Tensor, Tensor]:
     """Each image and its mask with one random draw of ``AUGMENT`` (torch's global generator)."""
-    out = [AUGMENT(tv_tensors.Image(img), tv_tensors.Mask(mask)) for img, mask in zip(images, masks, strict=True)]
-    return torch.stack([img.as_subclass(Tensor) for img, _ in out]), torch.stack([m.as_subclass(Tensor) for _, m in out])
+    pairs = [AUGMENT(tv_tensors.Image(img), tv_tensors.Mask(mask)) for img, mask in zip(images, masks, strict=True)]
+    return (torch.stack([img.as_subclass(Tensor) for img, _ in pairs]),
+            torch.stack([mask.as_subclass(Tensor) for _, mask in pairs]))
 
 
 def node_labels(masks: Tensor, scale: int) -> Tensor:
@@ -164,7 +165,8 @@ class Trainer:
     """One method's training step: backbone forward, structured loss (forward and backward on
     the unaries as a leaf), backbone backward; times the structured part and the backbone."""
 
-    def __init__(self, method: str, model: SegModel, edges: Tensor, n_train: int, args) -> None:
+    def __init__(self, method: str, model: SegModel, edges: Tensor, n_train: int,
+                 args: argparse.Namespace) -> None:
         self.method, self.model, self.edges, self.args = method, model, edges, args
         self.opt = torch.optim.Adam(model.parameters(), lr=args.lr)
         self.cuts: list[list] = [[] for _ in range(n_train)]
@@ -220,7 +222,8 @@ class Trainer:
         return float(loss.detach())
 
 
-def train(method: str, images: Tensor, masks: Tensor, edges: Tensor, args, log=print) -> tuple[SegModel, Trainer]:
+def train(method: str, images: Tensor, masks: Tensor, edges: Tensor, args: argparse.Namespace,
+          log=print) -> tuple[SegModel, Trainer]:
     torch.manual_seed(args.seed)  # the same initialization and augmentations for every method
     grid = (args.size, args.size)
     model = SegModel(grid, soft=method == "hinge soft").to(args.device)
@@ -236,7 +239,7 @@ def train(method: str, images: Tensor, masks: Tensor, edges: Tensor, args, log=p
 
 
 @torch.no_grad()
-def predict(method: str, model: SegModel, images: Tensor, edges: Tensor, args) -> Tensor:
+def predict(method: str, model: SegModel, images: Tensor, edges: Tensor, args: argparse.Namespace) -> Tensor:
     """(n, V) labels: per pixel for the CE model, LP MAP with connectivity for the others."""
     model.eval()
     unary = torch.cat([model.backbone(x.to(args.device)) for x in images.split(64)]).double().cpu()
@@ -302,7 +305,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def load(args) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def load(args: argparse.Namespace) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(train images, train masks, test images, test node labels, edges)."""
     g = torch.Generator().manual_seed(args.seed)
     sets = []
