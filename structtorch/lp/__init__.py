@@ -18,7 +18,10 @@ Every entry point validates its arguments (a ``TypeError`` or ``ValueError`` nam
 and the expected range); empty batches, graphs and edge sets give empty or trivial results. The
 LPs are solved by a silent HiGHS on costs scaled to [-1, 1], so that answers do not depend on the
 scale of the potentials or weights, which must stay below 1e20 in magnitude (see
-:mod:`structtorch.lp._highs` for the resolution within one instance).
+:mod:`structtorch.lp._highs` for the resolution within one instance). The B instances of a batch
+are solved concurrently on ``num_workers`` threads (default ``torch.get_num_threads()``; HiGHS
+releases the GIL), with the results of the sequential loop; :class:`MAPRelaxation` compiles its
+problem once per graph structure (a cache shared by all layers).
 """
 
 from .clustering import (
