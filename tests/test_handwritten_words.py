@@ -201,3 +201,18 @@ def test_softmax_baseline_and_accuracies():
     assert word == 7 / 8 and abs(char - (1 - 1 / int(words.lengths.sum()))) < 1e-6
     with pytest.raises(ValueError, match="method"):
         model.loss(words, "ctc")
+
+
+def test_resnet18_backbone_gets_gradients_from_the_hinge():
+    example = load_example()
+    torch.manual_seed(0)
+    words = digit_sequences(4, min_length=2, max_length=4, size=16, noise=0.2, seed=3)
+    model = example.WordModel("resnet18")
+    conv = example.first_conv(model.cnn)
+    assert conv is model.cnn.conv1 and conv.in_channels == 1 and conv.stride == (1, 1)
+    assert model.unary(words).shape == (*words.labels.shape, 10)
+    loss = model.loss(words, "hinge")
+    loss.backward()
+    assert loss.item() > 0 and torch.isfinite(conv.weight.grad).all() and conv.weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="backbone"):
+        example.WordModel("vgg")
