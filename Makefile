@@ -2,15 +2,16 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-# torch 2.13.0 resolves to a local CPU build on the project's machines (fast); elsewhere pip picks
-# a matching wheel. Override with `make TORCH_SPEC=torch test`.
-TORCH_SPEC ?= torch==2.13.0
+# torch 2.14.1 with torchvision 0.29.1 (the CUDA build, ~5.5 GB; it runs on CPU and brings Triton):
+# torchvision wheels import only beside the torch build they were made for, and the vision examples
+# are tested. Override with e.g. `make TORCH_SPEC="torch torchvision" test`.
+TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 
 .PHONY: demo test bench lint clean gpu-wheels
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q "$(TORCH_SPEC)" || $(PY) -m pip install -q torch
+	$(PY) -m pip install -q $(TORCH_SPEC) || $(PY) -m pip install -q torch torchvision
 	$(PY) -m pip install -q -e ".[dev,examples,bench]"
 	touch $@
 

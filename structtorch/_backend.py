@@ -104,34 +104,44 @@ def triton_installed() -> bool:
     return True
 
 
-def _triton_reason(x: Tensor) -> str | None:
-    """Why the Triton kernels cannot run on ``x``, or None when they can."""
+def _triton_reason(x: Tensor | str) -> str | None:
+    """Why the Triton kernels cannot run on ``x`` (a tensor or a device type), or None when they can."""
+    device = x if isinstance(x, str) else x.device.type
     if not triton_installed():
         return "Triton is not installed"
-    if x.device.type == "cuda" or (x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"):
+    if device == "cuda" or (device == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"):
         return None
-    return f"the Triton kernels need CUDA tensors (or TRITON_INTERPRET=1 for CPU ones), not {x.device.type}"
+    return f"the Triton kernels need CUDA tensors (or TRITON_INTERPRET=1 for CPU ones), not {device}"
 
 
 def backend_for(x: Tensor) -> str:
     """The backend that runs a dynamic program on tensors like ``x``: "compiled", "triton" or "torch"."""
+    return _choose(x.device.type)
+
+
+def _choose(device: str) -> str:
+    """:func:`backend_for` by device type; under ``torch.compile`` decided once, at trace time."""
     name = requested()
-    on_cpu = x.device.type == "cpu"
+    on_cpu = device == "cpu"
     if name is None:
         if on_cpu:
             return "compiled" if chain_ops() is not None else "torch"
-        return "triton" if x.device.type == "cuda" and _triton_reason(x) is None else "torch"
+        return "triton" if device == "cuda" and _triton_reason(device) is None else "torch"
     if name == "compiled":
         if not on_cpu:
-            return _fallback(f"the compiled kernels run on CPU tensors only, not on {x.device.type}")
+            return _fallback(f"the compiled kernels run on CPU tensors only, not on {device}")
         if chain_ops() is None:
             return _fallback("the compiled kernels are unavailable (see the build warning)")
     if name == "triton":
-        reason = _triton_reason(x)
+        reason = _triton_reason(device)
         if reason is not None:
             return _fallback(reason)
     return name
 
+
+# what torch.compiler.assume_constant_result does (it only sets this mark), without importing
+# torch._dynamo with the package: under torch.compile the choice is made once, at trace time
+_choose._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 _MODULE = {"compiled": "._cpu", "triton": "._triton"}
 

@@ -117,16 +117,29 @@ def validation_enabled() -> bool:
 
 
 def on_host(x: Tensor) -> bool:
-    """Whether value checks on ``x`` may read it on the host: CPU tensors; elsewhere they are
-    asynchronous assertions (see :class:`set_validation`)."""
-    return x.device.type == "cpu"
+    """Whether value checks on ``x`` may read it on the host: CPU tensors outside ``torch.compile``
+    tracing; elsewhere they are asynchronous assertions, which a compiled graph keeps (see
+    :class:`set_validation`)."""
+    return x.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
+def plain(x: Tensor) -> Tensor:
+    """``x`` itself, or under ``torch.func`` transforms the tensor it wraps (under ``vmap`` all
+    vmapped values at once), so that value checks can read it."""
+    from torch._C._functorch import get_unwrapped, is_functorch_wrapped_tensor
+
+    while is_functorch_wrapped_tensor(x):
+        x = get_unwrapped(x)
+    return x
 
 
 def require(ok: Tensor, message: str) -> None:
-    """An asynchronous device assertion that ``ok`` (a one-element bool tensor) holds, while value
-    checks are on; for tensors that are not on the CPU (those raise ValueErrors on the spot)."""
+    """An asynchronous device assertion that ``ok`` (a bool tensor) holds everywhere, while value
+    checks are on; for tensors that are not on the CPU, and under ``torch.compile`` (on CPU
+    they raise ValueErrors on the spot)."""
     if _VALIDATION["on"]:
-        torch._assert_async(ok, f"structtorch: {message}")
+        ok = ok if torch.compiler.is_compiling() else plain(ok)
+        torch._assert_async(ok.all(), f"structtorch: {message}")
 
 
 def _fmt(shape) -> str:
@@ -157,6 +170,7 @@ def check_values(name: str, x: Tensor) -> None:
         return None
     if not on_host(x):
         return require(~(torch.isnan(x) | torch.isposinf(x)).any(), f"{name} contains NaN or +inf")
+    x = plain(x)
     bad = torch.isnan(x) | torch.isposinf(x)
     if bool(bad.any()):
         idx = tuple(int(i) for i in bad.nonzero()[0].tolist())
@@ -173,7 +187,7 @@ def check_finite(name: str, x: Tensor) -> None:
         return
     if not on_host(x):
         return require(torch.isfinite(x).all(), f"{name} must be finite")
-    if not bool(torch.isfinite(x).all()):
+    if not bool(torch.isfinite(plain(x)).all()):
         raise ValueError(f"{name} must be finite")
 
 
@@ -202,7 +216,7 @@ def check_lengths(lengths: LengthsLike, B: int, T: int, device: torch.device) ->
         pass
     elif not on_host(lengths):
         require(((lengths >= 0) & (lengths <= T)).all(), f"lengths must lie in [0, T] = [0, {T}]")
-    elif bool((lengths < 0).any()) or bool((lengths > T).any()):
+    elif bool((plain(lengths) < 0).any()) or bool((plain(lengths) > T).any()):
         raise ValueError(
             f"lengths must lie in [0, T] = [0, {T}], got min {int(lengths.min())} "
             f"and max {int(lengths.max())}"
@@ -282,11 +296,11 @@ def check_labels(labels: object, mask: Tensor, N: int, name: str = "labels") -> 
         pass
     elif not on_host(bad):
         require(~bad.any(), f"{name} must lie in [0, N) = [0, {N}) within each length")
-    elif bool(bad.any()):
-        b, t = (int(i) for i in bad.nonzero()[0].tolist())
+    elif bool(plain(bad).any()):
+        b, t = (int(i) for i in plain(bad).nonzero()[0].tolist()[-2:])
         raise ValueError(
             f"{name} must lie in [0, N) = [0, {N}) within each length; {name}[{b}, {t}] = "
-            f"{int(labels[b, t])}"
+            f"{int(plain(labels)[..., b, t].flatten()[0])}"
         )
     return torch.where(mask, labels.long(), torch.zeros((), dtype=torch.long, device=labels.device))
 
@@ -312,11 +326,11 @@ def guard_overflow(result: Tensor, potentials: Sequence[Tensor], terms: int, fea
     if not on_host(result):
         require(~(torch.isnan(result) | torch.isposinf(result)).any(), _overflow(what, result.dtype, names))
         return result
-    bad = ~torch.isfinite(result)
+    bad = ~torch.isfinite(plain(result))
     if not bool(bad.any()):
         return result
     hint = _overflow(what, result.dtype, names)
-    if bool((torch.isnan(result) | torch.isposinf(result)).any()):
+    if bool((torch.isnan(plain(result)) | torch.isposinf(plain(result))).any()):
         raise ValueError(hint)
     if _finite_magnitude(potentials) * terms < torch.finfo(result.dtype).max / 2:  # no sum reaches it: -inf
         return result
@@ -335,7 +349,7 @@ def cast_checked(x: Tensor, dtype: torch.dtype, what: str, names: str) -> Tensor
     overflowed = (torch.isfinite(x) & ~torch.isfinite(out)).any()
     if not on_host(x):
         require(~overflowed, _overflow(what, dtype, names))
-    elif bool(overflowed):
+    elif bool(plain(overflowed).any()):
         raise ValueError(_overflow(what, dtype, names))
     return out
 

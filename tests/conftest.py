@@ -10,6 +10,12 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 import torch
+
+# Triton's interpreter runs the Triton kernels on CPU tensors; it must be chosen before Triton is
+# imported (by structtorch's Triton backend, or by torch.compile). On a CUDA machine the kernels
+# compile for the GPU instead.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
@@ -26,10 +32,6 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
-# Triton's interpreter runs the Triton kernels on CPU tensors; it must be chosen before Triton is
-# imported (structtorch imports it lazily). On a CUDA machine the kernels compile for the GPU instead.
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 BACKENDS = ["compiled", "triton", "torch"]
 NEG_INF = float("-inf")

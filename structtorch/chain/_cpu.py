@@ -91,26 +91,19 @@ def node_marginals(chain: Chain) -> Tensor:
     return _backward(chain, logz, factors, ones, edges=False)[0]
 
 
-class LogPartition(torch.autograd.Function):
-    """log-partition on the compiled CPU kernels with the forward-backward recursion as backward.
+def log_partition_state(B: int, T: int, N: int) -> list[tuple[int, ...]]:
+    """Shapes of the float64 factors :func:`log_partition_forward` saves: alpha, p (B, T, N), m (B, T)."""
+    return [(B, T, N), (B, T, N), (B, T)]
 
-    Double backward (``create_graph=True``) recomputes the gradient through the differentiable
-    PyTorch recursion, so higher-order derivatives stay exact.
-    """
 
-    @staticmethod
-    def forward(ctx, unary, transitions, start, end, lengths):
-        logz, factors = _forward(Chain(unary, transitions, start, end, lengths))
-        ctx.save_for_backward(unary, transitions, start, end, lengths, logz, *factors)
-        return logz.to(unary.dtype)
+def log_partition_forward(chain: Chain) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor]]:
+    """logZ (B,) float64 and the factors the backward reuses (see ``chain/_ops.py``)."""
+    return _forward(chain)
 
-    @staticmethod
-    def backward(ctx, grad):
-        unary, transitions, start, end, lengths, logz, *factors = ctx.saved_tensors
-        chain = Chain(unary, transitions, start, end, lengths)
-        if torch.is_grad_enabled():  # create_graph=True: differentiate the torch recursion
-            return (*_torch.double_backward(chain, ctx.needs_input_grad[:4], grad), None)
-        g_unary, g_trans = _backward(chain, logz, tuple(factors), grad.double().contiguous())
-        last = (lengths - 1).clamp(min=0)[:, None, None].expand(-1, 1, unary.shape[2])
-        g_end = g_unary.gather(1, last).squeeze(1)
-        return g_unary, g_trans.to(unary.dtype), g_unary[:, 0], g_end, None
+
+def log_partition_backward(chain: Chain, logz: Tensor, state, g: Tensor) -> tuple[Tensor, ...]:
+    """Gradients w.r.t. unary, transitions, start and end (input dtype) for upstream g (B,) float64."""
+    g_unary, g_trans = _backward(chain, logz, tuple(state), g)
+    last = (chain.lengths - 1).clamp(min=0)[:, None, None].expand(-1, 1, chain.unary.shape[2])
+    g_end = g_unary.gather(1, last).squeeze(1)
+    return g_unary, g_trans.to(chain.unary.dtype), g_unary[:, 0].contiguous(), g_end

@@ -289,22 +289,19 @@ def node_marginals(chain: Chain) -> Tensor:
     return _backward(chain, logz, alpha, torch.ones_like(logz), edges=False)[0].to(chain.unary.dtype)
 
 
-class LogPartition(torch.autograd.Function):
-    """log-partition on the Triton kernels with the forward-backward recursion as backward; double
-    backward differentiates the PyTorch recursion."""
+def log_partition_state(B: int, T: int, N: int) -> list[tuple[int, ...]]:
+    """Shapes of the float64 factors :func:`log_partition_forward` saves: alpha (B, T, N)."""
+    return [(B, T, N)]
 
-    @staticmethod
-    def forward(ctx, unary, transitions, start, end, lengths):
-        logz, alpha = _forward(Chain(unary, transitions, start, end, lengths))
-        ctx.save_for_backward(unary, transitions, start, end, lengths, logz, alpha)
-        return logz.to(unary.dtype)
 
-    @staticmethod
-    def backward(ctx, grad):
-        unary, transitions, start, end, lengths, logz, alpha = ctx.saved_tensors
-        chain = Chain(unary, transitions, start, end, lengths)
-        if torch.is_grad_enabled():
-            return (*_torch.double_backward(chain, ctx.needs_input_grad[:4], grad), None)
-        g_unary, g_trans, g_end = _backward(chain, logz, alpha, grad.double().contiguous())
-        dtype = unary.dtype
-        return g_unary.to(dtype), g_trans.to(dtype), g_unary[:, 0].to(dtype), g_end.to(dtype), None
+def log_partition_forward(chain: Chain) -> tuple[Tensor, tuple[Tensor]]:
+    """logZ (B,) float64 and alpha, which the backward reuses (see ``chain/_ops.py``)."""
+    logz, alpha = _forward(chain)
+    return logz, (alpha,)
+
+
+def log_partition_backward(chain: Chain, logz: Tensor, state, g: Tensor) -> tuple[Tensor, ...]:
+    """Gradients w.r.t. unary, transitions, start and end (input dtype) for upstream g (B,) float64."""
+    g_unary, g_trans, g_end = _backward(chain, logz, state[0], g)
+    dtype = chain.unary.dtype
+    return g_unary.to(dtype), g_trans.to(dtype), g_unary[:, 0].to(dtype), g_end.to(dtype)

@@ -33,7 +33,8 @@ from .._checks import (
     check_labels,
 )
 from .._numerics import NEG_INF, accumulate
-from . import _cpu, _torch
+from .._precision import mixed_precision
+from . import _ops, _torch
 from ._torch import accumulating
 
 __all__ = ["viterbi", "log_partition", "marginals", "path_score", "kbest", "Viterbi"]
@@ -41,15 +42,13 @@ __all__ = ["viterbi", "log_partition", "marginals", "path_score", "kbest", "Vite
 def _kernels(chain: Chain):
     """The kernel module (``_cpu`` or ``_triton``) that runs these chain inputs, or None for the
     PyTorch loops of ``_torch`` (see :mod:`structtorch._backend`)."""
-    _, T, N = chain.shape
-    module = kernels(chain.unary, __package__) if T > 0 else None
-    return None if module is _cpu and N > 32767 else module  # int16 backpointers on CPU
+    backend = _ops.backend_of(chain)
+    return None if backend == "torch" else kernels(chain.unary, __package__)
 
 
 def _viterbi_path(chain: Chain) -> Tensor:
     """(B, T) best labeling on the chosen backend (-1 beyond each length and on infeasible rows)."""
-    kernels = _kernels(chain)
-    return _torch.viterbi(accumulating(chain))[1] if kernels is None else kernels.viterbi_path(chain)
+    return _ops.viterbi(chain)
 
 
 def _kernel_args(chain: Chain) -> tuple[Tensor, ...]:
@@ -57,11 +56,7 @@ def _kernel_args(chain: Chain) -> tuple[Tensor, ...]:
 
 
 def _log_partition(chain: Chain) -> Tensor:
-    kernels = _kernels(chain)
-    if kernels is None:
-        logz = _torch.log_partition(accumulating(chain)).to(chain.unary.dtype)
-    else:
-        logz = kernels.LogPartition.apply(*_kernel_args(chain))
+    logz = _ops.log_partition(chain).to(chain.unary.dtype)
     return _torch.guard(chain, logz, "the log-partition")
 
 
@@ -103,6 +98,7 @@ def _cast_guarded(chain: Chain, scores: Tensor, what: str, feasible=None) -> Ten
     return cast_checked(scores, chain.unary.dtype, what, _torch.POTENTIALS)
 
 
+@mixed_precision
 def viterbi(
     unary: Tensor,
     transitions: Tensor,
@@ -137,6 +133,7 @@ def viterbi(
     return _score_paths(chain, path), path
 
 
+@mixed_precision
 def log_partition(
     unary: Tensor,
     transitions: Tensor,
@@ -155,6 +152,7 @@ def log_partition(
     return _log_partition(check_chain(unary, transitions, start, end, lengths))
 
 
+@mixed_precision
 def marginals(
     unary: Tensor,
     transitions: Tensor,
@@ -185,6 +183,7 @@ def marginals(
         return marg.to(chain.unary.dtype)
 
 
+@mixed_precision
 def path_score(
     unary: Tensor,
     transitions: Tensor,
@@ -253,6 +252,7 @@ def _kbest_paths(chain: Chain, k: int) -> tuple[Tensor, Tensor]:
     return paths, valid
 
 
+@mixed_precision
 def kbest(
     unary: Tensor,
     transitions: Tensor,

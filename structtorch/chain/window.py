@@ -22,6 +22,7 @@ from .._checks import (
     guard_overflow,
 )
 from .._numerics import NEG_INF, accumulate, small_index_dtype
+from .._precision import mixed_precision
 
 __all__ = ["viterbi_window", "window_score"]
 
@@ -85,6 +86,7 @@ def _window_path(flat: Tensor, lengths: Tensor, order: int, N: int) -> Tensor:
     return path
 
 
+@mixed_precision
 def viterbi_window(scores: Tensor, *, lengths: LengthsLike = None) -> tuple[Tensor, Tensor]:
     """Highest-scoring labeling of a chain of order l.
 
@@ -127,6 +129,7 @@ def viterbi_window(scores: Tensor, *, lengths: LengthsLike = None) -> tuple[Tens
     return cast_checked(total, scores.dtype, "the Viterbi score", "scores"), path
 
 
+@mixed_precision
 def window_score(scores: Tensor, path: Tensor, lengths: LengthsLike = None) -> Tensor:
     """Differentiable score of labelings under window scores.
 

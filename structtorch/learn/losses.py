@@ -6,6 +6,7 @@ from torch import Tensor, nn
 
 from .._checks import LengthsLike
 from .._numerics import reduce_batch
+from .._precision import mixed_precision
 from ..lossaug.hamming import RESCALINGS, HLike, loss_augmented_viterbi
 from ..lossaug.semimarkov import semimarkov_loss_augmented
 from ..semimarkov.plif import SegmentPLiF
@@ -15,6 +16,7 @@ __all__ = ["StructuredHingeLoss", "structured_hinge"]
 REDUCTIONS = ("mean", "sum", "none")
 
 
+@mixed_precision
 def structured_hinge(
     unary: Tensor,
     transitions: Tensor,

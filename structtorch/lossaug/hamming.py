@@ -34,8 +34,11 @@ from .._checks import (
     check_labels,
     check_lengths,
     guard_overflow,
+    on_host,
+    require,
 )
 from .._numerics import NEG_INF, accumulate
+from .._precision import mixed_precision
 from ..chain import linear as _chain
 from ..chain._torch import accumulating
 from ..chain.window import _check_scores, _window_path, _window_score
@@ -58,6 +61,8 @@ class LossSpec:
     htab : (B, K + 1) float64 table of h over counts 0..K (integer mode), else None.
     cost : (B, T, N) per-position label costs (a decomposable margin loss), else None.
     affine : (intercept (B,), slope (B,)) when the loss folds into unary scores, else None.
+    affine_from_htab : whether ``affine`` is still to be read off ``htab`` (margin rescaling with
+        a table): a data-dependent test, done by :meth:`resolved` where the search runs.
     """
 
     rescaling: str
@@ -65,6 +70,13 @@ class LossSpec:
     htab: Tensor | None
     cost: Tensor | None
     affine: tuple[Tensor, Tensor] | None
+    affine_from_htab: bool = False
+
+    def resolved(self) -> LossSpec:
+        """The spec with ``affine`` decided."""
+        if not self.affine_from_htab:
+            return self
+        return LossSpec(self.rescaling, self.weights, self.htab, self.cost, _affine(self.htab))
 
     @property
     def K(self) -> int:
@@ -155,6 +167,9 @@ def _h_table(h: HLike, K: int, B: int, ref: Tensor, what: str) -> Tensor:
     else:
         raise TypeError(f"h must be None, a callable or a tensor, got {type(h).__name__}")
     table = table.detach().double().expand(B, K + 1)
+    if not on_host(table):
+        require(torch.isfinite(table).all(), "h must be finite at every count")
+        return table
     if bool(torch.isnan(table).any()):
         k = int(torch.isnan(table).nonzero()[0, 1])
         raise ValueError(f"h is NaN at count {k}")
@@ -221,7 +236,7 @@ def resolve_loss(h: HLike, rescaling: str, weights: Tensor | None, cost: Tensor 
         )
     K = int(K)
     htab = _h_table(h, K, B, ref, "T+1" if weights is None else "K+1")
-    return LossSpec(rescaling, w, htab, None, _affine(htab) if rescaling == "margin" else None)
+    return LossSpec(rescaling, w, htab, None, None, affine_from_htab=rescaling == "margin")
 
 
 class _Structure(Protocol):
@@ -238,6 +253,8 @@ class _Structure(Protocol):
 
     def tables(self, target: Tensor, weights: Tensor, K: int, negate: bool) -> Tables: ...
 
+    def search(self, spec: LossSpec, target: Tensor, N: int, algorithm: str, gold: Tensor) -> Tensor: ...
+
 
 class _LabelStructure:
     """Structures that are label sequences (chains and order-l windows)."""
@@ -247,6 +264,9 @@ class _LabelStructure:
     def labels(self, struct: Tensor) -> Tensor:
         return struct
 
+    def search(self, spec: LossSpec, target: Tensor, N: int, algorithm: str, gold: Tensor) -> Tensor:
+        return search(self, spec, target, N, algorithm, gold)
+
 
 class _ChainStructure(_LabelStructure):
     def __init__(self, chain, target: Tensor):
@@ -254,6 +274,11 @@ class _ChainStructure(_LabelStructure):
 
     def score(self, path: Tensor) -> Tensor:
         return _chain._path_score(self.chain, path.clamp(min=0))
+
+    def search(self, spec: LossSpec, target: Tensor, N: int, algorithm: str, gold: Tensor) -> Tensor:
+        from . import _ops  # the search as one operator (torch.compile sees its output shape only)
+
+        return _ops.chain_search(self.chain, spec, target, algorithm, gold)
 
     def fold_path(self, label_loss: Tensor) -> Tensor:
         c = accumulating(self.chain)  # the loss is added in double on CPU
@@ -323,10 +348,11 @@ def _table_path(model: _Structure, spec: LossSpec, target: Tensor, gold: Tensor)
     return path
 
 
-def _solve(model: _Structure, spec: LossSpec, target: Tensor, N: int, algorithm: str,
-           dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
-    """(value, structure, count) of the most violating structure; ``target`` holds the labels."""
-    gold = model.score(model.truth)
+def search(model: _Structure, spec: LossSpec, target: Tensor, N: int, algorithm: str, gold: Tensor) -> Tensor:
+    """The most violating structure (B, T) for the target's (detached) score ``gold`` (B,); the
+    target itself where it attains the maximum. Reads values (the checks, the table's feasible
+    counts): for chains it runs inside the ``structtorch::chain_loss_augmented`` operator."""
+    spec = spec.resolved()
     if bool((gold == NEG_INF).any()):
         b = int((gold == NEG_INF).nonzero()[0])
         raise ValueError(f"target has score -inf in row {b}: it uses a forbidden (-inf) entry, or its "
@@ -334,31 +360,39 @@ def _solve(model: _Structure, spec: LossSpec, target: Tensor, N: int, algorithm:
     foldable = spec.rescaling == "margin" and (spec.cost is not None or spec.affine is not None)
     if algorithm == "viterbi" and not foldable:
         raise ValueError("algorithm='viterbi' needs margin rescaling with an affine h or a cost")
-    if algorithm == "hamming" and spec.htab is None:
-        raise ValueError("algorithm='hamming' needs non-negative integer weights and no cost")
     with torch.no_grad():
         if foldable and algorithm != "hamming":
             struct = model.fold_path(spec.label_loss(target, N))
         else:
             struct = _table_path(model, spec, target, gold)
+        # ties: prefer the target itself (a zero subgradient) whenever it attains the maximum
+        values = (_value(model, spec, target, x, gold) for x in (model.truth, struct))
+        keep_target = next(values) >= next(values)
+    return torch.where(keep_target.unsqueeze(1), model.truth, struct)
 
-    def value_of(st: Tensor) -> Tensor:
-        labels = model.labels(st)
-        found = model.score(st)  # in the accumulation precision: rounded to dtype once, below
-        delta = spec.loss(labels, target, found.dtype)
-        return found + delta - gold if spec.rescaling == "margin" else delta * (1 + found - gold)
 
-    # ties: prefer the target itself (a zero subgradient) whenever it attains the maximum
-    with torch.no_grad():
-        keep_target = value_of(model.truth) >= value_of(struct)
-    struct = torch.where(keep_target.unsqueeze(1), model.truth, struct)
+def _value(model: _Structure, spec: LossSpec, target: Tensor, struct: Tensor, gold: Tensor) -> Tensor:
+    """(B,) the loss-augmented value of ``struct``, in the accumulation precision."""
+    found = model.score(struct)  # rounded to the input dtype once, by the caller
+    delta = spec.loss(model.labels(struct), target, found.dtype)
+    return found + delta - gold if spec.rescaling == "margin" else delta * (1 + found - gold)
+
+
+def _solve(model: _Structure, spec: LossSpec, target: Tensor, N: int, algorithm: str,
+           dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
+    """(value, structure, count) of the most violating structure; ``target`` holds the labels."""
+    if algorithm == "hamming" and spec.htab is None:
+        raise ValueError("algorithm='hamming' needs non-negative integer weights and no cost")
+    gold = model.score(model.truth)
+    struct = model.search(spec, target, N, algorithm, gold.detach())
     names = "the potentials or the loss"
-    value = value_of(struct)
+    value = _value(model, spec, target, struct, gold)
     guard_overflow(value, (), 0, lambda: None, "the loss-augmented value", names)  # +inf, NaN
     value = cast_checked(value, dtype, "the loss-augmented value", names)
     return value, struct, spec.count(model.labels(struct), target)
 
 
+@mixed_precision
 def loss_augmented_viterbi(
     unary: Tensor,
     transitions: Tensor,
@@ -419,6 +453,7 @@ def loss_augmented_viterbi(
     return _solve(_ChainStructure(chain, target), spec, target, chain.shape[2], algorithm, chain.unary.dtype)
 
 
+@mixed_precision
 def loss_augmented_viterbi_window(
     scores: Tensor,
     target: Tensor,

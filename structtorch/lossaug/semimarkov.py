@@ -18,12 +18,13 @@ from torch import Tensor
 
 from .._checks import LengthsLike, check_labels
 from .._numerics import NEG_INF, accumulate
+from .._precision import mixed_precision
 from ..semimarkov._torch import segment_terms
 from ..semimarkov.layout import SemiMarkov, check_semimarkov, semimarkov_score
 from ..semimarkov.plif import SegmentPLiF
 from ..semimarkov.segments import semimarkov_viterbi
 from ._torch import Tables, negate_scores
-from .hamming import HLike, _solve, resolve_loss
+from .hamming import HLike, _solve, resolve_loss, search
 
 __all__ = ["semimarkov_loss_augmented"]
 
@@ -70,6 +71,9 @@ class _SemiMarkovStructure:
 
     def labels(self, struct: Tensor) -> Tensor:
         return decode(struct, self.N)[0]
+
+    def search(self, spec, target: Tensor, N: int, algorithm: str, gold: Tensor) -> Tensor:
+        return search(self, spec, target, N, algorithm, gold)
 
     def score(self, struct: Tensor) -> Tensor:
         labels, starts = decode(struct, self.N)
@@ -152,6 +156,7 @@ def _tables(sm: SemiMarkov, target: Tensor, weights: Tensor, K: int) -> Tables:
     return Tables(best, backtrack)
 
 
+@mixed_precision
 def semimarkov_loss_augmented(
     content: Tensor,
     transitions: Tensor,

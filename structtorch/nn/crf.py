@@ -7,6 +7,7 @@ from torch import Tensor, nn
 
 from .._checks import LengthsLike, cast_checked, check_float
 from .._numerics import accumulate
+from .._precision import mixed_precision
 from ..chain import log_partition, marginals, path_score, viterbi
 
 __all__ = ["LinearChainCRF"]
@@ -70,17 +71,13 @@ class LinearChainCRF(nn.Module):
         Returns
         -------
         Tensor (B,)
-            In the dtype of ``unary``; on CPU the difference logZ - score is taken in float64, so a
-            small NLL keeps its digits when both terms are large.
+            In the dtype of ``unary`` (promoted with the parameters' dtype when one of them is
+            float16/bfloat16, as under autocast: see :mod:`structtorch._precision`); on CPU the
+            difference logZ - score is taken in float64, so a small NLL keeps its digits when both
+            terms are large.
         """
-        if isinstance(unary, Tensor) and unary.is_floating_point():  # one dtype, before promoting
-            check_float("transitions", self.transitions, unary)
-        pots = {k: accumulate(v) for k, v in self._potentials(unary).items()}
-        u, a = accumulate(unary), accumulate(self.transitions)
-        logz = log_partition(u, a, lengths=lengths, **pots)
-        gold = path_score(u, a, labels, lengths=lengths, **pots)
-        # +inf stays (a labeling with probability 0); a finite NLL beyond the dtype's range raises
-        return cast_checked(logz - gold, unary.dtype, "the negative log-likelihood", "unary")
+        self._potentials(unary)
+        return _negative_log_likelihood(unary, self.transitions, self.start, self.end, labels, lengths)
 
     def decode(self, unary: Tensor, lengths: LengthsLike = None) -> tuple[Tensor, Tensor]:
         """Best labeling: ``(score (B,), path (B, T))`` as returned by :func:`structtorch.viterbi`."""
@@ -89,3 +86,16 @@ class LinearChainCRF(nn.Module):
     def marginals(self, unary: Tensor, lengths: LengthsLike = None) -> Tensor:
         """Node marginals (B, T, N), 0 beyond each length."""
         return marginals(unary, self.transitions, lengths=lengths, **self._potentials(unary))
+
+
+@mixed_precision
+def _negative_log_likelihood(unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor, labels: Tensor,
+                             lengths: LengthsLike) -> Tensor:
+    """(B,) logZ - score(labels), both in the accumulation precision, cast once."""
+    if isinstance(unary, Tensor) and unary.is_floating_point():  # one dtype, before promoting
+        check_float("transitions", transitions, unary)
+    u, a, s, e = (accumulate(x) for x in (unary, transitions, start, end))
+    logz = log_partition(u, a, start=s, end=e, lengths=lengths)
+    gold = path_score(u, a, labels, start=s, end=e, lengths=lengths)
+    # +inf stays (a labeling with probability 0); a finite NLL beyond the dtype's range raises
+    return cast_checked(logz - gold, unary.dtype, "the negative log-likelihood", "unary")

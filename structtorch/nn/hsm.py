@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from .._checks import LengthsLike, _fmt, check_float, check_lengths
 from .._numerics import NEG_INF
+from .._precision import mixed_precision
 from ..learn.losses import structured_hinge
 from ..lossaug.hamming import HLike
 from ..lossaug.semimarkov import check_target
@@ -168,6 +169,7 @@ class HiddenSemiMarkovSVM(nn.Module):
         B, T = ref.shape[:2]
         return signals, contents, ref, check_lengths(lengths, B, T, ref.device)
 
+    @mixed_precision
     def forward(self, signals: Tensor | None, contents: Tensor | None, lengths: LengthsLike = None) -> dict:
         """Semi-Markov potentials as keyword arguments of :func:`structtorch.semimarkov_viterbi`
         (and of the log-partition, loss-augmented and hinge functions): ``content`` (B, T, N)
@@ -210,11 +212,13 @@ class HiddenSemiMarkovSVM(nn.Module):
             "lengths": lengths,
         }
 
+    @mixed_precision
     def decode(self, signals: Tensor | None, contents: Tensor | None,
                lengths: LengthsLike = None) -> tuple[Tensor, Tensor, Tensor]:
         """(score (B,), labels (B, T), starts (B, T)) of the best segmentation."""
         return semimarkov_viterbi(**self(signals, contents, lengths))
 
+    @mixed_precision
     def score(self, signals: Tensor | None, contents: Tensor | None, labels: Tensor, starts: Tensor,
               lengths: LengthsLike = None) -> Tensor:
         """(B,) score of the given segmentations, checked like a hinge target: labels in range,
@@ -229,6 +233,7 @@ class HiddenSemiMarkovSVM(nn.Module):
                              "a start/end label not allowed, or a -inf signal at a segment end")
         return score
 
+    @mixed_precision
     def loss(self, signals: Tensor | None, contents: Tensor | None, target_labels: Tensor,
              target_starts: Tensor, lengths: LengthsLike = None, *, rescaling: str = "margin",
              h: HLike = None, weights: Tensor | None = None, reduction: str = "mean") -> Tensor:
@@ -258,6 +263,7 @@ class HiddenSemiMarkovSVM(nn.Module):
             parts.append(self.content_weight)
         return torch.cat(parts)
 
+    @mixed_precision
     def feature_map(self, signals: Tensor | None, contents: Tensor | None, labels: Tensor, starts: Tensor,
                     lengths: LengthsLike = None) -> Tensor:
         """Psi(x, y) (B, D) of eqs. 7 and 8, built segment by segment from hat functions, in the

@@ -8,8 +8,7 @@ import torch
 from torch import Tensor
 
 from .._extension import chain_ops
-from .._numerics import NEG_INF, grads_through
-from . import _torch
+from .._numerics import NEG_INF
 from .layout import SemiMarkov
 from .plif import SegmentPLiF
 
@@ -35,47 +34,29 @@ def viterbi_segmentation(sm: SemiMarkov) -> tuple[Tensor, Tensor, Tensor]:
                                           plif.tracks.detach(), plif.ordinates.detach(), plif.low, plif.high)
 
 
-def model_of(content, length, boundary, segment, transitions, start, end, lengths) -> SemiMarkov:
-    """The SemiMarkov of a log-partition Function's inputs (an empty ``segment`` means none)."""
-    segment = segment if segment.numel() else None
-    return SemiMarkov(content, transitions, length, boundary, segment, start, end, lengths)
-
-
-class LogPartition(torch.autograd.Function):
-    """Compiled semi-Markov log-partition with the hand-written segment-marginal backward; double
-    backward differentiates the PyTorch recursion instead."""
-
-    @staticmethod
-    def forward(ctx, content, length, boundary, segment, transitions, start, end, lengths):
-        forb = last_forbidden(content)
-        args = (content, forb, length, boundary, segment, transitions, start, end, lengths)
-        logz, alpha, inc = chain_ops().semimarkov_logz_forward(*args)
-        logz = torch.where(lengths > 0, logz, 0.0)
-        ctx.save_for_backward(content, length, boundary, segment, transitions, start, end, lengths,
-                              logz, alpha, inc, forb)
-        return logz.to(content.dtype)
-
-    @staticmethod
-    def backward(ctx, grad):
-        content, length, boundary, segment, transitions, start, end, lengths, logz, alpha, inc, forb = (
-            ctx.saved_tensors)
-        inputs = (content, length, boundary, segment, transitions, start, end)
-        if torch.is_grad_enabled():  # create_graph: differentiate the PyTorch recursion
-            sm = model_of(content, length, boundary, segment, transitions, start, end, lengths)
-            ref = _torch.log_partition(sm)
-            return (*grads_through(ref, inputs, ctx.needs_input_grad[:7], grad), None)
-        grads = chain_ops().semimarkov_logz_backward(
-            grad.double().contiguous(), logz, alpha, inc, content, forb, length, boundary, segment,
-            transitions, start, end, lengths)
-        grads[4] = grads[4].sum(0)  # transitions are shared by the batch
-        return (*(g.to(content.dtype) for g in grads), None)
-
-
-def log_partition(sm: SemiMarkov) -> Tensor:
-    """(B,) log-partition on the compiled kernels, differentiable (no segment PLiFs: see segments)."""
+def log_partition_forward(sm: SemiMarkov) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+    """logZ (B,) float64 (0 on empty rows) and the factors alpha, inc (B, T+1, N) float64 that the
+    backward reuses (see ``semimarkov/_ops.py``); no segment PLiFs."""
     segment = sm.content.new_empty(0) if sm.segment_scores is None else sm.segment_scores
-    parts = (sm.length_scores, sm.boundary, segment, sm.transitions, sm.start, sm.end)
-    return LogPartition.apply(sm.content, *(x.contiguous() for x in parts), sm.lengths)
+    args = (sm.content, last_forbidden(sm.content), sm.length_scores, sm.boundary, segment, sm.transitions,
+            sm.start, sm.end, sm.lengths)
+    logz, alpha, inc = chain_ops().semimarkov_logz_forward(*args)
+    return torch.where(sm.lengths > 0, logz, 0.0), (alpha, inc)
+
+
+def log_partition_backward(sm: SemiMarkov, logz: Tensor, state, g: Tensor) -> list[Tensor | None]:
+    """Gradients w.r.t. content, length, boundary, segment, transitions, start and end (input
+    dtype; None for an absent segment) for upstream g (B,) float64."""
+    alpha, inc = state
+    segment = sm.content.new_empty(0) if sm.segment_scores is None else sm.segment_scores
+    grads = chain_ops().semimarkov_logz_backward(
+        g, logz, alpha, inc, sm.content, last_forbidden(sm.content), sm.length_scores, sm.boundary, segment,
+        sm.transitions, sm.start, sm.end, sm.lengths)
+    grads[4] = grads[4].sum(0)  # transitions are shared by the batch
+    grads = [x.to(sm.content.dtype) for x in grads]
+    if sm.segment_scores is None:
+        grads[3] = None
+    return grads
 
 
 SEGMENT_PLIF_LOG_PARTITION = False  # the compiled log-partition has no segment PLiFs

@@ -24,9 +24,8 @@ from torch import Tensor
 
 from .._numerics import NEG_INF
 from ..chain._triton import _argmax_update, _candidates, _lse_finish, _lse_update
-from ._cpu import last_forbidden, model_of
+from ._cpu import last_forbidden
 from .layout import SemiMarkov
-from .plif import SegmentPLiF
 
 NEG = tl.constexpr(float("-inf"))  # in kernels; NEG_INF on the host
 
@@ -377,55 +376,21 @@ def _backward(sm: SemiMarkov, logz: Tensor, alpha: Tensor, inc: Tensor, g: Tenso
     return grads
 
 
-class LogPartition(torch.autograd.Function):
-    """Semi-Markov log-partition on the Triton kernels with the segment-marginal backward, segment
-    PLiFs included (gradients w.r.t. their tracks and ordinates); double backward differentiates
-    the PyTorch recursion (as on CPU)."""
-
-    @staticmethod
-    def forward(ctx, low, high, content, length, boundary, segment, transitions, start, end, tracks,
-                ordinates, lengths):
-        inputs = (content, length, boundary, segment, transitions, start, end, tracks, ordinates, lengths)
-        sm = _model(low, high, *inputs)
-        logz, alpha, inc, _, _ = _forward(sm, viterbi=False)
-        logz = torch.where(lengths > 0, logz, 0.0)
-        ctx.support = (low, high)
-        ctx.save_for_backward(*inputs, logz, alpha, inc)
-        return logz.to(content.dtype)
-
-    @staticmethod
-    def backward(ctx, grad):
-        from .._numerics import grads_through
-        from . import _torch
-
-        *saved, logz, alpha, inc = ctx.saved_tensors
-        sm = _model(*ctx.support, *saved)
-        inputs = tuple(saved[:9])
-        needs = ctx.needs_input_grad[2:11]
-        if torch.is_grad_enabled():
-            return (None, None, *grads_through(_torch.log_partition(sm), inputs, needs, grad), None)
-        grads = _backward(sm, logz, alpha, inc, grad.double().contiguous())
-        grads += [None] * (9 - len(grads))  # no PLiF: no track or ordinate gradients
-        dtype = saved[0].dtype
-        return (None, None, *(None if gr is None else gr.to(dtype) for gr in grads), None)
+def log_partition_forward(sm: SemiMarkov) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+    """logZ (B,) float64 (0 on empty rows) and alpha, inc (B, T+1, N) float64 for the backward
+    (see ``semimarkov/_ops.py``); segment PLiFs included."""
+    logz, alpha, inc, _, _ = _forward(sm, viterbi=False)
+    return torch.where(sm.lengths > 0, logz, 0.0), (alpha, inc)
 
 
-def _model(low, high, content, length, boundary, segment, transitions, start, end, tracks, ordinates,
-           lengths) -> SemiMarkov:
-    """The SemiMarkov of the Function's inputs (empty tracks: no segment PLiF)."""
-    sm = model_of(content, length, boundary, segment, transitions, start, end, lengths)
-    if tracks.numel():
-        sm.segment_plif = SegmentPLiF(tracks, ordinates, low, high)
-    return sm
-
-
-def log_partition(sm: SemiMarkov) -> Tensor:
-    """(B,) log-partition on the Triton kernels, differentiable (segment PLiFs included)."""
-    segment = sm.content.new_empty(0) if sm.segment_scores is None else sm.segment_scores
-    plif = sm.segment_plif or SegmentPLiF(sm.content.new_empty(0), sm.content.new_empty(0, 2), 0.0, 1.0)
-    parts = (sm.length_scores, sm.boundary, segment, sm.transitions, sm.start, sm.end, plif.tracks,
-             plif.ordinates)
-    return LogPartition.apply(plif.low, plif.high, sm.content, *(x.contiguous() for x in parts), sm.lengths)
+def log_partition_backward(sm: SemiMarkov, logz: Tensor, state, g: Tensor) -> list[Tensor | None]:
+    """Gradients w.r.t. content, length, boundary, segment, transitions, start, end and the segment
+    PLiF's tracks and ordinates (input dtype; None where absent) for upstream g (B,) float64."""
+    grads = _backward(sm, logz, *state, g)
+    grads += [None] * (9 - len(grads))  # no PLiF: no track or ordinate gradients
+    if sm.segment_scores is None:
+        grads[3] = None
+    return [None if x is None else x.to(sm.content.dtype) for x in grads]
 
 
 SEGMENT_PLIF_LOG_PARTITION = True

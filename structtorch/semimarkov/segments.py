@@ -14,16 +14,17 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._backend import kernels
 from .._checks import LengthsLike, forbidden_pattern, guard_overflow
 from .._numerics import NEG_INF
-from . import _torch
+from .._precision import mixed_precision
+from . import _ops, _torch
 from .layout import SemiMarkov, check_semimarkov, semimarkov_score
 from .plif import SegmentPLiF
 
 __all__ = ["semimarkov_viterbi", "semimarkov_log_partition"]
 
 
+@mixed_precision
 def semimarkov_viterbi(
     content: Tensor,
     transitions: Tensor,
@@ -72,15 +73,9 @@ def semimarkov_viterbi(
     """
     sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
                           start, end, lengths, segment_plif)
-    best, labels, starts = (_kernels(sm) or _torch).viterbi_segmentation(sm)
+    best, labels, starts = _ops.viterbi(sm)
     score = semimarkov_score(sm, labels, starts).to(sm.content.dtype)
     return _guard(sm, torch.where(best > NEG_INF, score, NEG_INF), "the Viterbi score"), labels, starts
-
-
-def _kernels(sm: SemiMarkov):
-    """The kernel module (``_cpu`` or ``_triton``) that runs these inputs, or None for the PyTorch
-    reference of ``_torch`` (see :mod:`structtorch._backend`)."""
-    return kernels(sm.content, __package__) if sm.shape[1] > 0 else None
 
 
 def _guard(sm: SemiMarkov, result: Tensor, what: str) -> Tensor:
@@ -95,6 +90,7 @@ def _guard(sm: SemiMarkov, result: Tensor, what: str) -> Tensor:
                           "the content, transition, length, boundary and segment scores")
 
 
+@mixed_precision
 def semimarkov_log_partition(
     content: Tensor,
     transitions: Tensor,
@@ -117,9 +113,4 @@ def semimarkov_log_partition(
                           start, end, lengths, segment_plif)
     if sm.shape[1] == 0:
         return sm.content.sum(dim=(1, 2))  # zeros, connected to the graph (as the chain's)
-    kernels = _kernels(sm)
-    if kernels is not None and (sm.segment_plif is None or kernels.SEGMENT_PLIF_LOG_PARTITION):
-        logz = kernels.log_partition(sm)
-    else:
-        logz = _torch.log_partition(sm).to(sm.content.dtype)
-    return _guard(sm, logz, "the log-partition")
+    return _guard(sm, _ops.log_partition(sm).to(sm.content.dtype), "the log-partition")

@@ -1,0 +1,168 @@
+"""The chain kernels as PyTorch operators: one schema per dynamic program, one implementation per
+backend (``compiled`` | ``triton`` | ``torch``, named by the caller, see :mod:`structtorch._backend`).
+
+``structtorch::chain_viterbi``, ``structtorch::chain_log_partition`` and its backward are
+``torch.library`` custom operators with fake (meta) implementations, so ``torch.compile`` traces
+through them without graph breaks. :class:`LogPartition` makes the log-partition differentiable:
+an autograd Function with ``setup_context`` and a ``vmap`` rule (the vmapped dimension is folded
+into the batch), so ``torch.func.grad``/``vmap`` work too. Under ``torch.func`` transforms and
+double backward its backward differentiates the PyTorch recursion.
+
+The forward operator returns logZ in float64 and the backend's saved factors (a list whose shapes
+each backend module states in ``log_partition_state``); the backward reuses them.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+from torch import Tensor
+
+from .._backend import backend_for
+from .._checks import Chain
+from .._library import operator, save_for_backward, vmap_rule
+from . import _torch
+from ._torch import accumulating
+
+_MODULES = {"compiled": "._cpu", "triton": "._triton"}
+
+
+def backend_of(chain: Chain) -> str:
+    """The backend that runs ``chain``: "torch" for empty chains and for N beyond the compiled
+    kernels' int16 backpointers, else :func:`structtorch._backend.backend_for`."""
+    _, T, N = chain.shape
+    if T == 0:
+        return "torch"
+    name = backend_for(chain.unary)
+    return "torch" if name == "compiled" and N > 32767 else name
+
+
+def _module(backend: str):
+    return importlib.import_module(_MODULES[backend], __package__)
+
+
+def _viterbi_path_fake(unary, transitions, start, end, lengths, backend):
+    return unary.new_empty(unary.shape[:2], dtype=torch.long)
+
+
+def _log_partition_forward_fake(unary, transitions, start, end, lengths, backend):
+    B, T, N = unary.shape
+    shapes = [] if backend == "torch" else _module(backend).log_partition_state(B, T, N)
+    return unary.new_empty(B, dtype=torch.float64), [unary.new_empty(s, dtype=torch.float64) for s in shapes]
+
+
+def _log_partition_backward_fake(grad, unary, transitions, start, end, lengths, logz, state, backend):
+    return tuple(torch.empty_like(x) for x in (unary, transitions, start, end))
+
+
+@operator("chain_viterbi", _viterbi_path_fake)
+def viterbi_path(unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor, lengths: Tensor,
+                 backend: str) -> Tensor:
+    """(B, T) int64 best labeling, -1 beyond each length and on infeasible rows."""
+    chain = Chain(unary, transitions, start, end, lengths)
+    if backend == "torch":
+        return _torch.viterbi(accumulating(chain))[1]
+    return _module(backend).viterbi_path(chain)
+
+
+@operator("chain_log_partition", _log_partition_forward_fake)
+def log_partition_forward(unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor, lengths: Tensor,
+                          backend: str) -> tuple[Tensor, list[Tensor]]:
+    """logZ (B,) float64 and the backend's saved factors."""
+    chain = Chain(unary, transitions, start, end, lengths)
+    if backend == "torch":
+        return _torch.log_partition(accumulating(chain)).double(), []
+    logz, state = _module(backend).log_partition_forward(chain)
+    return logz, list(state)
+
+
+@operator("chain_log_partition_backward", _log_partition_backward_fake)
+def log_partition_backward(grad: Tensor, unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor,
+                           lengths: Tensor, logz: Tensor, state: list[Tensor],
+                           backend: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Gradients of logZ (upstream ``grad`` (B,)) w.r.t. unary, transitions, start and end."""
+    chain = Chain(unary, transitions, start, end, lengths)
+    if backend == "torch":
+        inputs = tuple(x.detach().requires_grad_() for x in (unary, transitions, start, end))
+        with torch.enable_grad():
+            ref = _torch.log_partition(accumulating(Chain(*inputs, lengths)))
+            grads = torch.autograd.grad(ref, inputs, grad.to(ref.dtype), allow_unused=True)
+        pairs = zip(grads, inputs, strict=True)
+        return tuple(torch.zeros_like(x) if g is None else g.to(x.dtype) for g, x in pairs)
+    return _module(backend).log_partition_backward(chain, logz, state, grad.double().contiguous())
+
+
+def _lead(x: Tensor, dim: int | None, V: int) -> Tensor:
+    """``x`` with its vmapped dimension first (expanded to V when it has none)."""
+    return x.movedim(dim, 0) if dim is not None else x.unsqueeze(0).expand(V, *x.shape)
+
+
+def fold_vmapped(V: int, in_dims, unary, transitions, start, end, lengths) -> Chain:
+    """One chain of batch V * B from vmapped chain arguments: a vmapped (N, N) transition matrix
+    becomes per-position blocks, an unvmapped one stays shared."""
+    u = _lead(unary, in_dims[0], V)
+    _, B, T, N = u.shape
+    if transitions.dim() - (in_dims[1] is not None) == 2:  # shared (N, N) in each call
+        if in_dims[1] is None:
+            t = transitions
+        else:
+            t = _lead(transitions, in_dims[1], V)[:, None, None].expand(V, B, max(T - 1, 0), N, N)
+            t = t.reshape(V * B, max(T - 1, 0), N, N)
+    else:
+        t = _lead(transitions, in_dims[1], V).reshape(V * B, max(T - 1, 0), N, N)
+    rest = (_lead(x, d, V).reshape(V * B, *x.shape[(d is not None) + 1:]).contiguous()
+            for x, d in zip((start, end, lengths), in_dims[2:], strict=True))
+    return Chain(u.reshape(V * B, T, N), t.contiguous(), *rest)
+
+
+class LogPartition(torch.autograd.Function):
+    """Differentiable chain log-partition (float64 (B,)) on the operators above."""
+
+    setup_context = staticmethod(save_for_backward)
+
+    @staticmethod
+    def forward(unary, transitions, start, end, lengths, backend):
+        logz, state = log_partition_forward(unary, transitions, start, end, lengths, backend)
+        return logz, *state
+
+    @staticmethod
+    def backward(ctx, grad, *_):
+        unary, transitions, start, end, lengths, logz, *state = ctx.saved_tensors
+        if torch.is_grad_enabled():  # double backward, torch.func: differentiate the recursion
+            chain = Chain(unary, transitions, start, end, lengths)
+            return (*_torch.double_backward(chain, ctx.needs_input_grad[:4], grad), None, None)
+        args = (unary, transitions, start, end, lengths, logz, state, *ctx.options)
+        grads = log_partition_backward(grad, *args)
+        return (*(g if need else None for g, need in zip(grads, ctx.needs_input_grad, strict=False)),
+                None, None)
+
+    @staticmethod
+    def vmap(info, in_dims, unary, transitions, start, end, lengths, backend):
+        chain = fold_vmapped(info.batch_size, in_dims[:5], unary, transitions, start, end, lengths)
+        args = (chain.unary, chain.transitions, chain.start, chain.end, chain.lengths)
+        logz, *state = LogPartition.apply(*args, backend_of(chain))
+        V = info.batch_size
+        return (logz.view(V, -1), *(s.view(V, -1, *s.shape[1:]) for s in state)), (0,) * (1 + len(state))
+
+
+def log_partition(chain: Chain) -> Tensor:
+    """(B,) float64 log-partition of a canonical chain, differentiable."""
+    return LogPartition.apply(chain.unary, chain.transitions, chain.start, chain.end, chain.lengths,
+                              backend_of(chain))[0]
+
+
+def viterbi(chain: Chain) -> Tensor:
+    """(B, T) best labeling of a canonical chain (see :func:`viterbi_path`)."""
+    args = (chain.unary.detach(), chain.transitions.detach(), chain.start.detach(), chain.end.detach(),
+            chain.lengths)
+    return viterbi_path(*args, backend_of(chain))
+
+
+def _viterbi_vmap(info, in_dims, unary, transitions, start, end, lengths, backend):
+    V = info.batch_size
+    chain = fold_vmapped(V, in_dims[:5], unary, transitions, start, end, lengths)
+    return viterbi(chain).view(V, -1, chain.shape[1]), 0
+
+
+vmap_rule(viterbi_path, _viterbi_vmap)

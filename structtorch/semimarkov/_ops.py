@@ -1,0 +1,167 @@
+"""The semi-Markov kernels as PyTorch operators, as ``chain/_ops.py`` does for chains: one schema
+per dynamic program (``structtorch::semimarkov_viterbi``, ``structtorch::semimarkov_log_partition``
+and its backward), one implementation per backend named by the caller, fake implementations for
+``torch.compile``, and :class:`LogPartition`, an autograd Function with ``setup_context`` (so
+``torch.func.grad`` works; double backward and transforms differentiate the PyTorch reference).
+
+Optional potentials (``segment_scores``, the segment PLiF's tracks and ordinates) are passed as
+``None``; the PLiF support ``low``/``high`` as floats.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+from torch import Tensor
+
+from .._backend import backend_for
+from .._library import operator, save_for_backward
+from .._numerics import grads_through
+from . import _torch
+from .layout import SemiMarkov
+from .plif import SegmentPLiF
+
+_MODULES = {"compiled": "._cpu", "triton": "._triton"}
+Opt = Tensor | None
+
+
+def _module(backend: str):
+    return importlib.import_module(_MODULES[backend], __package__)
+
+
+def backend_of(sm: SemiMarkov, log_partition: bool = False) -> str:
+    """The backend that runs ``sm`` ("torch" for empty sequences, and for the log-partition with a
+    segment PLiF on a backend without it)."""
+    if sm.shape[1] == 0:
+        return "torch"
+    name = backend_for(sm.content)
+    if log_partition and name != "torch" and sm.segment_plif is not None:
+        return name if _module(name).SEGMENT_PLIF_LOG_PARTITION else "torch"
+    return name
+
+
+def _model(content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates,
+           low, high) -> SemiMarkov:
+    plif = None if tracks is None else SegmentPLiF(tracks, ordinates, low, high)
+    return SemiMarkov(content, transitions, length, boundary, segment, start, end, lengths, plif)
+
+
+def _args(sm: SemiMarkov) -> tuple:
+    """The operators' arguments for ``sm`` (contiguous tensors, None where absent)."""
+    plif = sm.segment_plif
+    tensors = (sm.content, sm.length_scores, sm.boundary, sm.segment_scores, sm.transitions, sm.start, sm.end,
+               sm.lengths, None if plif is None else plif.tracks, None if plif is None else plif.ordinates)
+    low, high = (0.0, 1.0) if plif is None else (float(plif.low), float(plif.high))
+    return (*(None if x is None else x.contiguous() for x in tensors), low, high)
+
+
+def _viterbi_op_fake(content, *rest):
+    B, T, _ = content.shape
+    return (content.new_empty(B, dtype=torch.float64), content.new_empty((B, T), dtype=torch.long),
+            content.new_empty((B, T), dtype=torch.bool))
+
+
+def _forward_op_fake(content, *rest):
+    backend = rest[-1]
+    B, T, N = content.shape
+    shape = (B, T + 1, N)
+    state = [] if backend == "torch" else [content.new_empty(shape, dtype=torch.float64) for _ in range(2)]
+    return content.new_empty(B, dtype=torch.float64), state
+
+
+def _differentiable(args: tuple) -> tuple:
+    """content, length, boundary, segment, transitions, start, end, tracks and ordinates of the
+    operators' arguments (``lengths`` and the scalars dropped)."""
+    return (*args[:7], *args[8:10])
+
+
+def _backward_op_fake(grad, *args):
+    content = args[0]
+    return [content.new_empty(0) if x is None else torch.empty_like(x) for x in _differentiable(args)]
+
+
+@operator("semimarkov_viterbi", _viterbi_op_fake)
+def viterbi_op(content: Tensor, length: Tensor, boundary: Tensor, segment: Opt, transitions: Tensor,
+               start: Tensor, end: Tensor, lengths: Tensor, tracks: Opt, ordinates: Opt, low: float,
+               high: float, backend: str) -> tuple[Tensor, Tensor, Tensor]:
+    """best (B,) float64, labels (B, T) int64, starts (B, T) bool."""
+    sm = _model(content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates, low,
+                high)
+    module = _torch if backend == "torch" else _module(backend)
+    best, labels, starts = module.viterbi_segmentation(sm)
+    return best.double(), labels.clone(), starts.clone()
+
+
+@operator("semimarkov_log_partition", _forward_op_fake)
+def forward_op(content: Tensor, length: Tensor, boundary: Tensor, segment: Opt, transitions: Tensor,
+               start: Tensor, end: Tensor, lengths: Tensor, tracks: Opt, ordinates: Opt, low: float,
+               high: float, backend: str) -> tuple[Tensor, list[Tensor]]:
+    """logZ (B,) float64 and the backend's saved factors."""
+    sm = _model(content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates, low,
+                high)
+    if backend == "torch":
+        return _torch.log_partition(sm).double(), []
+    logz, state = _module(backend).log_partition_forward(sm)
+    return logz, list(state)
+
+
+@operator("semimarkov_log_partition_backward", _backward_op_fake)
+def backward_op(grad: Tensor, content: Tensor, length: Tensor, boundary: Tensor, segment: Opt,
+                transitions: Tensor, start: Tensor, end: Tensor, lengths: Tensor, tracks: Opt, ordinates: Opt,
+                low: float, high: float, logz: Tensor, state: list[Tensor], backend: str) -> list[Tensor]:
+    """Gradients w.r.t. the nine differentiable inputs (an empty tensor for an absent one)."""
+    args = (content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates, low,
+            high)
+    if backend == "torch":
+        inputs = [None if x is None else x.detach().requires_grad_() for x in _differentiable(args)]
+        with torch.enable_grad():
+            sm = _model(*inputs[:7], lengths, *inputs[7:], low, high)
+            wanted = [x for x in inputs if x is not None]
+            got = iter(torch.autograd.grad(_torch.log_partition(sm), wanted, grad, allow_unused=True))
+        grads = [None if x is None else next(got) for x in inputs]
+        grads = [None if g is None else g.to(content.dtype) for g in grads]
+    else:
+        g = grad.double().contiguous()
+        grads = list(_module(backend).log_partition_backward(_model(*args), logz, state, g))
+        grads += [None] * (9 - len(grads))  # no segment PLiF: no track or ordinate gradients
+    return [content.new_zeros(0) if x is None else (torch.zeros_like(x) if g is None else g)
+            for g, x in zip(grads, _differentiable(args), strict=True)]
+
+
+class LogPartition(torch.autograd.Function):
+    """Differentiable semi-Markov log-partition (float64 (B,)) on the operators above."""
+
+    setup_context = staticmethod(save_for_backward)
+
+    @staticmethod
+    def forward(*args):
+        logz, state = forward_op(*args)
+        return logz, *state
+
+    @staticmethod
+    def backward(ctx, grad, *_):
+        saved = ctx.saved_tensors
+        tensors, logz, state = saved[:10], saved[10], list(saved[11:])
+        low, high, backend = ctx.options
+        args = (*tensors, low, high)
+        needs = _differentiable(ctx.needs_input_grad)
+        if torch.is_grad_enabled():  # double backward, torch.func: differentiate the reference
+            present = [x if x is not None else torch.zeros(0) for x in _differentiable(args)]
+            wanted = tuple(n and x is not None for n, x in zip(needs, _differentiable(args), strict=True))
+            grads = grads_through(_torch.log_partition(_model(*args)), tuple(present), wanted, grad)
+        else:
+            grads = backward_op(grad, *args, logz, state, backend)
+        grads = [g if need else None for g, need in zip(grads, needs, strict=True)]
+        return (*grads[:7], None, *grads[7:], None, None, None)
+
+
+def log_partition(sm: SemiMarkov) -> Tensor:
+    """(B,) float64 log-partition of canonical potentials, differentiable."""
+    return LogPartition.apply(*_args(sm), backend_of(sm, log_partition=True))[0]
+
+
+def viterbi(sm: SemiMarkov) -> tuple[Tensor, Tensor, Tensor]:
+    """(best (B,) float64, labels (B, T), starts (B, T)) of canonical potentials."""
+    *tensors, low, high = _args(sm)
+    return viterbi_op(*(None if x is None else x.detach() for x in tensors), low, high, backend_of(sm))
