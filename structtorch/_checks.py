@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+from torch._C._functorch import get_unwrapped as _unwrap
+from torch._C._functorch import is_functorch_wrapped_tensor as _is_wrapped
 
 LengthsLike = Tensor | Sequence[int] | None
 FLOAT_DTYPES = (torch.float32, torch.float64)
@@ -126,10 +128,8 @@ def on_host(x: Tensor) -> bool:
 def plain(x: Tensor) -> Tensor:
     """``x`` itself, or under ``torch.func`` transforms the tensor it wraps (under ``vmap`` all
     vmapped values at once), so that value checks can read it."""
-    from torch._C._functorch import get_unwrapped, is_functorch_wrapped_tensor
-
-    while is_functorch_wrapped_tensor(x):
-        x = get_unwrapped(x)
+    while _is_wrapped(x):
+        x = _unwrap(x)
     return x
 
 

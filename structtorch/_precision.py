@@ -53,7 +53,8 @@ def map_tensors(x: Any, fn: Callable[[Tensor], Tensor]) -> Any:
     return x
 
 
-def _float_dtypes(x: Any) -> list[torch.dtype]:
+def _float_dtypes(args: tuple, kwargs: dict) -> list[torch.dtype]:
+    """The dtypes of the floating tensors among the arguments (one level into containers)."""
     found: list[torch.dtype] = []
 
     def note(t: Tensor) -> Tensor:
@@ -61,14 +62,20 @@ def _float_dtypes(x: Any) -> list[torch.dtype]:
             found.append(t.dtype)
         return t
 
-    map_tensors(x, note)
+    for x in (*args, *kwargs.values()):
+        if isinstance(x, Tensor):
+            note(x)
+        elif x is not None and not isinstance(x, (str, int, float, bool)):
+            map_tensors(x, note)
     return found
 
 
-def _device_of(x: Any) -> str | None:
-    found: list[str] = []
-    map_tensors(x, lambda t: found.append(t.device.type) or t)
-    return found[0] if found else None
+def _device_of(args: tuple, kwargs: dict) -> str | None:
+    """The device type of the first tensor argument (None when there is none)."""
+    for x in (*args, *kwargs.values()):
+        if isinstance(x, Tensor):
+            return x.device.type
+    return None
 
 
 def _no_autocast(device: str | None):
@@ -83,10 +90,9 @@ def mixed_precision(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        inputs = (args, kwargs)
-        dtypes = _float_dtypes(inputs)
+        dtypes = _float_dtypes(args, kwargs)
         if not any(d in HALF_DTYPES for d in dtypes):
-            with _no_autocast(_device_of(inputs)):
+            with _no_autocast(_device_of(args, kwargs)):
                 return fn(*args, **kwargs)
         result = functools.reduce(torch.promote_types, dtypes)
         compute = torch.promote_types(result, torch.float32)
@@ -99,8 +105,9 @@ def mixed_precision(fn: F) -> F:
                 return t
             return cast_checked(t, result, f"a result of {fn.__name__}", "the potentials")
 
-        args, kwargs = map_tensors(inputs, widen)
-        with _no_autocast(_device_of(inputs)):
+        device = _device_of(args, kwargs)
+        args, kwargs = map_tensors((args, kwargs), widen)
+        with _no_autocast(device):
             out = fn(*args, **kwargs)
         return map_tensors(out, narrow)
 
