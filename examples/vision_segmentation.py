@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         print(f"{method}: IoU {rows[method]['IoU']:.3f}{extra} ({time.time() - t1:.0f} s)", flush=True)
     lines = ["| method | IoU | pixel acc. |", "|---|---|---|"]
     lines += [f"| {name} | {r['IoU']:.3f} | {r['pixel acc.']:.3f} |" for name, r in rows.items()]
-    lines += ["", f"| method (training, per batch of {args.batch}) | structured fwd+bwd | backbone fwd+bwd | ratio |",
+    lines += ["", f"| method (training, per batch of {args.batch}) | structured fwd+bwd (LP / layer) | backbone fwd+bwd | ratio |",
               "|---|---|---|---|"]
     for method, t in timing.items():
         lines.append(f"| {method} | {1e3 * t['structured']:.1f} ms | {1e3 * t['backbone']:.1f} ms | "
