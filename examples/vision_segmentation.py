@@ -27,14 +27,16 @@ each the same backbone trained from the same initialization:
   ``--smoothing``) with the connectivity cuts of the current LP solution in its cut block,
   trained on the expected Hamming loss mean_i (1 - mu_i(y_i)) of its output.
 
-The structured models are decoded by LP MAP inference with their connectivity (hard for
+After training, the BatchNorm statistics of every model are recomputed on the training images
+under the final weights (``recalibrate_batchnorm``). The structured models are decoded by LP MAP
+inference with their connectivity (hard for
 ``hinge hard`` and ``MAPRelaxation``, soft with the learned weight for ``hinge soft``). The
 loss-augmented LPs of a batch are solved concurrently (``num_workers``, default
 ``torch.get_num_threads()``). Prints IoU and pixel accuracy on held-out images, the median time
 per training batch of the structured part (LP / layer, forward and backward) against the
 backbone's forward+backward, and saves a figure of test predictions.
 
-    python examples/vision_segmentation.py [--train 48] [--test 32] [--epochs 8] [--size 16]
+    python examples/vision_segmentation.py [--train 48] [--test 32] [--epochs 16] [--size 16]
         [--device cuda] [--out vision_segmentation.png]
 """
 
@@ -235,7 +237,24 @@ def train(method: str, images: Tensor, masks: Tensor, edges: Tensor, args: argpa
             target = node_labels(msks, args.scale).to(args.device)
             losses.append(trainer.step(imgs.to(args.device), target, idx.tolist()))
         log(f"  {method} epoch {epoch + 1}: loss {statistics.mean(losses):.4f}")
+    recalibrate_batchnorm(model, images, args)
     return model, trainer
+
+
+@torch.no_grad()
+def recalibrate_batchnorm(model: SegModel, images: Tensor, args: argparse.Namespace) -> None:
+    """Replace the BatchNorm running statistics by their averages over the training images
+    under the final weights. The running averages of training lag behind weights that move fast
+    (the hinge's subgradient steps): a hinge-trained backbone scored 0.75 test IoU with batch
+    statistics and 0.26 with its running ones before this step."""
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # a cumulative average over the batches below
+    model.train()
+    for idx in torch.arange(len(images)).split(args.batch):
+        model.backbone(images[idx].to(args.device))
+    model.eval()
 
 
 @torch.no_grad()
@@ -287,7 +306,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train", type=int, default=48, help="training images")
     p.add_argument("--test", type=int, default=32, help="held-out images")
-    p.add_argument("--epochs", type=int, default=8)
+    p.add_argument("--epochs", type=int, default=16)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--size", type=int, default=16, help="node grid H = W")
     p.add_argument("--scale", type=int, default=4, help="pixels per node side (the image is size * scale)")
@@ -334,7 +353,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
             preds[name] = predict(name, model, te_img, edges, args)
             rows[name] = {"IoU": iou(preds[name], te_labels),
                           "pixel acc.": float((preds[name] == te_labels).double().mean())}
-        extra = f", w_soft {float(model.soft_weight()):.2f}" if method == "hinge soft" else ""
+        extra = f", w_soft {float(model.soft_weight().detach()):.2f}" if method == "hinge soft" else ""
         print(f"{method}: IoU {rows[method]['IoU']:.3f}{extra} ({time.time() - t1:.0f} s)", flush=True)
     lines = ["| method | IoU | pixel acc. |", "|---|---|---|"]
     lines += [f"| {name} | {r['IoU']:.3f} | {r['pixel acc.']:.3f} |" for name, r in rows.items()]
