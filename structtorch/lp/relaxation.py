@@ -63,7 +63,8 @@ class LPResult:
     slack : Tensor (B, C_soft)
         The soft-connectivity slacks, in the order of ``connected_soft``.
     timings : list of B dicts
-        Seconds spent in "lp" and "separation".
+        Seconds spent in "lp" and "separation" (wall-clock time of the instance's own loop; with
+        ``num_workers`` > 1 the instances overlap, and the sum exceeds the call's time).
     edges : Tensor (E, 2), cost : Tensor (B, n), connected : list of int
         The problem, for :func:`structtorch.lp.stability_range`: ``cost`` is the minimized energy
         -[unary, pairwise] over the n = V L + E L^2 variables, ``connected`` the hard labels.
