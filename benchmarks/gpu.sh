@@ -15,3 +15,4 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
 timeout 180 python -m pytest -q -p no:cacheprovider tests/test_cuda.py 2>&1 | tee "$OUT/cuda_tests.log"
 timeout 240 python benchmarks/gpu.py --budget 0.3 2>&1 | tee "$OUT/gpu_bench.md"
+timeout 90 python benchmarks/neural.py --device cuda 2>&1 | tee "$OUT/neural.md"

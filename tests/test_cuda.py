@@ -141,3 +141,24 @@ def test_loss_augmented_on_cuda_matches_cpu(backend, rescaling, h):
         got = st.loss_augmented_viterbi(u.cuda(), a.cuda(), y.cuda(), h=h, rescaling=rescaling, lengths=lengths.cuda())
     assert torch.equal(got[1].cpu(), ref[1]) and torch.equal(got[2].cpu(), ref[2])
     torch.testing.assert_close(got[0].cpu(), ref[0])
+
+
+def test_autocast_and_compile_on_cuda():
+    """A CRF tagger step under CUDA autocast (bf16 emissions, float32 parameters) compiled whole with
+    inductor equals the eager float32 step on the emissions it produced."""
+    torch.manual_seed(3)
+    encoder = torch.nn.Linear(6, 5).cuda()
+    crf = st.LinearChainCRF(5).cuda()
+    x, y = torch.randn(4, 9, 6, device="cuda"), torch.randint(0, 5, (4, 9), device="cuda")
+    lengths = torch.tensor([9, 5, 1, 7], device="cuda")
+
+    def step(x):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            emissions = encoder(x)
+            return crf(emissions, y, lengths), emissions
+
+    nll, emissions = torch.compile(step, fullgraph=True)(x)
+    assert emissions.dtype == torch.bfloat16 and nll.dtype == torch.float32
+    torch.testing.assert_close(nll, crf(emissions.float(), y, lengths), rtol=1e-5, atol=1e-4)
+    nll.sum().backward()
+    assert torch.isfinite(encoder.weight.grad).all() and encoder.weight.grad.abs().sum() > 0

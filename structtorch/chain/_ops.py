@@ -14,6 +14,7 @@ each backend module states in ``log_partition_state``); the backward reuses them
 
 from __future__ import annotations
 
+import functools
 import importlib
 
 import torch
@@ -38,6 +39,7 @@ def backend_of(chain: Chain) -> str:
     return "torch" if name == "compiled" and N > 32767 else name
 
 
+@functools.cache
 def _module(backend: str):
     return importlib.import_module(_MODULES[backend], __package__)
 

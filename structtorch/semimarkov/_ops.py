@@ -10,6 +10,7 @@ Optional potentials (``segment_scores``, the segment PLiF's tracks and ordinates
 
 from __future__ import annotations
 
+import functools
 import importlib
 
 import torch
@@ -26,6 +27,7 @@ _MODULES = {"compiled": "._cpu", "triton": "._triton"}
 Opt = Tensor | None
 
 
+@functools.cache
 def _module(backend: str):
     return importlib.import_module(_MODULES[backend], __package__)
 
