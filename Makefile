@@ -7,12 +7,13 @@ PY := $(VENV)/bin/python
 # are tested. Override with e.g. `make TORCH_SPEC="torch torchvision" test`.
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: demo test bench lint clean gpu-wheels
+.PHONY: demo test docs bench lint clean gpu-wheels
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(TORCH_SPEC) || $(PY) -m pip install -q torch torchvision
-	$(PY) -m pip install -q -e ".[dev,examples,bench]"
+	$(PY) -m pip install -q -e ".[dev,examples,bench,docs]"
+	$(PY) -c "import structtorch._extension as e; raise SystemExit(e.main())"  # build the kernels now
 	touch $@
 
 demo: $(VENV)/.installed
@@ -20,6 +21,10 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
+
+# the API reference from the docstrings (docs/_build/html); warnings are errors
+docs: $(VENV)/.installed
+	$(PY) -m sphinx -E -W --keep-going -q -b html docs docs/_build/html
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/chain.py && $(PY) benchmarks/hamming.py && $(PY) benchmarks/semimarkov.py

@@ -91,7 +91,7 @@ class WordModel(nn.Module):
         cross-entropy per character ("softmax")."""
         unary = self.unary(words)
         if method == "nll":
-            return self.crf(unary, words.labels, words.lengths).mean()
+            return self.crf(unary, words.labels, lengths=words.lengths).mean()
         if method == "hinge":
             crf = self.crf
             return HINGE(unary, crf.transitions, words.labels, start=crf.start, end=crf.end,
@@ -109,7 +109,7 @@ class WordModel(nn.Module):
         if method == "softmax":
             path = unary.argmax(-1)
         else:
-            path = self.crf.decode(unary, words.lengths)[1]
+            path = self.crf.decode(unary, lengths=words.lengths)[1]
         return torch.where(words.mask, path, 0)
 
 

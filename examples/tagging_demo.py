@@ -44,7 +44,7 @@ class Tagger(nn.Module):
         loss on the same chain potentials ("hinge"), or per-position cross-entropy ("xent")."""
         unary = self.unary(data.x)
         if objective == "crf":
-            return self.crf(unary, data.labels, data.lengths).mean()
+            return self.crf(unary, data.labels, lengths=data.lengths).mean()
         if objective == "hinge":
             crf = self.crf
             return HINGE(unary, crf.transitions, data.labels, start=crf.start, end=crf.end, lengths=data.lengths)
@@ -56,7 +56,7 @@ class Tagger(nn.Module):
 def token_accuracy(model: Tagger, data: TaggingData) -> tuple[float, float]:
     """(CRF Viterbi accuracy, per-position argmax accuracy) over all positions inside lengths."""
     unary = model.unary(data.x)
-    _, path = model.crf.decode(unary, data.lengths)
+    _, path = model.crf.decode(unary, lengths=data.lengths)
     inside = torch.arange(data.x.shape[1]) < data.lengths[:, None]
     crf = (path == data.labels)[inside].float().mean().item()
     local = (unary.argmax(-1) == data.labels)[inside].float().mean().item()
@@ -71,7 +71,7 @@ def plot(losses, model: Tagger, test: TaggingData, out: Path) -> None:
 
     with torch.no_grad():
         unary = model.unary(test.x[:1])
-        _, path = model.crf.decode(unary, test.lengths[:1])
+        _, path = model.crf.decode(unary, lengths=test.lengths[:1])
         marg = model.crf.marginals(unary, test.lengths[:1])
     L = int(test.lengths[0])
     fig, (ax0, ax1) = plt.subplots(2, 1, figsize=(9, 6))

@@ -11,7 +11,14 @@ from ._checks import set_validation, validation_enabled
 from .chain import Viterbi, kbest, log_partition, marginals, path_score, viterbi, viterbi_window, window_score
 from .learn import StructuredHingeLoss, structured_hinge, train
 from .lossaug import loss_augmented_viterbi, loss_augmented_viterbi_window, semimarkov_loss_augmented
-from .nn import HiddenSemiMarkovSVM, HistogramBinning, LinearChainCRF, LinearChainPotentials, PLiF
+from .nn import (
+    HiddenSemiMarkovSVM,
+    HistogramBinning,
+    LinearChainCRF,
+    LinearChainPotentials,
+    PLiF,
+    allowed_transitions,
+)
 from .semimarkov import (
     SegmentPLiF,
     plif_basis,
@@ -30,6 +37,7 @@ __all__ = [
     "window_score",
     "Viterbi",
     "LinearChainCRF",
+    "allowed_transitions",
     "loss_augmented_viterbi",
     "loss_augmented_viterbi_window",
     "StructuredHingeLoss",
@@ -52,7 +60,7 @@ __all__ = [
     "validation_enabled",
 ]
 
-__version__ = "0.3.0"
+__version__ = "0.4.0.dev0"
 
 _LAZY = ("lp", "data")
 

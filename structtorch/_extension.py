@@ -12,10 +12,13 @@ and ninja (a dependency). Without them, or with ``STRUCTTORCH_NO_EXTENSION=1``, 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
+import logging
 import os
 import platform
+import sys
 import warnings
 from pathlib import Path
 
@@ -42,27 +45,65 @@ def _cpu_tag() -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:10]
 
 
+@contextlib.contextmanager
+def _quiet(logger_name: str):
+    """Hold back a library logger's warnings (torch's cpp_extension logs "No CUDA runtime is
+    found" at import on a CUDA build without a GPU): a library call prints nothing."""
+    logger = logging.getLogger(logger_name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _needs_build(name: str) -> bool:
+    """Whether loading extension ``name`` will compile: no cached library, or sources newer than it."""
+    try:
+        from torch.utils.cpp_extension import _get_build_directory
+
+        library = Path(_get_build_directory(name, verbose=False)) / f"{name}.so"
+        built = library.stat().st_mtime
+    except (ImportError, OSError, TypeError):
+        return True
+    return any(Path(src).stat().st_mtime > built for src in _SOURCES + [str(p) for p in _headers()])
+
+
+def _headers() -> list[Path]:
+    return sorted((Path(__file__).parent / "csrc").glob("*.h"))
+
+
 @functools.cache
 def chain_ops():
-    """Return ``torch.ops.structtorch_chain`` once built, or ``None`` when unavailable."""
+    """Return ``torch.ops.structtorch_chain`` once built, or ``None`` when unavailable.
+
+    A build (first use on a machine, or after the sources changed) prints one line to stderr saying
+    so; ``make test``/``make demo`` build ahead of time (:func:`main`).
+    """
     if os.environ.get("STRUCTTORCH_NO_EXTENSION", "") not in ("", "0"):
         return None
-    from torch.utils.cpp_extension import load
+    with _quiet("torch.utils.cpp_extension"):
+        from torch.utils.cpp_extension import load
 
-    errors = []
-    for variant, flags in enumerate(_FLAG_SETS):
-        try:
-            load(
-                name=f"structtorch_chain_{_cpu_tag()}_{variant}",
-                sources=_SOURCES,
-                extra_cflags=flags,
-                extra_ldflags=["-fopenmp"] if "-fopenmp" in flags else [],
-                is_python_module=False,
-                verbose=False,
-            )
-            return torch.ops.structtorch_chain
-        except Exception as exc:  # pragma: no cover - depends on the machine's toolchain
-            errors.append(f"{' '.join(flags)}: {type(exc).__name__}: {exc}")
+        errors = []
+        for variant, flags in enumerate(_FLAG_SETS):
+            name = f"structtorch_chain_{_cpu_tag()}_{variant}"
+            if _needs_build(name):
+                print(f"structtorch: compiling the C++ CPU kernels for this machine ({name}; once, "
+                      "about 1-3 minutes)...", file=sys.stderr, flush=True)
+            try:
+                load(
+                    name=name,
+                    sources=_SOURCES,
+                    extra_cflags=flags,
+                    extra_ldflags=["-fopenmp"] if "-fopenmp" in flags else [],
+                    is_python_module=False,
+                    verbose=False,
+                )
+                return torch.ops.structtorch_chain
+            except Exception as exc:  # pragma: no cover - depends on the machine's toolchain
+                errors.append(f"{' '.join(flags)}: {type(exc).__name__}: {exc}")
     warnings.warn(
         "structtorch: compiled CPU kernels unavailable; falling back to the pure-PyTorch "
         "dynamic programs, which are slower.\n" + "\n".join(errors),
@@ -70,3 +111,15 @@ def chain_ops():
         stacklevel=3,
     )
     return None
+
+
+def main() -> int:
+    """Build (or load) the kernels now (the Makefile's install step calls it); exit status 1 when
+    they are unavailable."""
+    import time
+
+    start = time.perf_counter()
+    ok = chain_ops() is not None
+    print(f"structtorch: compiled CPU kernels {'ready' if ok else 'UNAVAILABLE'} "
+          f"({time.perf_counter() - start:.1f} s)")
+    return 0 if ok else 1

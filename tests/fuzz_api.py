@@ -83,10 +83,10 @@ ENTRY_POINTS = {
         lambda z: {**z.chain(), "target": z.labels(), "rescaling": "margin", "reduction": "sum"},
         {"target": "labels", "rescaling": "choice", "reduction": "choice"}),
     "LinearChainCRF": (
-        lambda kw: st.LinearChainCRF(kw["unary"].shape[-1] if isinstance(kw["unary"], torch.Tensor) and
-                                     kw["unary"].dim() == 3 else N)(**kw),
-        lambda z: {"unary": z.randn(z.B, z.T, z.N), "labels": z.labels(), "lengths": z.lengths()},
-        {"labels": "labels"}),
+        lambda kw: st.LinearChainCRF(kw["emissions"].shape[-1] if isinstance(kw["emissions"], torch.Tensor) and
+                                     kw["emissions"].dim() == 3 else N)(**kw),
+        lambda z: {"emissions": z.randn(z.B, z.T, z.N), "tags": z.labels(), "lengths": z.lengths()},
+        {"tags": "labels"}),
     "viterbi_window": (lambda kw: st.viterbi_window(**kw),
                        lambda z: {"scores": z.randn(z.B, z.T, z.N, z.N), "lengths": z.lengths()}, {}),
     "loss_augmented_viterbi_window": (
@@ -107,8 +107,8 @@ ENTRY_POINTS = {
         lambda z: {"x": z.randn(z.B, z.T, z.N), "ordinates": z.randn(z.N, 5), "low": -1.0, "high": 1.0},
         {"low": "support", "high": "support"}),
 }
-DEFINES_N = {"unary", "scores", "content", "x", "signals", "contents"}
-FLOAT_ARGS = {"unary", "transitions", "start", "end", "scores", "content", "length_scores", "boundary",
+DEFINES_N = {"unary", "emissions", "scores", "content", "x", "signals", "contents"}
+FLOAT_ARGS = {"unary", "emissions", "transitions", "start", "end", "scores", "content", "length_scores", "boundary",
               "signals", "contents", "x", "ordinates"}
 SOLE_FLOAT = {"scores", "x", "ordinates", "signals", "contents"}  # no other float argument to disagree with
 

@@ -135,3 +135,32 @@ def test_import_needs_torch_alone():
             "assert st.lp.map_lp and 'highspy' in sys.modules and 'lp' in dir(st)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_first_call_prints_nothing_and_loads_no_dynamo():
+    """Import plus a first DP call in a fresh process: nothing on stdout or stderr (torch's
+    cpp_extension "No CUDA runtime" log is held back), and torch._dynamo stays unloaded."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch, structtorch as st\n"
+            "st.log_partition(torch.randn(2, 3, 4), torch.randn(4, 4)).sum()\n"
+            "st.viterbi(torch.randn(2, 3, 4), torch.randn(4, 4))\n"
+            "assert 'torch._dynamo' not in sys.modules\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout == "" and proc.stderr == "", (proc.stdout, proc.stderr)
+
+
+def test_a_kernel_build_announces_itself_on_stderr(monkeypatch, capsys, tmp_path):
+    """When the kernels must compile (no cached build), one line on stderr says so."""
+    import torch.utils.cpp_extension as ce
+
+    from structtorch import _extension
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    assert _extension._needs_build("structtorch_chain_probe_0")
+    monkeypatch.setattr(ce, "load", lambda **kw: None)
+    assert _extension.chain_ops.__wrapped__() is not None
+    err = capsys.readouterr()
+    assert err.out == "" and err.err.count("\n") == 1 and "compiling the C++ CPU kernels" in err.err

@@ -25,7 +25,7 @@ CRF = st.LinearChainCRF(N).double()
 ENTRY_POINTS = {
     "log_partition": lambda u, a, y, L: st.log_partition(u, a, lengths=L),
     "viterbi": lambda u, a, y, L: st.viterbi(u, a, lengths=L)[0],
-    "LinearChainCRF": lambda u, a, y, L: CRF(u, y, L) + CRF.decode(u, L)[0],
+    "LinearChainCRF": lambda u, a, y, L: CRF(u, y, lengths=L) + CRF.decode(u, lengths=L)[0],
     "StructuredHingeLoss margin": lambda u, a, y, L: st.StructuredHingeLoss(reduction="none")(u, a, y, lengths=L),
     "StructuredHingeLoss slack": lambda u, a, y, L: st.StructuredHingeLoss("slack", reduction="none")(
         u, a, y, lengths=L),
@@ -87,9 +87,9 @@ def test_a_model_compiles_whole_and_trains():
 
     def step(x, y, lengths):
         emissions = encoder(x)
-        loss = crf(emissions, y, lengths).mean() + hinge(emissions, crf.transitions, y, lengths=lengths)
+        loss = crf(emissions, y, lengths=lengths).mean() + hinge(emissions, crf.transitions, y, lengths=lengths)
         sm = st.semimarkov_log_partition(emissions, crf.transitions, max_len=2, lengths=lengths)
-        return loss + 0.0 * sm.sum(), crf.decode(emissions, lengths)[1]
+        return loss + 0.0 * sm.sum(), crf.decode(emissions, lengths=lengths)[1]
 
     x, y, L = torch.randn(B, T, 5), torch.randint(0, N, (B, T)), torch.tensor([6, 3, 5])
     torch._dynamo.reset()

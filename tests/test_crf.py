@@ -18,7 +18,7 @@ def test_nll_equals_minus_log_probability(backend):
     u = torch.randn(B, T, N, dtype=torch.float64)
     labels = torch.randint(0, N, (B, T))
     lengths = torch.tensor([4, 2, 1])
-    nll = crf(u, labels, lengths)
+    nll = crf(u, labels, lengths=lengths)
     A, s, e = crf.transitions.detach(), crf.start.detach(), crf.end.detach()
     for b in range(B):
         L = int(lengths[b])
@@ -70,11 +70,11 @@ def test_decode_respects_lengths():
 
 def test_crf_rejects_wrong_dtype_and_bad_labels():
     crf = st.LinearChainCRF(3)
-    with pytest.raises(TypeError, match="transitions has dtype torch.float32 but unary has dtype torch.float64"):
+    with pytest.raises(TypeError, match="transitions has dtype torch.float32 but emissions has dtype torch.float64"):
         crf(torch.zeros(1, 2, 3, dtype=torch.float64), torch.zeros(1, 2, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"labels must lie in \[0, N\) = \[0, 3\) within each length; labels\[0, 1\] = 3"):
+    with pytest.raises(ValueError, match=r"tags must lie in \[0, N\) = \[0, 3\) within each length; tags\[0, 1\] = 3"):
         crf(torch.zeros(1, 2, 3), torch.tensor([[0, 3]]))
-    with pytest.raises(ValueError, match=r"unary must have shape \(B, T, num_labels\) = \(B, T, 3\), got \(1, 2, 5\)"):
+    with pytest.raises(ValueError, match=r"emissions must have shape \(B, T, num_labels = 3\), got \(1, 2, 5\)"):
         crf.decode(torch.zeros(1, 2, 5))
     with pytest.raises(ValueError, match="num_labels must be a positive int"):
         st.LinearChainCRF(0)

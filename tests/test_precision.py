@@ -194,7 +194,7 @@ def test_crf_nll_keeps_its_digits(backend, offset):
     unary, _, lengths = chain(offset, seed=6)
     labels = torch.randint(0, N, (B, T), generator=torch.Generator().manual_seed(7))
     crf = st.LinearChainCRF(N)
-    nll = crf(unary.clone().requires_grad_(), labels, lengths)
-    ref = crf.double()(unary.double(), labels, lengths)
+    nll = crf(unary.clone().requires_grad_(), labels, lengths=lengths)
+    ref = crf.double()(unary.double(), labels, lengths=lengths)
     assert nll.dtype == torch.float32
     assert (nll.double() - ref).abs().max() < 1e-4 * ref.abs().max().clamp(min=1.0)

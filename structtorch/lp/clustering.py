@@ -82,8 +82,8 @@ def consensus_weights(clusterings: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def cluster_size_bias(V: int, lam: float, kind: str = "squared") -> tuple[Tensor, Tensor]:
-    """Weights to add for a bias on cluster sizes: ``"squared"`` (lam sum_k |C_k|^2, penalizes
-    large clusters): -lam per pair; ``"difference"`` (lam sum_{k,l} (|C_k| - |C_l|)^2, favours equal
+    """Weights to add for a bias on cluster sizes: ``"squared"`` (``lam sum_k |C_k|^2``, penalizes
+    large clusters): -lam per pair; ``"difference"`` (``lam sum_{k,l} (|C_k| - |C_l|)^2``, favours equal
     sizes): -2 lam per pair."""
     if kind not in ("squared", "difference"):
         raise ValueError(f"kind must be 'squared' or 'difference', got {kind!r}")

@@ -54,7 +54,7 @@ class LPResult:
     fractional_fraction : Tensor (B,)
         Fraction of nodes with a fractional variable.
     cuts : list of B lists of (label, i, j, separator)
-        The connectivity cuts added, with ``separator`` a (|S|,) int64 tensor.
+        The connectivity cuts added, with ``separator`` a ``(|S|,)`` int64 tensor.
     iterations : Tensor (B,) int64
         LP solves per instance.
     converged : Tensor (B,) bool

@@ -1,16 +1,68 @@
-"""Linear-chain conditional random field layer with learnable transition, start and end scores."""
+"""Linear-chain conditional random field layer with learnable transition, start and end scores.
+
+A drop-in for pytorch-crf's ``CRF`` with explicit conventions: ``forward`` returns the negative
+log-likelihood (a loss, positive), :meth:`LinearChainCRF.log_likelihood` its negative (pytorch-crf's
+``forward``). Sequences are given by a (B, T) ``mask`` (one contiguous run of True per row, with any
+left or right padding) or by ``lengths`` (left-aligned). Transition constraints (a tagging scheme's,
+see :func:`structtorch.allowed_transitions`) become -inf scores in training and decoding.
+"""
 
 from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
-from .._checks import LengthsLike, cast_checked, check_float
-from .._numerics import accumulate
+from .._checks import LengthsLike, _fmt, cast_checked, check_float, check_lengths, plain
+from .._numerics import NEG_INF, accumulate, reduce_batch
 from .._precision import mixed_precision
-from ..chain import log_partition, marginals, path_score, viterbi
+from ..chain import kbest, log_partition, marginals, path_score, viterbi
+
+if TYPE_CHECKING:
+    from ..distributions import ChainDistribution
 
 __all__ = ["LinearChainCRF"]
+
+REDUCTIONS = ("none", "sum", "mean", "token_mean")
+Constraints = Tensor | tuple[Tensor, Tensor, Tensor] | Sequence[Tensor] | None
+
+
+@dataclass
+class _Batch:
+    """Emissions (B, T, N) moved so that each sequence starts at position 0, and how to move
+    per-position results back (``first`` (B,) is each row's first position, None when all are 0)."""
+
+    emissions: Tensor
+    lengths: Tensor
+    first: Tensor | None
+    tags: Tensor | None = None
+
+    def align(self, x: Tensor, fill: float | int) -> Tensor:
+        """Per-position results (B, T, ...) back at the rows' original positions (``fill`` elsewhere)."""
+        if self.first is None:
+            return x
+        T = x.shape[1]
+        t = torch.arange(T, device=x.device)
+        src = t - self.first[:, None]  # original position t holds aligned position t - first
+        inside = (src >= 0) & (src < self.lengths[:, None])
+        shape = inside.shape + (1,) * (x.dim() - 2)
+        moved = x.gather(1, src.clamp(0, T - 1).view(shape).expand_as(x))
+        return torch.where(inside.view(shape), moved, torch.full((), fill, dtype=x.dtype, device=x.device))
+
+
+@contextlib.contextmanager
+def _crf_names():
+    """Errors of the chain functions, with the CRF's argument names (emissions, tags)."""
+    try:
+        yield
+    except (TypeError, ValueError) as exc:
+        message = re.sub(r"\blabels\b", "tags", re.sub(r"\bunary\b", "emissions", str(exc)))
+        raise type(exc)(message) from None
 
 
 class LinearChainCRF(nn.Module):
@@ -19,7 +71,13 @@ class LinearChainCRF(nn.Module):
     Parameters
     ----------
     num_labels : int
-        N, the number of labels.
+        N, the number of labels (tags).
+    batch_first : bool
+        True (default): emissions (B, T, N), tags and mask (B, T). False: (T, B, N) and (T, B), as
+        pytorch-crf's default; per-position outputs then come back time-first too.
+    constraints : Tensor (N, N) bool or (allowed, allowed_start, allowed_end), optional
+        Allowed transitions (and first/last tags), e.g. ``allowed_transitions("BIO", tags)``; the
+        others score -inf, so only valid sequences are trained on and decoded. Stored as buffers.
     init_scale : float
         Transition, start and end scores start uniform in [-init_scale, init_scale].
 
@@ -30,72 +88,281 @@ class LinearChainCRF(nn.Module):
     start, end : nn.Parameter (N,)
         Scores of the first and the last label.
 
-    The unary scores must have the module's dtype and device (use ``.to()`` on the module).
+    Emissions must share the module's device; float16/bfloat16 emissions (autocast) are computed
+    in float32 or better (see :mod:`structtorch._precision`).
+
+    Examples
+    --------
+    >>> crf = LinearChainCRF(3)
+    >>> emissions, tags = torch.randn(2, 4, 3), torch.tensor([[0, 1, 2, 1], [2, 2, 0, 0]])
+    >>> mask = torch.tensor([[True] * 4, [True, True, False, False]])
+    >>> crf(emissions, tags, mask).shape, crf.decode(emissions, mask)[1].shape
+    (torch.Size([2]), torch.Size([2, 4]))
     """
 
-    def __init__(self, num_labels: int, *, init_scale: float = 0.1) -> None:
+    def __init__(self, num_labels: int, *, batch_first: bool = True, constraints: Constraints = None,
+                 init_scale: float = 0.1) -> None:
         super().__init__()
         if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
             raise ValueError(f"num_labels must be a positive int, got {num_labels!r}")
-        self.num_labels = num_labels
+        if not isinstance(batch_first, bool):
+            raise TypeError(f"batch_first must be a bool, got {type(batch_first).__name__}")
+        self.num_labels, self.batch_first, self.init_scale = num_labels, batch_first, init_scale
         self.transitions = nn.Parameter(torch.empty(num_labels, num_labels))
         self.start = nn.Parameter(torch.empty(num_labels))
         self.end = nn.Parameter(torch.empty(num_labels))
-        self.init_scale = init_scale
+        allowed, first, last = _check_constraints(constraints, num_labels)
+        self.register_buffer("allowed", allowed)
+        self.register_buffer("allowed_start", first)
+        self.register_buffer("allowed_end", last)
         self.reset_parameters()
+
+    @classmethod
+    def from_pytorch_crf(cls, crf: nn.Module, **kwargs) -> LinearChainCRF:
+        """A LinearChainCRF with the scores of a ``torchcrf.CRF`` (same conventions: ``transitions[i,
+        j]`` scores i followed by j; ``start_transitions``/``end_transitions`` become start/end)."""
+        module = cls(crf.num_tags, batch_first=crf.batch_first, **kwargs)
+        with torch.no_grad():
+            module.transitions.copy_(crf.transitions)
+            module.start.copy_(crf.start_transitions)
+            module.end.copy_(crf.end_transitions)
+        return module.to(crf.transitions.device)
 
     def reset_parameters(self) -> None:
         for p in (self.transitions, self.start, self.end):
             nn.init.uniform_(p, -self.init_scale, self.init_scale)
 
     def extra_repr(self) -> str:
-        return f"num_labels={self.num_labels}"
+        constrained = ", constrained" if not bool(self.allowed.all()) else ""
+        return f"num_labels={self.num_labels}, batch_first={self.batch_first}{constrained}"
 
-    def _potentials(self, unary: Tensor) -> dict:
-        if isinstance(unary, Tensor) and unary.dim() == 3 and unary.shape[2] != self.num_labels:
-            raise ValueError(
-                f"unary must have shape (B, T, num_labels) = (B, T, {self.num_labels}), "
-                f"got {tuple(unary.shape)}"
-            )
-        return {"start": self.start, "end": self.end}
+    def scores(self) -> tuple[Tensor, Tensor, Tensor]:
+        """(transitions (N, N), start (N,), end (N,)) with -inf where the constraints forbid."""
+        def masked(x: Tensor, ok: Tensor) -> Tensor:
+            return torch.where(ok, x, torch.full((), NEG_INF, dtype=x.dtype, device=x.device))
 
-    def forward(self, unary: Tensor, labels: Tensor, lengths: LengthsLike = None) -> Tensor:
-        """Negative log-likelihood -log p(labels | unary) per sequence.
+        return (masked(self.transitions, self.allowed), masked(self.start, self.allowed_start),
+                masked(self.end, self.allowed_end))
+
+    # -- inputs ---------------------------------------------------------------------------------
+
+    def _batch(self, emissions: Tensor, tags: Tensor | None, mask: Tensor | None,
+               lengths: LengthsLike) -> _Batch:
+        """Validate and bring to batch-first, left-aligned form (see :class:`_Batch`)."""
+        if not isinstance(emissions, Tensor):
+            raise TypeError(f"emissions must be a torch.Tensor of shape {self._layout('N')}, "
+                            f"got {type(emissions).__name__}")
+        if emissions.dim() != 3:
+            raise ValueError(f"emissions must have shape {self._layout('N')}, got {_fmt(emissions.shape)}")
+        if emissions.shape[2] != self.num_labels:
+            raise ValueError(f"emissions must have shape {self._layout(f'num_labels = {self.num_labels}')}, "
+                             f"got {_fmt(emissions.shape)}")
+        if not emissions.is_floating_point():
+            raise TypeError(f"emissions must be a floating tensor, got {emissions.dtype}")
+        if not self.batch_first:
+            emissions = emissions.transpose(0, 1)
+            tags = tags.transpose(0, 1) if isinstance(tags, Tensor) and tags.dim() == 2 else tags
+            mask = mask.transpose(0, 1) if isinstance(mask, Tensor) and mask.dim() == 2 else mask
+        B, T, _ = emissions.shape
+        if mask is None:
+            return _Batch(emissions, check_lengths(lengths, B, T, emissions.device), None, tags)
+        if lengths is not None:
+            raise ValueError("give mask or lengths, not both")
+        lengths, first = _check_mask(mask, B, T, emissions.device, self._layout())
+        if first is None:
+            return _Batch(emissions, lengths, None, tags)
+        t = (torch.arange(T, device=emissions.device) + first[:, None]).clamp(max=max(T - 1, 0))
+        moved = emissions.gather(1, t.unsqueeze(2).expand(B, T, self.num_labels))
+        if isinstance(tags, Tensor) and tags.shape == (B, T):
+            tags = tags.gather(1, t)
+        return _Batch(moved, lengths, first, tags)
+
+    def _layout(self, last: str | None = None) -> str:
+        dims = "(B, T" if self.batch_first else "(T, B"
+        return f"{dims}, {last})" if last else f"{dims})"
+
+    def _out(self, x: Tensor, batch: _Batch, fill: float | int) -> Tensor:
+        """Per-position results back in the caller's positions and layout."""
+        x = batch.align(x, fill)
+        return x if self.batch_first else x.transpose(0, 1)
+
+    # -- the loss -------------------------------------------------------------------------------
+
+    @_crf_names()
+    def forward(self, emissions: Tensor, tags: Tensor, mask: Tensor | None = None, *,
+                lengths: LengthsLike = None, reduction: str = "none") -> Tensor:
+        """Negative log-likelihood -log p(tags | emissions): a loss (>= 0).
 
         Parameters
         ----------
-        unary : Tensor (B, T, N)
-        labels : Tensor (B, T) integer, in [0, N) within each length
+        emissions : Tensor (B, T, N), or (T, B, N) when ``batch_first=False``
+        tags : Tensor (B, T) integer, in [0, N) inside each sequence (anything outside)
+        mask : Tensor (B, T) bool (or uint8), optional
+            True on each sequence's positions: one contiguous run per row, left or right padded
+            (an all-False row is an empty sequence).
         lengths : Tensor (B,), optional
+            Instead of ``mask``: left-aligned sequences of these lengths. Neither: all T.
+        reduction : {"none", "sum", "mean", "token_mean"}
+            Per sequence (B,), summed, averaged over sequences, or summed and divided by the
+            number of tokens.
 
         Returns
         -------
-        Tensor (B,)
-            In the dtype of ``unary`` (promoted with the parameters' dtype when one of them is
-            float16/bfloat16, as under autocast: see :mod:`structtorch._precision`); on CPU the
-            difference logZ - score is taken in float64, so a small NLL keeps its digits when both
-            terms are large.
+        Tensor (B,) or scalar
+            In the dtype of ``emissions`` (promoted with the parameters' dtype when one of them is
+            float16/bfloat16, as under autocast). On CPU logZ - score is taken in float64, so a small
+            NLL keeps its digits when both terms are large. A sequence that breaks the constraints
+            has probability 0: NLL +inf.
         """
-        self._potentials(unary)
-        return _negative_log_likelihood(unary, self.transitions, self.start, self.end, labels, lengths)
+        if reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+        batch = self._batch(emissions, tags, mask, lengths)
+        if not isinstance(batch.tags, Tensor):
+            raise TypeError(f"tags must be an integer tensor of shape {self._layout()}")
+        nll = _negative_log_likelihood(batch.emissions, *self.scores(), batch.tags, batch.lengths)
+        if reduction == "token_mean":
+            return nll.sum() / batch.lengths.sum().clamp(min=1).to(nll.dtype)
+        return reduce_batch(nll, reduction)
 
-    def decode(self, unary: Tensor, lengths: LengthsLike = None) -> tuple[Tensor, Tensor]:
-        """Best labeling: ``(score (B,), path (B, T))`` as returned by :func:`structtorch.viterbi`."""
-        return viterbi(unary, self.transitions, lengths=lengths, **self._potentials(unary))
+    def log_likelihood(self, emissions: Tensor, tags: Tensor, mask: Tensor | None = None, *,
+                       lengths: LengthsLike = None, reduction: str = "none") -> Tensor:
+        """log p(tags | emissions) (<= 0): minus :meth:`forward`, pytorch-crf's ``forward``
+        convention (its default reduction is "sum")."""
+        return -self.forward(emissions, tags, mask, lengths=lengths, reduction=reduction)
 
-    def marginals(self, unary: Tensor, lengths: LengthsLike = None) -> Tensor:
-        """Node marginals (B, T, N), 0 beyond each length."""
-        return marginals(unary, self.transitions, lengths=lengths, **self._potentials(unary))
+    # -- inference ------------------------------------------------------------------------------
+
+    @_crf_names()
+    def decode(self, emissions: Tensor, mask: Tensor | None = None, *, lengths: LengthsLike = None,
+               k: int | None = None) -> tuple[Tensor, Tensor]:
+        """Best labeling (Viterbi), or the k best with ``k``.
+
+        Returns
+        -------
+        score : Tensor (B,), or (B, k) descending with ``k``
+        path : Tensor (B, T) int64, or (B, k, T) with ``k``
+            -1 outside each sequence (and on rows with no valid labeling); (T, B) or (T, B, k) when
+            ``batch_first=False``.
+        """
+        batch = self._batch(emissions, None, mask, lengths)
+        trans, start, end = self.scores()
+        if k is None:
+            score, path = viterbi(batch.emissions, trans, start=start, end=end, lengths=batch.lengths)
+            return score, self._out(path, batch, -1)
+        scores, paths = kbest(batch.emissions, trans, k, start=start, end=end, lengths=batch.lengths)
+        paths = batch.align(paths.transpose(1, 2), -1)  # (B, T, k)
+        return scores, paths.transpose(1, 2) if self.batch_first else paths.transpose(0, 1)
+
+    @_crf_names()
+    def log_partition(self, emissions: Tensor, mask: Tensor | None = None, *,
+                      lengths: LengthsLike = None) -> Tensor:
+        """log Z (B,): log of the sum over all (valid) labelings of exp(score)."""
+        batch = self._batch(emissions, None, mask, lengths)
+        trans, start, end = self.scores()
+        return log_partition(batch.emissions, trans, start=start, end=end, lengths=batch.lengths)
+
+    @_crf_names()
+    def marginals(self, emissions: Tensor, mask: Tensor | None = None, *, lengths: LengthsLike = None,
+                  edges: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """Node marginals p(y_t = j) (B, T, N), 0 outside each sequence; with ``edges`` also the
+        edge marginals p(y_t = i, y_{t+1} = j) (B, T-1, N, N), indexed by the edge's first
+        position (0 outside). Time-first when ``batch_first=False``."""
+        batch = self._batch(emissions, None, mask, lengths)
+        if not edges:
+            trans, start, end = self.scores()
+            node = marginals(batch.emissions, trans, start=start, end=end, lengths=batch.lengths)
+            return self._out(node, batch, 0)
+        dist = self._distribution(batch)
+        edge = dist.edge_marginals
+        padded = torch.cat([edge, edge.new_zeros(edge.shape[0], 1, *edge.shape[2:])], 1)  # aligns as nodes
+        edge = self._out(padded, batch, 0)
+        return self._out(dist.marginals, batch, 0), edge[:, :-1] if self.batch_first else edge[:-1]
+
+    @_crf_names()
+    def distribution(self, emissions: Tensor, mask: Tensor | None = None, *,
+                     lengths: LengthsLike = None) -> ChainDistribution:
+        """The distribution p(y | emissions) as a :class:`structtorch.ChainDistribution` over the
+        left-aligned, batch-first sequences (its per-position results are not moved back to a
+        left-padded mask's positions)."""
+        return self._distribution(self._batch(emissions, None, mask, lengths))
+
+    def _distribution(self, batch: _Batch) -> ChainDistribution:
+        from ..distributions import ChainDistribution
+
+        trans, start, end = self.scores()
+        return ChainDistribution(batch.emissions, trans, start=start, end=end, lengths=batch.lengths)
+
+    def entropy(self, emissions: Tensor, mask: Tensor | None = None, *,
+                lengths: LengthsLike = None) -> Tensor:
+        """Entropy of p(y | emissions) (B,), exact; differentiable."""
+        return self.distribution(emissions, mask, lengths=lengths).entropy
+
+    @_crf_names()
+    def sample(self, emissions: Tensor, n: int, mask: Tensor | None = None, *, lengths: LengthsLike = None,
+               generator: torch.Generator | None = None) -> Tensor:
+        """``n`` labelings per sequence drawn from p(y | emissions): (n, B, T) int64 (forward
+        filtering, backward sampling), -1 outside each sequence; (n, T, B) when ``batch_first=False``."""
+        batch = self._batch(emissions, None, mask, lengths)
+        draws = self._distribution(batch).sample(n, generator=generator)  # (n, B, T)
+        aligned = batch.align(draws.permute(1, 2, 0), -1)  # (B, T, n)
+        return aligned.permute(2, 0, 1) if self.batch_first else aligned.permute(2, 1, 0)
+
+
+def _check_constraints(constraints: Constraints, N: int) -> tuple[Tensor, Tensor, Tensor]:
+    ones = torch.ones(N, dtype=torch.bool)
+    if constraints is None:
+        return torch.ones(N, N, dtype=torch.bool), ones, ones.clone()
+    parts = [constraints] if isinstance(constraints, Tensor) else list(constraints)
+    if len(parts) == 1:
+        parts += [ones, ones.clone()]
+    if len(parts) != 3 or not all(isinstance(p, Tensor) for p in parts):
+        raise TypeError("constraints must be an (N, N) bool tensor or a tuple (allowed (N, N), allowed_start "
+                        "(N,), allowed_end (N,)) of bool tensors, e.g. allowed_transitions('BIO', tags)")
+    for name, p, shape in zip(("allowed", "allowed_start", "allowed_end"), parts, ((N, N), (N,), (N,)),
+                              strict=True):
+        if p.dtype != torch.bool or p.shape != shape:
+            raise ValueError(f"constraints: {name} must be a bool tensor of shape {_fmt(shape)}, "
+                             f"got {p.dtype} {_fmt(p.shape)}")
+    return tuple(p.detach().cpu().clone() for p in parts)
+
+
+def _check_mask(mask: object, B: int, T: int, device: torch.device,
+                layout: str) -> tuple[Tensor, Tensor | None]:
+    """(lengths (B,), first position (B,) or None when every row starts at 0) of a (B, T) mask."""
+    if not isinstance(mask, Tensor) or mask.dtype not in (torch.bool, torch.uint8):
+        raise TypeError(f"mask must be a bool (or uint8) tensor of shape {layout}; pass integer lengths "
+                        "as lengths=...")
+    if mask.shape != (B, T):
+        raise ValueError(f"mask must have shape {layout} = {_fmt((B, T) if '(B' in layout else (T, B))}, "
+                         f"got {_fmt(mask.shape)}")
+    if mask.device != device:
+        raise ValueError(f"mask is on {mask.device} but emissions is on {device}; use one device")
+    mask = mask.bool()
+    lengths = mask.sum(1)
+    first = mask.long().argmax(1) * (lengths > 0) if T else lengths.clone()
+    t = torch.arange(T, device=device)
+    run = (t >= first[:, None]) & (t < (first + lengths)[:, None])
+    if mask.device.type == "cpu" and not torch.compiler.is_compiling():
+        bad = plain(run != mask).any(-1)
+        if bool(bad.any()):
+            b = int(bad.nonzero()[0, 0])
+            raise ValueError(f"mask must hold one contiguous run of True per row (left or right padding); "
+                             f"row {b} is {plain(mask)[b].int().tolist()}")
+        shifted = bool(plain(first).any())
+    else:
+        torch._assert_async((run == mask).all(), "structtorch: mask must hold one contiguous run per row")
+        shifted = True
+    return lengths, first if shifted else None
 
 
 @mixed_precision
 def _negative_log_likelihood(unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor, labels: Tensor,
-                             lengths: LengthsLike) -> Tensor:
+                             lengths: Tensor) -> Tensor:
     """(B,) logZ - score(labels), both in the accumulation precision, cast once."""
     if isinstance(unary, Tensor) and unary.is_floating_point():  # one dtype, before promoting
-        check_float("transitions", transitions, unary)
+        check_float("transitions", transitions, unary, "emissions")
     u, a, s, e = (accumulate(x) for x in (unary, transitions, start, end))
     logz = log_partition(u, a, start=s, end=e, lengths=lengths)
     gold = path_score(u, a, labels, start=s, end=e, lengths=lengths)
     # +inf stays (a labeling with probability 0); a finite NLL beyond the dtype's range raises
-    return cast_checked(logz - gold, unary.dtype, "the negative log-likelihood", "unary")
+    return cast_checked(logz - gold, unary.dtype, "the negative log-likelihood", "emissions")

@@ -163,7 +163,7 @@ class PLiF(nn.Module):
         return SegmentPLiF(tracks, self.ordinates, self.low, self.high)
 
     def smoothness(self) -> Tensor:
-        """The paper's regularizer summed over the functions: sum_i |w_i - w_{i+1}| + |w_P - w_1|.
+        """The paper's regularizer summed over the functions: ``sum_i |w_i - w_{i+1}| + |w_P - w_1|``.
 
         (Reconstructed from the garbled formula of section 4.3: the differences between
         neighbouring ordinates plus the boundary term between the last and the first.)"""

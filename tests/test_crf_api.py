@@ -1,0 +1,215 @@
+"""LinearChainCRF's user-facing API: masks with any padding, reductions, both sign conventions,
+time-first layout, k-best decoding, tagging-scheme constraints (against enumeration of the valid
+sequences only) and a migration test against pytorch-crf."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as hs
+
+import structtorch as st
+from structtorch.nn.constraints import allowed_transitions
+
+SCHEMES = {
+    "BIO": ["O", "B-A", "I-A", "B-B", "I-B"],
+    "IOB1": ["O", "B-A", "I-A", "B-B", "I-B"],
+    "BIOES": ["O", "B-A", "I-A", "E-A", "S-A", "B-B", "E-B"],
+    "BILOU": ["O", "B-A", "I-A", "L-A", "U-A"],
+}
+
+
+def valid(tags: list[str], scheme: str) -> bool:
+    """An independent statement of each scheme's rules, tag by tag."""
+    prev = "O"
+    for tag in [*tags, "O"]:  # the end of a sentence acts as an O
+        p, _, pk = prev.partition("-")
+        c, _, ck = tag.partition("-")
+        if scheme == "BIO" and c == "I" and not (p in "BI" and p != "O" and pk == ck):
+            return False
+        if scheme == "IOB1" and c == "B" and not (p in ("B", "I") and pk == ck):
+            return False
+        if scheme in ("BIOES", "BILOU"):
+            last, single = ("E", "S") if scheme == "BIOES" else ("L", "U")
+            inside_chunk = p in ("B", "I")
+            if inside_chunk != (c in ("I", last)) or (inside_chunk and pk != ck):
+                return False
+            del single
+        prev = tag
+    return True
+
+
+def random_batch(B: int, T: int, N: int, seed: int, left: bool):
+    g = torch.Generator().manual_seed(seed)
+    emissions = torch.randn(B, T, N, generator=g, dtype=torch.float64)
+    tags = torch.randint(0, N, (B, T), generator=g)
+    lengths = torch.randint(0, T + 1, (B,), generator=g)
+    first = (T - lengths) * left if left else torch.zeros_like(lengths)
+    t = torch.arange(T)
+    mask = (t >= first[:, None]) & (t < (first + lengths)[:, None])
+    return emissions, tags, lengths, first, mask
+
+
+def left_align(x: torch.Tensor, first: torch.Tensor, lengths: torch.Tensor, fill=0):
+    out = torch.full_like(x, fill)
+    for b in range(x.shape[0]):
+        L, f = int(lengths[b]), int(first[b])
+        out[b, :L] = x[b, f:f + L]
+    return out
+
+
+@given(B=hs.integers(1, 4), T=hs.integers(0, 6), N=hs.integers(1, 4), seed=hs.integers(0, 10**6),
+       left=hs.booleans())
+def test_mask_with_left_or_right_padding_equals_lengths(B, T, N, seed, left):
+    crf = st.LinearChainCRF(N).double()
+    emissions, tags, lengths, first, mask = random_batch(B, T, N, seed, left)
+    aligned_e, aligned_t = left_align(emissions, first, lengths), left_align(tags, first, lengths)
+    nll = crf(emissions, tags, mask)
+    torch.testing.assert_close(nll, crf(aligned_e, aligned_t, lengths=lengths))
+    torch.testing.assert_close(crf.log_partition(emissions, mask), crf.log_partition(aligned_e, lengths=lengths))
+    score, path = crf.decode(emissions, mask)
+    ref_score, ref_path = crf.decode(aligned_e, lengths=lengths)
+    torch.testing.assert_close(score, ref_score)
+    assert torch.equal(left_align(path, first, lengths, -1), ref_path)
+    assert (path[~mask] == -1).all()
+    marg = crf.marginals(emissions, mask)
+    torch.testing.assert_close(left_align(marg, first, lengths), crf.marginals(aligned_e, lengths=lengths))
+    assert (marg[~mask] == 0).all()
+
+
+def test_reductions_and_both_sign_conventions():
+    crf = st.LinearChainCRF(3).double()
+    emissions, tags, lengths, _, mask = random_batch(4, 5, 3, 0, False)
+    nll = crf(emissions, tags, mask)
+    assert (nll >= 0).all()
+    torch.testing.assert_close(crf(emissions, tags, mask, reduction="sum"), nll.sum())
+    torch.testing.assert_close(crf(emissions, tags, mask, reduction="mean"), nll.mean())
+    torch.testing.assert_close(crf(emissions, tags, mask, reduction="token_mean"), nll.sum() / mask.sum())
+    torch.testing.assert_close(crf.log_likelihood(emissions, tags, mask), -nll)
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        crf(emissions, tags, mask, reduction="avg")
+
+
+def test_time_first_layout_matches_batch_first():
+    crf = st.LinearChainCRF(4).double()
+    tf = st.LinearChainCRF(4, batch_first=False).double()
+    tf.load_state_dict(crf.state_dict())
+    emissions, tags, _, _, mask = random_batch(3, 6, 4, 1, True)
+    torch.testing.assert_close(tf(emissions.transpose(0, 1), tags.t(), mask.t()), crf(emissions, tags, mask))
+    _, path = tf.decode(emissions.transpose(0, 1), mask.t())
+    assert torch.equal(path.t(), crf.decode(emissions, mask)[1])
+    _, paths = tf.decode(emissions.transpose(0, 1), mask.t(), k=2)
+    assert paths.shape == (6, 3, 2) and torch.equal(paths.permute(1, 2, 0), crf.decode(emissions, mask, k=2)[1])
+
+
+def test_kbest_decoding_equals_kbest():
+    crf = st.LinearChainCRF(3).double()
+    emissions, _, lengths, _, _ = random_batch(3, 4, 3, 2, False)
+    scores, paths = crf.decode(emissions, lengths=lengths, k=4)
+    ref_scores, ref_paths = st.kbest(emissions, crf.transitions, 4, start=crf.start, end=crf.end, lengths=lengths)
+    torch.testing.assert_close(scores, ref_scores)
+    assert torch.equal(paths, ref_paths)
+
+
+def test_bad_masks_and_arguments_are_clear_errors():
+    crf = st.LinearChainCRF(3)
+    emissions, tags = torch.randn(2, 4, 3), torch.zeros(2, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match="one contiguous run of True per row"):
+        crf(emissions, tags, torch.tensor([[True, False, True, True], [True] * 4]))
+    with pytest.raises(TypeError, match="pass integer lengths as lengths="):
+        crf(emissions, tags, torch.tensor([4, 2]))
+    with pytest.raises(ValueError, match=r"mask must have shape \(B, T\) = \(2, 4\)"):
+        crf(emissions, tags, torch.ones(2, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="give mask or lengths, not both"):
+        crf(emissions, tags, torch.ones(2, 4, dtype=torch.bool), lengths=torch.tensor([4, 4]))
+    with pytest.raises(TypeError, match="constraints must be"):
+        st.LinearChainCRF(3, constraints="BIO")
+    with pytest.raises(ValueError, match=r"allowed_start must be a bool tensor of shape \(3,\)"):
+        st.LinearChainCRF(3, constraints=(torch.ones(3, 3, dtype=torch.bool), torch.ones(2, dtype=torch.bool),
+                                          torch.ones(3, dtype=torch.bool)))
+
+
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+def test_allowed_transitions_agree_with_the_scheme_rules(scheme):
+    labels = SCHEMES[scheme]
+    allowed, first, last = allowed_transitions(scheme, labels)
+    N = len(labels)
+    for T in range(1, 4):
+        for y in itertools.product(range(N), repeat=T):
+            ok = bool(first[y[0]]) and bool(last[y[-1]]) and all(allowed[a, b] for a, b in zip(y, y[1:]))
+            assert ok == valid([labels[i] for i in y], scheme), [labels[i] for i in y]
+
+
+def test_allowed_transitions_errors_and_aliases():
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        allowed_transitions("BIOX", ["O"])
+    with pytest.raises(ValueError, match="label 'E-A' is not 'O' or <B/I>-<type> for the BIO scheme"):
+        allowed_transitions("BIO", ["O", "E-A"])
+    with pytest.raises(ValueError, match="must not repeat"):
+        allowed_transitions("BIO", ["O", "O"])
+    a = allowed_transitions("BIOUL", ["O", "B-A", "I-A", "L-A", "U-A"])
+    b = allowed_transitions("BILOU", ["O", "B-A", "I-A", "L-A", "U-A"])
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    assert st.allowed_transitions is allowed_transitions
+
+
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+def test_constrained_crf_trains_and_decodes_valid_sequences_only(scheme):
+    labels = SCHEMES[scheme]
+    N, T = len(labels), 4
+    crf = st.LinearChainCRF(N, constraints=allowed_transitions(scheme, labels)).double()
+    with torch.no_grad():
+        crf.transitions.normal_()
+    g = torch.Generator().manual_seed(3)
+    emissions = torch.randn(6, T, N, generator=g, dtype=torch.float64) * 3
+    _, paths = crf.decode(emissions, k=5)
+    for row in paths.reshape(-1, T).tolist():
+        assert valid([labels[i] for i in row], scheme)
+    # the NLL is the negative log-probability among valid sequences only
+    A, s, e = crf.transitions.detach(), crf.start.detach(), crf.end.detach()
+    seqs = [y for y in itertools.product(range(N), repeat=T) if valid([labels[i] for i in y], scheme)]
+
+    def score(b, y):
+        return float(s[y[0]] + e[y[-1]] + sum(emissions[b, t, y[t]] for t in range(T))
+                     + sum(A[y[t], y[t + 1]] for t in range(T - 1)))
+
+    gold = torch.tensor([seqs[0], seqs[-1]] * 3)
+    nll = crf(emissions, gold)
+    for b in range(6):
+        scores = np.array([score(b, y) for y in seqs])
+        logz = np.log(np.exp(scores - scores.max()).sum()) + scores.max()
+        assert np.isclose(float(nll[b]), logz - score(b, tuple(gold[b].tolist())), atol=1e-9)
+    bad = [y for y in itertools.product(range(N), repeat=T) if not valid([labels[i] for i in y], scheme)][0]
+    assert crf(emissions[:1], torch.tensor([bad])).item() == float("inf")
+
+
+def test_migration_from_pytorch_crf():
+    """pytorch-crf's README examples, rewritten with structtorch, give the same numbers."""
+    torchcrf = pytest.importorskip("torchcrf")
+    torch.manual_seed(1)
+    num_tags, seq_length, batch_size = 5, 3, 2
+    theirs = torchcrf.CRF(num_tags)  # time-first, like its examples
+    ours = st.LinearChainCRF.from_pytorch_crf(theirs)
+    assert ours.batch_first is False
+    emissions = torch.randn(seq_length, batch_size, num_tags)
+    tags = torch.tensor([[0, 1], [2, 4], [3, 1]], dtype=torch.long)
+    torch.testing.assert_close(ours.log_likelihood(emissions, tags, reduction="sum"), theirs(emissions, tags))
+    mask = torch.tensor([[1, 1], [1, 1], [1, 0]], dtype=torch.uint8)
+    torch.testing.assert_close(ours.log_likelihood(emissions, tags, mask, reduction="sum"),
+                               theirs(emissions, tags, mask=mask))
+    for reduction in ("none", "mean", "token_mean"):
+        torch.testing.assert_close(ours.log_likelihood(emissions, tags, mask.bool(), reduction=reduction),
+                                   theirs(emissions, tags, mask=mask, reduction=reduction))
+    for m in (None, mask):
+        _, path = ours.decode(emissions, None if m is None else m.bool())
+        decoded = [[t for t in col if t >= 0] for col in path.t().tolist()]
+        assert decoded == theirs.decode(emissions, mask=m)
+    # batch-first
+    theirs_bf, emissions_bf = torchcrf.CRF(num_tags, batch_first=True), emissions.transpose(0, 1)
+    ours_bf = st.LinearChainCRF.from_pytorch_crf(theirs_bf)
+    torch.testing.assert_close(ours_bf.log_likelihood(emissions_bf, tags.t(), mask.t().bool(), reduction="sum"),
+                               theirs_bf(emissions_bf, tags.t(), mask=mask.t()))
