@@ -1,0 +1,825 @@
+"""Distributions over structures: linear-chain labelings and semi-Markov segmentations.
+
+:class:`ChainDistribution` and :class:`SemiMarkovDistribution` hold one batch of potentials, checked
+once at construction (``check_chain`` / ``check_semimarkov``), and compute on first use, then cache:
+
+* ``argmax`` / ``max``: the best structure and its score (Viterbi; the score's gradient is the
+  indicator of the structure);
+* ``log_partition`` (B,): log of the sum of exp(score) over all structures;
+* ``marginals``: expectations of the structure's indicator features, the gradient of the
+  log-partition (chain: node (B, T, N) and ``edge_marginals`` (B, T-1, N, N); semi-Markov: a
+  :class:`SegmentMarginals`);
+* ``entropy`` (B,): the exact Shannon entropy of p(y) = exp(score(y) - logZ), in nats;
+* ``log_prob(structure)`` (B,), ``sample(n)`` (forward filtering, backward sampling) and
+  ``kbest(k)`` (the k highest-scoring distinct structures).
+
+Float results are differentiable w.r.t. the potentials (samples, ``argmax`` and the structures of
+``kbest`` are discrete), in the potentials' dtype. As everywhere in structtorch, on CPU they are
+computed in float64 and rounded once. float16/bfloat16 potentials are widened at construction and
+results come back in their dtype (or the promoted one beside float32/float64 potentials), as
+:func:`structtorch._precision.mixed_precision` does for the functions; autocast is off inside.
+
+Results are cached per object and per autograd mode (grad enabled or not, inference mode or not):
+build a new distribution for every forward pass when training (a cached result's graph is freed by
+its first ``backward``).
+
+Conventions for degenerate rows:
+
+* a zero-length row has exactly one structure, the empty one: log-partition 0, max 0, entropy 0,
+  ``log_prob`` 0, samples and argmax all -1 (no starts);
+* an infeasible row (every structure scores -inf) has log-partition and max -inf, ``log_prob``
+  -inf for any structure, entropy 0 (by convention, NaN-free, with zero gradients), zero
+  marginals, samples and argmax all -1 (no starts), and its k-best scores are all -inf.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from ._checks import (
+    Chain,
+    LengthsLike,
+    _fmt,
+    cast_checked,
+    check_chain,
+    check_int,
+    check_labels,
+    on_host,
+    plain,
+    require,
+    validation_enabled,
+)
+from ._numerics import NEG_INF, accumulate, safe_logsumexp
+from ._precision import HALF_DTYPES, _no_autocast, map_tensors
+from .chain import _ops as _chain_ops
+from .chain import _torch as _chain_torch
+from .chain.linear import _path_score, _score_paths, _viterbi_path, kbest
+from .semimarkov import _ops as _sm_ops
+from .semimarkov import _torch as _sm_torch
+from .semimarkov.layout import SemiMarkov, check_semimarkov, semimarkov_score
+from .semimarkov.segments import _guard as _sm_guard
+
+__all__ = ["ChainDistribution", "SemiMarkovDistribution", "SegmentMarginals"]
+
+_SM_POTENTIALS = "the content, transition, length, boundary and segment scores"
+
+
+def _widen(tensors: Sequence[Any]) -> tuple[list[Any], torch.dtype | None]:
+    """The floating tensors among ``tensors`` widened as :func:`mixed_precision` does, and the
+    dtype the results go back to (None: no half-precision input, nothing to do)."""
+    dtypes = [x.dtype for x in tensors if isinstance(x, Tensor) and x.is_floating_point()]
+    if not any(d in HALF_DTYPES for d in dtypes):
+        return list(tensors), None
+    result = functools.reduce(torch.promote_types, dtypes)
+    compute = torch.promote_types(result, torch.float32)
+    return [x.to(compute) if isinstance(x, Tensor) and x.is_floating_point() else x for x in tensors], result
+
+
+def _draw(logits: Tensor, generator: torch.Generator | None) -> Tensor:
+    """One index per row of ``logits`` (..., K), drawn with probabilities softmax(logits): the
+    argmax of logits - log(E) with E ~ Exp(1) i.i.d. (the exponential race, i.e. Gumbel-max)."""
+    noise = torch.empty_like(logits, memory_format=torch.contiguous_format).exponential_(generator=generator)
+    return torch.where(logits == NEG_INF, NEG_INF, logits - noise.log()).argmax(-1)
+
+
+def _node(x: Tensor, create_graph: bool) -> Tensor:
+    """A distinct autograd node for ``x``: a view connected to ``x`` when the graph is kept and ``x``
+    requires grad, else a fresh leaf."""
+    if create_graph and x.requires_grad:
+        return x.view(x.shape)
+    return x.detach().clone().requires_grad_()
+
+
+def _logz_and_grads(fn: Callable[..., Tensor], parts: Sequence[Tensor]) -> tuple[Tensor, list[Tensor]]:
+    """``fn(*parts)`` (a (B,) log-partition) and its gradients w.r.t. every part (the marginals),
+    differentiable w.r.t. the parts when grad mode is on and one of them requires grad."""
+    create_graph = torch.is_grad_enabled() and any(p.requires_grad for p in parts)
+    context = torch.enable_grad() if create_graph else torch.inference_mode(False)
+    with context, torch.enable_grad():
+        nodes = [_node(p, create_graph) for p in parts]
+        logz = fn(*nodes)
+        total = torch.where(torch.isfinite(logz.detach()), logz, 0.0).sum()
+        grads = torch.autograd.grad(total, nodes, create_graph=create_graph, allow_unused=True)
+    grads = [torch.zeros_like(n) if g is None else g for g, n in zip(grads, nodes, strict=True)]
+    if not create_graph:
+        logz, grads = logz.detach(), [g.detach() for g in grads]
+    return logz, grads
+
+
+def _entropy(logz: Tensor, grads: Sequence[Tensor], parts: Sequence[Tensor]) -> Tensor:
+    """(B,) logZ - <marginals, potentials>, with -inf potentials (marginal 0) left out, and 0 on
+    rows without a feasible structure."""
+    inner = logz.new_zeros(logz.shape)
+    for mu, theta in zip(grads, parts, strict=True):
+        theta = accumulate(theta)
+        safe = torch.where(theta == NEG_INF, 0.0, theta)
+        inner = inner + (accumulate(mu) * safe).reshape(theta.shape[0], -1).sum(1)
+    feasible = logz > NEG_INF
+    return torch.where(feasible, logz - torch.where(feasible, inner, 0.0), 0.0)
+
+
+class _StructureDistribution:
+    """Shared machinery: the result dtype, autocast off, and the cache."""
+
+    def __init__(self, device: torch.device, result: torch.dtype | None) -> None:
+        self._device = device
+        self._result = result
+        self._cache: dict[tuple, Any] = {}
+
+    def _narrow(self, t: Tensor) -> Tensor:
+        if self._result is None or not t.is_floating_point() or t.dtype == self._result:
+            return t
+        return cast_checked(t, self._result, "a result of the distribution", "the potentials")
+
+    def _run(self, name: str | None, fn: Callable[[], Any]) -> Any:
+        """``fn()`` with autocast off, floating results in the result dtype; cached under ``name``
+        (None: not cached) and the autograd mode."""
+        key = (name, torch.is_grad_enabled(), torch.is_inference_mode_enabled())
+        if name is not None and key in self._cache:
+            return self._cache[key]
+        with _no_autocast(self._device.type):
+            out = map_tensors(fn(), self._narrow)
+        if name is not None:
+            self._cache[key] = out
+        return out
+
+    def _internal(self, name: str, fn: Callable[[], Any]) -> Any:
+        """``fn()`` cached under ``name`` and the autograd mode, in the compute dtype."""
+        key = ("_" + name, torch.is_grad_enabled(), torch.is_inference_mode_enabled())
+        if key not in self._cache:
+            with _no_autocast(self._device.type):
+                self._cache[key] = fn()
+        return self._cache[key]
+
+
+class ChainDistribution(_StructureDistribution):
+    """The distribution p(y) = exp(score(y) - logZ) over the labelings y of each linear chain.
+
+    Parameters
+    ----------
+    unary : Tensor (B, T, N)
+        Label scores per position.
+    transitions : Tensor (N, N) or (B, T-1, N, N)
+        ``transitions[..., i, j]`` scores label i at t followed by label j at t + 1.
+    start, end : Tensor (N,) or (B, N), optional
+        Scores of the first and the last label.
+    lengths : Tensor (B,), optional
+        Integer lengths in [0, T]; None means all T.
+
+    Potentials may be -inf (forbidden); NaN and +inf are rejected, as by :func:`structtorch.viterbi`.
+    See the module docstring for dtypes, caching and the conventions on empty and infeasible rows.
+
+    Examples
+    --------
+    >>> dist = ChainDistribution(torch.randn(2, 5, 3), torch.randn(3, 3))
+    >>> dist.entropy.shape, dist.sample(4).shape
+    (torch.Size([2]), torch.Size([4, 2, 5]))
+    """
+
+    def __init__(
+        self,
+        unary: Tensor,
+        transitions: Tensor,
+        *,
+        start: Tensor | None = None,
+        end: Tensor | None = None,
+        lengths: LengthsLike = None,
+    ) -> None:
+        (unary, transitions, start, end), result = _widen((unary, transitions, start, end))
+        self._chain = check_chain(unary, transitions, start, end, lengths)
+        super().__init__(self._chain.unary.device, result)
+
+    @property
+    def lengths(self) -> Tensor:
+        """Tensor (B,) int64: the length of each chain."""
+        return self._chain.lengths
+
+    @property
+    def num_labels(self) -> int:
+        """N, the number of labels."""
+        return self._chain.shape[2]
+
+    def __repr__(self) -> str:
+        B, T, N = self._chain.shape
+        return f"ChainDistribution(B={B}, T={T}, N={N})"
+
+    def _logz64(self) -> Tensor:
+        """(B,) log-partition in the accumulation dtype (float64 on CPU), differentiable."""
+        def compute() -> Tensor:
+            chain = self._chain
+            return _chain_torch.guard(chain, _chain_ops.log_partition(chain), "the log-partition")
+        return self._internal("logz", compute)
+
+    @property
+    def log_partition(self) -> Tensor:
+        """Tensor (B,): log of the sum of exp(score) over all labelings; 0 for zero-length rows, -inf
+        for infeasible ones. Its gradient is the marginals (as :func:`structtorch.log_partition`)."""
+        return self._run("log_partition", lambda: cast_checked(
+            self._logz64(), self._chain.unary.dtype, "the log-partition", _chain_torch.POTENTIALS))
+
+    @property
+    def argmax(self) -> Tensor:
+        """Tensor (B, T) int64: the best labeling, -1 beyond each length and on infeasible rows (ties
+        as :func:`structtorch.viterbi`)."""
+        return self._run("argmax", lambda: _viterbi_path(self._chain))
+
+    @property
+    def max(self) -> Tensor:
+        """Tensor (B,): the best score (0 for zero-length rows, -inf for infeasible ones); its gradient
+        is the indicator of ``argmax``."""
+        return self._run("max", lambda: _score_paths(self._chain, self.argmax))
+
+    def _expectations(self) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+        """(logZ, marginals, potentials): logZ (B,) and d logZ / d (unary (B, T, N), per-position
+        transitions (B, T-1, N, N), start (B, N), end (B, N)), in the accumulation dtype."""
+        def compute():
+            chain = _chain_torch.accumulating(self._chain)
+            B, T, N = chain.shape
+            trans = chain.transitions
+            if chain.shared:
+                trans = trans.expand(B, max(T - 1, 0), N, N)
+            parts = [chain.unary, trans, chain.start, chain.end]
+
+            def logz(u: Tensor, a: Tensor, s: Tensor, e: Tensor) -> Tensor:
+                return _chain_ops.log_partition(Chain(u, a.contiguous(), s, e, chain.lengths.clone()))
+
+            value, grads = _logz_and_grads(logz, parts)
+            return value, grads, parts
+        return self._internal("expectations", compute)
+
+    @property
+    def marginals(self) -> Tensor:
+        """Tensor (B, T, N): node marginals p(y_t = j), 0 beyond each length and on infeasible rows;
+        differentiable when a potential requires grad."""
+        return self._run("marginals", lambda: self._expectations()[1][0].to(self._chain.unary.dtype))
+
+    @property
+    def edge_marginals(self) -> Tensor:
+        """Tensor (B, T-1, N, N): ``edge_marginals[b, t, i, j]`` = p(y_t = i, y_{t+1} = j), 0 for
+        steps beyond each length and on infeasible rows; differentiable. Summed over t (and b) it is
+        the gradient of the log-partition w.r.t. shared (N, N) transitions."""
+        return self._run("edge_marginals", lambda: self._expectations()[1][1].to(self._chain.unary.dtype))
+
+    @property
+    def entropy(self) -> Tensor:
+        """Tensor (B,): the exact entropy -sum_y p(y) log p(y) in nats, computed as
+        logZ - <marginals, potentials> (-inf potentials, whose marginals are 0, left out) in the
+        accumulation dtype; 0 for zero-length and infeasible rows. Differentiable (double backward
+        through the log-partition)."""
+        def compute() -> Tensor:
+            logz, grads, parts = self._expectations()
+            return _entropy(logz, grads, parts).to(self._chain.unary.dtype)
+        return self._run("entropy", compute)
+
+    def log_prob(self, structure: Tensor) -> Tensor:
+        """Log-probability of given labelings.
+
+        Parameters
+        ----------
+        structure : Tensor (B, T) integer
+            Labels in [0, N) within each length (entries beyond are ignored).
+
+        Returns
+        -------
+        Tensor (B,)
+            score(structure) - logZ, taken in the accumulation dtype; -inf for a labeling that uses a
+            -inf potential and on infeasible rows, 0 on zero-length rows. Differentiable.
+        """
+        chain = self._chain
+        labels = check_labels(structure, chain.mask(), chain.shape[2], name="structure")
+
+        def compute() -> Tensor:
+            logz = self._logz64()
+            score = _path_score(chain, labels)
+            out = torch.where(logz == NEG_INF, NEG_INF, score - logz.to(score.dtype))
+            return cast_checked(out, chain.unary.dtype, "the log-probability", _chain_torch.POTENTIALS)
+        return self._run(None, compute)
+
+    def sample(self, n: int, generator: torch.Generator | None = None) -> Tensor:
+        """Draw ``n`` independent labelings per chain (forward filtering, backward sampling).
+
+        Parameters
+        ----------
+        n : int
+            Number of samples, >= 1.
+        generator : torch.Generator, optional
+            Source of randomness, on the potentials' device.
+
+        Returns
+        -------
+        Tensor (n, B, T) int64
+            Labels, -1 beyond each length and on infeasible rows. Not differentiable.
+
+        Notes
+        -----
+        The forward pass stores the (B, T, N) forward scores; the backward pass draws every sample
+        and chain at once, looping over positions only: O(T (B N^2 + n B N)) time.
+        """
+        n = check_int("n", n, 1)
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+        return self._run(None, lambda: _sample_chain(self._chain, n, generator))
+
+    def kbest(self, k: int) -> tuple[Tensor, Tensor]:
+        """The k highest-scoring distinct labelings (see :func:`structtorch.kbest`).
+
+        Parameters
+        ----------
+        k : int
+            >= 1.
+
+        Returns
+        -------
+        scores : Tensor (B, k)
+            Descending; -inf where fewer than k feasible labelings exist. Differentiable (the gradient
+            of each is the indicator of its labeling).
+        paths : Tensor (B, k, T) int64
+            -1 beyond each length and in the missing entries.
+        """
+        k = check_int("k", k, 1)
+        c = self._chain
+        return self._run(None, lambda: kbest(c.unary, c.transitions, k, start=c.start, end=c.end,
+                                             lengths=c.lengths))
+
+
+@torch.no_grad()
+def _sample_chain(chain: Chain, n: int, generator: torch.Generator | None) -> Tensor:
+    """(n, B, T) labelings drawn from the chain's distribution (see :meth:`ChainDistribution.sample`)."""
+    parts = (chain.unary, chain.transitions, chain.start, chain.end)
+    ch = _chain_torch.accumulating(Chain(*(x.detach() for x in parts), chain.lengths))
+    B, T, N = ch.shape
+    out = torch.full((n, B, T), -1, dtype=torch.long, device=ch.unary.device)
+    if T == 0 or B == 0:
+        return out
+    blocks = _chain_torch.step_blocks(ch)
+    alphas = [ch.start + ch.unary[:, 0]]  # alphas[t][b, j]: log-sum over labelings of [0, t] ending in j
+    for t, block in enumerate(blocks, start=1):
+        alphas.append(safe_logsumexp(alphas[-1].unsqueeze(2) + block, dim=1) + ch.unary[:, t])
+    alpha = torch.stack(alphas, 1)  # (B, T, N); garbage beyond each length, never read
+    lengths = ch.lengths
+    last_alpha = alpha.gather(1, (lengths - 1).clamp(min=0).view(B, 1, 1).expand(B, 1, N)).squeeze(1)
+    final = last_alpha + ch.end
+    feasible = (lengths > 0) & (final > NEG_INF).any(1)
+    last = _draw(final.expand(n, B, N), generator)  # (n, B): the label at length - 1
+    rows = torch.arange(B, device=out.device).expand(n, B)
+    nxt = last
+    for t in range(T - 1, -1, -1):
+        if t < T - 1:
+            block = blocks[t]  # scores of y_t -> y_{t+1}: (N, N) or (B, N, N)
+            column = block.t()[nxt] if block.dim() == 2 else block.transpose(1, 2)[rows, nxt]
+            prev = _draw(alpha[:, t].unsqueeze(0) + column, generator)
+            cur = torch.where(t == lengths - 1, last, torch.where(t < lengths - 1, prev, -1))
+        else:
+            cur = torch.where(t == lengths - 1, last, -1)
+        out[:, :, t] = cur
+        nxt = cur.clamp(min=0)
+    return torch.where(feasible[None, :, None], out, -1)
+
+
+class SegmentMarginals(NamedTuple):
+    """Marginals of a :class:`SemiMarkovDistribution`: the gradients of its log-partition w.r.t. the
+    segment potentials, i.e. the probabilities (expected counts) of the structure's parts.
+
+    Attributes
+    ----------
+    positions : Tensor (B, T, N)
+        p(position t lies in a segment of label n) = d logZ / d content.
+    segments : Tensor (B, T, S, N)
+        p(the segment [e-d, e) with label n is part of the segmentation) at ``[b, e-1, d-1, n]``, the
+        indexing of ``segment_scores`` (= d logZ / d segment_scores), with S = min(max_len, T) (1 when
+        T = 0). Its sum over ends, ``segments.sum(1)`` (B, S, N), is the expected number of segments
+        of each length and label (= d logZ / d length_scores); its sum over lengths,
+        ``segments.sum(2)`` (B, T, N), is p(a segment of label n ends at t) (= d logZ / d boundary).
+    transitions : Tensor (B, N, N)
+        Expected number of segments of label m followed by one of label n, per row (summed over rows
+        it is d logZ.sum() / d transitions).
+    start, end : Tensor (B, N)
+        p(the first / last segment has label n).
+
+    All are 0 beyond each length and on infeasible rows.
+    """
+
+    positions: Tensor
+    segments: Tensor
+    transitions: Tensor
+    start: Tensor
+    end: Tensor
+
+
+class SemiMarkovDistribution(_StructureDistribution):
+    """The distribution p(y) = exp(score(y) - logZ) over the segmentations y of each sequence.
+
+    A segmentation splits [0, L) into segments [s, e) of lengths 1 <= e - s <= max_len with labels n;
+    its score is that of :mod:`structtorch.semimarkov.layout` (content sums, length, boundary and
+    segment scores, transitions between consecutive segments, start and end).
+
+    Parameters
+    ----------
+    content : Tensor (B, T, N)
+        Per-position label scores, summed over each segment.
+    transitions : Tensor (N, N)
+        ``transitions[m, n]`` scores a segment of label m followed by one of label n.
+    max_len : int
+        S, the longest segment (>= 1).
+    length_scores : Tensor (S, N) or (B, S, N), optional
+        ``length_scores[d-1, n]`` scores a segment of length d and label n.
+    boundary : Tensor (B, T, N), optional
+        ``boundary[b, e-1, n]`` scores a segment of label n ending at e.
+    segment_scores : Tensor (B, T, S, N), optional
+        ``segment_scores[b, e-1, d-1, n]``: any further score of the segment [e-d, e).
+    start, end : Tensor (N,) or (B, N), optional
+        Scores of the first and the last segment's label.
+    lengths : Tensor (B,), optional
+        Integer lengths in [0, T]; None means all T.
+
+    Structures are ``(labels, starts)`` pairs as returned by :func:`structtorch.semimarkov_viterbi`:
+    labels (B, T) integer, starts (B, T) bool (True where a segment begins). See the module
+    docstring for dtypes, caching and the conventions on empty and infeasible rows.
+
+    Notes
+    -----
+    ``log_partition``, ``argmax``/``max`` and ``log_prob`` run the compiled kernels on CPU (O(B T S N
+    + B T N^2)); ``marginals`` and ``entropy`` differentiate the PyTorch reference recursion in
+    float64 (a loop over segment ends), with per-row transitions so that every row gets its own
+    expected transition counts; ``sample`` and ``kbest`` are batched PyTorch loops over segment ends.
+    """
+
+    def __init__(
+        self,
+        content: Tensor,
+        transitions: Tensor,
+        *,
+        max_len: int,
+        length_scores: Tensor | None = None,
+        boundary: Tensor | None = None,
+        segment_scores: Tensor | None = None,
+        start: Tensor | None = None,
+        end: Tensor | None = None,
+        lengths: LengthsLike = None,
+    ) -> None:
+        tensors, result = _widen((content, transitions, length_scores, boundary, segment_scores, start, end))
+        content, transitions, length_scores, boundary, segment_scores, start, end = tensors
+        self._sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
+                                    start, end, lengths)
+        self.max_len = int(max_len)
+        super().__init__(self._sm.content.device, result)
+
+    @property
+    def lengths(self) -> Tensor:
+        """Tensor (B,) int64: the length of each sequence."""
+        return self._sm.lengths
+
+    @property
+    def num_labels(self) -> int:
+        """N, the number of labels."""
+        return self._sm.shape[3]
+
+    def __repr__(self) -> str:
+        B, T, _, N = self._sm.shape
+        return f"SemiMarkovDistribution(B={B}, T={T}, N={N}, max_len={self.max_len})"
+
+    @property
+    def _dtype(self) -> torch.dtype:
+        return self._sm.content.dtype
+
+    def _logz64(self) -> Tensor:
+        """(B,) log-partition in float64 (the kernels' precision), differentiable."""
+        def compute() -> Tensor:
+            sm = self._sm
+            if sm.shape[1] == 0:
+                return accumulate(sm.content.sum(dim=(1, 2)))  # zeros, connected to the graph
+            return _sm_guard(sm, _sm_ops.log_partition(sm), "the log-partition")
+        return self._internal("logz", compute)
+
+    @property
+    def log_partition(self) -> Tensor:
+        """Tensor (B,): log of the sum of exp(score) over all segmentations; 0 for zero-length rows,
+        -inf for infeasible ones (as :func:`structtorch.semimarkov_log_partition`)."""
+        return self._run("log_partition", lambda: cast_checked(
+            self._logz64(), self._dtype, "the log-partition", _SM_POTENTIALS))
+
+    def _viterbi(self) -> tuple[Tensor, Tensor, Tensor]:
+        return self._internal("viterbi", lambda: _sm_ops.viterbi(self._sm))
+
+    @property
+    def argmax(self) -> tuple[Tensor, Tensor]:
+        """The best segmentation: labels (B, T) int64 (-1 beyond each length and on infeasible rows)
+        and starts (B, T) bool, as :func:`structtorch.semimarkov_viterbi` returns them."""
+        return self._run("argmax", lambda: self._viterbi()[1:])
+
+    @property
+    def max(self) -> Tensor:
+        """Tensor (B,): the best score (0 for zero-length rows, -inf for infeasible ones); its gradient
+        is the indicator of ``argmax``."""
+        def compute() -> Tensor:
+            best, labels, starts = self._viterbi()
+            score = semimarkov_score(self._sm, labels, starts).to(self._dtype)
+            return _sm_guard(self._sm, torch.where(best > NEG_INF, score, NEG_INF), "the Viterbi score")
+        return self._run("max", compute)
+
+    def _expectations(self, segments: bool) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+        """(logZ, marginals, potentials) with potentials [content, length_scores, boundary,
+        transitions per row (B, N, N), start, end] and, with ``segments`` or given segment scores,
+        segment_scores (zeros when not given) last; float64 reference recursion."""
+        def compute():
+            sm = self._sm
+            B, T, S, N = sm.shape
+            trans = sm.transitions.expand(B, N, N)
+            parts = [sm.content, sm.length_scores, sm.boundary, trans, sm.start, sm.end]
+            if sm.segment_scores is not None:
+                parts.append(sm.segment_scores)
+            elif segments:
+                parts.append(sm.content.new_zeros(B, T, S, N))
+            parts = [accumulate(x) for x in parts]
+
+            def logz(content, length, boundary, trans, start, end, segment=None):
+                model = SemiMarkov(content, trans, length, boundary, segment, start, end, sm.lengths.clone())
+                return _sm_torch.log_partition(model)
+
+            value, grads = _logz_and_grads(logz, parts)
+            return value, grads, parts
+        key = "expectations" if segments or self._sm.segment_scores is not None else "expectations_nosegments"
+        return self._internal(key, compute)
+
+    @property
+    def marginals(self) -> SegmentMarginals:
+        """The :class:`SegmentMarginals` (positions, segments, transitions, start, end): gradients of
+        the log-partition w.r.t. the segment potentials, per row; differentiable when a potential
+        requires grad."""
+        def compute() -> SegmentMarginals:
+            _, g, _ = self._expectations(segments=True)
+            content, length, boundary, trans, start, end, segment = (x.to(self._dtype) for x in g)
+            return SegmentMarginals(content, segment, trans, start, end)
+        return self._run("marginals", compute)
+
+    @property
+    def entropy(self) -> Tensor:
+        """Tensor (B,): the exact entropy -sum_y p(y) log p(y) in nats, computed as
+        logZ - <marginals, potentials> (-inf potentials left out) in float64; 0 for zero-length and
+        infeasible rows. Differentiable."""
+        def compute() -> Tensor:
+            logz, grads, parts = self._expectations(segments=False)
+            return _entropy(logz, grads, parts).to(self._dtype)
+        return self._run("entropy", compute)
+
+    def _structure(self, structure: object) -> tuple[Tensor, Tensor]:
+        """Validated (labels, starts) (B, T): labels in range (0 beyond each length), a start at
+        position 0, one label per segment, no segment longer than max_len."""
+        sm = self._sm
+        B, T, S, N = sm.shape
+        if not isinstance(structure, (tuple, list)) or len(structure) != 2:
+            raise TypeError(f"structure must be a (labels, starts) pair of (B, T) = ({B}, {T}) tensors, "
+                            f"got {type(structure).__name__}")
+        labels, starts = structure
+        inside = torch.arange(T, device=sm.content.device) < sm.lengths[:, None]
+        labels = check_labels(labels, inside, N, name="labels")
+        if not isinstance(starts, Tensor) or starts.dtype != torch.bool:
+            raise TypeError(f"starts must be a bool tensor of shape (B, T) = ({B}, {T})")
+        if starts.shape != (B, T):
+            raise ValueError(f"starts must have shape (B, T) = ({B}, {T}), got {_fmt(starts.shape)}")
+        if starts.device != labels.device:
+            raise ValueError(f"starts is on {starts.device} but content is on {labels.device}; "
+                             "use one device")
+        t = torch.arange(T, device=labels.device)
+        starts = (starts | (t == 0)) & inside
+        if validation_enabled() and T:
+            changes = inside[:, 1:] & (labels[:, 1:] != labels[:, :-1]) & ~starts[:, 1:]
+            seg_start = torch.where(starts, t, 0).cummax(1).values
+            too_long = inside & (t - seg_start + 1 > self.max_len)
+            if not on_host(changes):
+                require(~changes.any(), "labels change inside a segment (no starts there)")
+                require(~too_long.any(), f"structure has a segment longer than max_len = {self.max_len}")
+            elif bool(plain(changes).any()):
+                b, p = (int(i) for i in plain(changes).nonzero()[0].tolist()[-2:])
+                raise ValueError(f"labels change inside a segment at [{b}, {p + 1}] (starts is False there)")
+            elif bool(plain(too_long).any()):
+                b, p = (int(i) for i in plain(too_long).nonzero()[0].tolist()[-2:])
+                raise ValueError(f"structure has a segment longer than max_len = {self.max_len} "
+                                 f"ending after position [{b}, {p}]")
+        return labels, starts
+
+    def log_prob(self, structure: tuple[Tensor, Tensor]) -> Tensor:
+        """Log-probability of given segmentations.
+
+        Parameters
+        ----------
+        structure : (labels, starts)
+            labels : Tensor (B, T) integer, in [0, N) within each length, constant inside each
+            segment; starts : Tensor (B, T) bool, True where a segment begins (position 0 always
+            begins one; entries beyond each length are ignored). Segments are at most max_len long.
+
+        Returns
+        -------
+        Tensor (B,)
+            score(structure) - logZ in float64, cast once; -inf for a segmentation that uses a -inf
+            potential and on infeasible rows, 0 on zero-length rows. Differentiable.
+        """
+        labels, starts = self._structure(structure)
+
+        def compute() -> Tensor:
+            logz = self._logz64()
+            score = semimarkov_score(self._sm, labels, starts)
+            out = torch.where(logz == NEG_INF, NEG_INF, score - logz.to(score.dtype))
+            return cast_checked(out, self._dtype, "the log-probability", _SM_POTENTIALS)
+        return self._run(None, compute)
+
+    def sample(self, n: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+        """Draw ``n`` independent segmentations per sequence (forward filtering, backward sampling).
+
+        Parameters
+        ----------
+        n : int
+            Number of samples, >= 1.
+        generator : torch.Generator, optional
+            Source of randomness, on the potentials' device.
+
+        Returns
+        -------
+        labels : Tensor (n, B, T) int64
+            -1 beyond each length and on infeasible rows.
+        starts : Tensor (n, B, T) bool
+            True where a segment begins.
+
+        Notes
+        -----
+        The last segment's label is drawn from the forward scores at the length, then its length;
+        then the label of the segment before, and so on: one segment per chain per step of a loop
+        over segment ends (T steps), every sample and row at once. O(T (B S N + B N^2 + n B (S + N)))
+        time beyond the forward pass.
+        """
+        n = check_int("n", n, 1)
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+        return self._run(None, lambda: _sample_semimarkov(self._sm, n, generator))
+
+    def kbest(self, k: int) -> tuple[Tensor, Tensor, Tensor]:
+        """The k highest-scoring distinct segmentations (a k-list Viterbi over segment ends).
+
+        Parameters
+        ----------
+        k : int
+            >= 1.
+
+        Returns
+        -------
+        scores : Tensor (B, k)
+            Descending; -inf where fewer than k feasible segmentations exist (a zero-length row has one,
+            of score 0). Differentiable (the gradient of each is the indicator of its segmentation).
+        labels : Tensor (B, k, T) int64
+            -1 beyond each length and in the missing entries.
+        starts : Tensor (B, k, T) bool
+            True where a segment begins.
+
+        Notes
+        -----
+        Time O(T (B S N k log k + B N^2 k)), memory O(B T N k).
+        """
+        k = check_int("k", k, 1)
+        return self._run(None, lambda: _kbest_semimarkov(self._sm, k))
+
+
+def _detached64(sm: SemiMarkov) -> SemiMarkov:
+    """The potentials detached and in float64 (``segment_terms`` computes in float64 anyway)."""
+    return sm.map(lambda x: x.detach().double())
+
+
+def _terms(sm: SemiMarkov, F: Tensor, e: int, incoming: list[Tensor]) -> Tensor:
+    """(B, D, ...) scores of the segments ending at e with lengths d = 1..D, D = min(S, e), with their
+    incoming term: ``incoming[s]`` (B, N, ...) scores a segment of label n starting at s."""
+    D = min(sm.shape[2], e)
+    terms = _sm_torch.segment_terms(sm, F, e)  # (B, D, N)
+    stacked = torch.stack(incoming[e - D:e][::-1], 1)  # (B, D, N, ...)
+    return terms.reshape(terms.shape + (1,) * (stacked.dim() - 3)) + stacked
+
+
+def _fill(starts: Tensor, seg_label: Tensor, inside: Tensor) -> Tensor:
+    """Per-position labels (..., T) from the labels written at segment starts; -1 outside."""
+    T = starts.shape[-1]
+    filled = torch.where(starts, torch.arange(T, device=starts.device), 0).cummax(-1).values
+    return torch.where(inside, seg_label.gather(-1, filled), -1)
+
+
+@torch.no_grad()
+def _sample_semimarkov(sm: SemiMarkov, n: int, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+    """(labels, starts), each (n, B, T), drawn from the segmentation distribution."""
+    sm = _detached64(sm)
+    B, T, S, N = sm.shape
+    dev = sm.content.device
+    labels = torch.full((n, B, T), -1, dtype=torch.long, device=dev)
+    starts = torch.zeros((n, B, T), dtype=torch.bool, device=dev)
+    if T == 0 or B == 0:
+        return labels, starts
+    F = sm.forbidden_counts()
+    trans = sm.transitions
+    alpha = [sm.start.new_full((B, N), NEG_INF)]  # alpha[e][b, n]: segmentations of [0, e) ending in n
+    incoming = [sm.start]  # incoming[s][b, n]: a segment of label n starting at s
+    for e in range(1, T + 1):
+        alpha.append(safe_logsumexp(_terms(sm, F, e, incoming), 1))
+        incoming.append(safe_logsumexp(alpha[e].unsqueeze(2) + trans, 1))
+    alphas = torch.stack(alpha, 1)  # (B, T+1, N)
+    lengths = sm.lengths
+    final = alphas.gather(1, lengths.view(B, 1, 1).expand(B, 1, N)).squeeze(1) + sm.end
+    feasible = (lengths > 0) & (final > NEG_INF).any(1)
+    rows = torch.arange(B, device=dev).expand(n, B)
+    label = _draw(final.expand(n, B, N), generator)  # (n, B): the label of the segment ending at e
+    e_cur = lengths.expand(n, B).clone()
+    active = feasible.expand(n, B).clone()
+    seg_label = torch.full((n, B, T), -1, dtype=torch.long, device=dev)
+    for e in range(T, 0, -1):
+        here = active & (e_cur == e)
+        terms = _terms(sm, F, e, incoming)  # (B, D, N)
+        d = _draw(terms.transpose(1, 2)[rows, label], generator) + 1  # (n, B) in [1, D]
+        s = e - d
+        i, b = here.nonzero(as_tuple=True)
+        starts[i, b, s[i, b]] = True
+        seg_label[i, b, s[i, b]] = label[i, b]
+        before = alphas[rows, s.clamp(min=0)] + trans.t()[label]  # (n, B, N): label m of the segment before
+        label = torch.where(here & (s > 0), _draw(before, generator), label)
+        e_cur = torch.where(here, s, e_cur)
+        active = active & ~(here & (s == 0))
+    inside = torch.arange(T, device=dev) < lengths[:, None]
+    return _fill(starts, seg_label, inside & feasible[:, None]), starts & feasible[:, None]
+
+
+@torch.no_grad()
+def _kbest_structures(sm: SemiMarkov, k: int) -> tuple[Tensor, Tensor, Tensor]:
+    """labels (B, k, T), starts (B, k, T) and valid (B, k) of the k best distinct segmentations, by
+    k-best lists of the forward scores (alpha) and of the incoming scores, with backpointers."""
+    sm = _detached64(sm)
+    B, T, S, N = sm.shape
+    dev = sm.content.device
+    first = torch.arange(k, device=dev) == 0
+    labels = torch.full((B, k, T), -1, dtype=torch.long, device=dev)
+    starts = torch.zeros((B, k, T), dtype=torch.bool, device=dev)
+    if T == 0 or B == 0:
+        return labels, starts, first.expand(B, k)
+    F = sm.forbidden_counts()
+    begin = sm.start.new_full((B, N, k), NEG_INF)
+    begin[:, :, 0] = sm.start
+    incoming, inc_bp = [begin], [torch.zeros(B, N, k, dtype=torch.long, device=dev)]
+    alpha = [sm.start.new_full((B, N, k), NEG_INF)]
+    alpha_bp = [torch.zeros(B, N, k, dtype=torch.long, device=dev)]
+    for e in range(1, T + 1):
+        cand = _terms(sm, F, e, incoming)  # (B, D, N, k): code (d - 1) * k + rank
+        D = cand.shape[1]
+        vals, idx = cand.permute(0, 2, 1, 3).reshape(B, N, D * k).topk(k, dim=2)
+        alpha.append(vals)
+        alpha_bp.append(idx)
+        # incoming[e][b, n, r]: the r-th best alpha[e][b, m, q] + transitions[m, n], code m * k + q
+        cand = (vals.unsqueeze(2) + sm.transitions[None, :, :, None]).permute(0, 2, 1, 3).reshape(B, N, N * k)
+        vals, idx = cand.topk(k, dim=2)
+        incoming.append(vals)
+        inc_bp.append(idx)
+    alphas, alpha_bps, inc_bps = (torch.stack(x, 1) for x in (alpha, alpha_bp, inc_bp))  # (B, T+1, N, k)
+    lengths = sm.lengths
+    rows = torch.arange(B, device=dev)
+    final = (alphas[rows, lengths] + sm.end.unsqueeze(2)).reshape(B, N * k)
+    best, code = final.topk(k, dim=1)  # code = label * k + rank
+    valid = torch.where((lengths == 0)[:, None], first, best > NEG_INF)
+    rows = rows[:, None].expand(B, k)
+    label, rank = code // k, code % k
+    e_cur = lengths[:, None].expand(B, k).clone()
+    active = valid & (e_cur > 0)
+    seg_label = torch.full((B, k, T), -1, dtype=torch.long, device=dev)
+    while bool(active.any()):  # one segment per structure and step, from the last
+        bp = alpha_bps[rows, e_cur, label, rank]
+        s = e_cur - (bp // k + 1)
+        b, j = active.nonzero(as_tuple=True)
+        starts[b, j, s[b, j]] = True
+        seg_label[b, j, s[b, j]] = label[b, j]
+        bp = inc_bps[rows, s.clamp(min=0), label, bp % k]
+        label = torch.where(active, bp // k, label)
+        rank = torch.where(active, bp % k, rank)
+        e_cur = torch.where(active, s, e_cur)
+        active = active & (e_cur > 0)
+    inside = (torch.arange(T, device=dev) < lengths[:, None]).unsqueeze(1) & valid.unsqueeze(2)
+    return _fill(starts, seg_label, inside), starts & valid.unsqueeze(2), valid
+
+
+def _kbest_semimarkov(sm: SemiMarkov, k: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Scores (B, k), labels (B, k, T), starts (B, k, T): see :meth:`SemiMarkovDistribution.kbest`."""
+    labels, starts, valid = _kbest_structures(sm, k)
+    B, T, S, N = sm.shape
+
+    def rep(x: Tensor | None) -> Tensor | None:
+        return None if x is None else x.repeat_interleave(k, 0)
+
+    many = SemiMarkov(rep(sm.content), sm.transitions, rep(sm.length_scores), rep(sm.boundary),
+                      rep(sm.segment_scores), rep(sm.start), rep(sm.end), rep(sm.lengths))
+    scores = semimarkov_score(many, labels.reshape(B * k, T).clamp(min=0), starts.reshape(B * k, T))
+    scores = scores.reshape(B, k)
+    # -inf in a valid entry, or no best segmentation for a feasible row, is an overflow (guard_overflow)
+    first = torch.arange(k, device=scores.device) == 0
+    checked = torch.where(valid, scores, torch.where(first, NEG_INF, 0.0))
+    checked = cast_checked(_sm_guard(sm, checked, "a k-best score"), sm.content.dtype, "a k-best score",
+                           _SM_POTENTIALS)
+    scores = torch.where(valid, checked, NEG_INF)
+    # re-rank: the recomputed sums may differ from the DP's by rounding on near-ties
+    order = scores.detach().argsort(dim=1, descending=True, stable=True)
+    index = order.unsqueeze(2).expand(B, k, T)
+    return scores.gather(1, order), labels.gather(1, index), starts.gather(1, index)
