@@ -1,0 +1,143 @@
+"""Linear chain potentials over sparse indicator features (per-position bags of feature ids)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from .._checks import check_int
+
+__all__ = ["SparseFeaturePotentials"]
+
+PAD = -1  # the padding feature id of the padded (B, T, K) form
+
+
+class SparseFeaturePotentials(nn.Module):
+    """The linear model of :class:`LinearChainPotentials` over sparse features, without one-hots.
+
+    Each position carries a bag of active feature ids (word identity, suffixes, window features,
+    ...); its unary score for label j is the sum of ``weight[f, j]`` over the ids f in its bag
+    (times an optional value per id), plus a per-label bias. Scores come from
+    ``nn.EmbeddingBag(mode="sum")``, so time and memory are O(nnz N) for nnz active ids, never
+    O(B T num_features): a dense one-hot input of 823 sentences with 10^5 features would take
+    gigabytes, this takes the ids.
+
+    Two input forms:
+
+    - padded: ``ids`` (B, T, K) int64, the K slots of each position holding feature ids in
+      [0, num_features) or the padding id -1 (unused slots; positions beyond a sequence's length
+      may be all -1). This is the form :class:`structtorch.data.SequenceData` and
+      :func:`structtorch.train.fit` carry (``x = ids``).
+    - offsets: ``ids`` (nnz,) int64, ``offsets`` (B * T,) int64 the start of each position's bag in
+      ``ids`` (row-major over (b, t), non-decreasing, ``offsets[0] = 0``) and ``shape=(B, T)``.
+
+    The score <w, Psi(x, y)> is linear in the parameters, so the model works with
+    :class:`structtorch.StructuredHingeLoss`, :class:`structtorch.LinearChainCRF`-style NLLs and
+    the block-coordinate Frank-Wolfe solver (``structtorch.train.fit(..., solver="bcfw")``).
+
+    Parameters
+    ----------
+    num_features : int
+        F, the number of distinct feature ids.
+    num_labels : int
+        N.
+    bias : bool
+        Add a per-label bias to the unary scores.
+    sparse_grad : bool
+        Sparse gradients for the feature weights (``nn.EmbeddingBag(sparse=True)``; needs an
+        optimizer that takes them, such as SGD or SparseAdam).
+
+    Attributes
+    ----------
+    emission : nn.EmbeddingBag
+        ``emission.weight`` (F, N): the score of feature f for label j.
+    bias : nn.Parameter (N,) or None
+    transitions : nn.Parameter (N, N)
+        All parameters start at zero.
+    """
+
+    def __init__(self, num_features: int, num_labels: int, *, bias: bool = True,
+                 sparse_grad: bool = False) -> None:
+        super().__init__()
+        self.num_features = check_int("num_features", num_features, 1)
+        self.num_labels = check_int("num_labels", num_labels, 1)
+        self.emission = nn.EmbeddingBag(num_features, num_labels, mode="sum", sparse=sparse_grad)
+        nn.init.zeros_(self.emission.weight)
+        self.bias = nn.Parameter(torch.zeros(num_labels)) if bias else None
+        self.transitions = nn.Parameter(torch.zeros(num_labels, num_labels))
+
+    def extra_repr(self) -> str:
+        return f"num_features={self.num_features}, num_labels={self.num_labels}, bias={self.bias is not None}"
+
+    def _check_ids(self, name: str, ids: Tensor) -> None:
+        if ids.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"{name} must be an int64 (or int32) tensor of feature ids, got {ids.dtype}")
+        if ids.device != self.emission.weight.device:
+            raise ValueError(f"{name} is on {ids.device} but the model is on {self.emission.weight.device}")
+        if ids.numel() and ids.device.type == "cpu":
+            low, high = int(ids.min()), int(ids.max())
+            least = PAD if name == "ids" and ids.dim() == 3 else 0
+            if low < least or high >= self.num_features:
+                bad = low if low < least else high
+                raise ValueError(f"{name} must hold feature ids in [{least}, num_features) = "
+                                 f"[{least}, {self.num_features}), found {bad}")
+
+    def forward(self, ids: Tensor, offsets: Tensor | None = None, *, shape: tuple[int, int] | None = None,
+                values: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Chain potentials of bags of feature ids.
+
+        Parameters
+        ----------
+        ids : Tensor (B, T, K) int64 with -1 padding, or (nnz,) int64 with ``offsets``
+        offsets : Tensor (B * T,) int64, optional
+            Start of each position's bag in the flat ``ids`` (offsets form only).
+        shape : (B, T)
+            The batch shape of the offsets form.
+        values : Tensor, optional
+            A real value per id (same shape as ``ids``), for non-binary features; padding slots
+            are ignored whatever their value.
+
+        Returns
+        -------
+        unary : Tensor (B, T, N)
+        transitions : Tensor (N, N)
+        """
+        if not isinstance(ids, Tensor):
+            raise TypeError(f"ids must be a torch.Tensor of shape (B, T, K), got {type(ids).__name__}")
+        dtype = self.emission.weight.dtype
+        if values is not None:
+            if not isinstance(values, Tensor) or values.shape != ids.shape:
+                got = tuple(values.shape) if isinstance(values, Tensor) else type(values).__name__
+                raise ValueError(f"values must be a tensor of the shape of ids {tuple(ids.shape)}, got {got}")
+            values = values.to(dtype)
+        if offsets is None:
+            if shape is not None:
+                raise ValueError("shape is for the offsets form; the padded form (B, T, K) carries its shape")
+            if ids.dim() != 3:
+                raise ValueError(f"ids must have shape (B, T, K) (padded with -1), got {tuple(ids.shape)}; "
+                                 "pass offsets= and shape= for the flat form")
+            self._check_ids("ids", ids)
+            B, T, K = ids.shape
+            flat = ids.reshape(B * T, K)
+            keep = (flat != PAD).to(dtype)
+            weights = keep if values is None else keep * values.reshape(B * T, K)
+            scores = self.emission(flat.clamp(min=0), per_sample_weights=weights)
+        else:
+            if ids.dim() != 1:
+                raise ValueError(f"ids must have shape (nnz,) with offsets, got {tuple(ids.shape)}")
+            if (not isinstance(shape, (tuple, list)) or len(shape) != 2
+                    or not all(isinstance(s, int) and s >= 0 for s in shape)):
+                raise ValueError(f"shape must be (B, T), two non-negative ints, with offsets; got {shape!r}")
+            B, T = shape
+            if not isinstance(offsets, Tensor) or offsets.dim() != 1 or offsets.numel() != B * T:
+                got = tuple(offsets.shape) if isinstance(offsets, Tensor) else type(offsets).__name__
+                raise ValueError(f"offsets must have shape (B * T,) = ({B * T},), got {got}")
+            self._check_ids("ids", ids)
+            if offsets.numel():
+                if int(offsets[0]) != 0 or bool((offsets.diff() < 0).any()) or int(offsets[-1]) > ids.numel():
+                    raise ValueError("offsets must start at 0, be non-decreasing and stay <= len(ids)")
+            scores = self.emission(ids, offsets.to(ids.dtype), per_sample_weights=values)
+        unary = scores.reshape(B, T, self.num_labels)
+        if self.bias is not None:
+            unary = unary + self.bias
+        return unary, self.transitions
