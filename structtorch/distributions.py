@@ -19,6 +19,9 @@ computed in float64 and rounded once. float16/bfloat16 potentials are widened at
 results come back in their dtype (or the promoted one beside float32/float64 potentials), as
 :func:`structtorch._precision.mixed_precision` does for the functions; autocast is off inside.
 
+The entropy is logZ - <marginals, potentials>: exact, but its absolute rounding error grows with
+the magnitude of the scores (about 1e-16 times the largest |score|, in float64).
+
 Results are cached per object and per autograd mode (grad enabled or not, inference mode or not):
 build a new distribution for every forward pass when training (a cached result's graph is freed by
 its first ``backward``).
@@ -550,7 +553,8 @@ class SemiMarkovDistribution(_StructureDistribution):
     def marginals(self) -> SegmentMarginals:
         """The :class:`SegmentMarginals` (positions, segments, transitions, start, end): gradients of
         the log-partition w.r.t. the segment potentials, per row; differentiable when a potential
-        requires grad."""
+        requires grad. Memory O(B T S N) for ``segments`` (S = min(max_len, T)); ``entropy`` does not
+        build it unless ``segment_scores`` were given."""
         def compute() -> SegmentMarginals:
             _, g, _ = self._expectations(segments=True)
             content, length, boundary, trans, start, end, segment = (x.to(self._dtype) for x in g)
