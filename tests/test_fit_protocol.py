@@ -207,6 +207,15 @@ def test_objective_false_skips_the_full_pass():
     assert "objective" not in history.epochs[0] and len(history["train_loss"]) == 2
 
 
+def test_progress_without_tqdm_warns_and_trains(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm now raises ImportError
+    with pytest.warns(UserWarning, match="progress=True needs tqdm"):
+        history = st.train.fit(st.LinearChainPotentials(3, 3), noisy_data(n=4), chain_nll, epochs=1)
+    assert len(history) == 1
+
+
 # ---------------------------------------------------------------------------------------------
 # SparseFeaturePotentials
 

@@ -504,7 +504,8 @@ def fit(
                 else:
                     value = closure()
                     optimizer.step()
-                losses.append(float(value.detach()) if isinstance(value, Tensor) else float(value))
+                if value is not None:  # an optimizer's step(closure) may return None
+                    losses.append(float(value.detach()) if isinstance(value, Tensor) else float(value))
             if scheduler is not None:
                 scheduler.step()
             elapsed += time.perf_counter() - began
