@@ -37,7 +37,7 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -47,7 +47,9 @@ from .._checks import LengthsLike, check_int, check_number
 from .._numerics import reduce_batch
 from ..chain import log_partition, path_score, viterbi
 from ..data.tagging import SequenceData
-from ..nn.crf import LinearChainCRF
+
+if TYPE_CHECKING:  # nn imports learn (hsm); import the CRF class where it is used
+    from ..nn.crf import LinearChainCRF
 
 __all__ = ["fit", "evaluate", "History", "sequence_metrics", "accuracy", "hamming", "chain_nll"]
 
@@ -181,6 +183,8 @@ class _Task:
     def __init__(self, model: nn.Module, loss: object) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+        from ..nn.crf import LinearChainCRF
+
         self.model = model
         self.crf = loss if isinstance(loss, LinearChainCRF) else None
         if self.crf is None and not callable(loss):
