@@ -9,6 +9,7 @@ import importlib
 from ._backend import use_backend
 from ._checks import set_validation, validation_enabled
 from .chain import Viterbi, kbest, log_partition, marginals, path_score, viterbi, viterbi_window, window_score
+from .distributions import ChainDistribution, SegmentMarginals, SemiMarkovDistribution
 from .learn import StructuredHingeLoss, structured_hinge, train
 from .lossaug import loss_augmented_viterbi, loss_augmented_viterbi_window, semimarkov_loss_augmented
 from .nn import (
@@ -17,6 +18,7 @@ from .nn import (
     LinearChainCRF,
     LinearChainPotentials,
     PLiF,
+    SemiMarkovCRF,
     allowed_transitions,
 )
 from .semimarkov import (
@@ -24,6 +26,7 @@ from .semimarkov import (
     plif_basis,
     plif_interpolate,
     semimarkov_log_partition,
+    semimarkov_score,
     semimarkov_viterbi,
 )
 
@@ -45,6 +48,11 @@ __all__ = [
     "semimarkov_viterbi",
     "semimarkov_log_partition",
     "semimarkov_loss_augmented",
+    "semimarkov_score",
+    "SemiMarkovCRF",
+    "ChainDistribution",
+    "SemiMarkovDistribution",
+    "SegmentMarginals",
     "LinearChainPotentials",
     "HistogramBinning",
     "PLiF",

@@ -47,15 +47,10 @@ from torch import Tensor
 from ._checks import (
     Chain,
     LengthsLike,
-    _fmt,
     cast_checked,
     check_chain,
     check_int,
     check_labels,
-    on_host,
-    plain,
-    require,
-    validation_enabled,
 )
 from ._numerics import NEG_INF, accumulate, safe_logsumexp
 from ._precision import HALF_DTYPES, _no_autocast, map_tensors
@@ -64,7 +59,7 @@ from .chain import _torch as _chain_torch
 from .chain.linear import _path_score, _score_paths, _viterbi_path, kbest
 from .semimarkov import _ops as _sm_ops
 from .semimarkov import _torch as _sm_torch
-from .semimarkov.layout import SemiMarkov, check_semimarkov, semimarkov_score
+from .semimarkov.layout import SemiMarkov, check_segmentation, check_semimarkov, semimarkov_score
 from .semimarkov.segments import _guard as _sm_guard
 
 __all__ = ["ChainDistribution", "SemiMarkovDistribution", "SegmentMarginals"]
@@ -174,6 +169,8 @@ class ChainDistribution(_StructureDistribution):
     lengths : Tensor (B,), optional
         Integer lengths in [0, T]; None means all T.
 
+    Notes
+    -----
     Potentials may be -inf (forbidden); NaN and +inf are rejected, as by :func:`structtorch.viterbi`.
     See the module docstring for dtypes, caching and the conventions on empty and infeasible rows.
 
@@ -440,13 +437,13 @@ class SemiMarkovDistribution(_StructureDistribution):
     lengths : Tensor (B,), optional
         Integer lengths in [0, T]; None means all T.
 
+    Notes
+    -----
     Structures are ``(labels, starts)`` pairs as returned by :func:`structtorch.semimarkov_viterbi`:
     labels (B, T) integer, starts (B, T) bool (True where a segment begins). See the module
     docstring for dtypes, caching and the conventions on empty and infeasible rows.
 
-    Notes
-    -----
-    ``log_partition``, ``argmax``/``max`` and ``log_prob`` run the compiled kernels on CPU (O(B T S N
+    ``log_partition``, ``argmax``, ``max`` and ``log_prob`` run the compiled kernels on CPU (O(B T S N
     + B T N^2)); ``marginals`` and ``entropy`` differentiate the PyTorch reference recursion in
     float64 (a loop over segment ends), with per-row transitions so that every row gets its own
     expected transition counts; ``sample`` and ``kbest`` are batched PyTorch loops over segment ends.
@@ -579,33 +576,7 @@ class SemiMarkovDistribution(_StructureDistribution):
         if not isinstance(structure, (tuple, list)) or len(structure) != 2:
             raise TypeError(f"structure must be a (labels, starts) pair of (B, T) = ({B}, {T}) tensors, "
                             f"got {type(structure).__name__}")
-        labels, starts = structure
-        inside = torch.arange(T, device=sm.content.device) < sm.lengths[:, None]
-        labels = check_labels(labels, inside, N, name="labels")
-        if not isinstance(starts, Tensor) or starts.dtype != torch.bool:
-            raise TypeError(f"starts must be a bool tensor of shape (B, T) = ({B}, {T})")
-        if starts.shape != (B, T):
-            raise ValueError(f"starts must have shape (B, T) = ({B}, {T}), got {_fmt(starts.shape)}")
-        if starts.device != labels.device:
-            raise ValueError(f"starts is on {starts.device} but content is on {labels.device}; "
-                             "use one device")
-        t = torch.arange(T, device=labels.device)
-        starts = (starts | (t == 0)) & inside
-        if validation_enabled() and T:
-            changes = inside[:, 1:] & (labels[:, 1:] != labels[:, :-1]) & ~starts[:, 1:]
-            seg_start = torch.where(starts, t, 0).cummax(1).values
-            too_long = inside & (t - seg_start + 1 > self.max_len)
-            if not on_host(changes):
-                require(~changes.any(), "labels change inside a segment (no starts there)")
-                require(~too_long.any(), f"structure has a segment longer than max_len = {self.max_len}")
-            elif bool(plain(changes).any()):
-                b, p = (int(i) for i in plain(changes).nonzero()[0].tolist()[-2:])
-                raise ValueError(f"labels change inside a segment at [{b}, {p + 1}] (starts is False there)")
-            elif bool(plain(too_long).any()):
-                b, p = (int(i) for i in plain(too_long).nonzero()[0].tolist()[-2:])
-                raise ValueError(f"structure has a segment longer than max_len = {self.max_len} "
-                                 f"ending after position [{b}, {p}]")
-        return labels, starts
+        return check_segmentation(*structure, sm)
 
     def log_prob(self, structure: tuple[Tensor, Tensor]) -> Tensor:
         """Log-probability of given segmentations.

@@ -342,3 +342,37 @@ def test_semimarkov_arguments_need_max_len():
         st.semimarkov_viterbi(c, A, max_len=2.0)
     with pytest.raises(ValueError, match=r"content must have shape \(B, T, N\)"):
         st.semimarkov_viterbi(torch.zeros(4, 2), A, max_len=2)
+
+
+@given(problem=problems(), data=st_.data())
+def test_public_semimarkov_score_matches_enumeration(problem, data):
+    """st.semimarkov_score on raw potentials equals the enumerated score of any segmentation."""
+    p, S, lengths, _ = problem
+    B, T, N = p["content"].shape
+    labels = torch.zeros(B, T, dtype=torch.long)
+    starts = torch.zeros(B, T, dtype=torch.bool)
+    expected = []
+    for b in range(B):
+        L = int(lengths[b])
+        rows = brute(p, b, L, S, N)
+        lab, sta, score = rows[data.draw(st_.integers(0, len(rows) - 1))]
+        labels[b, :L], starts[b, :L] = torch.tensor(lab, dtype=torch.long), torch.tensor(sta, dtype=torch.bool)
+        expected.append(score)
+    content, trans, kw = tensors(p)
+    got = st.semimarkov_score(content, trans, labels, starts, max_len=S, lengths=lengths, **kw)
+    for b in range(B):
+        if expected[b] == -np.inf:
+            assert got[b] == float("-inf")
+        else:
+            assert np.isclose(got[b].item(), expected[b], atol=1e-9)
+
+
+def test_public_semimarkov_score_validates_the_segmentation():
+    content, trans = torch.randn(1, 4, 2), torch.randn(2, 2)
+    labels, starts = torch.tensor([[0, 1, 1, 1]]), torch.tensor([[True, False, False, False]])
+    with pytest.raises(ValueError, match=r"labels change inside a segment at \[0, 1\]"):
+        st.semimarkov_score(content, trans, labels, starts, max_len=4)
+    with pytest.raises(ValueError, match="structure has a segment longer than max_len = 2"):
+        st.semimarkov_score(content, trans, torch.zeros(1, 4, dtype=torch.long), starts, max_len=2)
+    with pytest.raises(TypeError, match="starts must be a bool tensor"):
+        st.semimarkov_score(content, trans, labels, torch.ones(1, 4), max_len=2)

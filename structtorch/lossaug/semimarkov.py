@@ -16,11 +16,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._checks import LengthsLike, check_labels
+from .._checks import LengthsLike
 from .._numerics import NEG_INF, accumulate
 from .._precision import mixed_precision
 from ..semimarkov._torch import segment_terms
-from ..semimarkov.layout import SemiMarkov, check_semimarkov, semimarkov_score
+from ..semimarkov.layout import SemiMarkov, check_segmentation, check_semimarkov, semimarkov_score
 from ..semimarkov.plif import SegmentPLiF
 from ..semimarkov.segments import semimarkov_viterbi
 from ._torch import Tables, negate_scores
@@ -39,29 +39,8 @@ def decode(struct: Tensor, N: int) -> tuple[Tensor, Tensor]:
 
 
 def check_target(labels: Tensor, starts: object, sm: SemiMarkov) -> tuple[Tensor, Tensor]:
-    """Validate a target segmentation: labels in range, a start at 0, one label per segment and
-    segments no longer than max_len."""
-    B, T, S, N = sm.shape
-    inside = torch.arange(T, device=sm.content.device) < sm.lengths[:, None]
-    labels = check_labels(labels, inside, N, name="target_labels")
-    if not isinstance(starts, Tensor) or starts.dtype != torch.bool:
-        raise TypeError(f"target_starts must be a bool tensor of shape (B, T) = ({B}, {T})")
-    if starts.shape != (B, T):
-        raise ValueError(f"target_starts must have shape (B, T) = ({B}, {T}), got {tuple(starts.shape)}")
-    starts = starts.to(labels.device) & inside
-    if T:
-        starts[:, 0] |= inside[:, 0]
-    changes = inside[:, 1:] & (labels[:, 1:] != labels[:, :-1]) & ~starts[:, 1:]
-    if bool(changes.any()):
-        b, t = (int(i) for i in changes.nonzero()[0].tolist())
-        raise ValueError(f"target_labels change inside a segment at [{b}, {t + 1}] (no target_starts there)")
-    t = torch.arange(T, device=labels.device)
-    seg_start = torch.where(starts, t, 0).cummax(1).values if T else t.expand(B, 0)
-    too_long = inside & (t - seg_start + 1 > S)
-    if bool(too_long.any()):
-        b, pos = (int(i) for i in too_long.nonzero()[0].tolist())
-        raise ValueError(f"target has a segment longer than max_len = {S} ending after position [{b}, {pos}]")
-    return labels, starts
+    """Validate a target segmentation (see :func:`structtorch.semimarkov.layout.check_segmentation`)."""
+    return check_segmentation(labels, starts, sm, ("target_labels", "target_starts", "target"))
 
 
 class _SemiMarkovStructure:

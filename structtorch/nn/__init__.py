@@ -5,6 +5,7 @@ from .constraints import allowed_transitions
 from .crf import LinearChainCRF
 from .features import HistogramBinning, LinearChainPotentials, PLiF
 from .hsm import HiddenSemiMarkovSVM
+from .semimarkov_crf import SemiMarkovCRF
 
 __all__ = ["LinearChainCRF", "allowed_transitions", "LinearChainPotentials", "HistogramBinning", "PLiF",
-           "HiddenSemiMarkovSVM"]
+           "HiddenSemiMarkovSVM", "SemiMarkovCRF"]

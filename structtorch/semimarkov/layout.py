@@ -22,11 +22,23 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .._checks import _fmt, check_finite, check_float, check_lengths, check_unary
+from .._checks import (
+    _fmt,
+    check_finite,
+    check_float,
+    check_labels,
+    check_lengths,
+    check_unary,
+    on_host,
+    plain,
+    require,
+    validation_enabled,
+)
 from .._numerics import NEG_INF, accumulate
 from .plif import SegmentPLiF, check_support, plif_interpolate
 
-__all__ = ["SemiMarkov", "check_semimarkov", "semimarkov_score", "SegmentLayout", "segment_layout"]
+__all__ = ["SemiMarkov", "check_semimarkov", "check_segmentation", "semimarkov_score", "SegmentLayout",
+           "segment_layout"]
 
 
 @dataclass
@@ -151,6 +163,48 @@ def _length_pick(sm: SemiMarkov, d: Tensor, lab: Tensor) -> Tensor:
     """(B, T) length_scores[b, d-1, lab] for per-position lengths d and labels lab."""
     B, _, S, N = sm.shape
     return sm.length_scores.reshape(B, S * N).gather(1, (d - 1) * N + lab)
+
+
+def check_segmentation(labels: object, starts: object, sm: SemiMarkov, names: tuple[str, str, str] = (
+        "labels", "starts", "structure")) -> tuple[Tensor, Tensor]:
+    """Validate a segmentation given as labels (B, T) and starts (B, T) bool against ``sm``.
+
+    Labels must lie in [0, N) inside each length (0 beyond), a segment starts at position 0, the
+    labels do not change inside a segment, and no segment is longer than ``max_len``. ``names``
+    are the labels', the starts' and the whole's names in the errors. Value checks follow
+    :class:`structtorch.set_validation` (asynchronous off the CPU). Returns (labels, starts), with
+    starts cleared beyond each length and set at position 0.
+    """
+    labels_name, starts_name, whole = names
+    B, T, S, N = sm.shape
+    inside = torch.arange(T, device=sm.content.device) < sm.lengths[:, None]
+    labels = check_labels(labels, inside, N, name=labels_name)
+    if not isinstance(starts, Tensor) or starts.dtype != torch.bool:
+        raise TypeError(f"{starts_name} must be a bool tensor of shape (B, T) = ({B}, {T})")
+    if starts.shape != (B, T):
+        raise ValueError(f"{starts_name} must have shape (B, T) = ({B}, {T}), got {_fmt(starts.shape)}")
+    if starts.device != labels.device:
+        raise ValueError(f"{starts_name} is on {starts.device} but content is on {labels.device}; "
+                         "use one device")
+    t = torch.arange(T, device=labels.device)
+    starts = (starts | (t == 0)) & inside
+    if not validation_enabled() or not T:
+        return labels, starts
+    changes = inside[:, 1:] & (labels[:, 1:] != labels[:, :-1]) & ~starts[:, 1:]
+    seg_start = torch.where(starts, t, 0).cummax(1).values
+    too_long = inside & (t - seg_start + 1 > S)
+    if not on_host(changes):
+        require(~changes.any(), f"{labels_name} change inside a segment (no {starts_name} there)")
+        require(~too_long.any(), f"{whole} has a segment longer than max_len = {S}")
+    elif bool(plain(changes).any()):
+        b, pos = (int(i) for i in plain(changes).nonzero()[0].tolist()[-2:])
+        raise ValueError(f"{labels_name} change inside a segment at [{b}, {pos + 1}] ({starts_name} is False "
+                         "there)")
+    elif bool(plain(too_long).any()):
+        b, pos = (int(i) for i in plain(too_long).nonzero()[0].tolist()[-2:])
+        raise ValueError(f"{whole} has a segment longer than max_len = {S} ending after position "
+                         f"[{b}, {pos}]")
+    return labels, starts
 
 
 def semimarkov_score(sm: SemiMarkov, labels: Tensor, starts: Tensor) -> Tensor:

@@ -14,14 +14,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._checks import LengthsLike, forbidden_pattern, guard_overflow
+from .._checks import LengthsLike, cast_checked, forbidden_pattern, guard_overflow
 from .._numerics import NEG_INF
 from .._precision import mixed_precision
 from . import _ops, _torch
-from .layout import SemiMarkov, check_semimarkov, semimarkov_score
+from .layout import SemiMarkov, check_segmentation, check_semimarkov
+from .layout import semimarkov_score as _score
 from .plif import SegmentPLiF
 
-__all__ = ["semimarkov_viterbi", "semimarkov_log_partition"]
+__all__ = ["semimarkov_viterbi", "semimarkov_log_partition", "semimarkov_score"]
 
 
 @mixed_precision
@@ -74,7 +75,7 @@ def semimarkov_viterbi(
     sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
                           start, end, lengths, segment_plif)
     best, labels, starts = _ops.viterbi(sm)
-    score = semimarkov_score(sm, labels, starts).to(sm.content.dtype)
+    score = _score(sm, labels, starts).to(sm.content.dtype)
     return _guard(sm, torch.where(best > NEG_INF, score, NEG_INF), "the Viterbi score"), labels, starts
 
 
@@ -114,3 +115,42 @@ def semimarkov_log_partition(
     if sm.shape[1] == 0:
         return sm.content.sum(dim=(1, 2))  # zeros, connected to the graph (as the chain's)
     return _guard(sm, _ops.log_partition(sm).to(sm.content.dtype), "the log-partition")
+
+
+@mixed_precision
+def semimarkov_score(
+    content: Tensor,
+    transitions: Tensor,
+    labels: Tensor,
+    starts: Tensor,
+    *,
+    max_len: int,
+    length_scores: Tensor | None = None,
+    boundary: Tensor | None = None,
+    segment_scores: Tensor | None = None,
+    start: Tensor | None = None,
+    end: Tensor | None = None,
+    lengths: LengthsLike = None,
+    segment_plif: SegmentPLiF | None = None,
+) -> Tensor:
+    """Score of given segmentations (B,), differentiable w.r.t. every potential.
+
+    Potentials as for :func:`semimarkov_viterbi`. ``labels`` (B, T) integer gives each position's
+    label and ``starts`` (B, T) bool marks where segments begin (position 0 always does); both are
+    validated (labels in [0, N), constant inside a segment, segments no longer than ``max_len``;
+    entries beyond each length are ignored). -inf when the segmentation uses a forbidden entry.
+    """
+    sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
+                          start, end, lengths, segment_plif)
+    labels, starts = check_segmentation(labels, starts, sm)
+    score = _score(sm, labels, starts)
+
+    def feasible() -> Tensor:  # the segmentation uses no -inf entry
+        return _score(sm.map(forbidden_pattern), labels, starts) > NEG_INF
+
+    plif = [] if sm.segment_plif is None else [sm.segment_plif.ordinates]
+    potentials = [x for x in (sm.content, sm.transitions, sm.length_scores, sm.boundary, sm.segment_scores,
+                              sm.start, sm.end) if x is not None] + plif
+    guard_overflow(score, potentials, 5 * sm.shape[1] + 2, feasible, "the segmentation score",
+                   "the content, transition, length, boundary and segment scores")
+    return cast_checked(score, sm.content.dtype, "the segmentation score", "the potentials")
