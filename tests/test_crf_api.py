@@ -140,7 +140,7 @@ def test_allowed_transitions_agree_with_the_scheme_rules(scheme):
     N = len(labels)
     for T in range(1, 4):
         for y in itertools.product(range(N), repeat=T):
-            ok = bool(first[y[0]]) and bool(last[y[-1]]) and all(allowed[a, b] for a, b in zip(y, y[1:]))
+            ok = bool(first[y[0]]) and bool(last[y[-1]]) and all(allowed[a, b] for a, b in zip(y, y[1:], strict=False))
             assert ok == valid([labels[i] for i in y], scheme), [labels[i] for i in y]
 
 
