@@ -6,12 +6,14 @@
 
 import importlib
 
+from . import metrics
 from ._backend import use_backend
 from ._checks import set_validation, validation_enabled
 from .chain import Viterbi, kbest, log_partition, marginals, path_score, viterbi, viterbi_window, window_score
 from .distributions import ChainDistribution, SegmentMarginals, SemiMarkovDistribution
 from .learn import StructuredHingeLoss, structured_hinge, train
 from .lossaug import loss_augmented_viterbi, loss_augmented_viterbi_window, semimarkov_loss_augmented
+from .metrics import chunk_f1
 from .nn import (
     HiddenSemiMarkovSVM,
     HistogramBinning,
@@ -19,6 +21,7 @@ from .nn import (
     LinearChainPotentials,
     PLiF,
     SemiMarkovCRF,
+    SparseFeaturePotentials,
     allowed_transitions,
 )
 from .semimarkov import (
@@ -62,6 +65,9 @@ __all__ = [
     "plif_basis",
     "data",
     "train",
+    "metrics",
+    "chunk_f1",
+    "SparseFeaturePotentials",
     "lp",
     "use_backend",
     "set_validation",

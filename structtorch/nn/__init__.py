@@ -6,6 +6,8 @@ from .crf import LinearChainCRF
 from .features import HistogramBinning, LinearChainPotentials, PLiF
 from .hsm import HiddenSemiMarkovSVM
 from .semimarkov_crf import SemiMarkovCRF
+from .sparse import SparseFeaturePotentials
 
 __all__ = ["LinearChainCRF", "allowed_transitions", "LinearChainPotentials", "HistogramBinning", "PLiF",
-           "HiddenSemiMarkovSVM", "SemiMarkovCRF"]
+           "HiddenSemiMarkovSVM", "SemiMarkovCRF",
+           "SparseFeaturePotentials"]
