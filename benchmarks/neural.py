@@ -58,20 +58,20 @@ def main() -> None:
     emissions = encoder().detach().requires_grad_()
 
     def crf_step():
-        crf(emissions, y, lengths).mean().backward()
+        crf(emissions, y, lengths=lengths).mean().backward()
 
     def hinge_step():
         hinge(emissions, crf.transitions, y, start=crf.start, end=crf.end, lengths=lengths).backward()
 
     def full_step():
-        crf(encoder(), y, lengths).mean().backward()
+        crf(encoder(), y, lengths=lengths).mean().backward()
 
     def amp_step():
         with torch.autocast(device_type=dev, dtype=torch.bfloat16):
-            loss = crf(encoder(), y, lengths).mean()
+            loss = crf(encoder(), y, lengths=lengths).mean()
         loss.backward()
 
-    compiled_crf = torch.compile(lambda e: crf(e, y, lengths).mean(), fullgraph=True)
+    compiled_crf = torch.compile(lambda e: crf(e, y, lengths=lengths).mean(), fullgraph=True)
 
     def compiled_crf_step():
         compiled_crf(emissions).backward()

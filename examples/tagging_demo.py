@@ -72,7 +72,7 @@ def plot(losses, model: Tagger, test: TaggingData, out: Path) -> None:
     with torch.no_grad():
         unary = model.unary(test.x[:1])
         _, path = model.crf.decode(unary, lengths=test.lengths[:1])
-        marg = model.crf.marginals(unary, test.lengths[:1])
+        marg = model.crf.marginals(unary, lengths=test.lengths[:1])
     L = int(test.lengths[0])
     fig, (ax0, ax1) = plt.subplots(2, 1, figsize=(9, 6))
     ax0.plot(losses)

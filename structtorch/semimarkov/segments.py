@@ -11,6 +11,8 @@ CUDA tensors the Triton kernels (``_triton.py``, segment PLiFs included in both 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -79,16 +81,20 @@ def semimarkov_viterbi(
     return _guard(sm, torch.where(best > NEG_INF, score, NEG_INF), "the Viterbi score"), labels, starts
 
 
-def _guard(sm: SemiMarkov, result: Tensor, what: str) -> Tensor:
-    """``result`` (B,), or a ValueError where it overflowed (see :func:`guard_overflow`)."""
-    def feasible() -> Tensor:
-        return _torch.viterbi_segmentation(sm.map(forbidden_pattern))[0] > NEG_INF
+POTENTIALS = "the content, transition, length, boundary and segment scores"
+
+
+def _guard(sm: SemiMarkov, result: Tensor, what: str, feasible: Callable[[], Tensor] | None = None) -> Tensor:
+    """``result`` (B,), or a ValueError where it overflowed (see :func:`guard_overflow`);
+    ``feasible`` defaults to "some segmentation avoids every -inf entry"."""
+    if feasible is None:
+        def feasible() -> Tensor:
+            return _torch.viterbi_segmentation(sm.map(forbidden_pattern))[0] > NEG_INF
 
     plif = [] if sm.segment_plif is None else [sm.segment_plif.ordinates]
     potentials = [x for x in (sm.content, sm.transitions, sm.length_scores, sm.boundary, sm.segment_scores,
                               sm.start, sm.end) if x is not None] + plif
-    return guard_overflow(result, potentials, 5 * sm.shape[1] + 2, feasible, what,
-                          "the content, transition, length, boundary and segment scores")
+    return guard_overflow(result, potentials, 5 * sm.shape[1] + 2, feasible, what, POTENTIALS)
 
 
 @mixed_precision
@@ -148,9 +154,5 @@ def semimarkov_score(
     def feasible() -> Tensor:  # the segmentation uses no -inf entry
         return _score(sm.map(forbidden_pattern), labels, starts) > NEG_INF
 
-    plif = [] if sm.segment_plif is None else [sm.segment_plif.ordinates]
-    potentials = [x for x in (sm.content, sm.transitions, sm.length_scores, sm.boundary, sm.segment_scores,
-                              sm.start, sm.end) if x is not None] + plif
-    guard_overflow(score, potentials, 5 * sm.shape[1] + 2, feasible, "the segmentation score",
-                   "the content, transition, length, boundary and segment scores")
-    return cast_checked(score, sm.content.dtype, "the segmentation score", "the potentials")
+    _guard(sm, score, "the segmentation score", feasible)
+    return cast_checked(score, sm.content.dtype, "the segmentation score", POTENTIALS)
