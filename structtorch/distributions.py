@@ -56,10 +56,13 @@ from ._numerics import NEG_INF, accumulate, safe_logsumexp
 from ._precision import HALF_DTYPES, _no_autocast, map_tensors
 from .chain import _ops as _chain_ops
 from .chain import _torch as _chain_torch
-from .chain.linear import _path_score, _score_paths, _viterbi_path, kbest
+from .chain.linear import _path_score, _score_paths, _viterbi_path, kbest, path_score
+from .lossaug.hamming import HLike, loss_augmented_viterbi
+from .lossaug.semimarkov import semimarkov_loss_augmented
 from .semimarkov import _ops as _sm_ops
 from .semimarkov import _torch as _sm_torch
 from .semimarkov.layout import SemiMarkov, check_segmentation, check_semimarkov, semimarkov_score
+from .semimarkov.plif import SegmentPLiF
 from .semimarkov.segments import _guard as _sm_guard
 
 __all__ = ["ChainDistribution", "SemiMarkovDistribution", "SegmentMarginals"]
@@ -137,14 +140,14 @@ class _StructureDistribution:
     def _run(self, name: str | None, fn: Callable[[], Any]) -> Any:
         """``fn()`` with autocast off, floating results in the result dtype; cached under ``name``
         (None: not cached) and the autograd mode."""
+        if name is None:  # not cached (and traceable by torch.compile: no inference-mode query)
+            with _no_autocast(self._device.type):
+                return map_tensors(fn(), self._narrow)
         key = (name, torch.is_grad_enabled(), torch.is_inference_mode_enabled())
-        if name is not None and key in self._cache:
-            return self._cache[key]
-        with _no_autocast(self._device.type):
-            out = map_tensors(fn(), self._narrow)
-        if name is not None:
-            self._cache[key] = out
-        return out
+        if key not in self._cache:
+            with _no_autocast(self._device.type):
+                self._cache[key] = map_tensors(fn(), self._narrow)
+        return self._cache[key]
 
     def _internal(self, name: str, fn: Callable[[], Any]) -> Any:
         """``fn()`` cached under ``name`` and the autograd mode, in the compute dtype."""
@@ -325,6 +328,24 @@ class ChainDistribution(_StructureDistribution):
             raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
         return self._run(None, lambda: _sample_chain(self._chain, n, generator))
 
+    def score(self, structure: Tensor) -> Tensor:
+        """Scores (B,) of given labelings (B, T), as :func:`structtorch.path_score`."""
+        c = self._chain
+        return self._run(None, lambda: path_score(c.unary, c.transitions, structure, start=c.start, end=c.end,
+                                                  lengths=c.lengths))
+
+    def loss_augmented(self, target: Tensor, *, h: HLike = None, rescaling: str = "margin",
+                       weights: Tensor | None = None, cost: Tensor | None = None,
+                       algorithm: str = "auto") -> tuple[Tensor, Tensor, Tensor]:
+        """The most violating labeling for ``target`` (B, T): ``(value (B,), path (B, T), hamming
+        (B,))`` as :func:`structtorch.loss_augmented_viterbi` returns them (the value's gradient is
+        the structured hinge's subgradient). :func:`structtorch.structured_hinge` takes this
+        distribution as its structure."""
+        c = self._chain
+        return self._run(None, lambda: loss_augmented_viterbi(
+            c.unary, c.transitions, target, h=h, rescaling=rescaling, start=c.start, end=c.end,
+            lengths=c.lengths, weights=weights, cost=cost, algorithm=algorithm))
+
     def kbest(self, k: int) -> tuple[Tensor, Tensor]:
         """The k highest-scoring distinct labelings (see :func:`structtorch.kbest`).
 
@@ -461,11 +482,13 @@ class SemiMarkovDistribution(_StructureDistribution):
         start: Tensor | None = None,
         end: Tensor | None = None,
         lengths: LengthsLike = None,
+        segment_plif: SegmentPLiF | None = None,
     ) -> None:
-        tensors, result = _widen((content, transitions, length_scores, boundary, segment_scores, start, end))
-        content, transitions, length_scores, boundary, segment_scores, start, end = tensors
+        tensors, result = _widen((content, transitions, length_scores, boundary, segment_scores, start, end,
+                                  segment_plif))
+        content, transitions, length_scores, boundary, segment_scores, start, end, segment_plif = tensors
         self._sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
-                                    start, end, lengths)
+                                    start, end, lengths, segment_plif)
         self.max_len = int(max_len)
         super().__init__(self._sm.content.device, result)
 
@@ -482,6 +505,11 @@ class SemiMarkovDistribution(_StructureDistribution):
     def __repr__(self) -> str:
         B, T, _, N = self._sm.shape
         return f"SemiMarkovDistribution(B={B}, T={T}, N={N}, max_len={self.max_len})"
+
+    def _no_plif(self, what: str) -> None:
+        if self._sm.segment_plif is not None:
+            raise NotImplementedError(f"{what} with a segment_plif is not supported yet (log_partition, max, "
+                                      "argmax, log_prob, score and loss_augmented are)")
 
     @property
     def _dtype(self) -> torch.dtype:
@@ -552,6 +580,7 @@ class SemiMarkovDistribution(_StructureDistribution):
         the log-partition w.r.t. the segment potentials, per row; differentiable when a potential
         requires grad. Memory O(B T S N) for ``segments`` (S = min(max_len, T)); ``entropy`` does not
         build it unless ``segment_scores`` were given."""
+        self._no_plif("marginals")
         def compute() -> SegmentMarginals:
             _, g, _ = self._expectations(segments=True)
             content, length, boundary, trans, start, end, segment = (x.to(self._dtype) for x in g)
@@ -563,6 +592,7 @@ class SemiMarkovDistribution(_StructureDistribution):
         """Tensor (B,): the exact entropy -sum_y p(y) log p(y) in nats, computed as
         logZ - <marginals, potentials> (-inf potentials left out) in float64; 0 for zero-length and
         infeasible rows. Differentiable."""
+        self._no_plif("entropy")
         def compute() -> Tensor:
             logz, grads, parts = self._expectations(segments=False)
             return _entropy(logz, grads, parts).to(self._dtype)
@@ -627,10 +657,34 @@ class SemiMarkovDistribution(_StructureDistribution):
         over segment ends (T steps), every sample and row at once. O(T (B S N + B N^2 + n B (S + N)))
         time beyond the forward pass.
         """
+        self._no_plif("sample")
         n = check_int("n", n, 1)
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
         return self._run(None, lambda: _sample_semimarkov(self._sm, n, generator))
+
+    def score(self, structure: tuple[Tensor, Tensor]) -> Tensor:
+        """Scores (B,) of given segmentations ``(labels, starts)``, as
+        :func:`structtorch.semimarkov_score`."""
+        labels, starts = self._structure(structure)
+        return self._run(None, lambda: semimarkov_score(self._sm, labels, starts))
+
+    def loss_augmented(self, target: tuple[Tensor, Tensor], *, h: HLike = None, rescaling: str = "margin",
+                       weights: Tensor | None = None, cost: Tensor | None = None,
+                       algorithm: str = "auto") -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """The most violating segmentation for ``target`` = (labels, starts): ``(value (B,), labels
+        (B, T), starts (B, T), hamming (B,))`` as :func:`structtorch.semimarkov_loss_augmented`
+        returns them. ``cost`` is not supported for segmentations (a ValueError)."""
+        if cost is not None:
+            raise ValueError("cost is not supported for semi-Markov models (use h and weights)")
+        if not isinstance(target, (tuple, list)) or len(target) != 2:
+            raise TypeError("target must be a (labels, starts) pair of (B, T) tensors")
+        sm = self._sm
+        return self._run(None, lambda: semimarkov_loss_augmented(
+            sm.content, sm.transitions, target[0], target[1], max_len=sm.shape[2], h=h, rescaling=rescaling,
+            length_scores=sm.length_scores, boundary=sm.boundary, segment_scores=sm.segment_scores,
+            start=sm.start, end=sm.end, lengths=sm.lengths, weights=weights, algorithm=algorithm,
+            segment_plif=sm.segment_plif))
 
     def kbest(self, k: int) -> tuple[Tensor, Tensor, Tensor]:
         """The k highest-scoring distinct segmentations (a k-list Viterbi over segment ends).
@@ -654,6 +708,7 @@ class SemiMarkovDistribution(_StructureDistribution):
         -----
         Time O(T (B S N k log k + B N^2 k)), memory O(B T N k).
         """
+        self._no_plif("kbest")
         k = check_int("k", k, 1)
         return self._run(None, lambda: _kbest_semimarkov(self._sm, k))
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st_
 from scipy.stats import chisquare
 from test_semimarkov import brute, problems, tensors
 
+import structtorch as st
 from structtorch.distributions import ChainDistribution, SegmentMarginals, SemiMarkovDistribution
 from structtorch.nn.semimarkov_crf import SemiMarkovCRF
 
@@ -504,3 +505,62 @@ def test_errors_name_the_argument():
         SemiMarkovCRF(2, 0)
     with pytest.raises(ValueError, match="num_labels must be an int >= 1"):
         SemiMarkovCRF(0, 2)
+
+
+@pytest.mark.parametrize("rescaling", ["margin", "slack"])
+def test_structured_hinge_takes_a_structure(rescaling):
+    """structured_hinge(structure, target) equals the keyword form for chains, segmentations and
+    graphs, and the structures score targets as the functions do."""
+    g = torch.Generator().manual_seed(11)
+    unary, trans = torch.randn(3, 6, 4, generator=g, dtype=torch.float64), torch.randn(4, 4, generator=g,
+                                                                                       dtype=torch.float64)
+    lengths, target = torch.tensor([6, 4, 0]), torch.randint(0, 4, (3, 6), generator=g)
+    chain = st.ChainDistribution(unary, trans, lengths=lengths)
+    torch.testing.assert_close(st.structured_hinge(chain, target, rescaling=rescaling, reduction="none"),
+                               st.structured_hinge(unary, trans, target, rescaling=rescaling, lengths=lengths,
+                                                   reduction="none"))
+    torch.testing.assert_close(st.StructuredHingeLoss(rescaling)(chain, target),
+                               st.structured_hinge(chain, target, rescaling=rescaling))
+    torch.testing.assert_close(chain.score(target), st.path_score(unary, trans, target, lengths=lengths))
+    value, path, hamming = chain.loss_augmented(target, rescaling=rescaling)
+    ref = st.loss_augmented_viterbi(unary, trans, target, rescaling=rescaling, lengths=lengths)
+    torch.testing.assert_close(value, ref[0])
+    assert torch.equal(path, ref[1]) and torch.equal(hamming, ref[2])
+
+    ls = torch.randn(3, 4, generator=g, dtype=torch.float64)
+    labels, starts = st.semimarkov_viterbi(unary, trans, max_len=3, length_scores=ls, lengths=lengths)[1:]
+    labels = torch.where(labels >= 0, (labels + 1) % 4, 0)
+    seg = st.SemiMarkovDistribution(unary, trans, max_len=3, length_scores=ls, lengths=lengths)
+    torch.testing.assert_close(
+        st.structured_hinge(seg, (labels, starts), rescaling=rescaling, reduction="sum"),
+        st.structured_hinge(unary, trans, labels, max_len=3, target_starts=starts, length_scores=ls,
+                            lengths=lengths, rescaling=rescaling, reduction="sum"))
+    torch.testing.assert_close(seg.score((labels, starts)),
+                               st.semimarkov_score(unary, trans, labels, starts, max_len=3, length_scores=ls,
+                                                   lengths=lengths))
+
+
+def test_structured_hinge_on_a_graph_structure_and_errors():
+    from structtorch.lp import GraphStructure, grid_edges
+
+    g = torch.Generator().manual_seed(12)
+    edges = grid_edges(3, 3)
+    unary = torch.randn(2, 9, 2, generator=g, dtype=torch.float64)
+    pairwise = torch.randn(2, len(edges), 2, 2, generator=g, dtype=torch.float64)
+    target = torch.zeros(2, 9, dtype=torch.long)
+    target[0, [0, 1, 2]] = 1  # label 1 connected in both rows
+    target[1, [4, 5, 8]] = 1
+    graph = GraphStructure(unary, pairwise, edges, connected=[1])
+    torch.testing.assert_close(st.structured_hinge(graph, target),
+                               st.structured_hinge(unary, pairwise, target, edges=edges, connected=[1]))
+    chain = st.ChainDistribution(torch.randn(1, 3, 2), torch.randn(2, 2))
+    with pytest.raises(ValueError, match="lengths belong to the structure"):
+        st.structured_hinge(chain, torch.zeros(1, 3, dtype=torch.long), lengths=torch.tensor([3]))
+    with pytest.raises(TypeError, match="takes the target second"):
+        st.structured_hinge(chain, torch.zeros(1, 3, dtype=torch.long), torch.zeros(1, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="margin rescaling with the area-weighted Hamming loss"):
+        st.structured_hinge(graph, target, rescaling="slack")
+    seg = st.SemiMarkovDistribution(torch.randn(1, 3, 2), torch.randn(2, 2), max_len=2)
+    with pytest.raises(ValueError, match="cost is not supported"):
+        seg.loss_augmented((torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 3, dtype=torch.bool)),
+                           cost=torch.zeros(2, 2))

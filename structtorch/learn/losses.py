@@ -2,25 +2,35 @@
 
 from __future__ import annotations
 
+from typing import Any, Protocol
+
 from torch import Tensor, nn
 
 from .._checks import LengthsLike
 from .._numerics import reduce_batch
 from .._precision import mixed_precision
-from ..lossaug.hamming import RESCALINGS, HLike, loss_augmented_viterbi
-from ..lossaug.semimarkov import semimarkov_loss_augmented
+from ..lossaug.hamming import RESCALINGS, HLike
 from ..semimarkov.plif import SegmentPLiF
 
-__all__ = ["StructuredHingeLoss", "structured_hinge"]
+__all__ = ["StructuredHingeLoss", "structured_hinge", "Structure", "structure_of"]
+
+
+class Structure(Protocol):
+    """What :func:`structured_hinge` needs from a structure: loss-augmented inference for a target,
+    whose first output is the loss-augmented value (B,) (its gradient: the hinge's subgradient)."""
+
+    def loss_augmented(self, target: Any, *, h: HLike = None, rescaling: str = "margin",
+                       weights: Tensor | None = None, cost: Tensor | None = None) -> tuple[Tensor, ...]: ...
+
 
 REDUCTIONS = ("mean", "sum", "none")
 
 
 @mixed_precision
 def structured_hinge(
-    unary: Tensor,
-    transitions: Tensor,
-    target: Tensor,
+    unary: Tensor | Structure,
+    transitions: Tensor | None = None,
+    target: Tensor | None = None,
     *,
     rescaling: str = "margin",
     h: HLike = None,
@@ -40,17 +50,22 @@ def structured_hinge(
     connected: list[int] | None = None,
     connected_soft: dict | None = None,
 ) -> Tensor:
-    """max(0, value) of :func:`structtorch.loss_augmented_viterbi`, reduced over the batch.
+    """max(0, loss-augmented value) of a structure for a target, reduced over the batch.
 
-    With ``max_len`` (and ``target_starts``) the model is semi-Markov: ``unary`` is the content
-    (B, T, N) and the value comes from :func:`structtorch.semimarkov_loss_augmented` with
-    ``length_scores``, ``boundary``, ``segment_scores`` and ``segment_plif``.
+    Two forms:
 
-    With ``edges`` (E, 2) the model is a graph: ``unary`` (B, V, L), ``transitions`` the pairwise
-    scores (E, L, L) or (B, E, L, L), ``weights`` the region areas, and the value comes from
-    loss-augmented inference over the LP relaxation (:func:`structtorch.lp.relaxed_hinge`, margin
-    rescaling with the area-weighted Hamming loss; ``connected``/``connected_soft`` add
-    connectivity).
+    * ``structured_hinge(structure, target, rescaling=..., h=..., weights=..., cost=...)`` with a
+      structure: a :class:`structtorch.ChainDistribution` (target (B, T)),
+      :class:`structtorch.SemiMarkovDistribution` (target ``(labels, starts)``),
+      :class:`structtorch.lp.GraphStructure` (target (B, V)), or any object with
+      ``loss_augmented(target, h=, rescaling=, weights=, cost=) -> (value (B,), ...)``;
+    * the keyword form, which builds that structure from potentials: ``structured_hinge(unary,
+      transitions, target, start=, end=, lengths=)`` for a linear chain; with ``max_len`` (and
+      ``target_starts``, ``length_scores``, ``boundary``, ``segment_scores``, ``segment_plif``) a
+      semi-Markov model, ``unary`` being its content; with ``edges`` (E, 2) a graph over the LP
+      relaxation, ``unary`` (B, V, L), ``transitions`` the pairwise scores (E, L, L) or
+      (B, E, L, L), ``weights`` the region areas and ``connected``/``connected_soft`` its
+      connectivity constraints.
 
     Margin rescaling: max(0, max_y' [s(y') + Delta(y, y')] - s(y)); slack rescaling:
     max(0, max_y' Delta(y, y') (1 + s(y') - s(y))), with Delta = h(weighted Hamming) or a cost.
@@ -60,47 +75,58 @@ def structured_hinge(
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-    if edges is not None:
-        chain_only = {"start": start, "end": end, "cost": cost, "max_len": max_len,
-                      "target_starts": target_starts, "length_scores": length_scores, "boundary": boundary,
-                      "segment_scores": segment_scores, "segment_plif": segment_plif}
-        given = [k for k, v in chain_only.items() if v is not None]
+    keywords = {"start": start, "end": end, "lengths": lengths, "max_len": max_len,
+                "target_starts": target_starts, "length_scores": length_scores, "boundary": boundary,
+                "segment_scores": segment_scores,
+                "segment_plif": segment_plif, "edges": edges, "connected": connected,
+                "connected_soft": connected_soft}
+    if hasattr(unary, "loss_augmented"):  # structured_hinge(structure, target)
+        if target is not None:
+            raise TypeError("structured_hinge(structure, target, ...) takes the target second, not a third "
+                            "positional argument")
+        given = [k for k, v in keywords.items() if v is not None]
         if given:
-            raise ValueError(f"graph models (edges=...) do not take {', '.join(given)}")
-        return _graph_hinge(unary, transitions, target, edges, rescaling, h, reduction, lengths, weights,
-                            connected, connected_soft)
-    if connected is not None or connected_soft is not None:
-        raise ValueError("connected and connected_soft need edges (a graph model)")
-    semimarkov_only = {"target_starts": target_starts, "length_scores": length_scores, "boundary": boundary,
-                       "segment_scores": segment_scores, "segment_plif": segment_plif}
-    given = [k for k, v in semimarkov_only.items() if v is not None]
-    if max_len is None and given:
-        raise ValueError(f"{', '.join(given)} need max_len (a semi-Markov model); got max_len=None")
-    if max_len is not None:
-        if cost is not None:
-            raise ValueError("cost is not supported for semi-Markov models (use h and weights)")
-        value = semimarkov_loss_augmented(
-            unary, transitions, target, target_starts, max_len=max_len, h=h, rescaling=rescaling,
-            length_scores=length_scores, boundary=boundary, segment_scores=segment_scores, start=start,
-            end=end, lengths=lengths, weights=weights, segment_plif=segment_plif,
-        )[0]
+            raise ValueError(f"{', '.join(given)} belong to the structure, not to "
+                             "structured_hinge(structure, target)")
+        structure, target = unary, transitions
     else:
-        value = loss_augmented_viterbi(
-            unary, transitions, target, h=h, rescaling=rescaling, start=start, end=end,
-            lengths=lengths, weights=weights, cost=cost,
-        )[0]
+        structure, target = structure_of(unary, transitions, target, **keywords)
+    value = structure.loss_augmented(target, h=h, rescaling=rescaling, weights=weights, cost=cost)[0]
     return reduce_batch(value.clamp(min=0), reduction)
 
 
-def _graph_hinge(unary, pairwise, target, edges, rescaling, h, reduction, lengths, weights, connected,
-                 connected_soft) -> Tensor:
-    from ..lp import RelaxedHingeLoss
+def structure_of(unary: Tensor, transitions: Tensor, target: object, *, start=None, end=None, lengths=None,
+                 max_len=None, target_starts=None, length_scores=None, boundary=None, segment_scores=None,
+                 segment_plif=None, edges=None, connected=None,
+                 connected_soft=None) -> tuple[Structure, object]:
+    """(structure, target) of the keyword form of :func:`structured_hinge`: which model the keywords
+    describe (a graph with ``edges``, a semi-Markov model with ``max_len``, else a chain)."""
+    from ..distributions import ChainDistribution, SemiMarkovDistribution
 
-    if rescaling != "margin" or h is not None:
-        raise ValueError("graph models (edges=...) support margin rescaling with the area-weighted Hamming "
-                         "loss only: rescaling='margin', h=None")
-    loss = RelaxedHingeLoss(edges, connected=connected, connected_soft=connected_soft, reduction=reduction)
-    return loss(unary, pairwise, target, lengths=lengths, weights=weights)
+    semimarkov = {"target_starts": target_starts, "length_scores": length_scores, "boundary": boundary,
+                  "segment_scores": segment_scores, "segment_plif": segment_plif}
+    if edges is not None:
+        given = [k for k, v in {"start": start, "end": end, "max_len": max_len, **semimarkov}.items()
+                 if v is not None]
+        if given:
+            raise ValueError(f"graph models (edges=...) do not take {', '.join(given)}")
+        from ..lp import GraphStructure
+        from ..lp.learning import _check_no_lengths
+
+        _check_no_lengths(lengths, unary.shape[-2])
+        graph = GraphStructure(unary, transitions, edges, connected=connected, connected_soft=connected_soft)
+        return graph, target
+    if connected is not None or connected_soft is not None:
+        raise ValueError("connected and connected_soft need edges (a graph model)")
+    if max_len is None:
+        given = [k for k, v in semimarkov.items() if v is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} need max_len (a semi-Markov model); got max_len=None")
+        return ChainDistribution(unary, transitions, start=start, end=end, lengths=lengths), target
+    structure = SemiMarkovDistribution(unary, transitions, max_len=max_len, length_scores=length_scores,
+                                       boundary=boundary, segment_scores=segment_scores, start=start, end=end,
+                                       lengths=lengths, segment_plif=segment_plif)
+    return structure, (target, target_starts)
 
 
 class StructuredHingeLoss(nn.Module):
@@ -129,9 +155,9 @@ class StructuredHingeLoss(nn.Module):
 
     def forward(
         self,
-        unary: Tensor,
-        transitions: Tensor,
-        target: Tensor,
+        unary: Tensor | Structure,
+        transitions: Tensor | None = None,
+        target: Tensor | None = None,
         *,
         start: Tensor | None = None,
         end: Tensor | None = None,
@@ -140,10 +166,11 @@ class StructuredHingeLoss(nn.Module):
         cost: Tensor | None = None,
         **semimarkov,
     ) -> Tensor:
-        """Hinge per sequence, reduced. Shapes as for :func:`structtorch.loss_augmented_viterbi`;
-        semi-Markov models pass ``max_len``, ``target_starts`` and their segment scores, graph models
-        ``edges`` (and ``connected``/``connected_soft``) (see
-        :func:`structured_hinge`)."""
+        """Hinge per sequence, reduced: ``loss(structure, target)`` or the keyword form
+        ``loss(unary, transitions, target, ...)``; shapes as for
+        :func:`structtorch.loss_augmented_viterbi`; semi-Markov models pass ``max_len``,
+        ``target_starts`` and their segment scores, graph models ``edges`` (and
+        ``connected``/``connected_soft``) (see :func:`structured_hinge`)."""
         return structured_hinge(
             unary, transitions, target, rescaling=self.rescaling, h=self.h, reduction=self.reduction,
             start=start, end=end, lengths=lengths, weights=weights, cost=cost, **semimarkov,

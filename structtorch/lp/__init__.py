@@ -34,7 +34,7 @@ from .clustering import (
 )
 from .graph import grid_edges
 from .layer import MAPRelaxation, cut_block
-from .learning import RelaxedHingeLoss, area_weights, relaxed_hinge
+from .learning import GraphStructure, RelaxedHingeLoss, area_weights, relaxed_hinge
 from .multicut import RELAXATIONS, MulticutResult, multicut
 from .relaxation import LPResult, lp_score, map_lp
 from .rounding import round_labels
@@ -42,7 +42,7 @@ from .separation import connectivity_cut
 from .stability import critical_edges, node_stability, solution_path, stability_range, variable_stability
 
 __all__ = ["map_lp", "LPResult", "lp_score", "connectivity_cut", "round_labels", "grid_edges",
-           "relaxed_hinge", "RelaxedHingeLoss", "area_weights",
+           "GraphStructure", "relaxed_hinge", "RelaxedHingeLoss", "area_weights",
            "MAPRelaxation", "cut_block", "multicut", "MulticutResult", "RELAXATIONS",
            "all_pairs", "modularity_weights", "correlation_weights", "consensus_weights", "cluster_size_bias",
            "modularity", "stability_range", "variable_stability", "critical_edges", "solution_path",

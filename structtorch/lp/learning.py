@@ -20,7 +20,7 @@ from .._numerics import reduce_batch
 from .graph import check_graph_potentials
 from .relaxation import LPResult, lp_score, map_lp
 
-__all__ = ["relaxed_hinge", "RelaxedHingeLoss", "area_weights"]
+__all__ = ["relaxed_hinge", "RelaxedHingeLoss", "GraphStructure", "area_weights"]
 
 
 def area_weights(area: Tensor | None, B: int, V: int, ref: Tensor, normalize: bool = True) -> Tensor:
@@ -178,3 +178,43 @@ class RelaxedHingeLoss(nn.Module):
         return relaxed_hinge(unary, pairwise, self.edges, target, connected=self.connected,
                              connected_soft=self.connected_soft, area=weights, normalize=self.normalize,
                              reduction=self.reduction, **self.lp_options)
+
+
+class GraphStructure:
+    """Graph labelings over the LP relaxation as a structure for :func:`structtorch.structured_hinge`.
+
+    Parameters
+    ----------
+    unary : Tensor (V, L) or (B, V, L)
+    pairwise : Tensor (E, L, L) or (B, E, L, L)
+    edges : Tensor (E, 2) int64
+    connected, connected_soft, normalize, **lp_options
+        As for :func:`relaxed_hinge`.
+
+    Examples
+    --------
+    >>> from structtorch.lp import grid_edges
+    >>> edges = grid_edges(3, 3)
+    >>> structure = GraphStructure(torch.randn(9, 2), torch.zeros(len(edges), 2, 2), edges)
+    >>> structure.loss_augmented(torch.zeros(9, dtype=torch.long))[0].shape
+    torch.Size([1])
+    """
+
+    def __init__(self, unary: Tensor, pairwise: Tensor, edges: Tensor, *, connected: list[int] | None = None,
+                 connected_soft: dict | None = None, normalize: bool = True, **lp_options) -> None:
+        self.unary, self.pairwise, self.edges = unary, pairwise, edges
+        self.connected, self.connected_soft, self.normalize = connected, connected_soft, normalize
+        self.lp_options = lp_options
+
+    def loss_augmented(self, target: Tensor, *, h=None, rescaling: str = "margin",
+                       weights: Tensor | None = None, cost: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``(value (B,), labels (B, V))``: the margin-rescaled hinge value max(0, ...) over the
+        relaxation (:func:`relaxed_hinge`, area-weighted Hamming loss; ``weights`` are the areas)
+        and the rounded loss-augmented labeling. Only margin rescaling with h=None and no cost."""
+        if rescaling != "margin" or h is not None or cost is not None:
+            raise ValueError("graph models support margin rescaling with the area-weighted Hamming loss "
+                             "only: rescaling='margin', h=None, cost=None")
+        value, res = relaxed_hinge(self.unary, self.pairwise, self.edges, target, connected=self.connected,
+                                   connected_soft=self.connected_soft, area=weights, normalize=self.normalize,
+                                   reduction="none", return_result=True, **self.lp_options)
+        return value, res.mu.argmax(-1)
