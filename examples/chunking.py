@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -43,6 +44,7 @@ from structtorch.data.conll import (
 from structtorch.data.tagging import SequenceData
 
 Sentences = list[tuple[list[str], ...]]
+Decoder = Callable[[SequenceData], Tensor]  # data -> Viterbi paths (B, T), -1 beyond each length
 
 
 class Emissions(nn.Module):
@@ -72,7 +74,7 @@ class SparseChain(nn.Module):
         return unary, transitions, self.start, self.end
 
 
-def load(args) -> tuple[Sentences, Sentences, str]:
+def load(args: argparse.Namespace) -> tuple[Sentences, Sentences, str]:
     """(train, test, description) from the given files or the generator."""
     if (args.train is None) != (args.test is None):
         raise SystemExit("give both --train and --test, or neither (generated data)")
@@ -112,7 +114,8 @@ def majority_baseline(train: Sentences, test: Sentences) -> list[list[str]]:
     return [[best.get(p, overall) for p in pos] for _, pos, _ in test]
 
 
-def train_crf(train: SequenceData, num_features: int, labels: list[str], args) -> tuple[object, float]:
+def train_crf(train: SequenceData, num_features: int, labels: list[str],
+              args: argparse.Namespace) -> tuple[Decoder, float]:
     """LinearChainCRF with BIO constraints on sparse emissions, full-batch LBFGS; -> (decode, seconds)."""
     model = Emissions(num_features, len(labels))
     crf = st.LinearChainCRF(len(labels), constraints=st.allowed_transitions("BIO", labels))
@@ -130,7 +133,8 @@ def train_crf(train: SequenceData, num_features: int, labels: list[str], args) -
     return decode, seconds
 
 
-def train_svm(train: SequenceData, num_features: int, labels: list[str], args) -> tuple[object, float, dict]:
+def train_svm(train: SequenceData, num_features: int, labels: list[str],
+              args: argparse.Namespace) -> tuple[Decoder, float, dict]:
     """Structural SVM on the same features by BCFW; decoded under the BIO constraints.
     -> (decode, seconds, last BCFW record)."""
     model = SparseChain(num_features, len(labels))
