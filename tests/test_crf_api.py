@@ -182,7 +182,7 @@ def test_constrained_crf_trains_and_decodes_valid_sequences_only(scheme):
     for b in range(6):
         scores = np.array([score(b, y) for y in seqs])
         logz = np.log(np.exp(scores - scores.max()).sum()) + scores.max()
-        assert np.isclose(float(nll[b]), logz - score(b, tuple(gold[b].tolist())), atol=1e-9)
+        assert np.isclose(float(nll[b].detach()), logz - score(b, tuple(gold[b].tolist())), atol=1e-9)
     bad = [y for y in itertools.product(range(N), repeat=T) if not valid([labels[i] for i in y], scheme)][0]
     assert crf(emissions[:1], torch.tensor([bad])).item() == float("inf")
 
@@ -213,3 +213,22 @@ def test_migration_from_pytorch_crf():
     ours_bf = st.LinearChainCRF.from_pytorch_crf(theirs_bf)
     torch.testing.assert_close(ours_bf.log_likelihood(emissions_bf, tags.t(), mask.t().bool(), reduction="sum"),
                                theirs_bf(emissions_bf, tags.t(), mask=mask.t()))
+
+
+def test_entropy_samples_and_edge_marginals_follow_the_mask():
+    crf = st.LinearChainCRF(3, constraints=allowed_transitions("BIO", ["O", "B-A", "I-A"])).double()
+    emissions, _, lengths, first, mask = random_batch(4, 6, 3, 5, True)
+    aligned = left_align(emissions, first, lengths)
+    trans, start, end = crf.scores()
+    dist = st.ChainDistribution(aligned, trans, start=start, end=end, lengths=lengths)
+    torch.testing.assert_close(crf.entropy(emissions, mask), dist.entropy)
+    node, edge = crf.marginals(emissions, mask, edges=True)
+    assert edge.shape == (4, 5, 3, 3)
+    # edge marginals sum to the node marginals of the edge's first position, inside each sequence
+    inner = mask[:, :-1] & mask[:, 1:]
+    torch.testing.assert_close(edge.sum(-1)[inner], node[:, :-1][inner])
+    assert (edge[~inner] == 0).all()
+    draws = crf.sample(emissions, 50, mask, generator=torch.Generator().manual_seed(0))
+    assert draws.shape == (50, 4, 6) and (draws[:, ~mask] == -1).all() and (draws[:, mask] >= 0).all()
+    for row in draws.reshape(-1, 6).tolist():
+        assert valid([["O", "B-A", "I-A"][i] for i in row if i >= 0], "BIO")
