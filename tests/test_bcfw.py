@@ -115,3 +115,29 @@ def test_bcfw_errors():
 
     with pytest.raises(ValueError, match="needs potentials linear in the parameters"):
         fit_bcfw(Quadratic(), data, l2=1.0, epochs=1)
+
+
+def test_blocks_are_stored_on_their_sequences_features():
+    """With sparse indicator features each block w_i lives on its sequence's features: the blocks'
+    total size stays far below n * d (a dense copy per sequence)."""
+    from structtorch.learn.bcfw import BCFW
+
+    g = torch.Generator().manual_seed(0)
+    n, T, F, N = 40, 6, 5000, 3
+    ids = torch.randint(0, F, (n, T, 4), generator=g)
+    labels = torch.randint(0, N, (n, T), generator=g)
+    data = SequenceData(ids.float(), labels, torch.full((n,), T))
+
+    class Bags(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = SparseFeaturePotentials(F, N)
+
+        def forward(self, x):
+            return self.inner(x.long())
+
+    solver = BCFW(Bags(), data, None, lam=0.1)
+    solver.run_pass()
+    stored = sum(block._nnz() for block in solver.w_blocks)
+    assert 0 < stored < 0.01 * n * solver.d
+    assert torch.allclose(sum(block.to_dense() for block in solver.w_blocks), solver.w)

@@ -1,6 +1,18 @@
 """Synthetic data generators that reproduce the papers' setups."""
 
 from .bauer import bauer_features, bauer_synthetic
+from .conll import (
+    CHUNK_TYPES,
+    conll_sequence_data,
+    decode_tags,
+    encode_tags,
+    read_conll,
+    synthetic_chunking,
+    to_bio,
+    token_features,
+    window_features,
+    write_conll,
+)
 from .digits import DigitSequences, digit_sequences, digit_transitions
 from .genes import SEGMENT_NAMES, GeneData, gene_grammar, synthetic_genes
 from .objects import OBJECT_CLASSES, ObjectData, synthetic_objects
@@ -22,4 +34,14 @@ __all__ = [
     "DigitSequences",
     "digit_sequences",
     "digit_transitions",
+    "read_conll",
+    "write_conll",
+    "synthetic_chunking",
+    "window_features",
+    "token_features",
+    "encode_tags",
+    "decode_tags",
+    "to_bio",
+    "conll_sequence_data",
+    "CHUNK_TYPES",
 ]

@@ -209,7 +209,7 @@ def token_features(words: Sequence[str], pos: Sequence[str] | None = None, *,
     """Indicator feature names of each token of one sentence (classic CoNLL-2000 chunking templates).
 
     At each offset d in [-window, window]: the lower-cased word ``w[d]``, the POS ``p[d]``, and for
-    |d| <= 1 the word shape ``sh[d]``; at the token: its 2- and 3-letter suffixes and its
+    ``|d| <= 1`` the word shape ``sh[d]``; at the token: its 2- and 3-letter suffixes and its
     capitalization; conjunctions: word bigrams ``w[-1]|w[0]``, ``w[0]|w[1]``, POS bigrams over
     adjacent offsets, POS trigrams centred at -1, 0 and 1 (within the window), and ``w[0]|p[0]``.
     Offsets beyond the sentence read ``<s>`` (before) and ``</s>`` (after).

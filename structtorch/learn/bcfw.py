@@ -18,8 +18,9 @@ with one batched oracle call over the data; it is the stopping criterion.
 The potentials must be linear in the parameters, ``score(x, y) = <w, Psi(x, y)>``
 (:class:`structtorch.LinearChainPotentials`, :class:`structtorch.nn.sparse.SparseFeaturePotentials`;
 checked numerically at the start). Psi differences are the gradients of path-score differences
-with respect to the parameters (autograd), so any such model works. The solver keeps one dense
-copy of w per training sequence: memory O(n d) for d parameters.
+with respect to the parameters (autograd), so any such model works. The solver keeps each training
+sequence's block w_i as a sparse vector on the support of its Psi differences (for sparse
+indicator features: that sequence's features), so memory is the total support rather than n d.
 """
 
 from __future__ import annotations
@@ -59,6 +60,18 @@ def _outputs(model: nn.Module, x: Tensor) -> dict[str, Tensor]:
     if not isinstance(out, (tuple, list)) or len(out) not in (2, 4):
         raise TypeError("the model must return (unary, transitions) or (unary, transitions, start, end)")
     return dict(zip(("unary", "transitions", "start", "end"), out, strict=False))
+
+
+def _sparse_zero(d: int, device: torch.device) -> Tensor:
+    """A zero (d,) float64 vector in sparse COO form."""
+    return torch.sparse_coo_tensor(torch.zeros(1, 0, dtype=torch.long, device=device),
+                                   torch.zeros(0, dtype=torch.float64, device=device), (d,),
+                                   check_invariants=False).coalesce()
+
+
+def _dot(sparse: Tensor, dense: Tensor) -> float:
+    """<sparse, dense> for a coalesced sparse (d,) vector."""
+    return float(sparse.values() @ dense[sparse.indices()[0]])
 
 
 def check_linear(model: nn.Module, x: Tensor, seed: int = 0) -> None:
@@ -128,7 +141,9 @@ class BCFW:
         dev = self.params[0].device
         self.n, self.d = n, d
         self.w = torch.zeros(d, dtype=torch.float64, device=dev)
-        self.w_blocks = torch.zeros(n, d, dtype=torch.float64, device=dev)
+        # the blocks w_i as sparse vectors: a block only ever holds psi_i's support (the features of
+        # sequence i), so memory is O(sum of supports) rather than O(n d)
+        self.w_blocks = [_sparse_zero(d, dev) for _ in range(n)]
         self.ell, self.ell_blocks = 0.0, torch.zeros(n, dtype=torch.float64)
         self.w_avg, self.ell_avg = self.w.clone(), 0.0
         self.k = 0
@@ -163,18 +178,18 @@ class BCFW:
     def _step(self, i: int) -> None:
         _, delta, psi = self._oracle(self.data.batch(torch.tensor([i])))
         n, lam = self.n, self.lam
-        w_s, ell_s = psi / (lam * n), float(delta[0]) / n
+        w_s, ell_s = (psi / (lam * n)).to_sparse().coalesce(), float(delta[0]) / n
         w_i, ell_i = self.w_blocks[i], float(self.ell_blocks[i])
+        dw = (w_i - w_s).coalesce()  # sparse: the union of the two supports
         if self.line_search:
-            dw = w_i - w_s
-            denom = lam * float(dw @ dw)
-            num = lam * float(dw @ self.w) - ell_i + ell_s
+            denom = lam * float(dw.values() @ dw.values())
+            num = lam * _dot(dw, self.w) - ell_i + ell_s
             gamma = min(max(num / denom, 0.0), 1.0) if denom > 0 else (1.0 if num > 0 else 0.0)
         else:
             gamma = 2.0 * n / (self.k + 2.0 * n)
-        new_w_i = (1 - gamma) * w_i + gamma * w_s
+        new_w_i = (w_i - gamma * dw).coalesce()  # (1 - gamma) w_i + gamma w_s
         new_ell_i = (1 - gamma) * ell_i + gamma * ell_s
-        self.w += new_w_i - w_i
+        self.w.index_add_(0, dw.indices()[0], dw.values(), alpha=-gamma)  # w += new_w_i - w_i
         self.ell += new_ell_i - ell_i
         self.w_blocks[i] = new_w_i
         self.ell_blocks[i] = new_ell_i
