@@ -306,3 +306,32 @@ def test_sparse_errors_name_the_argument():
         model(torch.zeros(3, dtype=torch.long), torch.zeros(4, dtype=torch.long))
     with pytest.raises(ValueError, match="num_features must be an int >= 1"):
         SparseFeaturePotentials(0, 2)
+
+
+def test_fit_takes_a_model_that_returns_a_structure():
+    """A model whose forward takes lengths may return a ChainDistribution; the hinge takes it as
+    loss(structure, labels) and decoding is its argmax. Same training as the potentials protocol."""
+    import structtorch as st_
+
+    data = st_.data.make_tagging_data(64, num_labels=3, num_features=4, seed=5)
+
+    class Structured(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = st_.LinearChainPotentials(4, 3)
+
+        def forward(self, x, lengths=None):
+            unary, transitions = self.inner(x)
+            return st_.ChainDistribution(unary, transitions, lengths=lengths)
+
+    torch.manual_seed(0)
+    structured = Structured()
+    torch.manual_seed(0)
+    plain = st_.LinearChainPotentials(4, 3)
+    kw = {"epochs": 3, "C": 1.0, "progress": False, "seed": 0, "val_data": data}
+    h1 = st_.train.fit(structured, data, st_.StructuredHingeLoss("slack"),
+                       optimizer=torch.optim.SGD(structured.parameters(), lr=0.1), **kw)
+    h2 = st_.train.fit(plain, data, st_.StructuredHingeLoss("slack"),
+                       optimizer=torch.optim.SGD(plain.parameters(), lr=0.1), **kw)
+    assert h1["objective"] == pytest.approx(h2["objective"], rel=1e-6)
+    assert h1["val_accuracy"] == pytest.approx(h2["val_accuracy"])

@@ -10,7 +10,11 @@ The model maps features x (B, T, ...) to chain potentials: a tuple ``(unary, tra
 (with ``start=`` and ``end=`` too when the model returns them) giving the mean over the batch
 (0 for an empty batch): :class:`structtorch.StructuredHingeLoss` (reduction "mean"),
 :func:`chain_nll` (the CRF negative log-likelihood of the model's own potentials), or a user
-function. One exception: a :class:`structtorch.LinearChainCRF` instance as the loss holds the
+function. A model whose ``forward`` takes ``lengths`` is called as ``model(x, lengths=lengths)``
+and may return a structure instead (a :class:`structtorch.ChainDistribution`,
+:class:`structtorch.SemiMarkovDistribution`, ...): the loss is then called as ``loss(structure,
+labels)`` (e.g. :class:`structtorch.StructuredHingeLoss`) and decoding is the structure's
+``argmax``. One exception: a :class:`structtorch.LinearChainCRF` instance as the loss holds the
 transition, start and end scores itself; the model then returns the unary scores (B, T, N) alone,
 the loss is the CRF's mean NLL, decoding is the CRF's, and the CRF's parameters are trained (and
 regularized) with the model's.
@@ -162,8 +166,10 @@ def _as_potentials(out: object) -> dict[str, Tensor]:
     return dict(zip(("unary", "transitions", "start", "end"), out, strict=False))
 
 
-def _potentials(model: nn.Module, x: Tensor) -> dict[str, Tensor]:
-    return _as_potentials(model(x))
+def _is_structure(out: object) -> bool:
+    """Whether a model output is a structure (a :class:`structtorch.ChainDistribution`, ...): it
+    carries loss-augmented inference and a best structure."""
+    return hasattr(out, "loss_augmented") and hasattr(out, "argmax")
 
 
 def _scalar(value: object) -> Tensor:
@@ -198,6 +204,10 @@ class _Task:
                 seen.setdefault(id(p), p)
         self.parameters = list(seen.values())
         self.modules = modules
+        try:
+            self.takes_lengths = "lengths" in inspect.signature(model.forward).parameters
+        except (TypeError, ValueError):  # no introspectable signature
+            self.takes_lengths = False
 
     def _unary(self, x: Tensor) -> Tensor:
         out = self.model(x)
@@ -208,11 +218,21 @@ class _Task:
                             "loss=st.train.chain_nll)")
         return out
 
+    def _output(self, batch: SequenceData) -> object:
+        """The model's output: ``model(x, lengths=lengths)`` when its forward takes ``lengths`` (so it
+        can return a structure), else ``model(x)``."""
+        if self.takes_lengths:
+            return self.model(batch.x, lengths=batch.lengths)
+        return self.model(batch.x)
+
     def batch_loss(self, batch: SequenceData) -> Tensor:
         if self.crf is not None:
             nll = self.crf(self._unary(batch.x), batch.labels, lengths=batch.lengths)
             return nll.sum() / max(len(batch), 1) if nll.dim() else nll
-        pot = _potentials(self.model, batch.x)
+        out = self._output(batch)
+        if _is_structure(out):  # loss(structure, target), e.g. StructuredHingeLoss
+            return _scalar(self.loss(out, batch.labels))
+        pot = _as_potentials(out)
         unary, transitions = pot.pop("unary"), pot.pop("transitions")
         return _scalar(self.loss(unary, transitions, batch.labels, lengths=batch.lengths, **pot))
 
@@ -220,7 +240,11 @@ class _Task:
     def decode(self, batch: SequenceData) -> Tensor:
         if self.crf is not None:
             return self.crf.decode(self._unary(batch.x), lengths=batch.lengths)[1]
-        pot = _potentials(self.model, batch.x)
+        out = self._output(batch)
+        if _is_structure(out):
+            best = out.argmax
+            return best[0] if isinstance(best, tuple) else best  # segmentations: their labels
+        pot = _as_potentials(out)
         return viterbi(pot.pop("unary"), pot.pop("transitions"), lengths=batch.lengths, **pot)[1]
 
     def train(self, mode: bool) -> None:
