@@ -1,5 +1,6 @@
 """Synthetic data generators that reproduce the papers' setups."""
 
+from .actions import ACTION_CLASSES, ActionData, action_sequences
 from .bauer import bauer_features, bauer_synthetic
 from .conll import (
     CHUNK_TYPES,
@@ -44,4 +45,7 @@ __all__ = [
     "to_bio",
     "conll_sequence_data",
     "CHUNK_TYPES",
+    "ActionData",
+    "action_sequences",
+    "ACTION_CLASSES",
 ]
