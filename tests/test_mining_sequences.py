@@ -1,0 +1,272 @@
+"""structtorch.mining for itemsets and itemset sequences: the digest's §6.3 oracles and brute force."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from structtorch.mining import (
+    best_patterns,
+    children,
+    contains,
+    enumerate_patterns,
+    frequent_patterns,
+    gain,
+    gain_bound,
+    parent,
+)
+
+f = frozenset
+a, b, c, d = 0, 1, 2, 3
+
+
+def seq(*elems):
+    return tuple(f(e) for e in elems)
+
+
+def brute_contains(p, x) -> bool:
+    return any(all(p[k] <= x[i] for k, i in enumerate(idx)) for idx in itertools.combinations(range(len(x)), len(p)))
+
+
+def itemsets(alphabet, max_items):
+    return [f(s) for k in range(1, max_items + 1) for s in itertools.combinations(alphabet, k)]
+
+
+def all_sequences(alphabet, max_items):
+    """All sequences of non-empty itemsets with at most max_items items in total."""
+    sets = itemsets(alphabet, max_items)
+    out, frontier = [], [()]
+    while frontier:
+        nxt = []
+        for s in frontier:
+            used = sum(len(e) for e in s)
+            for e in sets:
+                if used + len(e) <= max_items:
+                    nxt.append(s + (e,))
+        out.extend(nxt)
+        frontier = nxt
+    return out
+
+
+def random_sequences(rng, n, alphabet, max_len, max_set):
+    return [tuple(f(rng.choice(alphabet, size=rng.integers(1, max_set + 1), replace=False).tolist())
+                  for _ in range(rng.integers(0, max_len + 1))) for _ in range(n)]
+
+
+def random_sets(rng, n, alphabet, max_set):
+    return [f(rng.choice(alphabet, size=rng.integers(0, max_set + 1), replace=False).tolist()) for _ in range(n)]
+
+
+# ---- §6.3 oracles ---------------------------------------------------------------------------------
+
+
+def test_set_total_order_and_children():
+    order = [f(), f({1}), f({1, 2}), f({1, 2, 3}), f({1, 3}), f({2}), f({2, 3}), f({3})]
+    walk = list(enumerate_patterns(f(), [1, 2, 3], max_length=1, max_items=3))
+    assert walk == order  # reverse-search preorder is the total order of Example 1
+    assert parent(f({1, 2, 3})) == f({1, 2})
+    assert children(f(), [1, 2, 3]) == [f({1}), f({2}), f({3})]
+    assert children(f({1}), [1, 2, 3]) == [f({1, 2}), f({1, 3})]
+    assert children(f({2}), [1, 2, 3]) == [f({2, 3})]
+    assert children(f({3}), [1, 2, 3]) == [] and children(f({1, 2, 3}), [1, 2, 3]) == []
+
+
+def test_frequent_extension_erratum_case():
+    X = [f({1}), f({1, 2}), f({1, 2, 3}), f({3})]
+    got = dict(frequent_patterns(X, 2))
+    assert got == {f({1}): 3, f({2}): 2, f({3}): 2, f({1, 2}): 2}
+    kids = [t for t in children(f({1}), [1, 2, 3]) if sum(contains(t, x) for x in X) >= 2]
+    assert kids == [f({1, 2})]
+    assert dict(frequent_patterns(X, 0.5)) == got
+
+
+def test_feature_example():
+    s = f({1, 3, 5})
+    pats = [f({1}), f({2}), f({3}), f({1, 3}), f({1, 2, 3})]
+    assert [int(contains(t, s)) for t in pats] == [1, 0, 1, 1, 0]
+
+
+def test_sequence_containment_list_figs_25_26():
+    seqs = {
+        "s": seq({a, b}, {c}, {a, b}), "t": seq({b}, {a}), "u": seq({c}, {c}), "v": seq({a}, {a}),
+        "w": seq({a, b}, {a, c}, {c}, {a, b, c}), "y": seq({d}, {a, d}, {a, c}),
+    }
+    got = {(p, q) for p in seqs for q in seqs if p != q and contains(seqs[p], seqs[q])}
+    assert got == {("t", "s"), ("t", "w"), ("s", "w"), ("u", "w"), ("v", "s"), ("v", "w"), ("v", "y")}
+
+
+def test_reduction_chains_table_6():
+    def chain(s):
+        out = [s]
+        while s:
+            s = parent(s)
+            out.append(s)
+        return out
+
+    E = f()
+    assert chain(seq({a, b}, {c}, {a, b})) == [
+        seq({a, b}, {c}, {a, b}), seq({a, b}, {c}, {a}), (f({a, b}), f({c}), E), seq({a, b}, {c}),
+        (f({a, b}), E), seq({a, b}), seq({a}), (E,), ()]
+    assert chain(seq({a, b}, {a, c}, {c}, {a, b, c})) == [
+        seq({a, b}, {a, c}, {c}, {a, b, c}), seq({a, b}, {a, c}, {c}, {a, b}), seq({a, b}, {a, c}, {c}, {a}),
+        (f({a, b}), f({a, c}), f({c}), E), seq({a, b}, {a, c}, {c}), (f({a, b}), f({a, c}), E),
+        seq({a, b}, {a, c}), seq({a, b}, {a}), (f({a, b}), E), seq({a, b}), seq({a}), (E,), ()]
+    assert chain(seq({d}, {a, d}, {a, c})) == [
+        seq({d}, {a, d}, {a, c}), seq({d}, {a, d}, {a}), (f({d}), f({a, d}), E), seq({d}, {a, d}),
+        seq({d}, {a}), (f({d}), E), seq({d}), (E,), ()]
+    for s in chain(seq({a, b}, {a, c}, {c}, {a, b, c}))[:-1]:
+        assert s in children(parent(s), 4)  # round trip s in f^-1(f(s))
+
+
+def test_reverse_search_enumerates_each_sequence_once():
+    max_len, max_items, A = 3, 3, 3
+    walk = list(enumerate_patterns((), A, max_length=max_len, max_items=max_items))
+    assert len(walk) == len(set(walk))
+    subsets = [f(s) for k in range(A + 1) for s in itertools.combinations(range(A), k)]
+    expected = {s for n in range(max_len + 1) for s in itertools.product(subsets, repeat=n)
+                if sum(len(e) for e in s) <= max_items}
+    assert set(walk) == expected
+    for s in walk[1:]:
+        assert s in children(parent(s), A)
+
+
+# ---- containment ----------------------------------------------------------------------------------
+
+
+def test_contains_matches_brute_force():
+    rng = np.random.default_rng(0)
+    data = random_sequences(rng, 60, np.arange(4), 5, 3)
+    pats = all_sequences(range(4), 3)[::3] + [()]
+    for p in pats:
+        for x in data:
+            assert contains(p, x) == brute_contains(p, x)
+    assert contains((), ()) and not contains((f(),), ())
+
+
+# ---- miners against exhaustive enumeration --------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_frequent_sequences_exhaustive(seed):
+    rng = np.random.default_rng(seed)
+    data = random_sequences(rng, 30, np.arange(4), 5, 3)
+    for sigma, max_size in [(1, 3), (3, 3), (0.2, 2)]:
+        got = frequent_patterns(data, sigma, max_size=max_size)
+        pats = [p for p, _ in got]
+        assert len(pats) == len(set(pats))
+        count = sigma if isinstance(sigma, int) else int(np.ceil(sigma * len(data)))
+        expected = {}
+        for p in all_sequences(range(4), max_size):
+            s = sum(brute_contains(p, x) for x in data)
+            if s >= count:
+                expected[p] = s
+        assert dict(got) == expected
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_frequent_sets_exhaustive(seed):
+    rng = np.random.default_rng(seed)
+    data = random_sets(rng, 40, np.arange(6), 4)
+    got = frequent_patterns(data, 3, max_size=3)
+    expected = {}
+    for p in itemsets(range(6), 3):
+        s = sum(p <= x for x in data)
+        if s >= 3:
+            expected[p] = s
+    assert dict(got) == expected and len(got) == len(expected)
+
+
+def test_gain_bound_holds_for_supersets():
+    rng = np.random.default_rng(3)
+    data = random_sequences(rng, 25, np.arange(3), 4, 2)
+    pats = [()] + all_sequences(range(3), 3)
+    supp = {p: np.array([brute_contains(p, x) for x in data]) for p in pats}
+    for _ in range(20):
+        lam = rng.random(len(data))
+        lam /= lam.sum()
+        y = rng.choice([-1, 1], size=len(data))
+        for t in pats:
+            mu = gain_bound(supp[t], y, lam)
+            g = gain(supp[t], y, lam)
+            assert np.isclose(g, sum(lam[n] * y[n] * (1 if supp[t][n] else -1) for n in range(len(data))))
+            assert np.isclose(gain(supp[t], y, lam, -1), -g)
+            for q in pats:
+                if contains(t, q):
+                    assert gain(supp[q], y, lam, 1) <= mu + 1e-12
+                    assert gain(supp[q], y, lam, -1) <= mu + 1e-12
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_best_patterns_exhaustive_sequences(seed):
+    rng = np.random.default_rng(seed)
+    data = random_sequences(rng, 30, np.arange(4), 5, 3)
+    y = rng.choice([-1, 1], size=len(data))
+    lam = rng.random(len(data))
+    gains = {}
+    for p in all_sequences(range(4), 3):
+        s = np.array([brute_contains(p, x) for x in data])
+        if s.any():
+            gains[p] = abs(gain(s, y, lam))
+    ranked = sorted(gains.values(), reverse=True)
+    got = best_patterns(data, y, lam, top_k=5, max_size=3)
+    assert np.allclose([g for _, _, g in got], ranked[:5])
+    for p, dd, g in got:
+        s = np.array([brute_contains(p, x) for x in data])
+        assert np.isclose(gain(s, y, lam, dd), g)
+    (p1, _, g1), = best_patterns(data, torch.tensor(y), torch.tensor(lam), max_size=3)
+    assert np.isclose(g1, ranked[0])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_best_patterns_exhaustive_sets(seed):
+    rng = np.random.default_rng(seed)
+    data = random_sets(rng, 40, np.arange(6), 4)
+    y = rng.choice([-1, 1], size=len(data))
+    lam = rng.random(len(data))
+    gains = []
+    for p in itemsets(range(6), 3):
+        s = np.array([p <= x for x in data])
+        if s.sum() >= 2:
+            gains.append(abs(gain(s, y, lam)))
+    got = best_patterns(data, y, lam, top_k=3, max_size=3, min_support=2)
+    assert np.allclose([g for _, _, g in got], sorted(gains, reverse=True)[:3])
+
+
+# ---- bad input ------------------------------------------------------------------------------------
+
+
+def test_bad_inputs():
+    X = [seq({1}, {2}), seq({2})]
+    with pytest.raises(ValueError, match="data"):
+        frequent_patterns([], 1)
+    with pytest.raises(ValueError, match=r"data\[1\]"):
+        frequent_patterns([seq({1}), seq({-2})], 1)
+    with pytest.raises(TypeError, match=r"data\[1\]"):
+        frequent_patterns([seq({1}), f({1})], 1)
+    with pytest.raises(TypeError, match="data"):
+        frequent_patterns([[1, 2]], 1)
+    with pytest.raises(ValueError, match="min_support"):
+        frequent_patterns(X, 0)
+    with pytest.raises(ValueError, match="min_support"):
+        frequent_patterns(X, 1.5)
+    with pytest.raises(ValueError, match="max_size"):
+        frequent_patterns(X, 1, max_size=0)
+    with pytest.raises(ValueError, match="y"):
+        best_patterns(X, [1, 0], [1.0, 1.0])
+    with pytest.raises(ValueError, match="y"):
+        best_patterns(X, [1], [1.0, 1.0])
+    with pytest.raises(ValueError, match="weights"):
+        best_patterns(X, [1, -1], [1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="weights"):
+        best_patterns(X, [1, -1], [1.0, -1.0])
+    with pytest.raises(ValueError, match="top_k"):
+        best_patterns(X, [1, -1], [1.0, 1.0], top_k=0)
+    with pytest.raises(ValueError, match="pattern"):
+        contains(seq({-1}), seq({1}))
+    with pytest.raises(TypeError, match="instance"):
+        contains(f({1}), seq({1}))
+    with pytest.raises(ValueError, match="pattern"):
+        parent(())
