@@ -16,7 +16,14 @@ X, Y, Z = 0, 1, 2
 A, B, C, D = 0, 1, 2, 3
 # Fig. 16 / Table 2 graph as reconstructed in the digest (§6.3 item 6)
 THESIS_GRAPH = ([X, X, Y, Z, Z], [(0, 1), (1, 2), (0, 2), (2, 3), (2, 4), (0, 4)], [A, A, B, D, B, C])
-THESIS_MIN = ((0, 1, X, A, X), (1, 2, X, A, Y), (2, 0, Y, B, X), (2, 3, Y, B, Z), (3, 0, Z, C, X), (2, 4, Y, D, Z))
+THESIS_MIN = (
+    (0, 1, X, A, X),
+    (1, 2, X, A, Y),
+    (2, 0, Y, B, X),
+    (2, 3, Y, B, Z),
+    (3, 0, Z, C, X),
+    (2, 4, Y, D, Z),
+)
 
 
 def _adj(graph):
@@ -88,7 +95,12 @@ def permuted(graph, rng):
         new_labels[p] = labels[v]
     order = list(range(len(edges)))
     rng.shuffle(order)
-    new_edges = [(perm[edges[k][1]], perm[edges[k][0]]) if rng.random() < 0.5 else (perm[edges[k][0]], perm[edges[k][1]]) for k in order]
+    new_edges = [
+        (perm[edges[k][1]], perm[edges[k][0]])
+        if rng.random() < 0.5
+        else (perm[edges[k][0]], perm[edges[k][1]])
+        for k in order
+    ]
     return new_labels, new_edges, [elabels[k] for k in order]
 
 
@@ -114,7 +126,11 @@ def connected_subgraph_codes(graph, max_size):
             h = nx.Graph([(idx[edges[e][0]], idx[edges[e][1]]) for e in sub])
             if not nx.is_connected(h):
                 continue
-            g = ([labels[v] for v in verts], [(idx[edges[e][0]], idx[edges[e][1]]) for e in sub], [elabels[e] for e in sub])
+            g = (
+                [labels[v] for v in verts],
+                [(idx[edges[e][0]], idx[edges[e][1]]) for e in sub],
+                [elabels[e] for e in sub],
+            )
             codes.add(brute_min(g))
     return codes
 
@@ -171,8 +187,10 @@ def test_contains_against_brute_force():
         assert G.contains(p, g) == expect
         assert G.contains(G.dfs_code(p), g) == expect
         gm = nx.algorithms.isomorphism.GraphMatcher(
-            G.to_networkx(g), G.to_networkx(p),
-            node_match=lambda a, b: a["label"] == b["label"], edge_match=lambda a, b: a["label"] == b["label"],
+            G.to_networkx(g),
+            G.to_networkx(p),
+            node_match=lambda a, b: a["label"] == b["label"],
+            edge_match=lambda a, b: a["label"] == b["label"],
         )
         assert gm.subgraph_is_monomorphic() == expect
 
@@ -193,10 +211,16 @@ def test_embeddings_count_monomorphisms():
         code = G.dfs_code(p)
         pg = G.to_networkx(G.code_to_graph(code))
         gm = nx.algorithms.isomorphism.GraphMatcher(
-            G.to_networkx(g), pg, node_match=lambda a, b: a["label"] == b["label"],
+            G.to_networkx(g),
+            pg,
+            node_match=lambda a, b: a["label"] == b["label"],
             edge_match=lambda a, b: a["label"] == b["label"],
         )
-        expect = {tuple(inv[v] for v in range(len(pg))) for m in gm.subgraph_monomorphisms_iter() for inv in [{b: a for a, b in m.items()}]}
+        expect = {
+            tuple(inv[v] for v in range(len(pg)))
+            for m in gm.subgraph_monomorphisms_iter()
+            for inv in [{b: a for a, b in m.items()}]
+        }
         got = G.embeddings(code, [g])
         assert len(got) == len(set(got))
         assert {m for _, m in got} == expect
@@ -255,7 +279,9 @@ def test_best_patterns_against_exhaustive(seed):
     w = rs.random(len(graphs))
     w /= w.sum()
     patterns = [c for c, _ in G.frequent_patterns(graphs, 1, max_size=3)]
-    gains = sorted((max(_gain(c, graphs, y, w, 1), _gain(c, graphs, y, w, -1)) for c in patterns), reverse=True)
+    gains = sorted(
+        (max(_gain(c, graphs, y, w, 1), _gain(c, graphs, y, w, -1)) for c in patterns), reverse=True
+    )
     for k in (1, 3):
         got = G.best_patterns(graphs, y, w, top_k=k, max_size=3)
         assert len(got) == min(k, len(patterns))
@@ -336,3 +362,28 @@ def test_bad_input():
         G.best_patterns([THESIS_GRAPH, THESIS_GRAPH], [1, -1], [0.5, -0.5], max_size=2)
     with pytest.raises(ValueError, match="top_k"):
         G.best_patterns([THESIS_GRAPH, THESIS_GRAPH], [1, -1], [0.5, 0.5], top_k=0, max_size=2)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_frequent_patterns_unlabeled_symmetric(seed):
+    rng = random.Random(100 + seed)
+    graphs = [random_connected(rng, 3, 5, 1, 1, 0.6) for _ in range(4)]
+    counts = {}
+    for g in graphs:
+        for c in connected_subgraph_codes(g, 3):
+            counts[c] = counts.get(c, 0) + 1
+    got = G.frequent_patterns(graphs, 1, max_size=3)
+    assert len(got) == len({c for c, _ in got})
+    assert dict(got) == counts
+
+
+def test_occurrence_matrix():
+    graphs = _data(30, n=6)
+    patterns = [c for c, _ in G.frequent_patterns(graphs, 1, max_size=3)]
+    m = G.occurrence_matrix(patterns, graphs)
+    assert m.shape == (len(graphs), len(patterns))
+    expect = np.array([[brute_contains(G.code_to_graph(c), g) for c in patterns] for g in graphs])
+    np.testing.assert_array_equal(m, expect)
+    np.testing.assert_array_equal(G.occurrence_matrix([G.code_to_graph(c) for c in patterns], graphs), expect)
+    with pytest.raises(ValueError, match="at least one edge"):
+        G.occurrence_matrix([([0], [], [])], graphs)

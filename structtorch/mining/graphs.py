@@ -58,6 +58,7 @@ __all__ = [
     "frequent_patterns",
     "gain_bound",
     "is_min_code",
+    "occurrence_matrix",
     "rightmost_extensions",
     "to_networkx",
 ]
@@ -473,6 +474,35 @@ def rightmost_extensions(
     if embs is None:
         embs = _embeddings(code, lgs)
     return _extend(_code_info(code), lgs, embs)
+
+
+def occurrence_matrix(patterns: Sequence[GraphLike], graphs: Sequence[GraphLike]) -> np.ndarray:
+    """Binary features ``phi_t(x_n) = 1[t ⊆ x_n]`` (Def. 3) of many patterns on many graphs.
+
+    Each pattern is matched against all graphs at once by replaying its minimum DFS code over the
+    embedding lists (one pass per pattern, not one isomorphism test per (pattern, graph) pair).
+
+    Parameters
+    ----------
+    patterns : sequence of DFS codes or connected graphs with at least one edge
+    graphs : sequence of graphs
+
+    Returns
+    -------
+    ndarray of bool, shape (len(graphs), len(patterns))
+    """
+    lgs = _as_graphs(graphs)
+    out = np.zeros((len(lgs), len(patterns)), dtype=bool)
+    for k, pattern in enumerate(patterns):
+        p = _as_graph(pattern, f"patterns[{k}]")
+        if p.n_edges == 0:
+            raise ValueError(f"patterns[{k}] must have at least one edge")
+        _check_connected(p, f"patterns[{k}]")
+        code = _min_code(p)
+        assert code is not None
+        for gid, _ in _embeddings(code, lgs):
+            out[gid, k] = True
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
