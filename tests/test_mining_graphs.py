@@ -387,3 +387,21 @@ def test_occurrence_matrix():
     np.testing.assert_array_equal(G.occurrence_matrix([G.code_to_graph(c) for c in patterns], graphs), expect)
     with pytest.raises(ValueError, match="at least one edge"):
         G.occurrence_matrix([([0], [], [])], graphs)
+
+
+def test_best_patterns_min_support_and_ties():
+    graphs = _data(40, n=6)
+    y = np.array([1, -1, 1, -1, 1, -1])
+    w = np.full(6, 1 / 6)
+    frequent = dict(G.frequent_patterns(graphs, 3, max_size=3))
+    got = G.best_patterns(graphs, y, w, top_k=50, max_size=3, min_support=3)
+    assert {c for c, _, _ in got} == set(frequent)
+    gains = [g for _, _, g in got]
+    assert gains == sorted(gains, reverse=True) and all(g >= 0 for g in gains)
+
+
+def test_is_min_code_rejects():
+    assert not G.is_min_code(((0, 1, 1, 0, 0),))  # reversed first edge
+    assert not G.is_min_code(((0, 1, 0, 0, 0), (0, 2, 0, 0, 1), (1, 3, 0, 1, 0)))
+    with pytest.raises(ValueError, match="number its vertices"):
+        G.is_min_code(((0, 2, 0, 0, 0),))
