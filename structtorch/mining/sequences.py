@@ -360,7 +360,9 @@ class _Encoded:
         items = self.items[idx]
         rows = np.repeat(p // self.L, k)
         keep = items > above
-        keys = np.unique(rows[keep] * self.V + items[keep])
+        keys = np.sort(rows[keep] * self.V + items[keep])
+        if keys.size > 1:
+            keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
         return keys // self.V, keys % self.V
 
     def extend(self, M: np.ndarray, e: int) -> np.ndarray:
@@ -432,7 +434,8 @@ def frequent_patterns(data: Sequence, min_support: int | float, *,
     -------
     list of (pattern, support)
         Each non-empty frequent pattern once (itemsets as frozensets, sequences as tuples of non-empty
-        frozensets), with its support as a count of instances, in reverse-search preorder.
+        frozensets), with its support as a count of instances, in depth-first order of the
+        reverse-search tree (a node's leaf children, those of size ``max_size``, come right after it).
     """
     if isinstance(data, Sequence) and len(data) and _is_graph(data[0]):
         from structtorch.mining import graphs
@@ -443,22 +446,27 @@ def frequent_patterns(data: Sequence, min_support: int | float, *,
     limit = _check_max_size(max_size)
     enc = _Encoded(kind, instances)
     out: list[tuple[object, int]] = []
-    stack = [_root(enc)]
+    stack: list[tuple[_Node, int]] = [(_root(enc), 0)]
     while stack:
-        node = stack.pop()
+        node, support = stack.pop()
         if node.reportable:
-            out.append((_decode(enc, node.pattern), int(enc.support(node.M).sum())))
+            out.append((_decode(enc, node.pattern), support))
         if node.size >= limit:
             continue
-        kids: list[_Node] = []
+        kids: list[tuple[_Node, int]] = []
         if _can_append(enc, node):
             c = node.child(enc, None)
-            if enc.support(c.M).sum() >= sigma:
-                kids.append(c)
+            count = int(enc.support(c.M).sum())
+            if count >= sigma:
+                kids.append((c, count))
         _, items = enc.extension_pairs(node.M, node.top)
         counts = np.bincount(items, minlength=enc.V)
-        for e in np.flatnonzero(counts >= sigma):
-            kids.append(node.child(enc, int(e)))
+        for e in np.flatnonzero(counts >= sigma).tolist():
+            if node.size + 1 >= limit:  # a leaf: its support is known, no need for its positions
+                pattern = node.pattern[:-1] + (node.pattern[-1] + (e,),)
+                out.append((_decode(enc, pattern), int(counts[e])))
+            else:
+                kids.append((node.child(enc, e), int(counts[e])))
         stack.extend(reversed(kids))
     return out
 
