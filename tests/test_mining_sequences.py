@@ -270,3 +270,31 @@ def test_bad_inputs():
         contains(f({1}), seq({1}))
     with pytest.raises(ValueError, match="pattern"):
         parent(())
+
+
+def test_unbounded_size_sets():
+    rng = np.random.default_rng(5)
+    data = random_sets(rng, 30, np.arange(5), 5)
+    expected = {}
+    for p in itemsets(range(5), 5):
+        s = sum(p <= x for x in data)
+        if s >= 2:
+            expected[p] = s
+    assert dict(frequent_patterns(data, 2)) == expected
+    (_, _, g), = best_patterns(data, np.ones(30), np.ones(30))
+    supports = [sum(p <= x for x in data) for p in itemsets(range(5), 5)]
+    assert g == max(abs(2 * k - 30) for k in supports if k >= 1)
+
+
+def test_import_without_graphs_and_graph_dispatch():
+    import subprocess
+    import sys
+
+    code = "import sys, structtorch.mining; assert 'structtorch.mining.graphs' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    pytest.importorskip("structtorch.mining.graphs")
+    g = (np.array([0, 0, 1]), np.array([[0, 1], [1, 2]]), np.array([0, 0]))
+    assert contains(([0, 0], [[0, 1]], [0]), g)
+    assert not contains(([1, 1], [[0, 1]], [0]), g)
+    pats = frequent_patterns([g, g], 1, max_size=1)
+    assert len(pats) == 2 and all(contains(p, g) for p, _ in pats)

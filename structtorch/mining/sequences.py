@@ -101,12 +101,16 @@ def _check_sequence(name: str, s: object) -> tuple[frozenset, ...]:
 
 
 def _is_graph(x: object) -> bool:
-    """A networkx graph or a (node_labels, edges, edge_labels) triple of arrays (not itemsets)."""
+    """A networkx graph, a DFS code (tuple of 5-tuples of ints) or a (node_labels, edges, edge_labels)
+    triple of arrays, tensors, lists or tuples; never an itemset sequence (whose elements are sets)."""
     if hasattr(x, "nodes") and hasattr(x, "edges"):
         return True
-    return (isinstance(x, tuple) and len(x) == 3
-            and not any(isinstance(e, _SETS) for e in x)
-            and all(hasattr(e, "shape") or isinstance(e, list) for e in x))
+    if not isinstance(x, (tuple, list)) or not x:
+        return False
+    if isinstance(x, tuple) and all(isinstance(e, tuple) and len(e) == 5 and
+                                    all(isinstance(v, numbers.Integral) for v in e) for e in x):
+        return True
+    return len(x) == 3 and all(hasattr(e, "shape") or isinstance(e, (list, tuple)) for e in x)
 
 
 def _check_data(data: object) -> tuple[str, list]:
@@ -504,7 +508,7 @@ def best_patterns(data: Sequence, y: object, weights: object, *, top_k: int = 1,
     if isinstance(data, Sequence) and len(data) and _is_graph(data[0]):
         from structtorch.mining import graphs
 
-        return graphs.best_patterns(data, y, weights, top_k=top_k, max_size=max_size)
+        return graphs.best_patterns(data, y, weights, top_k=top_k, max_size=max_size, min_support=min_support)
     kind, instances = _check_data(data)
     yy, ww = _check_labels(y, weights, len(instances))
     if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1:
