@@ -16,6 +16,7 @@ from structtorch.mining import (
     frequent_patterns,
     gain,
     gain_bound,
+    occurrence_matrix,
     parent,
 )
 
@@ -298,3 +299,17 @@ def test_import_without_graphs_and_graph_dispatch():
     assert not contains(([1, 1], [[0, 1]], [0]), g)
     pats = frequent_patterns([g, g], 1, max_size=1)
     assert len(pats) == 2 and all(contains(p, g) for p, _ in pats)
+
+
+def test_occurrence_matrix_matches_contains():
+    rng = np.random.default_rng(7)
+    data = random_sequences(rng, 40, np.arange(5), 5, 3)
+    pats = all_sequences(range(5), 3)[::7] + [(), (f(),), seq({9})]
+    X = occurrence_matrix(pats, data)
+    assert X.shape == (40, len(pats))
+    assert X.tolist() == [[contains(p, x) for p in pats] for x in data]
+    sets = random_sets(rng, 20, np.arange(5), 3)
+    spats = itemsets(range(5), 2) + [f()]
+    assert occurrence_matrix(spats, sets).tolist() == [[p <= x for p in spats] for x in sets]
+    with pytest.raises(TypeError, match=r"patterns\[0\]"):
+        occurrence_matrix([seq({1})], sets)

@@ -19,6 +19,8 @@ frequent_patterns(data, min_support, *, max_size)
     Problem 2: ``(pattern, support)`` pairs.
 best_patterns(data, y, weights, *, top_k=1, max_size)
     The boosting subproblem with Theorem 2's bound: ``(pattern, direction, gain)`` triples.
+occurrence_matrix(patterns, data)
+    The binary feature map ``[1[t <= x_n]]`` as an ``(N, |T|)`` boolean array.
 gain(support, y, weights, direction), gain_bound(support, y, weights)
     The stump gain and Theorem 2's bound for a support vector.
 """
@@ -33,6 +35,7 @@ from structtorch.mining.sequences import (
     frequent_patterns,
     gain,
     gain_bound,
+    occurrence_matrix,
     parent,
 )
 
@@ -43,6 +46,7 @@ __all__ = [
     "parent",
     "children",
     "enumerate_patterns",
+    "occurrence_matrix",
     "frequent_patterns",
     "best_patterns",
     "gain",

@@ -66,6 +66,7 @@ __all__ = [
     "parent",
     "children",
     "enumerate_patterns",
+    "occurrence_matrix",
     "frequent_patterns",
     "best_patterns",
     "gain",
@@ -415,6 +416,55 @@ def _decode(enc: _Encoded, pattern: tuple[tuple[int, ...], ...]) -> object:
 
 def _can_append(enc: _Encoded, node: _Node) -> bool:
     return enc.sequences and node.reportable
+
+
+def occurrence_matrix(patterns: Sequence, data: Sequence) -> np.ndarray:
+    """Binary features ``phi_t(x_n) = 1[t <= x_n]`` (Def. 3) of many patterns on many instances.
+
+    Each pattern is replayed over all instances at once on the encoded data (one masked gather per
+    item and one cumulative OR per element boundary, as in the miners), not tested per instance.
+
+    Parameters
+    ----------
+    patterns : sequence of itemsets or of itemset sequences (the kind of ``data``; graphs dispatch to
+        :func:`structtorch.mining.graphs.occurrence_matrix`)
+    data : list of itemsets or list of itemset sequences
+
+    Returns
+    -------
+    ndarray of bool, shape (len(data), len(patterns))
+    """
+    if isinstance(data, Sequence) and len(data) and _is_graph(data[0]):
+        from structtorch.mining import graphs
+
+        return graphs.occurrence_matrix(patterns, data)
+    kind, instances = _check_data(data)
+    if isinstance(patterns, (str, bytes)) or not isinstance(patterns, Sequence):
+        raise TypeError(f"patterns must be a list of patterns, got {type(patterns).__name__}")
+    enc = _Encoded(kind, instances)
+    index = {int(v): i for i, v in enumerate(enc.vocab.tolist())}
+    out = np.zeros((enc.N, len(patterns)), dtype=bool)
+    for k, pattern in enumerate(patterns):
+        if kind == "sets":
+            if not isinstance(pattern, _SETS):
+                raise TypeError(f"patterns[{k}] must be an itemset like the instances of data, "
+                                f"got {type(pattern).__name__}")
+            elems: tuple[frozenset, ...] = (_check_itemset(f"patterns[{k}]", pattern),)
+        else:
+            elems = _check_sequence(f"patterns[{k}]", pattern)
+            if not elems:
+                out[:, k] = True
+                continue
+        if any(i not in index for e in elems for i in e):
+            continue  # an item that occurs nowhere
+        M = enc.valid.copy()
+        for m, e in enumerate(elems):
+            if m:
+                M = enc.append_empty(M)
+            for i in sorted(e):
+                M = enc.extend(M, index[i])
+        out[:, k] = enc.support(M)
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
