@@ -7,6 +7,8 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from structtorch.mining import (
     best_patterns,
@@ -313,3 +315,16 @@ def test_occurrence_matrix_matches_contains():
     assert occurrence_matrix(spats, sets).tolist() == [[p <= x for p in spats] for x in sets]
     with pytest.raises(TypeError, match=r"patterns\[0\]"):
         occurrence_matrix([seq({1})], sets)
+
+
+_itemset = st.frozensets(st.integers(0, 3), max_size=3)
+_sequence = st.lists(_itemset, max_size=5).map(tuple)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_sequence, _sequence)
+def test_contains_property(p, x):
+    assert contains(p, x) == brute_contains(p, x)
+    assert occurrence_matrix([p], [x])[0, 0] == brute_contains(p, x)
+    if p:
+        assert contains(parent(p), p) and p in children(parent(p), 4)
