@@ -20,6 +20,7 @@ from structtorch.mining import (
     gain_bound,
     occurrence_matrix,
     parent,
+    separating_weights,
 )
 
 f = frozenset
@@ -328,3 +329,25 @@ def test_contains_property(p, x):
     assert occurrence_matrix([p], [x])[0, 0] == brute_contains(p, x)
     if p:
         assert contains(parent(p), p) and p in children(parent(p), 4)
+
+
+@pytest.mark.parametrize("kind", ["sets", "sequences"])
+def test_capacity_theorem_1(kind):
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        if kind == "sets":
+            data = random_sets(rng, 25, np.arange(5), 4)
+        else:
+            data = random_sequences(rng, 25, np.arange(3), 3, 2)
+        label = {}
+        y = np.array([label.setdefault(x, int(rng.choice([-1, 1]))) for x in data])
+        beta = separating_weights(data, y)
+        pats = [p for p, _ in beta]
+        assert len(pats) == len(set(data))
+        w = np.array([b for _, b in beta])
+        F = occurrence_matrix(pats, data).astype(float) @ w
+        assert np.allclose(F, y)
+        N = len(data)
+        assert (y * F / np.abs(w).sum() >= 1 / N**3).all()
+    with pytest.raises(ValueError, match="consistent"):
+        separating_weights([f({1}), f({1})], [1, -1])

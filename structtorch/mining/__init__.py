@@ -21,6 +21,8 @@ best_patterns(data, y, weights, *, top_k=1, max_size)
     The boosting subproblem with Theorem 2's bound: ``(pattern, direction, gain)`` triples.
 occurrence_matrix(patterns, data)
     The binary feature map ``[1[t <= x_n]]`` as an ``(N, |T|)`` boolean array.
+separating_weights(data, y)
+    Theorem 1's constructive separation of any consistently labeled training set.
 gain(support, y, weights, direction), gain_bound(support, y, weights)
     The stump gain and Theorem 2's bound for a support vector.
 """
@@ -37,6 +39,7 @@ from structtorch.mining.sequences import (
     gain_bound,
     occurrence_matrix,
     parent,
+    separating_weights,
 )
 
 __all__ = [
@@ -47,6 +50,7 @@ __all__ = [
     "children",
     "enumerate_patterns",
     "occurrence_matrix",
+    "separating_weights",
     "frequent_patterns",
     "best_patterns",
     "gain",

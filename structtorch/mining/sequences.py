@@ -67,6 +67,7 @@ __all__ = [
     "children",
     "enumerate_patterns",
     "occurrence_matrix",
+    "separating_weights",
     "frequent_patterns",
     "best_patterns",
     "gain",
@@ -465,6 +466,50 @@ def occurrence_matrix(patterns: Sequence, data: Sequence) -> np.ndarray:
                 M = enc.extend(M, index[i])
         out[:, k] = enc.support(M)
     return out
+
+
+def separating_weights(data: Sequence, y: object, *, rho: float = 1.0) -> list[tuple[object, float]]:
+    """Theorem 1's constructive separation: weights on the training instances as patterns.
+
+    With 0/1 indicator features ``phi_t(x) = 1[t <= x]`` (erratum 22), the recursion over the
+    sub-poset of distinct training instances ``beta_{s_n} = y_n rho - sum_{s_m < s_n} beta_{s_m}``
+    (``s_m`` ranging over the instances properly contained in ``s_n``) gives
+    ``F(s_n) = sum_m beta_{s_m} 1[s_m <= s_n] = y_n rho`` on every training instance, so the data are
+    separated with margin ``rho / ||beta||_1`` after l1 normalisation (at least ``1 / N^3`` for
+    ``rho = 1``). The weak learners of Def. 5 are ``(s_m, sign beta)`` with ``alpha = |beta|``.
+
+    Parameters
+    ----------
+    data : list of itemsets or itemset sequences
+    y : (N,) array-like of -1 / +1, equal on equal instances (consistent labels)
+    rho : float > 0
+
+    Returns
+    -------
+    list of (pattern, beta)
+        One entry per distinct instance, in an order where each pattern follows all its sub-patterns.
+    """
+    kind, instances = _check_data(data)
+    yy, _ = _check_labels(y, np.ones(len(instances)), len(instances))
+    if isinstance(rho, bool) or not isinstance(rho, numbers.Real) or not (0 < float(rho) < math.inf):
+        raise ValueError(f"rho must be a finite number > 0, got {rho!r}")
+    label: dict[object, float] = {}
+    for n, x in enumerate(instances):
+        if label.setdefault(x, yy[n]) != yy[n]:
+            raise ValueError(f"y must be consistent: data[{n}] equals an earlier instance with the "
+                             "other label")
+    distinct = list(label)
+    C = occurrence_matrix(distinct, distinct)  # C[m, k] = distinct[k] <= distinct[m]
+    np.fill_diagonal(C, False)
+    order, done = [], np.zeros(len(distinct), bool)
+    while len(order) < len(distinct):  # topological: instances whose proper sub-instances are placed
+        ready = np.flatnonzero(~done & ~(C & ~done[None, :]).any(axis=1))
+        done[ready] = True
+        order.extend(ready.tolist())
+    beta = np.zeros(len(distinct))
+    for m in order:
+        beta[m] = label[distinct[m]] * float(rho) - beta[C[m]].sum()
+    return [(distinct[m], float(beta[m])) for m in order]
 
 
 # --------------------------------------------------------------------------------------------------
