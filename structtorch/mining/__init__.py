@@ -15,9 +15,9 @@ contains(pattern, instance)
     The substructure relation.
 parent(pattern), children(pattern, alphabet), enumerate_patterns(...)
     The reduction maps (Example 1, Def. 17) and their inverses (Lemma 5): the reverse-search tree.
-frequent_patterns(data, min_support, *, max_size)
+``frequent_patterns(data, min_support, *, max_size)``
     Problem 2: ``(pattern, support)`` pairs.
-best_patterns(data, y, weights, *, top_k=1, max_size)
+``best_patterns(data, y, weights, *, top_k=1, max_size)``
     The boosting subproblem with Theorem 2's bound: ``(pattern, direction, gain)`` triples.
 occurrence_matrix(patterns, data)
     The binary feature map ``[1[t <= x_n]]`` as an ``(N, |T|)`` boolean array.
