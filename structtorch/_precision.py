@@ -31,7 +31,7 @@ from torch import Tensor
 
 from ._checks import cast_checked
 
-__all__ = ["HALF_DTYPES", "mixed_precision", "map_tensors"]
+__all__ = ["HALF_DTYPES", "mixed_precision", "map_tensors", "widen"]
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -85,30 +85,36 @@ def _no_autocast(device: str | None):
     return contextlib.nullcontext()
 
 
+def widen(inputs: Any) -> tuple[Any, torch.dtype | None]:
+    """``inputs`` (tensors inside tuples, lists, dicts, dataclasses) with the floating tensors
+    widened to the compute dtype when one of them is float16/bfloat16, and the dtype results go
+    back to; ``(inputs, None)`` unchanged when no input is half precision (see the module doc)."""
+    dtypes = _float_dtypes(inputs if isinstance(inputs, tuple) else (inputs,), {})
+    if not any(d in HALF_DTYPES for d in dtypes):
+        return inputs, None
+    result = functools.reduce(torch.promote_types, dtypes)
+    compute = torch.promote_types(result, torch.float32)
+    return map_tensors(inputs, lambda t: t.to(compute) if t.is_floating_point() else t), result
+
+
 def mixed_precision(fn: F) -> F:
     """Wrap ``fn`` so that it accepts float16/bfloat16 potentials (see the module docstring)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        dtypes = _float_dtypes(args, kwargs)
-        if not any(d in HALF_DTYPES for d in dtypes):
-            with _no_autocast(_device_of(args, kwargs)):
-                return fn(*args, **kwargs)
-        result = functools.reduce(torch.promote_types, dtypes)
+        device = _device_of(args, kwargs)
+        (args, kwargs), result = widen((args, kwargs))
+        with _no_autocast(device):
+            out = fn(*args, **kwargs)
+        if result is None:
+            return out
         compute = torch.promote_types(result, torch.float32)
-
-        def widen(t: Tensor) -> Tensor:
-            return t.to(compute) if t.is_floating_point() else t
 
         def narrow(t: Tensor) -> Tensor:
             if t.dtype != compute or compute == result:
                 return t
             return cast_checked(t, result, f"a result of {fn.__name__}", "the potentials")
 
-        device = _device_of(args, kwargs)
-        args, kwargs = map_tensors((args, kwargs), widen)
-        with _no_autocast(device):
-            out = fn(*args, **kwargs)
         return map_tensors(out, narrow)
 
     return wrapper  # type: ignore[return-value]

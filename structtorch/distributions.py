@@ -37,7 +37,6 @@ Conventions for degenerate rows:
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -53,12 +52,12 @@ from ._checks import (
     check_labels,
 )
 from ._numerics import NEG_INF, accumulate, safe_logsumexp
-from ._precision import HALF_DTYPES, _no_autocast, map_tensors
+from ._precision import _no_autocast, map_tensors, widen
 from .chain import _ops as _chain_ops
 from .chain import _torch as _chain_torch
 from .chain.linear import _path_score, _score_paths, _viterbi_path, kbest, path_score
-from .lossaug.hamming import HLike, loss_augmented_viterbi
-from .lossaug.semimarkov import semimarkov_loss_augmented
+from .lossaug.hamming import HLike, chain_loss_augmented
+from .lossaug.semimarkov import segmentation_loss_augmented
 from .semimarkov import _ops as _sm_ops
 from .semimarkov import _torch as _sm_torch
 from .semimarkov.layout import SemiMarkov, check_segmentation, check_semimarkov, semimarkov_score
@@ -68,17 +67,6 @@ from .semimarkov.segments import _guard as _sm_guard
 __all__ = ["ChainDistribution", "SemiMarkovDistribution", "SegmentMarginals"]
 
 _SM_POTENTIALS = "the content, transition, length, boundary and segment scores"
-
-
-def _widen(tensors: Sequence[Any]) -> tuple[list[Any], torch.dtype | None]:
-    """The floating tensors among ``tensors`` widened as :func:`mixed_precision` does, and the
-    dtype the results go back to (None: no half-precision input, nothing to do)."""
-    dtypes = [x.dtype for x in tensors if isinstance(x, Tensor) and x.is_floating_point()]
-    if not any(d in HALF_DTYPES for d in dtypes):
-        return list(tensors), None
-    result = functools.reduce(torch.promote_types, dtypes)
-    compute = torch.promote_types(result, torch.float32)
-    return [x.to(compute) if isinstance(x, Tensor) and x.is_floating_point() else x for x in tensors], result
 
 
 def _draw(logits: Tensor, generator: torch.Generator | None) -> Tensor:
@@ -193,7 +181,7 @@ class ChainDistribution(_StructureDistribution):
         end: Tensor | None = None,
         lengths: LengthsLike = None,
     ) -> None:
-        (unary, transitions, start, end), result = _widen((unary, transitions, start, end))
+        (unary, transitions, start, end), result = widen((unary, transitions, start, end))
         self._chain = check_chain(unary, transitions, start, end, lengths)
         super().__init__(self._chain.unary.device, result)
 
@@ -341,10 +329,8 @@ class ChainDistribution(_StructureDistribution):
         (B,))`` as :func:`structtorch.loss_augmented_viterbi` returns them (the value's gradient is
         the structured hinge's subgradient). :func:`structtorch.structured_hinge` takes this
         distribution as its structure."""
-        c = self._chain
-        return self._run(None, lambda: loss_augmented_viterbi(
-            c.unary, c.transitions, target, h=h, rescaling=rescaling, start=c.start, end=c.end,
-            lengths=c.lengths, weights=weights, cost=cost, algorithm=algorithm))
+        return self._run(None, lambda: chain_loss_augmented(
+            self._chain, target, h=h, rescaling=rescaling, weights=weights, cost=cost, algorithm=algorithm))
 
     def kbest(self, k: int) -> tuple[Tensor, Tensor]:
         """The k highest-scoring distinct labelings (see :func:`structtorch.kbest`).
@@ -484,7 +470,7 @@ class SemiMarkovDistribution(_StructureDistribution):
         lengths: LengthsLike = None,
         segment_plif: SegmentPLiF | None = None,
     ) -> None:
-        tensors, result = _widen((content, transitions, length_scores, boundary, segment_scores, start, end,
+        tensors, result = widen((content, transitions, length_scores, boundary, segment_scores, start, end,
                                   segment_plif))
         content, transitions, length_scores, boundary, segment_scores, start, end, segment_plif = tensors
         self._sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
@@ -679,12 +665,8 @@ class SemiMarkovDistribution(_StructureDistribution):
             raise ValueError("cost is not supported for semi-Markov models (use h and weights)")
         if not isinstance(target, (tuple, list)) or len(target) != 2:
             raise TypeError("target must be a (labels, starts) pair of (B, T) tensors")
-        sm = self._sm
-        return self._run(None, lambda: semimarkov_loss_augmented(
-            sm.content, sm.transitions, target[0], target[1], max_len=sm.shape[2], h=h, rescaling=rescaling,
-            length_scores=sm.length_scores, boundary=sm.boundary, segment_scores=sm.segment_scores,
-            start=sm.start, end=sm.end, lengths=sm.lengths, weights=weights, algorithm=algorithm,
-            segment_plif=sm.segment_plif))
+        return self._run(None, lambda: segmentation_loss_augmented(
+            self._sm, target[0], target[1], h=h, rescaling=rescaling, weights=weights, algorithm=algorithm))
 
     def kbest(self, k: int) -> tuple[Tensor, Tensor, Tensor]:
         """The k highest-scoring distinct segmentations (a k-list Viterbi over segment ends).

@@ -40,7 +40,8 @@ def backend_of(chain: Chain) -> str:
 
 
 @functools.cache
-def _module(backend: str):
+def kernel_module(backend: str):
+    """The kernel module (``_cpu`` or ``_triton``) of a backend other than "torch"."""
     return importlib.import_module(_MODULES[backend], __package__)
 
 
@@ -50,7 +51,7 @@ def _viterbi_path_fake(unary, transitions, start, end, lengths, backend):
 
 def _log_partition_forward_fake(unary, transitions, start, end, lengths, backend):
     B, T, N = unary.shape
-    shapes = [] if backend == "torch" else _module(backend).log_partition_state(B, T, N)
+    shapes = [] if backend == "torch" else kernel_module(backend).log_partition_state(B, T, N)
     return unary.new_empty(B, dtype=torch.float64), [unary.new_empty(s, dtype=torch.float64) for s in shapes]
 
 
@@ -65,7 +66,7 @@ def viterbi_path(unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor,
     chain = Chain(unary, transitions, start, end, lengths)
     if backend == "torch":
         return _torch.viterbi(accumulating(chain))[1]
-    return _module(backend).viterbi_path(chain)
+    return kernel_module(backend).viterbi_path(chain)
 
 
 @operator("chain_log_partition", _log_partition_forward_fake)
@@ -75,7 +76,7 @@ def log_partition_forward(unary: Tensor, transitions: Tensor, start: Tensor, end
     chain = Chain(unary, transitions, start, end, lengths)
     if backend == "torch":
         return _torch.log_partition(accumulating(chain)).double(), []
-    logz, state = _module(backend).log_partition_forward(chain)
+    logz, state = kernel_module(backend).log_partition_forward(chain)
     return logz, list(state)
 
 
@@ -92,7 +93,7 @@ def log_partition_backward(grad: Tensor, unary: Tensor, transitions: Tensor, sta
             grads = torch.autograd.grad(ref, inputs, grad.to(ref.dtype), allow_unused=True)
         pairs = zip(grads, inputs, strict=True)
         return tuple(torch.zeros_like(x) if g is None else g.to(x.dtype) for g, x in pairs)
-    return _module(backend).log_partition_backward(chain, logz, state, grad.double().contiguous())
+    return kernel_module(backend).log_partition_backward(chain, logz, state, grad.double().contiguous())
 
 
 def _lead(x: Tensor, dim: int | None, V: int) -> Tensor:

@@ -24,7 +24,6 @@ import numbers
 import torch
 from torch import Tensor, nn
 
-from .._backend import kernels
 from .._checks import (
     Chain,
     LengthsLike,
@@ -43,7 +42,7 @@ def _kernels(chain: Chain):
     """The kernel module (``_cpu`` or ``_triton``) that runs these chain inputs, or None for the
     PyTorch loops of ``_torch`` (see :mod:`structtorch._backend`)."""
     backend = _ops.backend_of(chain)
-    return None if backend == "torch" else kernels(chain.unary, __package__)
+    return None if backend == "torch" else _ops.kernel_module(backend)
 
 
 def _viterbi_path(chain: Chain) -> Tensor:

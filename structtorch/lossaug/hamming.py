@@ -27,6 +27,7 @@ from torch import Tensor
 
 from .._backend import kernels
 from .._checks import (
+    Chain,
     LengthsLike,
     _fmt,
     cast_checked,
@@ -447,6 +448,15 @@ def loss_augmented_viterbi(
         H(y, y'), weighted when ``weights`` are given (int64 for integer weights).
     """
     chain = check_chain(unary, transitions, start, end, lengths)
+    return chain_loss_augmented(chain, target, h=h, rescaling=rescaling, weights=weights, cost=cost,
+                                algorithm=algorithm)
+
+
+def chain_loss_augmented(chain: Chain, target: Tensor, *, h: HLike = None, rescaling: str = "margin",
+                         weights: Tensor | None = None, cost: Tensor | None = None,
+                         algorithm: str = "auto") -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`loss_augmented_viterbi` on an already validated :class:`Chain` (the target and the
+    loss arguments are checked here)."""
     mask = chain.mask()
     target = check_labels(target, mask, chain.shape[2], name="target")
     spec = resolve_loss(h, rescaling, weights, cost, target, mask, chain.unary, algorithm)

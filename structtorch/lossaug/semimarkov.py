@@ -174,6 +174,15 @@ def semimarkov_loss_augmented(
     """
     sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
                           start, end, lengths, segment_plif)
+    return segmentation_loss_augmented(sm, target_labels, target_starts, h=h, rescaling=rescaling,
+                                       weights=weights, algorithm=algorithm)
+
+
+def segmentation_loss_augmented(sm: SemiMarkov, target_labels: Tensor, target_starts: Tensor, *,
+                                h: HLike = None, rescaling: str = "margin", weights: Tensor | None = None,
+                                algorithm: str = "auto") -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`semimarkov_loss_augmented` on already validated :class:`SemiMarkov` potentials (the
+    target and the loss arguments are checked here)."""
     labels, starts = check_target(target_labels, target_starts, sm)
     B, T, _, N = sm.shape
     mask = torch.arange(T, device=labels.device) < sm.lengths[:, None]
