@@ -25,8 +25,16 @@ separating_weights(data, y)
     Theorem 1's constructive separation of any consistently labeled training set.
 gain(support, y, weights, direction), gain_bound(support, y, weights)
     The stump gain and Theorem 2's bound for a support vector.
+``LPBoost(miner, *, nu)``, ``TCBoost(miner, *, p, nu | D)``
+    Totally corrective boosting (Algorithm 1) over the stumps of any miner; one-vs-one DDAG for
+    more than two classes.
+``SubstructureFeatures(patterns)``
+    The feature map of a pattern dictionary, per instance, per sequence window or per graph-node
+    neighbourhood, as tensors for the structured models.
 """
 
+from structtorch.mining.boosting import LPBoost, TCBoost
+from structtorch.mining.features import SubstructureFeatures
 from structtorch.mining.sequences import (
     SequencePattern,
     SetPattern,
@@ -55,4 +63,7 @@ __all__ = [
     "best_patterns",
     "gain",
     "gain_bound",
+    "LPBoost",
+    "TCBoost",
+    "SubstructureFeatures",
 ]
