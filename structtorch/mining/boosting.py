@@ -142,7 +142,8 @@ class TCBoost:
 
     def __repr__(self) -> str:
         reg = f"nu={self.nu}" if self.nu is not None else f"D={self.D}"
-        return f"{type(self).__name__}(p={self.p}, {reg}, T={self.T}, max_iter={self.max_iter}, eps={self.eps})"
+        return (f"{type(self).__name__}(p={self.p}, {reg}, T={self.T}, max_iter={self.max_iter}, "
+                f"eps={self.eps})")
 
     # ---------------------------------------------------------------------------------------------
     # the restricted master
@@ -163,7 +164,8 @@ class TCBoost:
         c = (q - 1.0) ** (q - 1.0) / (q * (D * q) ** (q - 1.0))
         lam, gamma = cp.Variable(N, nonneg=True), cp.Variable()
         edge = A @ lam <= -gamma
-        prob = cp.Problem(cp.Maximize(gamma / self.T - c * cp.power(cp.pnorm(lam, q), q)), [edge, cp.sum(lam) == 1])
+        penalty = c * cp.power(cp.pnorm(lam, q), q)  # (more accurate in Clarabel than sum(power(lam, q)))
+        prob = cp.Problem(cp.Maximize(gamma / self.T - penalty), [edge, cp.sum(lam) == 1])
         prob.solve(solver=cp.CLARABEL)
         if prob.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
             raise RuntimeError(f"the restricted master failed: cvxpy status {prob.status}")
@@ -198,7 +200,8 @@ class TCBoost:
             raise ValueError("data must be non-empty")
         yy = np.asarray(y.detach().cpu() if hasattr(y, "detach") else y)
         if yy.shape != (len(data),):
-            raise ValueError(f"y must have shape ({len(data)},) (one label per instance), got {tuple(yy.shape)}")
+            raise ValueError(f"y must have shape ({len(data)},) (one label per instance), "
+                             f"got {tuple(yy.shape)}")
         self.classes_ = np.unique(yy)
         if len(self.classes_) < 2:
             raise ValueError(f"y must contain at least two classes, got {self.classes_.tolist()}")

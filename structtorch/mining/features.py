@@ -76,7 +76,8 @@ class SubstructureFeatures:
         out = list(dict.fromkeys(_strip(p) for p in patterns))
         kinds = {_kind(p) for p in out}
         if len(kinds) > 1:
-            raise TypeError(f"patterns must be all of one kind (itemsets, sequences or graphs), got {sorted(kinds)}")
+            raise TypeError("patterns must be all of one kind (itemsets, sequences or graphs), "
+                            f"got {sorted(kinds)}")
         self.kind = kinds.pop()
         if self.kind == "sequences":
             out = [_check_sequence(f"patterns[{k}]", p) for k, p in enumerate(out)]
@@ -88,7 +89,8 @@ class SubstructureFeatures:
         one-vs-one classifiers together for multiclass models)."""
         if not hasattr(model, "patterns_"):
             raise TypeError("model must be a fitted TCBoost or LPBoost (it has no patterns_)")
-        groups = model.patterns_ if hasattr(model, "estimators_") and len(model.classes_) > 2 else [model.patterns_]
+        multiclass = hasattr(model, "estimators_") and len(model.classes_) > 2
+        groups = model.patterns_ if multiclass else [model.patterns_]
         return cls([t for group in groups for t, _ in group])
 
     def __len__(self) -> int:
@@ -109,7 +111,8 @@ class SubstructureFeatures:
             return dense.to_sparse().to(dtype)
         return dense.to(dtype)
 
-    def transform(self, data: Sequence, *, dtype: torch.dtype = torch.float32, sparse: bool = False) -> Tensor:
+    def transform(self, data: Sequence, *, dtype: torch.dtype = torch.float32,
+                  sparse: bool = False) -> Tensor:
         """``Phi_T(x_n)`` for every instance.
 
         Parameters
