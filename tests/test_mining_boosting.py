@@ -162,6 +162,14 @@ def test_warns_when_not_converged():
         LPBoost(MINER, nu=0.1).fit(data, y)
 
 
+def test_no_pattern_warns_and_predicts_constant():
+    data = [(f({1}),), (f({2}),), (f({3}),)]
+    miner = functools.partial(best_patterns, min_support=3)
+    with pytest.warns(RuntimeWarning, match="found no weak learner"):
+        model = LPBoost(miner, nu=0.5).fit(data, [1, -1, 1])
+    assert model.patterns_ == [] and (model.decision_function(data) == 0).all()
+
+
 def test_bad_input():
     data = [(f({1}),), (f({2}),)]
     with pytest.raises(ValueError, match="nu must lie in"):

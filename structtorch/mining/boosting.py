@@ -242,6 +242,10 @@ class TCBoost:
         self.converged_ = False
         for it in range(1, self.max_iter + 1):
             found = self.miner(data, y, lam, top_k=self.columns)
+            if it == 1 and not found:
+                warnings.warn(f"{type(self).__name__}: the miner found no weak learner (is min_support above "
+                              "every pattern's support?); the classifier is the constant 0", RuntimeWarning,
+                              stacklevel=3)
             violation = max((g + gamma for _, _, g in found), default=-math.inf)
             new = [(t, d) for t, d, g in found if g + gamma > self.eps and (t, d) not in index]
             self.n_iter_ = it
