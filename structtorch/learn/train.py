@@ -312,10 +312,18 @@ def _no_loss(*args, **kwargs) -> Tensor:  # evaluate() decodes only
 # fit
 
 
-def _penalty(parameters: Sequence[nn.Parameter], lam: float) -> Tensor | float:
+def _penalty(task: _Task, lam: float) -> Tensor | float:
+    """``lam / 2`` times the squared norm of the trained parameters; a model with a
+    ``regularizer()`` method (e.g. a kernel model's ``beta^T K beta``) gives its own term for its
+    parameters instead."""
     if lam == 0.0:
         return 0.0
-    return 0.5 * lam * sum(p.pow(2).sum() for p in parameters if p.requires_grad)
+    own = getattr(task.model, "regularizer", None)
+    if callable(own):
+        mine = {id(p) for p in task.model.parameters()}
+        rest = [p for p in task.parameters if p.requires_grad and id(p) not in mine]
+        return 0.5 * lam * (own() + sum(p.pow(2).sum() for p in rest))
+    return 0.5 * lam * sum(p.pow(2).sum() for p in task.parameters if p.requires_grad)
 
 
 @torch.no_grad()
@@ -323,7 +331,7 @@ def _objective(task: _Task, data: SequenceData, lam: float, batch_size: int) -> 
     total = 0.0
     for idx in torch.arange(len(data)).split(batch_size):
         total += float(task.batch_loss(data.batch(idx))) * len(idx)
-    return total / max(len(data), 1) + float(_penalty(task.parameters, lam))
+    return total / max(len(data), 1) + float(_penalty(task, lam))
 
 
 def _needs_closure(optimizer: torch.optim.Optimizer) -> bool:
@@ -406,6 +414,9 @@ def fit(
     C, l2 : float, optional
         The regularizer, at most one of them: ``l2`` adds (l2 / 2) ||theta||^2 to the mean loss;
         ``C`` is the SVM trade-off, l2 = 1 / (n C) (see the module docstring). Neither: no penalty.
+        A model with a ``regularizer()`` method (such as
+        :class:`structtorch.semisup.KernelChainPotentials`, ``beta^T K beta``) supplies the term for
+        its own parameters: ``(l2 / 2) model.regularizer()``.
     metrics : names from {"accuracy", "hamming"}, or a dict {name: fn(path, labels, lengths)}
         Validation metrics recorded per epoch as ``val_<name>``; fn gets the Viterbi paths
         (n_val, T) (-1 beyond each length), labels (n_val, T) and lengths (n_val,) of the whole
@@ -476,6 +487,9 @@ def fit(
             raise ValueError(f"solver='bcfw' takes no {' or '.join(given)} (it computes its own steps)")
         if dist.is_available() and dist.is_initialized():
             raise ValueError("solver='bcfw' runs in one process, not under torch.distributed")
+        if callable(getattr(model, "regularizer", None)):
+            raise ValueError("solver='bcfw' needs the squared-norm regularizer; this model defines its own "
+                             "regularizer() (use the subgradient solver)")
         state = BCFW(model, train_data, loss, lam, seed=seed, **dict(solver_options or {}))
         task = _Task(model, state.loss)
         recorded = {"objective", "dual", "gap", "time"}
@@ -523,7 +537,7 @@ def fit(
 
                 def closure(batch=batch, share=share) -> Tensor:
                     optimizer.zero_grad()
-                    value = share * task.batch_loss(batch) + _penalty(task.parameters, lam)
+                    value = share * task.batch_loss(batch) + _penalty(task, lam)
                     value.backward()
                     return value
 

@@ -1,0 +1,206 @@
+"""structtorch.semisup against brute force on tiny data (Altun, McAllester & Belkin 2005)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+
+import structtorch as st
+from structtorch.data.tagging import SequenceData
+from structtorch.semisup import (
+    GraphRegularizedKernel,
+    KernelChainPotentials,
+    TransductiveKernel,
+    knn_graph,
+    laplacian,
+    laplacian_penalty,
+    rbf_kernel,
+)
+
+D64 = torch.float64
+
+
+def dense_knn(x, k, t=None, mutual=False):
+    d = torch.cdist(x, x) ** 2
+    d.fill_diagonal_(float("inf"))
+    nn_idx = d.argsort(1)[:, :k]
+    A = torch.zeros_like(d, dtype=torch.bool)
+    A[torch.arange(len(x))[:, None], nn_idx] = True
+    if t is None:
+        t = float(d.gather(1, nn_idx).mean())
+    S = (A & A.T) if mutual else (A | A.T)
+    return torch.where(S, torch.exp(-d / t), torch.zeros_like(d))
+
+
+@settings(max_examples=30, deadline=None)
+@given(hs.integers(3, 30), hs.integers(1, 4), hs.booleans(), hs.integers(0, 10_000), hs.integers(1, 7))
+def test_knn_graph_against_dense_reference(n, k, mutual, seed, chunk):
+    k = min(k, n - 1)
+    x = torch.randn(n, 3, dtype=D64, generator=torch.Generator().manual_seed(seed))
+    W = knn_graph(x, k, mutual=mutual, chunk=chunk)
+    assert W.is_sparse and W.shape == (n, n)
+    Wd = W.to_dense()
+    assert torch.allclose(Wd, dense_knn(x, k, mutual=mutual), atol=1e-12)
+    assert torch.equal(Wd, Wd.T) and (Wd.diagonal() == 0).all()
+
+
+def test_knn_graph_width_and_errors():
+    x = torch.randn(20, 2, dtype=D64)
+    assert torch.allclose(knn_graph(x, 3, t=0.7).to_dense(), dense_knn(x, 3, t=0.7))
+    with pytest.raises(ValueError, match="k must be < n = 20"):
+        knn_graph(x, 20)
+    with pytest.raises(ValueError, match=r"shape \(n, D\)"):
+        knn_graph(x[0], 2)
+    with pytest.raises(ValueError, match="t must be"):
+        knn_graph(x, 2, t=0.0)
+    with pytest.raises(ValueError, match="finite"):
+        knn_graph(torch.full((4, 2), float("nan")), 2)
+
+
+def test_laplacian_and_penalty_against_double_sum():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(15, 2, dtype=D64, generator=g)
+    W = knn_graph(x, 3)
+    Wd = W.to_dense()
+    L = laplacian(W).to_dense()
+    assert torch.allclose(L, torch.diag(Wd.sum(1)) - Wd)
+    deg = Wd.sum(1)
+    Ln = laplacian(Wd, normalized=True).to_dense()
+    assert torch.allclose(Ln, torch.eye(15, dtype=D64) - Wd / torch.sqrt(deg[:, None] * deg[None, :]))
+    f = torch.randn(15, 4, dtype=D64, generator=g, requires_grad=True)
+    brute = 0.5 * sum(Wd[i, j] * ((f[i] - f[j]) ** 2).sum() for i in range(15) for j in range(15))
+    got = laplacian_penalty(f, W)
+    assert torch.allclose(got, brute) and torch.allclose(got, torch.trace(f.T @ L @ f))
+    assert torch.autograd.gradcheck(lambda f: laplacian_penalty(f, W), (f,))
+    (grad,) = torch.autograd.grad(got, f)
+    assert torch.allclose(grad, 2 * L @ f.detach())  # d tr(F^T L F) / dF = 2 L F
+    assert torch.allclose(laplacian_penalty(f[:, 0], Wd), torch.trace(f[:, :1].T @ L @ f[:, :1]))
+    with pytest.raises(ValueError, match=r"W must have shape \(10, 10\), got \(15, 15\)"):
+        laplacian_penalty(f[:10], W)
+
+
+def _setup(n=25, gamma=0.5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 3, dtype=D64, generator=g)
+    return x, knn_graph(x, 4), functools.partial(rbf_kernel, gamma=gamma), g
+
+
+def test_graph_regularized_kernel_paper_form_and_deformed_form():
+    x, W, k, g = _setup()
+    lam1, lam2 = 0.5, 4.5
+    kt = GraphRegularizedKernel(k, x, W, lam1, lam2)
+    K, L = k(x, x), laplacian(W).to_dense()
+    Q = lam1 * K + lam2 * K @ L @ K
+
+    def paper(a, b):
+        return k(x, a).T @ torch.linalg.solve(Q, k(x, b))
+
+    z = torch.randn(6, 3, dtype=D64, generator=g)
+    # equal when one argument is a sample point ...
+    assert torch.allclose(kt(z, x[:5]), paper(z, x[:5]), atol=1e-9)
+    assert torch.allclose(kt(x[3:9], x[:5]), paper(x[3:9], x[:5]), atol=1e-9)
+    # ... and different for two out-of-sample points
+    assert (kt(z, z) - paper(z, z)).abs().max() > 1e-4
+    G = kt(z, z)
+    assert torch.allclose(G, G.T, atol=1e-12) and torch.linalg.eigvalsh(G).min() > -1e-10
+    # lam2 = 0: k / lam1
+    assert torch.allclose(GraphRegularizedKernel(k, x, W, lam1, 0.0)(z, x), k(z, x) / lam1)
+    # conjugate gradients equal the dense factorization
+    cg = GraphRegularizedKernel(k, x, W, lam1, lam2, method="cg", tol=1e-12)
+    assert torch.allclose(cg(z, x[:7]), kt(z, x[:7]), atol=1e-9)
+
+
+def test_block_diagonal_equals_full_part_space():
+    """Parts (s, u) for N labels: K and L are block diagonal with identical blocks; the per-block
+    kernel equals the kernel of the full (N n) x (N n) problem, and blocks of different labels are 0."""
+    x, W, k, _ = _setup(n=12)
+    N, lam1, lam2 = 3, 1.0, 9.0
+    K, L = k(x, x), laplacian(W).to_dense()
+    I = torch.eye(N, dtype=D64)
+    Kf, Lf = torch.kron(I, K), torch.kron(I, L)
+    Qf = lam1 * Kf + lam2 * Kf @ Lf @ Kf
+    full = Kf @ torch.linalg.solve(Qf, Kf)  # k~ over all in-sample parts
+    block = GraphRegularizedKernel(k, x, W, lam1, lam2)(x, x)
+    assert torch.allclose(full, torch.kron(I, block), atol=1e-8)
+
+
+def test_kernel_model_score_regularizer_and_in_sample_values():
+    x, W, k, g = _setup(n=20, gamma=2.0, seed=1)
+    lam1, lam2, N = 1.0, 9.0, 3
+    kt = GraphRegularizedKernel(k, x, W, lam1, lam2)
+    labeled = x[:8]  # the first 8 sample tokens are labeled (two sequences of 4)
+    model = KernelChainPotentials(kt, labeled, N)
+    with torch.no_grad():
+        model.beta.normal_(generator=g)
+        model.beta_trans.normal_(generator=g)
+    tokens = labeled.reshape(2, 4, 3)
+    y = torch.tensor([[0, 1, 1, 2], [2, 2, 0, 1]])
+    unary, trans = model(tokens)
+    # F(x, y) = <beta, Psi(x, y)> by hand: sum_t sum_i beta[y_t, i] k~(x_i, x_t) + transitions / lam1
+    Kt = kt(labeled, labeled)
+    for b in range(2):
+        by_hand = sum(float(model.beta.detach()[y[b, t]] @ Kt[:, 4 * b + t]) for t in range(4))
+        by_hand += sum(float(model.beta_trans.detach()[y[b, t], y[b, t + 1]]) / lam1 for t in range(3))
+        got = float(st.path_score(unary[b:b + 1].detach(), trans.detach(), y[b:b + 1]))
+        assert got == pytest.approx(by_hand, abs=1e-9)
+    # eq. 12: alpha = Q^-1 K_{:, l} beta^T; f = K alpha in sample; beta^T K~ beta = alpha^T Q alpha
+    K, L = k(x, x), laplacian(W).to_dense()
+    Q = lam1 * K + lam2 * K @ L @ K
+    alpha = torch.linalg.solve(Q, K[:, :8] @ model.beta.detach().T)  # (n, N)
+    f_in = K @ alpha  # in-sample scores of every sample token
+    f_out = model(x[None])[0][0].detach()  # the same tokens through the out-of-sample formula
+    assert torch.allclose(f_out, f_in, atol=1e-7)
+    reg = float(model.regularizer().detach())
+    expect = float((alpha * (Q @ alpha)).sum()) + float(model.beta_trans.pow(2).sum()) / lam1
+    assert reg == pytest.approx(expect, rel=1e-7)
+
+
+def test_unstructured_model_and_fit_uses_the_regularizer():
+    x, W, k, g = _setup(n=24, seed=2)
+    kt = GraphRegularizedKernel(k, x, W, 1.0, 9.0)
+    svm = KernelChainPotentials(kt, x[:12], 2, transitions=False)
+    assert [n for n, _ in svm.named_parameters()] == ["beta"]
+    assert (svm(x[:12].reshape(3, 4, 3))[1] == 0).all()
+    data = SequenceData(x[:12].reshape(3, 4, 3), torch.randint(0, 2, (3, 4), generator=g), torch.full((3,), 4))
+    model = KernelChainPotentials(kt, x[:12], 2)
+    hinge = st.StructuredHingeLoss()
+    hist = st.train.fit(model, data, hinge, optimizer=torch.optim.SGD(model.parameters(), lr=0.5), epochs=3,
+                        l2=2 / 3, progress=False, metrics=())
+    unary, trans = model(data.x)
+    expect = float(hinge(unary, trans, data.labels, lengths=data.lengths)) + float(model.regularizer()) / 3
+    assert hist["objective"][-1] == pytest.approx(expect, rel=1e-6)
+    with pytest.raises(ValueError, match="regularizer"):
+        st.train.fit(model, data, None, epochs=1, solver="bcfw", C=1.0, progress=False)
+
+
+def test_transductive_kernel_is_in_sample_only():
+    x, W, k, g = _setup(n=15)
+    tk = TransductiveKernel(k, x, W, 0.5, 0.5)
+    L = laplacian(W).to_dense()
+    KS = torch.linalg.inv(L + 1e-2 * torch.eye(15, dtype=D64))
+    assert torch.allclose(tk(x, x), 0.5 * k(x, x) + 0.5 * KS, atol=1e-9)
+    z = torch.randn(3, 3, dtype=D64, generator=g)
+    assert torch.allclose(tk(z, x), 0.5 * k(z, x))  # out of sample the graph part is gone
+
+
+def test_errors():
+    x, W, k, _ = _setup(n=10)
+    with pytest.raises(ValueError, match="lam1 must be"):
+        GraphRegularizedKernel(k, x, W, 0.0, 1.0)
+    with pytest.raises(ValueError, match="lam2 must be"):
+        GraphRegularizedKernel(k, x, W, 1.0, -1.0)
+    with pytest.raises(ValueError, match=r"W must have shape \(10, 10\)"):
+        GraphRegularizedKernel(k, x, knn_graph(x[:8], 2), 1.0, 1.0)
+    with pytest.raises(ValueError, match="gamma must be"):
+        rbf_kernel(x, x, 0.0)
+    with pytest.raises(ValueError, match="share D"):
+        rbf_kernel(x, x[:, :2], 1.0)
+    with pytest.raises(ValueError, match="base_kernel"):
+        GraphRegularizedKernel(lambda a, b: a[:, :1], x, W, 1.0, 1.0)
+    model = KernelChainPotentials(GraphRegularizedKernel(k, x, W, 1.0, 1.0), x[:4], 2)
+    with pytest.raises(ValueError, match=r"tokens must have shape \(B, T, 3\)"):
+        model(torch.zeros(2, 3, 5, dtype=D64))
