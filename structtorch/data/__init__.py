@@ -16,6 +16,7 @@ from .conll import (
 )
 from .digits import DigitSequences, digit_sequences, digit_transitions
 from .genes import SEGMENT_NAMES, GeneData, gene_grammar, synthetic_genes
+from .graphs import GraphData, motif_graphs
 from .objects import OBJECT_CLASSES, ObjectData, synthetic_objects
 from .tagging import SequenceData, TaggingData, make_tagging_data
 
@@ -48,4 +49,6 @@ __all__ = [
     "ActionData",
     "action_sequences",
     "ACTION_CLASSES",
+    "GraphData",
+    "motif_graphs",
 ]
