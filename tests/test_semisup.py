@@ -155,7 +155,7 @@ def test_kernel_model_score_regularizer_and_in_sample_values():
     f_out = model(x[None])[0][0].detach()  # the same tokens through the out-of-sample formula
     assert torch.allclose(f_out, f_in, atol=1e-7)
     reg = float(model.regularizer().detach())
-    expect = float((alpha * (Q @ alpha)).sum()) + float(model.beta_trans.pow(2).sum()) / lam1
+    expect = float((alpha * (Q @ alpha)).sum()) + float(model.beta_trans.detach().pow(2).sum()) / lam1
     assert reg == pytest.approx(expect, rel=1e-7)
 
 

@@ -75,13 +75,16 @@ def knn_graph(x: Tensor, k: int = 5, *, t: float | None = None, mutual: bool = F
     if k >= n:
         raise ValueError(f"k must be < n = {n} (the number of points in x), got k = {k}")
     chunk = check_int("chunk", chunk, 1)
+    norms = (x * x).sum(1)
     dists, nbrs = [], []
     for s in range(0, n, chunk):
-        d = _sq_dist(x[s:s + chunk], x)
+        a = x[s:s + chunk]
+        # ||b||^2 - 2 a.b ranks the neighbours of each row of a (||a||^2 is added to the k kept)
+        d = torch.addmm(norms[None], a, x.T, alpha=-2.0)
         rows = torch.arange(d.shape[0], device=x.device)
         d[rows, rows + s] = torch.inf  # no self-loops
         v, i = torch.topk(d, k, dim=1, largest=False)
-        dists.append(v)
+        dists.append((v + norms[s:s + chunk, None]).clamp_min_(0.0))
         nbrs.append(i)
     d2, j = torch.cat(dists), torch.cat(nbrs)
     if t is None:
