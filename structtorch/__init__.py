@@ -13,7 +13,7 @@ from .chain import Viterbi, kbest, log_partition, marginals, path_score, viterbi
 from .distributions import ChainDistribution, SegmentMarginals, SemiMarkovDistribution
 from .learn import StructuredHingeLoss, structured_hinge, train
 from .lossaug import loss_augmented_viterbi, loss_augmented_viterbi_window, semimarkov_loss_augmented
-from .metrics import chunk_f1
+from .metrics import chunk_f1, segment_f1
 from .nn import (
     HiddenSemiMarkovSVM,
     HistogramBinning,
@@ -67,6 +67,7 @@ __all__ = [
     "train",
     "metrics",
     "chunk_f1",
+    "segment_f1",
     "SparseFeaturePotentials",
     "lp",
     "use_backend",

@@ -4,17 +4,21 @@ A chunk is a maximal run of tags read by conlleval's rules: it starts at a ``B-`
 ``I-`` tag after ``O`` (or after a tag of another type, or after the end of a chunk), and ends
 where the next tag does not continue it. A predicted chunk counts as correct only when its type,
 its first and its last position all equal those of a gold chunk. Chunks never cross sequences.
+
+:func:`segment_f1` is the segmental F1@k of temporal action segmentation (Lea et al. 2017): segments
+are maximal runs of one label, matched to gold segments of the same label by their overlap (IoU).
 """
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-__all__ = ["chunk_f1", "ChunkScores", "get_chunks"]
+__all__ = ["chunk_f1", "ChunkScores", "get_chunks", "segment_f1", "get_segments"]
 
 # scheme -> {prefix in the tag names: conlleval's prefix}
 SCHEMES: dict[str, dict[str, str]] = {
@@ -180,3 +184,130 @@ def chunk_f1(
         per_type[kind] = {"precision": p, "recall": r, "f1": f, "support": counts[2]}
     p, r, f = _prf(len(correct), len(p_chunks), len(g_chunks))
     return ChunkScores(p, r, f, len(p_chunks), len(g_chunks), len(correct), per_type)
+
+
+# ---------------------------------------------------------------------------------------------
+# segmental F1@k (temporal action segmentation)
+
+
+def get_segments(labels: Sequence[int]) -> list[tuple[int, int, int]]:
+    """The maximal runs of one label of a label sequence as ``(label, start, end)``, ``end``
+    exclusive, in temporal order."""
+    out: list[tuple[int, int, int]] = []
+    start = 0
+    for i in range(1, len(labels) + 1):
+        if i == len(labels) or labels[i] != labels[start]:
+            out.append((labels[start], start, i))
+            start = i
+    return out
+
+
+def _label_rows(x: Tensor, name: str) -> None:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a tensor of label ids (B, T), got {type(x).__name__}")
+    if x.dim() != 2:
+        raise ValueError(f"{name} must have shape (B, T), got {tuple(x.shape)}")
+    if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer label ids, got {x.dtype}")
+
+
+def segment_f1(pred: Tensor, gold: Tensor, lengths: Tensor | Sequence[int] | None = None, *,
+               overlap: float = 0.5, ignore: int | Sequence[int] | None = None) -> float:
+    """Segmental F1@k of predicted against gold label sequences (Lea et al. 2017).
+
+    A segment is a maximal run of one label inside a sequence's length. Predicted segments are
+    taken in temporal order; each is compared with the gold segments of its sequence by
+    intersection over union (in positions; 0 for another label), and is a true positive when the
+    gold segment of largest IoU (the earliest among ties) reaches ``overlap`` and no earlier
+    predicted segment has matched it; otherwise it is a false positive. Gold segments left
+    unmatched are false negatives. TP, FP and FN are summed over the batch and
+    ``F1 = 2 TP / (2 TP + FP + FN)`` (0 when there is no segment at all). This is the matching of
+    the reference implementations (Lea et al.'s TCN code, MS-TCN's ``eval.py``) with MS-TCN's
+    dataset-level counts; for ``overlap >= 0.5`` a predicted segment can reach that IoU with at
+    most one gold segment, so "a TP is a match with an unmatched gold segment" holds exactly.
+
+    Parameters
+    ----------
+    pred, gold : Tensor (B, T) integer
+        Label ids; positions at or beyond ``lengths`` are ignored (a Viterbi path's -1 padding is
+        fine).
+    lengths : Tensor (B,) or sequence of B ints, optional
+        Each sequence's length in [0, T]; None means all T.
+    overlap : float in (0, 1]
+        The IoU threshold k of F1@k (commonly 0.1, 0.25, 0.5).
+    ignore : int or sequence of int, optional
+        Labels whose segments are dropped from both sides before matching (a background class).
+
+    Returns
+    -------
+    float
+        F1 in [0, 1].
+
+    Examples
+    --------
+    >>> gold = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1]])
+    >>> segment_f1(torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1]]), gold)   # IoUs 3/4 and 4/5
+    1.0
+    >>> segment_f1(torch.tensor([[0, 0, 0, 0, 0, 0, 1, 1]]), gold)   # 0: 4/6; 1: 2/4 (TP at 0.5)
+    1.0
+    >>> round(segment_f1(torch.tensor([[0, 0, 1, 0, 0, 1, 1, 1]]), gold), 4)  # TP 2, FP 2, FN 0
+    0.6667
+    """
+    _label_rows(pred, "pred")
+    _label_rows(gold, "gold")
+    if pred.shape != gold.shape:
+        raise ValueError(f"pred and gold must have the same shape (B, T), got {tuple(pred.shape)} and "
+                         f"{tuple(gold.shape)}")
+    B, T = gold.shape
+    if isinstance(overlap, bool) or not isinstance(overlap, numbers.Real) or not 0.0 < float(overlap) <= 1.0:
+        raise ValueError(f"overlap must be a number in (0, 1], got {overlap!r}")
+    if lengths is None:
+        sizes = [T] * B
+    else:
+        if isinstance(lengths, Tensor):
+            if lengths.shape != (B,) or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
+                raise ValueError(f"lengths must be an integer tensor of shape (B,) = ({B},), got "
+                                 f"{lengths.dtype} {tuple(lengths.shape)}")
+            sizes = lengths.tolist()
+        else:
+            sizes = list(lengths)
+            if len(sizes) != B or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
+                                          for v in sizes):
+                raise ValueError(f"lengths must hold B = {B} ints, got {lengths!r}")
+        bad = [b for b, v in enumerate(sizes) if not 0 <= v <= T]
+        if bad:
+            raise ValueError(f"lengths must lie in [0, T] = [0, {T}], got lengths[{bad[0]}] = "
+                             f"{sizes[bad[0]]}")
+    if ignore is None:
+        dropped: set[int] = set()
+    elif isinstance(ignore, numbers.Integral) and not isinstance(ignore, bool):
+        dropped = {int(ignore)}
+    elif isinstance(ignore, Sequence) and all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
+                                              for v in ignore):
+        dropped = {int(v) for v in ignore}
+    else:
+        raise TypeError(f"ignore must be None, an int or a sequence of ints, got {ignore!r}")
+    k = float(overlap)
+    tp = fp = fn = 0
+    for p_row, g_row, size in zip(pred.tolist(), gold.tolist(), sizes, strict=True):
+        p_segs = [s for s in get_segments(p_row[:size]) if s[0] not in dropped]
+        g_segs = [s for s in get_segments(g_row[:size]) if s[0] not in dropped]
+        used = [False] * len(g_segs)
+        for label, start, end in p_segs:
+            best, best_iou = -1, 0.0
+            for j, (g_label, g_start, g_end) in enumerate(g_segs):
+                if g_label != label:
+                    continue
+                inter = min(end, g_end) - max(start, g_start)
+                if inter <= 0:
+                    continue
+                iou = inter / (max(end, g_end) - min(start, g_start))
+                if iou > best_iou:
+                    best, best_iou = j, iou
+            if best >= 0 and best_iou >= k and not used[best]:
+                used[best] = True
+                tp += 1
+            else:
+                fp += 1
+        fn += used.count(False)
+    return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
