@@ -135,8 +135,8 @@ def test_kernel_model_score_regularizer_and_in_sample_values():
     labeled = x[:8]  # the first 8 sample tokens are labeled (two sequences of 4)
     model = KernelChainPotentials(kt, labeled, N)
     with torch.no_grad():
-        model.beta.normal_(generator=g)
-        model.beta_trans.normal_(generator=g)
+        model.weight.normal_(generator=g)
+        model.tau.normal_(generator=g)
     tokens = labeled.reshape(2, 4, 3)
     y = torch.tensor([[0, 1, 1, 2], [2, 2, 0, 1]])
     unary, trans = model(tokens)
@@ -163,7 +163,7 @@ def test_unstructured_model_and_fit_uses_the_regularizer():
     x, W, k, g = _setup(n=24, seed=2)
     kt = GraphRegularizedKernel(k, x, W, 1.0, 9.0)
     svm = KernelChainPotentials(kt, x[:12], 2, transitions=False)
-    assert [n for n, _ in svm.named_parameters()] == ["beta"]
+    assert [n for n, _ in svm.named_parameters()] == ["weight"]
     assert (svm(x[:12].reshape(3, 4, 3))[1] == 0).all()
     data = SequenceData(x[:12].reshape(3, 4, 3), torch.randint(0, 2, (3, 4), generator=g), torch.full((3,), 4))
     model = KernelChainPotentials(kt, x[:12], 2)

@@ -1,6 +1,6 @@
 """Synthetic data generators that reproduce the papers' setups."""
 
-from .actions import ACTION_CLASSES, ActionData, action_sequences
+from .actions import ACTION_CLASSES, ActionData, ActionStreams, action_sequences, action_streams
 from .bauer import bauer_features, bauer_synthetic
 from .conll import (
     CHUNK_TYPES,
@@ -17,6 +17,7 @@ from .conll import (
 from .digits import DigitSequences, digit_sequences, digit_transitions
 from .genes import SEGMENT_NAMES, GeneData, gene_grammar, synthetic_genes
 from .graphs import GraphData, motif_graphs
+from .manifold import PITCH_FEATURES, pitch_accent_like
 from .objects import OBJECT_CLASSES, ObjectData, synthetic_objects
 from .tagging import SequenceData, TaggingData, make_tagging_data
 
@@ -49,6 +50,10 @@ __all__ = [
     "ActionData",
     "action_sequences",
     "ACTION_CLASSES",
+    "ActionStreams",
+    "action_streams",
     "GraphData",
     "motif_graphs",
+    "pitch_accent_like",
+    "PITCH_FEATURES",
 ]

@@ -27,6 +27,14 @@ class KernelChainPotentials(nn.Module):
     ``||beta_trans||^2 / lam1``; :func:`structtorch.train.fit` uses :meth:`regularizer` in place
     of the squared norm of the parameters (``l2=2 / n`` gives eq. 15's objective divided by n).
 
+    Parametrization: with ``K~_ll = U diag(s) U^T`` over the labeled tokens, the trained weights are
+    ``w = beta U diag(s)^1/2`` (N, r), r the eigenvalues above ``rcond * max(s)``, and the
+    transitions' ``tau = beta_trans / sqrt(lam1)``. Then ``beta^T K~ beta = ||w||^2`` and the model is
+    linear in whitened features ``diag(s)^-1/2 U^T k~(x_l, u)``: (sub)gradient steps see a
+    well-conditioned problem (in beta they would follow the kernel's condition number), and the
+    regularizer is the plain squared norm of the parameters. ``beta`` and ``beta_trans`` are
+    properties.
+
     Parameters
     ----------
     kernel : GraphRegularizedKernel or callable (a (na, D), b (nb, D)) -> (na, nb)
@@ -39,6 +47,10 @@ class KernelChainPotentials(nn.Module):
     transitions : bool
         Learn transition scores (the structured model, "STR"); False keeps them at zero (per-token
         multiclass SVM with the same kernel, "SVM").
+    inputs : {"tokens", "rows"}
+        What ``forward`` takes: token observations (B, T, D), or their kernel rows (B, T, n_l)
+        computed once by :meth:`kernel_rows` (training on a fixed set of sequences then costs
+        one matrix product per step instead of a kernel evaluation).
 
     Shapes: ``forward(tokens (B, T, D)) -> (unary (B, T, N), transitions (N, N))``.
     """
@@ -46,26 +58,46 @@ class KernelChainPotentials(nn.Module):
     gram: Tensor
 
     def __init__(self, kernel: Callable[[Tensor, Tensor], Tensor], x_labeled_tokens: Tensor,
-                 num_labels: int, *, transitions: bool = True) -> None:
+                 num_labels: int, *, transitions: bool = True, inputs: str = "tokens",
+                 rcond: float = 1e-10) -> None:
         super().__init__()
         x = _check_points("x_labeled_tokens", x_labeled_tokens)
         self.num_labels = check_int("num_labels", num_labels, 1)
+        if inputs not in ("tokens", "rows"):
+            raise ValueError(f"inputs must be 'tokens' or 'rows', got {inputs!r}")
+        self.inputs = inputs
         self.lam1 = float(getattr(kernel, "lam1", 1.0))
         self.kernel = kernel
         self.x_labeled = x
         self._k: Callable[[Tensor], Tensor] = (kernel.against(x) if hasattr(kernel, "against")
                                                else lambda a: kernel(a, x))
-        gram = self._k(x)
-        self.register_buffer("gram", 0.5 * (gram + gram.T))
-        self.beta = nn.Parameter(torch.zeros(num_labels, x.shape[0], dtype=x.dtype, device=x.device))
+        gram = self._k(x).detach()
+        gram = 0.5 * (gram + gram.T)
+        self.register_buffer("gram", gram)
+        s, U = torch.linalg.eigh(gram)
+        keep = s > float(rcond) * max(float(s.max()), 0.0)
+        if not bool(keep.any()):
+            raise ValueError("the kernel's Gram matrix over x_labeled_tokens has no positive eigenvalue")
+        self.register_buffer("whiten", U[:, keep] * s[keep].rsqrt())  # (n_l, r): beta = weight @ whiten.T
+        self.weight = nn.Parameter(torch.zeros(num_labels, int(keep.sum()), dtype=x.dtype, device=x.device))
         trans = torch.zeros(num_labels, num_labels, dtype=x.dtype, device=x.device)
-        self.beta_trans = nn.Parameter(trans) if transitions else None
+        self.tau = nn.Parameter(trans) if transitions else None
         if not transitions:
             self.register_buffer("_zero_trans", trans)
 
+    @property
+    def beta(self) -> Tensor:
+        """(N, n_l) the coefficients of eq. 14 over the labeled tokens."""
+        return self.weight @ self.whiten.T
+
+    @property
+    def beta_trans(self) -> Tensor | None:
+        """(N, N) the transition coefficients (transition scores are ``beta_trans / lam1``)."""
+        return None if self.tau is None else self.tau * self.lam1 ** 0.5
+
     def extra_repr(self) -> str:
         return (f"num_labels={self.num_labels}, labeled_tokens={self.x_labeled.shape[0]}, "
-                f"transitions={self.beta_trans is not None}")
+                f"rank={self.weight.shape[1]}, transitions={self.tau is not None}")
 
     def kernel_rows(self, tokens: Tensor) -> Tensor:
         """``k~(u, x_i)`` for every token u: (..., n_l) for tokens (..., D)."""
@@ -76,14 +108,24 @@ class KernelChainPotentials(nn.Module):
         return self._k(flat).reshape(*tokens.shape[:-1], -1)
 
     def forward(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
-        """Chain potentials of token observations (B, T, D): unary (B, T, N), transitions (N, N)."""
-        unary = self.kernel_rows(tokens) @ self.beta.T
-        trans = self.beta_trans / self.lam1 if self.beta_trans is not None else self._zero_trans
+        """Chain potentials of token observations (B, T, D) (or of their kernel rows (B, T, n_l)
+        with ``inputs="rows"``): unary (B, T, N), transitions (N, N)."""
+        if self.inputs == "rows":
+            n_l = self.x_labeled.shape[0]
+            if not isinstance(tokens, Tensor) or tokens.dim() < 2 or tokens.shape[-1] != n_l:
+                got = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
+                raise ValueError(f"with inputs='rows' the input must be kernel rows of shape (B, T, {n_l}), "
+                                 f"got {got}")
+            rows = tokens.to(self.beta.dtype)
+        else:
+            rows = self.kernel_rows(tokens)
+        unary = (rows @ self.whiten) @ self.weight.T
+        trans = self.tau * self.lam1 ** -0.5 if self.tau is not None else self._zero_trans
         return unary, trans
 
     def regularizer(self) -> Tensor:
         """``sum_s beta_s^T K~ beta_s + ||beta_trans||^2 / lam1`` (eq. 15)."""
-        reg = (self.beta @ self.gram * self.beta).sum()
-        if self.beta_trans is not None:
-            reg = reg + self.beta_trans.pow(2).sum() / self.lam1
+        reg = self.weight.pow(2).sum()  # = sum_s beta_s^T K~ beta_s
+        if self.tau is not None:
+            reg = reg + self.tau.pow(2).sum()  # = ||beta_trans||^2 / lam1
         return reg
