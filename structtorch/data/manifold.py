@@ -27,8 +27,8 @@ PITCH_FEATURES = 31
 
 
 def pitch_accent_like(n: int, *, min_length: int = 8, max_length: int = 16,
-                      stay: tuple[float, float] = (0.2, 0.3), noise: float = 0.25, dim: int = PITCH_FEATURES, seed: int = 0,
-                      embedding_seed: int = 1234) -> SequenceData:
+                      stay: tuple[float, float] = (0.2, 0.3), noise: float = 0.25,
+                      dim: int = PITCH_FEATURES, seed: int = 0, embedding_seed: int = 1234) -> SequenceData:
     """Sample ``n`` binary label chains with manifold token features.
 
     Parameters
