@@ -77,7 +77,7 @@ __all__ = [
 
 __version__ = "0.4.0.dev0"
 
-_LAZY = ("lp", "data")
+_LAZY = ("lp", "data", "mining", "semisup")
 
 
 def __getattr__(name: str):

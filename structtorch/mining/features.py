@@ -125,7 +125,7 @@ class SubstructureFeatures:
 
         Returns
         -------
-        Tensor (n, |T|)
+        Tensor ``(n, |T|)``, ``|T|`` the number of patterns
         """
         occ = self._matrix(data)
         return self._tensor(occ, occ.shape, dtype, sparse)
@@ -150,7 +150,7 @@ class SubstructureFeatures:
 
         Returns
         -------
-        Tensor (B, T, |T|)
+        Tensor ``(B, T, |T|)``
             Zero at padding positions ``j >= len(sequence_batch[b])``.
         """
         if self.kind == "graphs":
@@ -191,7 +191,7 @@ class SubstructureFeatures:
 
         Returns
         -------
-        Tensor (V, |T|)
+        Tensor ``(V, |T|)``
         """
         if self.kind != "graphs":
             raise TypeError(f"transform_neighbourhoods needs graph patterns; these are {self.kind}")
@@ -223,7 +223,7 @@ class SubstructureFeatures:
 
     @staticmethod
     def to_ids(features: Tensor, *, offset: int = 0) -> Tensor:
-        """Binary features (..., |T|) as padded active ids (..., K) int64 with -1 padding, the input of
+        """Binary features ``(..., |T|)`` as padded active ids (..., K) int64 with -1 padding, the input of
         :class:`structtorch.SparseFeaturePotentials` (K is the most active features at one position;
         add ``offset`` to place them after other feature ids)."""
         if not isinstance(features, Tensor) or features.dim() < 1:
