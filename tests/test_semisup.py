@@ -171,7 +171,7 @@ def test_unstructured_model_and_fit_uses_the_regularizer():
     hist = st.train.fit(model, data, hinge, optimizer=torch.optim.SGD(model.parameters(), lr=0.5), epochs=3,
                         l2=2 / 3, progress=False, metrics=())
     unary, trans = model(data.x)
-    expect = float(hinge(unary, trans, data.labels, lengths=data.lengths)) + float(model.regularizer()) / 3
+    expect = float(hinge(unary, trans, data.labels, lengths=data.lengths).detach()) + float(model.regularizer().detach()) / 3
     assert hist["objective"][-1] == pytest.approx(expect, rel=1e-6)
     with pytest.raises(ValueError, match="regularizer"):
         st.train.fit(model, data, None, epochs=1, solver="bcfw", C=1.0, progress=False)

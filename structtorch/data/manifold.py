@@ -2,21 +2,20 @@
 low-dimensional manifold (for semi-supervised learning, Altun, McAllester & Belkin 2005).
 
 The pitch accent task of the paper labels each word of an utterance accented or not from 31
-acoustic and lexical features; labels depend strongly on their neighbours. Here each label owns
-one arc of a pair of interleaved half-circles ("two moons") in a latent plane; a token's latent
-point is drawn along its label's arc, and a fixed random smooth map lifts the plane to 31
-dimensions (a random linear map of ``[z, sin(w z), cos(w z)]`` features plus isotropic noise).
-Close to the arcs the two labels' tokens are near each other in Euclidean distance yet far along
-the manifold, so a kernel classifier trained on a few labeled tokens errs where a graph over many
-unlabeled tokens follows the arcs. Labels follow a two-state Markov chain whose transitions are
-informative (``stay``), so a chain model also beats per-token classification.
+acoustic and lexical features; labels depend strongly on their neighbours. Here every token has a
+latent point ``u`` uniform in the unit square, lifted to D dimensions by a fixed smooth random map
+(a curved 2-D sheet: random orthonormal combinations of ``sin(u F)`` and ``cos(u F)``), and pushed
+off the sheet by ``+-offset`` along a smoothly varying unit normal field, the sign given by its label.
+The two labels thus lie on two parallel, wrinkled sheets: close in Euclidean distance (a kernel
+classifier needs many labels to follow the wrinkles) but each sheet connected along itself, so a
+kNN graph over many unlabeled tokens links tokens of one label. Labels follow a two-state Markov
+chain with informative transitions (``stay``), so a chain model beats per-token classification.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
+from torch import Tensor
 
 from .._checks import check_int, check_number
 from .tagging import SequenceData
@@ -27,8 +26,9 @@ PITCH_FEATURES = 31
 
 
 def pitch_accent_like(n: int, *, min_length: int = 8, max_length: int = 16,
-                      stay: tuple[float, float] = (0.2, 0.3), noise: float = 0.25,
-                      dim: int = PITCH_FEATURES, seed: int = 0, embedding_seed: int = 1234) -> SequenceData:
+                      stay: tuple[float, float] = (0.2, 0.3), offset: float = 0.15, wrinkle: float = 4.0,
+                      noise: float = 0.02, dim: int = PITCH_FEATURES, seed: int = 0,
+                      embedding_seed: int = 1234) -> SequenceData:
     """Sample ``n`` binary label chains with manifold token features.
 
     Parameters
@@ -39,16 +39,20 @@ def pitch_accent_like(n: int, *, min_length: int = 8, max_length: int = 16,
         Lengths are uniform in [min_length, max_length].
     stay : (float, float)
         ``P(y_t+1 = s | y_t = s)`` for s = 0, 1 (the default alternates: accents rarely follow
-        accents, as in speech, and unaccented words come in short runs).
+        accents, and unaccented words come in short runs).
+    offset : float > 0
+        Distance of each label's sheet from the middle one (the sheet itself has diameter about 1).
+    wrinkle : float > 0
+        Frequency scale of the sheet and of its normal field: larger is harder for a kernel
+        classifier with few labels.
     noise : float >= 0
-        Standard deviation of the latent noise around the arcs (in units of the arcs' radius).
-    dim : int >= 4
+        Isotropic feature noise.
+    dim : int >= 17
         D, the feature dimension (31 as in the paper).
     seed : int
         Seed of the sequences.
     embedding_seed : int
-        Seed of the fixed map from the latent plane to D dimensions: keep it to draw train and test
-        sets of one task.
+        Seed of the fixed sheet and normal field: keep it to draw train and test sets of one task.
 
     Returns
     -------
@@ -59,11 +63,13 @@ def pitch_accent_like(n: int, *, min_length: int = 8, max_length: int = 16,
     n = check_int("n", n, 1)
     min_length = check_int("min_length", min_length, 1)
     max_length = check_int("max_length", max_length, min_length)
-    dim = check_int("dim", dim, 4)
+    dim = check_int("dim", dim, 17)
+    offset = check_number("offset", offset, low=0.0, open_low=True)
+    wrinkle = check_number("wrinkle", wrinkle, low=0.0, open_low=True)
     noise = check_number("noise", noise, low=0.0)
     if len(stay) != 2:
         raise ValueError(f"stay must be two probabilities (label 0, label 1), got {stay!r}")
-    p_stay = [check_number(f"stay[{s}]", p, low=0.0, high=1.0) for s, p in enumerate(stay)]
+    p_stay = torch.tensor([check_number(f"stay[{s}]", p, low=0.0, high=1.0) for s, p in enumerate(stay)])
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(min_length, max_length + 1, (n,), generator=g)
     T = int(lengths.max())
@@ -71,19 +77,23 @@ def pitch_accent_like(n: int, *, min_length: int = 8, max_length: int = 16,
     labels[:, 0] = (torch.rand(n, generator=g) < 0.5).long()
     for t in range(1, T):
         prev = labels[:, t - 1]
-        stay_here = torch.rand(n, generator=g) < torch.tensor(p_stay)[prev]
-        labels[:, t] = torch.where(stay_here, prev, 1 - prev)
-    # latent two moons: label 0 on the upper arc, label 1 on the lower arc shifted right
-    angle = torch.rand(n, T, generator=g) * math.pi
-    upper = torch.stack([torch.cos(angle), torch.sin(angle)], -1)
-    lower = torch.stack([1.0 - torch.cos(angle), 0.5 - torch.sin(angle)], -1)
-    z = torch.where(labels[..., None] == 0, upper, lower) + noise * torch.randn(n, T, 2, generator=g)
+        labels[:, t] = torch.where(torch.rand(n, generator=g) < p_stay[prev], prev, 1 - prev)
     e = torch.Generator().manual_seed(embedding_seed)
-    freq = 1.0 + torch.rand(2, generator=e)
-    lifted = torch.cat([z, torch.sin(freq * z), torch.cos(freq * z)], -1)  # (n, T, 6)
-    A = torch.linalg.qr(torch.randn(dim, 6, generator=e))[0].T  # (6, D) orthonormal rows
-    x = lifted @ A + 0.05 * torch.randn(n, T, dim, generator=g)
+    F_sheet = torch.randn(2, 8, generator=e, dtype=torch.float64) * wrinkle
+    F_normal = torch.randn(2, 8, generator=e, dtype=torch.float64) * wrinkle
+    A_sheet = torch.linalg.qr(torch.randn(dim, 16, generator=e, dtype=torch.float64))[0].T  # (16, D)
+    A_normal = torch.randn(16, dim, generator=e, dtype=torch.float64) / 4
+
+    def waves(u: Tensor, F: Tensor) -> Tensor:
+        return torch.cat([torch.sin(u @ F), torch.cos(u @ F)], -1)
+
+    u = torch.rand(n, T, 2, generator=g, dtype=torch.float64)
+    normal = waves(u, F_normal) @ A_normal
+    normal = normal / normal.norm(dim=-1, keepdim=True)
+    sign = (2 * labels - 1).to(torch.float64)[..., None]
+    x = waves(u, F_sheet) @ A_sheet + offset * sign * normal
+    x = x + noise * torch.randn(n, T, dim, generator=g, dtype=torch.float64)
     inside = torch.arange(T) < lengths[:, None]
-    x = torch.where(inside[..., None], x, torch.zeros(()))
+    x = torch.where(inside[..., None], x, torch.zeros((), dtype=x.dtype))
     labels = torch.where(inside, labels, torch.zeros((), dtype=torch.long))
     return SequenceData(x.float(), labels, lengths)
