@@ -41,7 +41,7 @@ import time
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 import structtorch as st
 from structtorch.data.actions import ActionStreams, action_streams
@@ -49,21 +49,6 @@ from structtorch.data.tagging import SequenceData
 from structtorch.mining import LPBoost, SubstructureFeatures, best_patterns
 
 OVERLAPS = (0.1, 0.25, 0.5)
-
-
-class SparseChain(nn.Module):
-    """Feature ids (B, T, K) -> (unary (B, T, N), transitions (N, N), start (N,), end (N,)), linear in
-    its parameters (as BCFW needs)."""
-
-    def __init__(self, num_features: int, num_labels: int) -> None:
-        super().__init__()
-        self.features = st.SparseFeaturePotentials(num_features, num_labels)
-        self.start = nn.Parameter(torch.zeros(num_labels))
-        self.end = nn.Parameter(torch.zeros(num_labels))
-
-    def forward(self, ids: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        unary, transitions = self.features(ids)
-        return unary, transitions, self.start, self.end
 
 
 def windows(streams: ActionStreams, index: np.ndarray, width: int) -> tuple[list, np.ndarray]:
@@ -122,7 +107,7 @@ def chain_svm(name: str, dictionaries: list[SubstructureFeatures], streams: Acti
     featurize = time.perf_counter() - began
     train = sequence_data(ids, streams, streams.train)
     test = sequence_data(ids, streams, streams.test)
-    model = SparseChain(sum(len(d) for d in dictionaries), 6)
+    model = st.SparseFeaturePotentials(sum(len(d) for d in dictionaries), 6, boundary=True)
     began = time.perf_counter()
     history = st.train.fit(model, train, st.StructuredHingeLoss(), epochs=args.passes, C=args.C, solver="bcfw",
                            solver_options={"tol": args.tol}, progress=False, seed=args.seed)

@@ -61,21 +61,6 @@ class Emissions(nn.Module):
         return self.features(ids)[0]
 
 
-class SparseChain(nn.Module):
-    """Feature ids (B, T, K) -> (unary (B, T, N), transitions (N, N), start (N,), end (N,)), linear
-    in its parameters (as BCFW needs)."""
-
-    def __init__(self, num_features: int, num_labels: int) -> None:
-        super().__init__()
-        self.features = st.SparseFeaturePotentials(num_features, num_labels)
-        self.start = nn.Parameter(torch.zeros(num_labels))
-        self.end = nn.Parameter(torch.zeros(num_labels))
-
-    def forward(self, ids: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        unary, transitions = self.features(ids)
-        return unary, transitions, self.start, self.end
-
-
 def load(args: argparse.Namespace) -> tuple[Sentences, Sentences, str]:
     """(train, test, description) from the given files or the generator."""
     if (args.train is None) != (args.test is None):
@@ -139,7 +124,7 @@ def train_svm(train: SequenceData, num_features: int, labels: list[str],
               args: argparse.Namespace) -> tuple[Decoder, float, dict]:
     """Structural SVM on the same features by BCFW; decoded under the BIO constraints.
     -> (decode, seconds, last BCFW record)."""
-    model = SparseChain(num_features, len(labels))
+    model = st.SparseFeaturePotentials(num_features, len(labels), boundary=True)
     began = time.perf_counter()
     history = st.train.fit(model, train, None, epochs=args.svm_passes, C=args.C, solver="bcfw",
                            solver_options={"tol": args.tol}, progress=False, seed=args.seed)

@@ -3,26 +3,13 @@ action_sequences after the clip generator's refactoring, and examples/action_seg
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
+from _runner import run_example
 
 from structtorch.data.actions import ACTION_CLASSES, _pools, action_sequences, action_streams, temporal_bins
 from structtorch.metrics import get_segments
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def run_example(script: str, *args: str) -> str:
-    """Run ``examples/<script>`` with ``args``; return its stdout (fails on a non-zero exit)."""
-    proc = subprocess.run([sys.executable, str(ROOT / "examples" / script), *args],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
 
 
 def original_action_sequences(n, *, setting, B, tau, vocab, points, pool_size, signal, splits, seed):

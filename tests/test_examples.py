@@ -7,10 +7,9 @@ import sys
 from pathlib import Path
 
 import torch
+from _runner import ROOT, run_example
 
 from structtorch.data import make_tagging_data
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_tagging_data_structure():
@@ -24,14 +23,6 @@ def test_tagging_data_structure():
     assert (data.x[~inside] == 0).all() and (data.labels[~inside] == 0).all()
     again = make_tagging_data(64, num_labels=4, num_features=3, min_length=5, max_length=9, seed=3)
     assert torch.equal(again.x, data.x)
-
-
-def run_example(script: str, *args: str) -> str:
-    """Run ``examples/<script>`` with ``args``; return its stdout (fails on a non-zero exit)."""
-    proc = subprocess.run([sys.executable, str(ROOT / "examples" / script), *args],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
 
 
 def test_demo_runs(tmp_path):

@@ -256,6 +256,21 @@ def test_sparse_equals_the_dense_one_hot_linear_model():
     torch.testing.assert_close(u4, lin(dense_v)[0])
 
 
+def test_sparse_boundary_scores_enter_the_path_score():
+    ids, _ = bags()
+    model = SparseFeaturePotentials(11, 3, boundary=True)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_()
+    unary, trans, start, end = model(ids)
+    assert start is model.start and end is model.end and start.shape == end.shape == (3,)
+    labels = torch.randint(0, 3, (6, 5))
+    plain = st.path_score(unary, trans, labels)
+    full = st.path_score(unary, trans, labels, start=start, end=end)
+    torch.testing.assert_close(full - plain, start[labels[:, 0]] + end[labels[:, -1]])
+    assert len(SparseFeaturePotentials(11, 3)(ids)) == 2
+
+
 def test_sparse_trains_like_the_dense_model():
     ids, dense = bags(n=12, T=6)
     g = torch.Generator().manual_seed(1)

@@ -4,27 +4,15 @@ subgraph-boosting example that uses them."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import networkx as nx
 import numpy as np
 import pytest
 import torch
+from _runner import run_example
 
 from structtorch.data.graphs import motif_graphs
 from structtorch.mining.graphs import contains, occurrence_matrix, to_networkx
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def run_example(script: str, *args: str) -> str:
-    """Run ``examples/<script>`` with ``args``; return its stdout (fails on a non-zero exit)."""
-    proc = subprocess.run([sys.executable, str(ROOT / "examples" / script), *args],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
 
 
 @pytest.mark.parametrize("motif, k", [("triangle", 3), ("square", 4)])

@@ -46,6 +46,10 @@ class SparseFeaturePotentials(nn.Module):
     sparse_grad : bool
         Sparse gradients for the feature weights (``nn.EmbeddingBag(sparse=True)``; needs an
         optimizer that takes them, such as SGD or SparseAdam).
+    boundary : bool
+        Also learn start and end scores (N,) and return them: ``forward`` then gives the 4-tuple
+        ``(unary, transitions, start, end)`` of the loss protocol (still linear in the parameters,
+        as BCFW needs).
 
     Attributes
     ----------
@@ -53,11 +57,12 @@ class SparseFeaturePotentials(nn.Module):
         ``emission.weight`` (F, N): the score of feature f for label j.
     bias : nn.Parameter (N,) or None
     transitions : nn.Parameter (N, N)
+    start, end : nn.Parameter (N,) or None
         All parameters start at zero.
     """
 
     def __init__(self, num_features: int, num_labels: int, *, bias: bool = True,
-                 sparse_grad: bool = False) -> None:
+                 sparse_grad: bool = False, boundary: bool = False) -> None:
         super().__init__()
         self.num_features = check_int("num_features", num_features, 1)
         self.num_labels = check_int("num_labels", num_labels, 1)
@@ -65,9 +70,12 @@ class SparseFeaturePotentials(nn.Module):
         nn.init.zeros_(self.emission.weight)
         self.bias = nn.Parameter(torch.zeros(num_labels)) if bias else None
         self.transitions = nn.Parameter(torch.zeros(num_labels, num_labels))
+        self.start = nn.Parameter(torch.zeros(num_labels)) if boundary else None
+        self.end = nn.Parameter(torch.zeros(num_labels)) if boundary else None
 
     def extra_repr(self) -> str:
-        return f"num_features={self.num_features}, num_labels={self.num_labels}, bias={self.bias is not None}"
+        return (f"num_features={self.num_features}, num_labels={self.num_labels}, "
+                f"bias={self.bias is not None}, boundary={self.start is not None}")
 
     def _check_ids(self, name: str, ids: Tensor) -> None:
         if ids.dtype not in (torch.int64, torch.int32):
@@ -83,7 +91,7 @@ class SparseFeaturePotentials(nn.Module):
                                  f"[{least}, {self.num_features}), found {bad}")
 
     def forward(self, ids: Tensor, offsets: Tensor | None = None, *, shape: tuple[int, int] | None = None,
-                values: Tensor | None = None) -> tuple[Tensor, Tensor]:
+                values: Tensor | None = None) -> tuple[Tensor, ...]:
         """Chain potentials of bags of feature ids.
 
         Parameters
@@ -101,6 +109,8 @@ class SparseFeaturePotentials(nn.Module):
         -------
         unary : Tensor (B, T, N)
         transitions : Tensor (N, N)
+        start, end : Tensor (N,)
+            Only with ``boundary=True``.
         """
         if not isinstance(ids, Tensor):
             raise TypeError(f"ids must be a torch.Tensor of shape (B, T, K), got {type(ids).__name__}")
@@ -140,4 +150,6 @@ class SparseFeaturePotentials(nn.Module):
         unary = scores.reshape(B, T, self.num_labels)
         if self.bias is not None:
             unary = unary + self.bias
+        if self.start is not None:
+            return unary, self.transitions, self.start, self.end
         return unary, self.transitions
