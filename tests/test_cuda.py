@@ -162,3 +162,20 @@ def test_autocast_and_compile_on_cuda():
     torch.testing.assert_close(nll, crf(emissions.float(), y, lengths), rtol=1e-5, atol=1e-4)
     nll.sum().backward()
     assert torch.isfinite(encoder.weight.grad).all() and encoder.weight.grad.abs().sum() > 0
+
+
+def test_semisup_on_cuda_matches_cpu():
+    import functools
+
+    from structtorch.semisup import GraphRegularizedKernel, knn_graph, laplacian_penalty, rbf_kernel
+
+    x = torch.randn(300, 8, dtype=torch.float64)
+    W, Wc = knn_graph(x, 5, chunk=64), knn_graph(x.cuda(), 5, chunk=64)
+    assert Wc.device.type == "cuda"
+    torch.testing.assert_close(Wc.to_dense().cpu(), W.to_dense())
+    f = torch.randn(300, 3, dtype=torch.float64)
+    torch.testing.assert_close(laplacian_penalty(f.cuda(), Wc).cpu(), laplacian_penalty(f, W))
+    k = functools.partial(rbf_kernel, gamma=0.2)
+    for method in ("dense", "cg"):
+        kc = GraphRegularizedKernel(k, x.cuda(), Wc, 0.1, 0.9, method=method)(x[:20].cuda(), x[:30].cuda())
+        torch.testing.assert_close(kc.cpu(), GraphRegularizedKernel(k, x, W, 0.1, 0.9)(x[:20], x[:30]))

@@ -173,8 +173,16 @@ def test_unstructured_model_and_fit_uses_the_regularizer():
     unary, trans = model(data.x)
     expect = float(hinge(unary, trans, data.labels, lengths=data.lengths).detach()) + float(model.regularizer().detach()) / 3
     assert hist["objective"][-1] == pytest.approx(expect, rel=1e-6)
+    # its regularizer is the squared norm of the whitened weights: BCFW applies and reaches the optimum
+    hb = st.train.fit(model, data, None, epochs=50, solver="bcfw", l2=2 / 3, progress=False, metrics=())
+    assert hb["gap"][-1] < 1e-3 * max(1.0, abs(hb["objective"][-1]))
+
+    class Odd(KernelChainPotentials):
+        def regularizer(self):
+            return 2 * super().regularizer()
+
     with pytest.raises(ValueError, match="regularizer"):
-        st.train.fit(model, data, None, epochs=1, solver="bcfw", C=1.0, progress=False)
+        st.train.fit(Odd(kt, x[:12], 2), data, None, epochs=1, solver="bcfw", C=1.0, progress=False)
 
 
 def test_transductive_kernel_is_in_sample_only():
@@ -182,6 +190,7 @@ def test_transductive_kernel_is_in_sample_only():
     tk = TransductiveKernel(k, x, W, 0.5, 0.5)
     L = laplacian(W).to_dense()
     KS = torch.linalg.inv(L + 1e-2 * torch.eye(15, dtype=D64))
+    KS = KS / KS.diagonal().mean()
     assert torch.allclose(tk(x, x), 0.5 * k(x, x) + 0.5 * KS, atol=1e-9)
     z = torch.randn(3, 3, dtype=D64, generator=g)
     assert torch.allclose(tk(z, x), 0.5 * k(z, x))  # out of sample the graph part is gone
@@ -204,3 +213,37 @@ def test_errors():
     model = KernelChainPotentials(GraphRegularizedKernel(k, x, W, 1.0, 1.0), x[:4], 2)
     with pytest.raises(ValueError, match=r"tokens must have shape \(B, T, 3\)"):
         model(torch.zeros(2, 3, 5, dtype=D64))
+
+
+def test_pitch_accent_like_structure():
+    from structtorch.data import PITCH_FEATURES, pitch_accent_like
+
+    d = pitch_accent_like(400, min_length=5, max_length=9, seed=3)
+    B, T, D = d.x.shape
+    assert (B, D) == (400, PITCH_FEATURES) and T == int(d.lengths.max()) <= 9 and int(d.lengths.min()) >= 5
+    inside = torch.arange(T) < d.lengths[:, None]
+    assert (d.x[~inside] == 0).all() and (d.labels[~inside] == 0).all()
+    assert set(d.labels[inside].tolist()) == {0, 1}
+    # the label chain: P(stay | s) close to the default (0.2, 0.3)
+    prev, nxt = d.labels[:, :-1][inside[:, 1:]], d.labels[:, 1:][inside[:, 1:]]
+    for s, p in enumerate((0.2, 0.3)):
+        assert abs(float((nxt[prev == s] == s).double().mean()) - p) < 0.04
+    # the two labels lie on two sheets: a token's nearest other token mostly shares its label
+    x, y = d.x[inside][:2000].double(), d.labels[inside][:2000]
+    dist = torch.cdist(x, x).fill_diagonal_(float("inf"))
+    assert float((y[dist.argmin(1)] == y).double().mean()) > 0.8
+    again = pitch_accent_like(400, min_length=5, max_length=9, seed=3)
+    assert torch.equal(again.x, d.x)
+    with pytest.raises(ValueError, match="stay"):
+        pitch_accent_like(3, stay=(0.5,))
+    with pytest.raises(ValueError, match="offset"):
+        pitch_accent_like(3, offset=0.0)
+
+
+def test_semisupervised_example_runs():
+    from _runner import run_example
+
+    out = run_example("semisupervised.py", "--quick")
+    assert "Table 1, pitch-accent-like" in out and "Table 2, digit words (informative" in out
+    assert "65.92" in out and "43.62" in out  # the paper's numbers beside ours
+    assert "STR, eq. 18 kernel" in out and "penalty weight" in out

@@ -312,6 +312,26 @@ def _no_loss(*args, **kwargs) -> Tensor:  # evaluate() decodes only
 # fit
 
 
+@torch.no_grad()
+def _regularizer_is_l2(model: nn.Module) -> bool:
+    """Whether the model's ``regularizer()`` (if any) is the squared norm of its parameters, checked at
+    a random point of parameter space (the parameters are restored)."""
+    own = getattr(model, "regularizer", None)
+    if not callable(own):
+        return True
+    params = [p for p in model.parameters() if p.requires_grad]
+    saved = [p.detach().clone() for p in params]
+    try:
+        gen = torch.Generator().manual_seed(0)
+        for p in params:
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype).to(p.device))
+        reg, norm = float(own()), float(sum(p.pow(2).sum() for p in params))
+    finally:
+        for p, s in zip(params, saved, strict=True):
+            p.copy_(s)
+    return abs(reg - norm) <= 1e-6 * max(1.0, norm)
+
+
 def _penalty(task: _Task, lam: float) -> Tensor | float:
     """``lam / 2`` times the squared norm of the trained parameters; a model with a
     ``regularizer()`` method (e.g. a kernel model's ``beta^T K beta``) gives its own term for its
@@ -487,9 +507,9 @@ def fit(
             raise ValueError(f"solver='bcfw' takes no {' or '.join(given)} (it computes its own steps)")
         if dist.is_available() and dist.is_initialized():
             raise ValueError("solver='bcfw' runs in one process, not under torch.distributed")
-        if callable(getattr(model, "regularizer", None)):
-            raise ValueError("solver='bcfw' needs the squared-norm regularizer; this model defines its own "
-                             "regularizer() (use the subgradient solver)")
+        if not _regularizer_is_l2(model):
+            raise ValueError("solver='bcfw' needs the squared-norm regularizer; this model's regularizer() "
+                             "is not the squared norm of its parameters (use the subgradient solver)")
         state = BCFW(model, train_data, loss, lam, seed=seed, **dict(solver_options or {}))
         task = _Task(model, state.loss)
         recorded = {"objective", "dual", "gap", "time"}

@@ -100,6 +100,9 @@ class GraphRegularizedKernel:
         Weight of the RKHS norm.
     lam2 : float >= 0
         Weight of the Laplacian term (0 gives ``k / lam1``).
+    normalized : bool
+        Use the normalized Laplacian ``I - D^-1/2 W D^-1/2`` (eigenvalues in [0, 2], so lam2 does
+        not depend on the graph's degrees and weights) instead of ``D - W``.
     method : {"auto", "dense", "cg"}
         ``auto`` is dense up to ``DENSE_MAX`` points.
     tol, max_iter : float, int
@@ -114,7 +117,7 @@ class GraphRegularizedKernel:
     """
 
     def __init__(self, base_kernel: Kernel, x_all: Tensor, W: Tensor, lam1: float, lam2: float, *,
-                 method: str = "auto", tol: float = 1e-8, max_iter: int = 1000) -> None:
+                 normalized: bool = False, method: str = "auto", tol: float = 1e-8, max_iter: int = 1000) -> None:
         if not callable(base_kernel):
             raise TypeError("base_kernel must be callable (a, b) -> Gram matrix, got "
                             f"{type(base_kernel).__name__}")
@@ -131,7 +134,7 @@ class GraphRegularizedKernel:
         self.tol = check_number("tol", tol, low=0.0, open_low=True)
         self.max_iter = check_int("max_iter", max_iter, 1)
         self.K = _gram(base_kernel, x_all, x_all, "x_all, x_all").to(x_all.dtype)
-        self.M = laplacian(W.to(x_all.dtype)) * (self.lam2 / self.lam1)
+        self.M = laplacian(W.to(x_all.dtype), normalized=normalized) * (self.lam2 / self.lam1)
         self.G = None
         if self.method == "dense":
             I = torch.eye(n, dtype=x_all.dtype, device=x_all.device)
@@ -187,7 +190,8 @@ class GraphRegularizedKernel:
 
 class TransductiveKernel:
     """The transductive kernel of eq. 18, ``mu1 k + mu2 k_S``, with the graph kernel
-    ``k_S = (L + eps I)^{-1}`` (the regularized Laplacian kernel): defined on the sample only.
+    ``k_S = c (L + eps I)^{-1}`` (the regularized Laplacian kernel, scaled by c to a mean diagonal
+    of 1 so that the weights compare with a unit-diagonal base kernel): defined on the sample only.
 
     Out-of-sample points have no row in ``k_S``; :meth:`__call__` takes points and uses
     ``k_S(x, .) = 0`` for points that are not (exactly) sample points, so out of sample only
@@ -213,7 +217,8 @@ class TransductiveKernel:
         self.mu2 = check_number("mu2", mu2, low=0.0)
         eps = check_number("eps", eps, low=0.0, open_low=True)
         KS = torch.linalg.inv(L + eps * torch.eye(n, dtype=x_all.dtype, device=x_all.device))
-        self.KS = 0.5 * (KS + KS.T)
+        KS = 0.5 * (KS + KS.T)
+        self.KS = KS / KS.diagonal().mean()
 
     def _index(self, a: Tensor) -> Tensor:
         """Sample index of each row of ``a``, -1 when it is not a sample point."""
