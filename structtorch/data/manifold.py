@@ -5,7 +5,8 @@ The pitch accent task of the paper labels each word of an utterance accented or 
 acoustic and lexical features; labels depend strongly on their neighbours. Here every token has a
 latent point ``u`` uniform in the unit square, lifted to D dimensions by a fixed smooth random map
 (a curved 2-D sheet: random orthonormal combinations of ``sin(u F)`` and ``cos(u F)``), and pushed
-off the sheet by ``+-offset`` along a smoothly varying unit normal field, the sign given by its label.
+off the sheet by ``+-offset`` along a smoothly varying unit normal field, the sign given by its label
+(a fraction ``ambiguity`` of the tokens stays on the middle sheet).
 The two labels thus lie on two parallel, wrinkled sheets: close in Euclidean distance (a kernel
 classifier needs many labels to follow the wrinkles) but each sheet connected along itself, so a
 kNN graph over many unlabeled tokens links tokens of one label. Labels follow a two-state Markov
@@ -27,7 +28,7 @@ PITCH_FEATURES = 31
 
 def pitch_accent_like(n: int, *, min_length: int = 8, max_length: int = 16,
                       stay: tuple[float, float] = (0.2, 0.3), offset: float = 0.15, wrinkle: float = 4.0,
-                      noise: float = 0.02, dim: int = PITCH_FEATURES, seed: int = 0,
+                      ambiguity: float = 0.3, noise: float = 0.02, dim: int = PITCH_FEATURES, seed: int = 0,
                       embedding_seed: int = 1234) -> SequenceData:
     """Sample ``n`` binary label chains with manifold token features.
 
@@ -45,6 +46,10 @@ def pitch_accent_like(n: int, *, min_length: int = 8, max_length: int = 16,
     wrinkle : float > 0
         Frequency scale of the sheet and of its normal field: larger is harder for a kernel
         classifier with few labels.
+    ambiguity : float in [0, 1]
+        Fraction of tokens placed on the middle sheet, between the two labels' (ambiguous
+        observations, as words whose accent is not heard): the best per-token accuracy is about
+        ``1 - ambiguity / 2``, and the label context recovers much of the rest.
     noise : float >= 0
         Isotropic feature noise.
     dim : int >= 17
@@ -67,6 +72,7 @@ def pitch_accent_like(n: int, *, min_length: int = 8, max_length: int = 16,
     offset = check_number("offset", offset, low=0.0, open_low=True)
     wrinkle = check_number("wrinkle", wrinkle, low=0.0, open_low=True)
     noise = check_number("noise", noise, low=0.0)
+    ambiguity = check_number("ambiguity", ambiguity, low=0.0, high=1.0)
     if len(stay) != 2:
         raise ValueError(f"stay must be two probabilities (label 0, label 1), got {stay!r}")
     p_stay = torch.tensor([check_number(f"stay[{s}]", p, low=0.0, high=1.0) for s, p in enumerate(stay)])
@@ -90,7 +96,8 @@ def pitch_accent_like(n: int, *, min_length: int = 8, max_length: int = 16,
     u = torch.rand(n, T, 2, generator=g, dtype=torch.float64)
     normal = waves(u, F_normal) @ A_normal
     normal = normal / normal.norm(dim=-1, keepdim=True)
-    sign = (2 * labels - 1).to(torch.float64)[..., None]
+    sign = (2 * labels - 1).to(torch.float64)
+    sign = torch.where(torch.rand(n, T, generator=g) < ambiguity, torch.zeros_like(sign), sign)[..., None]
     x = waves(u, F_sheet) @ A_sheet + offset * sign * normal
     x = x + noise * torch.randn(n, T, dim, generator=g, dtype=torch.float64)
     inside = torch.arange(T) < lengths[:, None]
