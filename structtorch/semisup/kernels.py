@@ -117,7 +117,8 @@ class GraphRegularizedKernel:
     """
 
     def __init__(self, base_kernel: Kernel, x_all: Tensor, W: Tensor, lam1: float, lam2: float, *,
-                 normalized: bool = False, method: str = "auto", tol: float = 1e-8, max_iter: int = 1000) -> None:
+                 normalized: bool = False, method: str = "auto", tol: float = 1e-8,
+                 max_iter: int = 1000) -> None:
         if not callable(base_kernel):
             raise TypeError("base_kernel must be callable (a, b) -> Gram matrix, got "
                             f"{type(base_kernel).__name__}")
