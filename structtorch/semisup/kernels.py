@@ -45,7 +45,7 @@ __all__ = ["rbf_kernel", "GraphRegularizedKernel", "TransductiveKernel"]
 
 Kernel = Callable[[Tensor, Tensor], Tensor]
 
-DENSE_MAX = 6000  # "auto" uses the dense factorization up to this many sample points
+DENSE_MAX = 6000  # "auto" is dense up to here: dense beat CG at every n measured (<= 6,000, RESULTS.md)
 
 
 def rbf_kernel(a: Tensor, b: Tensor, gamma: float) -> Tensor:
