@@ -106,14 +106,9 @@ def accuracy(model: nn.Module, data: SequenceData, rows: Callable[[Tensor], Tens
     return float((path == data.labels)[inside].double().mean())
 
 
-def kernel_model(kernel, labeled: SequenceData, num_labels: int, structured: bool) -> KernelChainPotentials:
-    model = KernelChainPotentials(kernel, tokens(labeled), num_labels, transitions=structured, inputs="rows")
-    return model
-
-
 def fit_eval(kernel, labeled: SequenceData, evals: dict[str, SequenceData], num_labels: int, structured: bool,
              epochs: int) -> dict[str, float]:
-    model = kernel_model(kernel, labeled, num_labels, structured)
+    model = KernelChainPotentials(kernel, tokens(labeled), num_labels, transitions=structured, inputs="rows")
     rows = labeled.map_x(lambda x: model.kernel_rows(x).detach())
     train(model, rows, epochs=epochs)
     return {name: accuracy(model, d, lambda x: model.kernel_rows(x)) for name, d in evals.items()}

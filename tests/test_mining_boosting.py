@@ -82,8 +82,8 @@ def test_tcboost_pnorm_against_full_master(p, T, seed):
 
 
 def test_pnorm_master_dual_constant():
-    # one column, N = 2, y h = (+1, -1): the dual max gamma - c (l1^q + l2^q) s.t. l1 - l2 <= -gamma;
-    # with q = 2, D = 1: c = 1/4 and the optimum is at l = (1/2, 1/2)... checked against a grid search
+    # one column, N = 2, y h = (+1, -1): the dual max gamma - c (l1^q + l2^q) s.t. l1 - l2 <= -gamma
+    # with q = 2, D = 1 (c = 1/4), i.e. max over l1 of -(2 l1 - 1) - (l1^2 + (1 - l1)^2) / 4: a grid search
     model = TCBoost(MINER, p=2.0, D=1.0)
     A = np.array([[1.0, -1.0]])
     lam, gamma, alpha, obj = model._master(A, 1.0)

@@ -169,10 +169,14 @@ def test_windows_feed_dense_and_sparse_chain_potentials_identically():
 def test_windows_feed_hsm_contents():
     batch, feats, X = _window_batch()
     allowed = torch.ones(2, 2, dtype=torch.bool)
-    model = st.HiddenSemiMarkovSVM(allowed, 3, content_of=[0, 1], content_range=(0.0, 1.0))
-    pots = model(None, X[..., :2].double(), torch.tensor([len(s) for s in batch]))
-    out = st.semimarkov_viterbi(**pots)
-    assert out[0].shape == (3,)
+    model = st.HiddenSemiMarkovSVM(allowed, 3, content_of=[0, 1], content_range=(0.0, 1.0), monotone=None)
+    with torch.no_grad():
+        model.content_plif.raw.copy_(torch.linspace(-1.0, 1.0, model.content_plif.raw.numel()).reshape(2, -1))
+    lengths = torch.tensor([len(s) for s in batch])
+    score, *_ = st.semimarkov_viterbi(**model(None, X[..., :2].double(), lengths))
+    blank, *_ = st.semimarkov_viterbi(**model(None, torch.zeros_like(X[..., :2]).double(), lengths))
+    assert score.shape == (3,) and torch.isfinite(score).all()
+    assert not torch.allclose(score, blank)  # the mined window features change the segment scores
 
 
 def test_neighbourhoods_feed_lp_unaries():

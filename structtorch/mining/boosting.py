@@ -288,12 +288,16 @@ class TCBoost:
             raise ValueError("data must be a non-empty list of instances")
         if len(self.classes_) == 2:
             return _stumps(self.patterns_, data) @ self.alpha_
-        columns = [c for e in self.estimators_ for c in e.patterns_]
-        H = _stumps(columns, data)
-        out, start = np.zeros((len(data), len(self.estimators_))), 0
+        # each distinct pattern is matched once, whatever the number of pairs that selected it
+        distinct = dict.fromkeys(t for e in self.estimators_ for t, _ in e.patterns_)
+        index = {t: m for m, t in enumerate(distinct)}
+        occ = 2.0 * occurrence_matrix(list(index), data) - 1.0 if index else np.zeros((len(data), 0))
+        out = np.zeros((len(data), len(self.estimators_)))
         for k, e in enumerate(self.estimators_):
-            out[:, k] = H[:, start:start + len(e.alpha_)] @ e.alpha_
-            start += len(e.alpha_)
+            if e.patterns_:
+                cols = [index[t] for t, _ in e.patterns_]
+                signed = e.alpha_ * np.array([d for _, d in e.patterns_], dtype=np.float64)
+                out[:, k] = occ[:, cols] @ signed
         return out
 
     def predict(self, data: Sequence) -> np.ndarray:

@@ -51,11 +51,12 @@ class KernelChainPotentials(nn.Module):
         What ``forward`` takes: token observations (B, T, D), or their kernel rows (B, T, n_l)
         computed once by :meth:`kernel_rows` (training on a fixed set of sequences then costs
         one matrix product per step instead of a kernel evaluation).
+    rcond : float
+        Eigenvalues of the labeled Gram matrix ``K~_ll`` (n_l, n_l) below ``rcond`` times the largest
+        are dropped from the whitened parametrization.
 
     Shapes: ``forward(tokens (B, T, D)) -> (unary (B, T, N), transitions (N, N))``.
     """
-
-    gram: Tensor
 
     def __init__(self, kernel: Callable[[Tensor, Tensor], Tensor], x_labeled_tokens: Tensor,
                  num_labels: int, *, transitions: bool = True, inputs: str = "tokens",
@@ -72,9 +73,7 @@ class KernelChainPotentials(nn.Module):
         self._k: Callable[[Tensor], Tensor] = (kernel.against(x) if hasattr(kernel, "against")
                                                else lambda a: kernel(a, x))
         gram = self._k(x).detach()
-        gram = 0.5 * (gram + gram.T)
-        self.register_buffer("gram", gram)
-        s, U = torch.linalg.eigh(gram)
+        s, U = torch.linalg.eigh(0.5 * (gram + gram.T))
         keep = s > float(rcond) * max(float(s.max()), 0.0)
         if not bool(keep.any()):
             raise ValueError("the kernel's Gram matrix over x_labeled_tokens has no positive eigenvalue")
