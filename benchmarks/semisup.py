@@ -33,14 +33,25 @@ def median_time(fn: Callable[[], object], repeats: int, device: torch.device) ->
 
 
 def knn(repeats: int, quick: bool, device: torch.device) -> None:
-    print("\n## knn_graph (k = 5, heat weights, union), float32\n")
-    print("| n | D | time |")
-    print("|---|---|---|")
+    """Our exact kNN graph beside scikit-learn's brute-force ``kneighbors_graph`` (all cores)."""
+    try:
+        from sklearn.neighbors import kneighbors_graph
+    except ImportError:  # scikit-learn is an extra
+        kneighbors_graph = None
+    print("\n## knn_graph (k = 5, heat weights, union), float32, against sklearn kneighbors_graph\n")
+    print("| n | D | knn_graph | sklearn | sklearn / ours |")
+    print("|---|---|---|---|---|")
     sizes = [(10_000, 64), (20_000, 64)] + ([] if quick else [(50_000, 64), (100_000, 64)])
     for n, D in sizes:
-        x = torch.randn(n, D, device=device, generator=None)
-        t = median_time(lambda x=x: knn_graph(x, 5), 1 if n >= 50_000 else repeats, device)
-        print(f"| {n:,} | {D} | {t:.2f} s |")
+        x = torch.randn(n, D, device=device)
+        t = median_time(lambda x=x: knn_graph(x, 5), repeats, device)
+        ref = "- | -"
+        if kneighbors_graph is not None:
+            xn = x.cpu().numpy()
+            ts = median_time(lambda xn=xn: kneighbors_graph(xn, 5, mode="distance", n_jobs=-1), repeats,
+                             torch.device("cpu"))
+            ref = f"{ts:.2f} s | {ts / t:.1f}x"
+        print(f"| {n:,} | {D} | {t:.2f} s | {ref} |")
 
 
 def kernels(repeats: int, quick: bool, device: torch.device) -> None:

@@ -48,6 +48,23 @@ def test_knn_graph_against_dense_reference(n, k, mutual, seed, chunk):
     assert torch.equal(Wd, Wd.T) and (Wd.diagonal() == 0).all()
 
 
+@settings(max_examples=40, deadline=None)
+@given(hs.integers(2, 90), hs.integers(1, 6), hs.integers(1, 9), hs.integers(1, 4), hs.integers(1, 5),
+       hs.integers(0, 10_000))
+def test_knn_tiles_and_groups_against_topk(n, k, rows, cols, group, seed):
+    """Any tile shape and group size gives the exact k nearest (the group-minimum argument)."""
+    from structtorch.semisup.graph import _knn
+
+    k = min(k, n - 1)
+    x = torch.randn(n, 2, dtype=D64, generator=torch.Generator().manual_seed(seed))
+    d2, j = _knn(x, k, rows, cols * rows, group)
+    full = torch.cdist(x, x) ** 2
+    full.fill_diagonal_(float("inf"))
+    ref, ref_j = torch.topk(full, k, dim=1, largest=False)
+    assert torch.allclose(d2, ref, atol=1e-12)
+    assert torch.equal(j.sort(1).values, ref_j.sort(1).values)
+
+
 def test_knn_graph_width_and_errors():
     x = torch.randn(20, 2, dtype=D64)
     assert torch.allclose(knn_graph(x, 3, t=0.7).to_dense(), dense_knn(x, 3, t=0.7))

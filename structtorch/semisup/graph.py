@@ -46,14 +46,101 @@ def _sq_dist(a: Tensor, b: Tensor) -> Tensor:
     return d.clamp_min_(0.0)
 
 
+def _merge(v1: Tensor, i1: Tensor, v2: Tensor, i2: Tensor, k: int, dim: int) -> tuple[Tensor, Tensor]:
+    """The k smallest of two (value, index) lists along ``dim``."""
+    v, j = torch.topk(torch.cat([v1, v2], dim), k, dim=dim, largest=False)
+    return v, torch.cat([i1, i2], dim).gather(dim, j)
+
+
+def _knn(x: Tensor, k: int, rows: int, cols: int, group: int) -> tuple[Tensor, Tensor]:
+    """Exact k nearest neighbours of every point of ``x`` among the others: (d2 (n, k), j (n, k)).
+
+    Points are split into groups of ``group`` consecutive points. Each (rows, cols) tile of
+    squared distances, from a block of rows to the columns from that block on (the upper triangle:
+    half the products), is reduced at once to minima over groups, both ways: row points against
+    column groups, and column points against the block's row groups (kept as a running top-k of
+    groups per point). The k groups with the smallest minima hold the k nearest points (each of
+    them lies in a group whose minimum is at most its distance, and fewer than k groups can beat
+    that), so only their ``k * group`` points are compared again, by ``||x_i - x_j||^2``.
+    """
+    n, dim = x.shape
+    x = x - x.mean(0)  # distances do not move; ||b||^2 - 2 a.b loses less to rounding
+    m = -(-n // group)  # groups; the last one is padded with points at infinite distance
+    pad = m * group - n
+    rows = group * max(1, rows // group)
+    cols = rows * max(1, cols // rows)
+    kk = min(k, m)
+    norms = (x * x).sum(1)
+    xp = torch.cat([x, x.new_zeros(pad, dim)])
+    col_norms = torch.cat([norms, norms.new_full((pad,), torch.inf)])
+    row_norms = torch.cat([norms, norms.new_zeros(pad)])
+    # best (group minimum, group) of each point against the row blocks before its own, (kk, n + pad)
+    run_v = x.new_full((kk, n + pad), torch.inf)
+    run_i = torch.zeros(kk, n + pad, dtype=torch.long, device=x.device)
+    dists, nbrs = [], []
+    for s in range(0, n, rows):
+        a = xp[s:s + rows]
+        r = len(a)
+        gmin = x.new_empty(r, (n + pad - s) // group)  # row points against the groups from s on
+        for c in range(s, n + pad, cols):
+            tile = torch.addmm(col_norms[None, c:c + cols], a, xp[c:c + cols].T, alpha=-2.0)
+            w = tile.shape[1]
+            if c == s:  # no self-loops
+                own = torch.arange(min(r, w), device=x.device)
+                tile[own, own] = torch.inf
+            gmin[:, (c - s) // group:(c - s + w) // group] = tile.view(r, -1, group).amin(2)
+            c0 = max(c, s + r)  # the columns past this row block, against its row groups
+            if c0 < c + w:
+                t = tile[:, c0 - c:].add_(row_norms[s:s + r, None])
+                t[max(0, n - s):] = torch.inf  # padded rows
+                v, j = torch.topk(t.view(-1, group, t.shape[1]).amin(1), min(kk, r // group), dim=0,
+                                  largest=False)
+                cut = slice(c0, c + w)
+                run_v[:, cut], run_i[:, cut] = _merge(run_v[:, cut], run_i[:, cut], v, j + s // group, kk, 0)
+        gmin.add_(row_norms[s:s + r, None])
+        v, j = torch.topk(gmin, min(kk, gmin.shape[1]), dim=1, largest=False)
+        best_v, best = _merge(run_v[:, s:s + r].T, run_i[:, s:s + r].T, v, j + s // group, kk, 1)
+        d, j = _rescore(x, xp, best[:n - s], best_v[:n - s], s, k, group)
+        dists.append(d)
+        nbrs.append(j)
+    return torch.cat(dists), torch.cat(nbrs)
+
+
+def _rescore(x: Tensor, xp: Tensor, best: Tensor, best_v: Tensor, s: int, k: int, group: int,
+             step: int = 64) -> tuple[Tensor, Tensor]:
+    """Exact distances from points ``s, s + 1, ...`` to the points of their groups ``best`` (r, kk),
+    and the k nearest; groups at infinite distance (fewer than kk usable) are left out."""
+    n, dim = x.shape
+    kk = best.shape[1]
+    blocks = xp.view(-1, group * dim)
+    offsets = torch.arange(group, device=x.device)
+    dists, nbrs = [], []
+    for u in range(0, len(best), step):
+        b = best[u:u + step]
+        q = len(b)
+        cand = (b[:, :, None] * group + offsets).reshape(q, -1)
+        pts = torch.index_select(blocks, 0, b.reshape(-1)).view(q, -1, dim)
+        d = torch.linalg.vector_norm(pts - x[s + u:s + u + q, None], dim=2).square_()
+        bad = (cand >= n) | (cand == torch.arange(s + u, s + u + q, device=x.device)[:, None])
+        bad |= (best_v[u:u + q] == torch.inf)[:, :, None].expand(q, kk, group).reshape(q, -1)
+        v, j = torch.topk(d.masked_fill_(bad, torch.inf), k, dim=1, largest=False)
+        dists.append(v)
+        nbrs.append(cand.gather(1, j))
+    return torch.cat(dists), torch.cat(nbrs)
+
+
 def knn_graph(x: Tensor, k: int = 5, *, t: float | None = None, mutual: bool = False,
               chunk: int = 2048) -> Tensor:
     """The symmetric k-nearest-neighbour graph with heat-kernel weights (eq. 19).
 
     ``W_ij = exp(-||x_i - x_j||^2 / t)`` when ``j`` is among the ``k`` nearest neighbours of ``i``
     or ``i`` among those of ``j`` (``mutual=False``), or both (``mutual=True``); 0 otherwise and on
-    the diagonal. Distances are computed in row chunks of ``chunk`` points against all points
-    (memory O(chunk n), never n x n), on the device of ``x``.
+    the diagonal. The search is exact brute force on the device of ``x``, in square tiles of
+    squared distances over the upper triangle only (half the products; ``chunk`` rows, and on CPU
+    ``chunk`` columns, so that a tile stays in cache). Each tile is reduced at once, both ways, to
+    minima over groups of up to 32 consecutive points, and only the points of each point's ``k``
+    best groups are compared again, by ``||x_i - x_j||^2`` (memory O(chunk n / 32 + k n), never
+    n x n). Points at equal distance may be taken in either order.
 
     Parameters
     ----------
@@ -63,7 +150,7 @@ def knn_graph(x: Tensor, k: int = 5, *, t: float | None = None, mutual: bool = F
         The heat-kernel width; None takes the mean squared distance to the k nearest neighbours.
     mutual : bool
     chunk : int
-        Rows per distance block.
+        Rows per distance tile.
 
     Returns
     -------
@@ -75,18 +162,9 @@ def knn_graph(x: Tensor, k: int = 5, *, t: float | None = None, mutual: bool = F
     if k >= n:
         raise ValueError(f"k must be < n = {n} (the number of points in x), got k = {k}")
     chunk = check_int("chunk", chunk, 1)
-    norms = (x * x).sum(1)
-    dists, nbrs = [], []
-    for s in range(0, n, chunk):
-        a = x[s:s + chunk]
-        # ||b||^2 - 2 a.b ranks the neighbours of each row of a (||a||^2 is added to the k kept)
-        d = torch.addmm(norms[None], a, x.T, alpha=-2.0)
-        rows = torch.arange(d.shape[0], device=x.device)
-        d[rows, rows + s] = torch.inf  # no self-loops
-        v, i = torch.topk(d, k, dim=1, largest=False)
-        dists.append((v + norms[s:s + chunk, None]).clamp_min_(0.0))
-        nbrs.append(i)
-    d2, j = torch.cat(dists), torch.cat(nbrs)
+    group = max(1, min(32, n // (8 * k)))
+    cols = chunk if x.device.type == "cpu" else 16 * chunk  # square tiles stay in a CPU cache
+    d2, j = _knn(x, k, chunk, cols, group)
     if t is None:
         t = float(d2.mean())
         if t == 0.0:

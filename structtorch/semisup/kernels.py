@@ -112,6 +112,8 @@ class GraphRegularizedKernel:
     ----------
     K : Tensor (n, n)
         The base Gram matrix over ``x_all``.
+    W : Tensor (n, n), sparse COO
+        The graph, coalesced.
     G : Tensor (n, n) or None
         ``(I + M K)^{-1} M`` (dense method).
     """
@@ -128,6 +130,7 @@ class GraphRegularizedKernel:
         W = _check_graph(W, n)
         if W.device != x_all.device:
             raise ValueError(f"W is on {W.device} but x_all is on {x_all.device}; use one device")
+        self.W = W
         self.lam1, self.lam2 = _check_lams(lam1, lam2)
         if method not in ("auto", "dense", "cg"):
             raise ValueError(f"method must be 'auto', 'dense' or 'cg', got {method!r}")
