@@ -6,7 +6,9 @@ acoustic and lexical features; labels depend strongly on their neighbours. Here 
 latent point ``u`` uniform in the unit square, lifted to D dimensions by a fixed smooth random map
 (a curved 2-D sheet: random orthonormal combinations of ``sin(u F)`` and ``cos(u F)``), and pushed
 off the sheet by ``+-offset`` along a smoothly varying unit normal field, the sign given by its label
-(a fraction ``ambiguity`` of the tokens stays on the middle sheet).
+(a fraction ``ambiguity`` of the tokens lies on a third sheet, ``2 offset`` away along a second
+normal field: their observation says nothing of their label, and they do not bridge the two
+labels' sheets).
 The two labels thus lie on two parallel, wrinkled sheets: close in Euclidean distance (a kernel
 classifier needs many labels to follow the wrinkles) but each sheet connected along itself, so a
 kNN graph over many unlabeled tokens links tokens of one label. Labels follow a two-state Markov
@@ -27,7 +29,7 @@ PITCH_FEATURES = 31
 
 
 def pitch_accent_like(n: int, *, min_length: int = 8, max_length: int = 16,
-                      stay: tuple[float, float] = (0.2, 0.3), offset: float = 0.15, wrinkle: float = 4.0,
+                      stay: tuple[float, float] = (0.2, 0.3), offset: float = 0.3, wrinkle: float = 4.0,
                       ambiguity: float = 0.3, noise: float = 0.02, dim: int = PITCH_FEATURES, seed: int = 0,
                       embedding_seed: int = 1234) -> SequenceData:
     """Sample ``n`` binary label chains with manifold token features.
@@ -47,9 +49,9 @@ def pitch_accent_like(n: int, *, min_length: int = 8, max_length: int = 16,
         Frequency scale of the sheet and of its normal field: larger is harder for a kernel
         classifier with few labels.
     ambiguity : float in [0, 1]
-        Fraction of tokens placed on the middle sheet, between the two labels' (ambiguous
-        observations, as words whose accent is not heard): the best per-token accuracy is about
-        ``1 - ambiguity / 2``, and the label context recovers much of the rest.
+        Fraction of tokens placed on the third sheet (ambiguous observations, as words
+        whose accent is not heard): the best per-token accuracy is about ``1 - ambiguity / 2``,
+        and the label context recovers much of the rest.
     noise : float >= 0
         Isotropic feature noise.
     dim : int >= 17
@@ -89,6 +91,7 @@ def pitch_accent_like(n: int, *, min_length: int = 8, max_length: int = 16,
     F_normal = torch.randn(2, 8, generator=e, dtype=torch.float64) * wrinkle
     A_sheet = torch.linalg.qr(torch.randn(dim, 16, generator=e, dtype=torch.float64))[0].T  # (16, D)
     A_normal = torch.randn(16, dim, generator=e, dtype=torch.float64) / 4
+    A_aside = torch.randn(16, dim, generator=e, dtype=torch.float64) / 4
 
     def waves(u: Tensor, F: Tensor) -> Tensor:
         return torch.cat([torch.sin(u @ F), torch.cos(u @ F)], -1)
@@ -96,9 +99,12 @@ def pitch_accent_like(n: int, *, min_length: int = 8, max_length: int = 16,
     u = torch.rand(n, T, 2, generator=g, dtype=torch.float64)
     normal = waves(u, F_normal) @ A_normal
     normal = normal / normal.norm(dim=-1, keepdim=True)
-    sign = (2 * labels - 1).to(torch.float64)
-    sign = torch.where(torch.rand(n, T, generator=g) < ambiguity, torch.zeros_like(sign), sign)[..., None]
-    x = waves(u, F_sheet) @ A_sheet + offset * sign * normal
+    aside = waves(u, F_normal) @ A_aside  # a second unit field, orthogonal to the first
+    aside = aside - (aside * normal).sum(-1, keepdim=True) * normal
+    aside = aside / aside.norm(dim=-1, keepdim=True)
+    ambiguous = (torch.rand(n, T, generator=g) < ambiguity)[..., None]
+    sign = torch.where(ambiguous, 0.0, (2 * labels - 1).to(torch.float64)[..., None])
+    x = waves(u, F_sheet) @ A_sheet + offset * (sign * normal + 2.0 * ambiguous * aside)
     x = x + noise * torch.randn(n, T, dim, generator=g, dtype=torch.float64)
     inside = torch.arange(T) < lengths[:, None]
     x = torch.where(inside[..., None], x, torch.zeros((), dtype=x.dtype))
