@@ -235,9 +235,9 @@ def test_connectivity_cut_contract(V, seed, tol, bad):
     if bad == "nan" and V:
         y[0] = float("nan")
     elif bad == "above" and V:
-        y[0] = 1.5
+        y[0] = 2.0  # outside [-tol, 1 + tol] for every tol < 1 (1.5 is inside at tol = 0.5)
     elif bad == "below" and V:
-        y[0] = -0.5
+        y[0] = -1.0
     elif bad == "complex":
         y = y.to(torch.complex128)
     elif bad == "shape":

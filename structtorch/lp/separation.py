@@ -160,7 +160,7 @@ def connectivity_cut(y: Tensor, edges: Tensor, *, tol: float = 1e-6) -> tuple[fl
     tol = check_tol("tol", tol)
     values = y.detach().double().cpu().numpy()
     if np.isnan(values).any() or (values < -tol).any() or (values > 1 + tol).any():
-        raise ValueError("y must lie in [0, 1] (and not be NaN)")
+        raise ValueError(f"y must lie in [0, 1] (up to tol = {tol:g}) and not be NaN")
     sep = Separator.build(check_edges(edges, len(values)), len(values))
     found = sep.violated(np.clip(values, 0.0, 1.0), tol)  # every pair: the most violated comes first
     if not found:
