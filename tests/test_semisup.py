@@ -264,14 +264,17 @@ def test_pitch_accent_like_structure():
         x, y = a.x[m][:2000].double(), a.labels[m][:2000]
         dist = torch.cdist(x, x).fill_diagonal_(float("inf"))
         assert low <= float((y[dist.argmin(1)] == y).double().mean()) <= high
-    # the manifold assumption holds: without ambiguous tokens, each label's sheet is one cluster of
-    # the kNN graph, and harmonic label propagation from 48 labeled tokens labels the rest
-    a = pitch_accent_like(240, ambiguity=0.0, seed=1)
-    m = torch.arange(a.x.shape[1]) < a.lengths[:, None]
-    x, y = a.x[m].double(), a.labels[m]
-    L = laplacian(knn_graph(x, 5)).to_dense()
-    f = torch.linalg.solve(L[48:, 48:] + 1e-9 * torch.eye(len(x) - 48), -L[48:, :48] @ torch.eye(2, dtype=D64)[y[:48]])
-    assert float((f.argmax(1) == y[48:]).double().mean()) > 0.95
+    # the manifold assumption holds: harmonic label propagation over the kNN graph from 48 labeled
+    # tokens labels the rest, all of them without ambiguous tokens, and near the per-token ceiling
+    # 1 - ambiguity / 2 = 0.85 with the default 30% (the ambiguous tokens do not bridge the sheets)
+    for ambiguity, low in ((0.0, 0.95), (0.3, 0.8)):
+        a = pitch_accent_like(240, ambiguity=ambiguity, seed=1)
+        m = torch.arange(a.x.shape[1]) < a.lengths[:, None]
+        x, y = a.x[m].double(), a.labels[m]
+        L = laplacian(knn_graph(x, 5)).to_dense()
+        f = torch.linalg.solve(L[48:, 48:] + 1e-9 * torch.eye(len(x) - 48),
+                               -L[48:, :48] @ torch.eye(2, dtype=D64)[y[:48]])
+        assert float((f.argmax(1) == y[48:]).double().mean()) > low
     again = pitch_accent_like(400, min_length=5, max_length=9, seed=3)
     assert torch.equal(again.x, d.x)
     with pytest.raises(ValueError, match="stay"):

@@ -115,7 +115,7 @@ class GraphRegularizedKernel:
     W : Tensor (n, n), sparse COO
         The graph, coalesced.
     G : Tensor (n, n) or None
-        ``(I + M K)^{-1} M`` (dense method).
+        ``(I + M K)^{-1} M`` (dense method with lam2 > 0).
     """
 
     def __init__(self, base_kernel: Kernel, x_all: Tensor, W: Tensor, lam1: float, lam2: float, *,
@@ -140,7 +140,7 @@ class GraphRegularizedKernel:
         self.K = _gram(base_kernel, x_all, x_all, "x_all, x_all").to(x_all.dtype)
         self.M = laplacian(W.to(x_all.dtype), normalized=normalized) * (self.lam2 / self.lam1)
         self.G = None
-        if self.method == "dense":
+        if self.method == "dense" and self.lam2 > 0:  # lam2 = 0: M = 0, k~ = k / lam1, no solve
             I = torch.eye(n, dtype=x_all.dtype, device=x_all.device)
             Md = self.M.to_dense()
             G = torch.linalg.solve(I + Md @ self.K, Md)
@@ -177,13 +177,17 @@ class GraphRegularizedKernel:
     def against(self, b: Tensor) -> Callable[[Tensor], Tensor]:
         """``a -> k~(a, b)`` with the solve for the fixed points ``b`` (nb, D) done once."""
         b = _check_points("b", b)
-        Kb = _gram(self.base_kernel, self.x_all, b, "x_all, b")
-        Hb = self.G @ Kb if self.G is not None else self._solve(self.M @ Kb)
+        Hb = None
+        if self.lam2 > 0:
+            Kb = _gram(self.base_kernel, self.x_all, b, "x_all, b")
+            Hb = self.G @ Kb if self.G is not None else self._solve(self.M @ Kb)
 
         def k_tilde(a: Tensor) -> Tensor:
             a = _check_points("a", a)
             k_ab = _gram(self.base_kernel, a, b, "a, b")
-            return (k_ab - _gram(self.base_kernel, a, self.x_all, "a, x_all") @ Hb) / self.lam1
+            if Hb is not None:
+                k_ab = k_ab - _gram(self.base_kernel, a, self.x_all, "a, x_all") @ Hb
+            return k_ab / self.lam1
 
         return k_tilde
 

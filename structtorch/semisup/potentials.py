@@ -115,7 +115,7 @@ class KernelChainPotentials(nn.Module):
                 got = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
                 raise ValueError(f"with inputs='rows' the input must be kernel rows of shape (B, T, {n_l}), "
                                  f"got {got}")
-            rows = tokens.to(self.beta.dtype)
+            rows = tokens.to(self.weight.dtype)
         else:
             rows = self.kernel_rows(tokens)
         unary = (rows @ self.whiten) @ self.weight.T
