@@ -52,6 +52,12 @@ def knn(repeats: int, quick: bool, device: torch.device) -> None:
                              torch.device("cpu"))
             ref = f"{ts:.2f} s | {ts / t:.1f}x"
         print(f"| {n:,} | {D} | {t:.2f} s | {ref} |")
+    if not quick:  # the hard case for the distance tiles: two tight clusters far apart (re-searched)
+        n, D = 100_000, 64
+        label = torch.randint(0, 2, (n, 1), device=device).float()
+        x = torch.randn(n, D, device=device) * 1e-2 + label * 2e4
+        t = median_time(lambda x=x: knn_graph(x, 5), repeats, device)
+        print(f"| {n:,}, two clusters 2e4 apart, sd 1e-2 | {D} | {t:.2f} s | - | - |")
 
 
 def kernels(repeats: int, quick: bool, device: torch.device) -> None:

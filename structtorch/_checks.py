@@ -146,8 +146,10 @@ def _fmt(shape) -> str:
     return str(tuple(int(s) for s in shape))
 
 
-def check_float(name: str, x: object, ref: Tensor | None = None, ref_name: str = "unary") -> Tensor:
-    """Check that ``x`` is a float32/float64 tensor without NaN/+inf (-inf is allowed).
+def check_float(name: str, x: object, ref: Tensor | None = None, ref_name: str = "unary", *,
+                posinf: bool = False) -> Tensor:
+    """Check that ``x`` is a float32/float64 tensor without NaN/+inf (-inf is allowed; +inf too
+    with ``posinf``, for inputs that are clamped rather than scores).
 
     With ``ref`` (the unary scores), ``x`` must also share its dtype and device.
     """
@@ -159,36 +161,59 @@ def check_float(name: str, x: object, ref: Tensor | None = None, ref_name: str =
         if x.dtype != ref.dtype:
             raise TypeError(f"{name} has dtype {x.dtype} but {ref_name} has dtype {ref.dtype}; use one dtype")
         check_device(name, x, ref, ref_name)
-    check_values(name, x)
+    check_values(name, x, posinf=posinf)
     return x
 
 
-def check_values(name: str, x: Tensor) -> None:
-    """Raise a ValueError locating the first NaN or +inf entry of ``x`` (-inf is allowed); an
-    asynchronous assertion off the CPU (see :class:`set_validation`)."""
+def check_values(name: str, x: Tensor, *, posinf: bool = False) -> None:
+    """Raise a ValueError locating the first NaN or +inf entry of ``x`` (-inf is allowed, and +inf
+    with ``posinf``); an asynchronous assertion off the CPU (see :class:`set_validation`)."""
     if not _VALIDATION["on"]:
         return None
+    what = "NaN" if posinf else "NaN or +inf"
     if not on_host(x):
-        return require(~(torch.isnan(x) | torch.isposinf(x)).any(), f"{name} contains NaN or +inf")
+        return require(~_bad_values(x, posinf).any(), f"{name} contains {what}")
     x = plain(x)
-    bad = torch.isnan(x) | torch.isposinf(x)
+    bad = _bad_values(x, posinf)
     if bool(bad.any()):
         idx = tuple(int(i) for i in bad.nonzero()[0].tolist())
         what = "NaN" if bool(torch.isnan(x[idx])) else "+inf"
-        raise ValueError(
-            f"{name} contains {what} at index {idx}; potentials must be finite or -inf"
-        )
+        rule = "must not be NaN" if posinf else "potentials must be finite or -inf"
+        raise ValueError(f"{name} contains {what} at index {idx}; {rule}")
 
 
-def check_finite(name: str, x: Tensor) -> None:
-    """Raise a ValueError when ``x`` has a non-finite entry (-inf included); an asynchronous
-    assertion off the CPU, nothing when value checks are off (see :class:`set_validation`)."""
+def _bad_values(x: Tensor, posinf: bool) -> Tensor:
+    return torch.isnan(x) if posinf else torch.isnan(x) | torch.isposinf(x)
+
+
+def check_finite(name: str, x: Tensor, hint: str = "") -> None:
+    """Raise a ValueError locating the first non-finite entry of ``x`` (-inf included; ``hint``
+    is appended to the message); an asynchronous assertion off the CPU, nothing when value checks
+    are off (see :class:`set_validation`)."""
     if not _VALIDATION["on"]:
         return
     if not on_host(x):
-        return require(torch.isfinite(x).all(), f"{name} must be finite")
-    if not bool(torch.isfinite(plain(x)).all()):
-        raise ValueError(f"{name} must be finite")
+        return require(torch.isfinite(x).all(), f"{name} must be finite{hint}")
+    x = plain(x)
+    if not bool(torch.isfinite(x).all()):
+        idx = tuple(int(i) for i in (~torch.isfinite(x)).nonzero()[0].tolist())
+        where = f"; {name}[{', '.join(map(str, idx))}] = {float(x[idx])}" if idx else f" (got {float(x)})"
+        raise ValueError(f"{name} must be finite{hint}{where}")
+
+
+def check_target_score(gold: Tensor) -> None:
+    """Raise a ValueError naming the first row whose target structure scores -inf (it uses a
+    forbidden entry, or its score overflowed): loss-augmented inference needs a finite target
+    score. An asynchronous assertion off the CPU, nothing when value checks are off."""
+    if not _VALIDATION["on"]:
+        return
+    message = ("target has score -inf in row {}: it uses a forbidden (-inf) entry, or its score overflows "
+               f"{gold.dtype} (then rescale the potentials)")
+    if not on_host(gold):
+        return require(gold != float("-inf"), message.format("?"))
+    bad = plain(gold) == float("-inf")
+    if bool(bad.any()):
+        raise ValueError(message.format(int(bad.nonzero()[0, 0])))
 
 
 def check_device(name: str, x: Tensor, ref: Tensor, ref_name: str = "unary") -> None:

@@ -28,6 +28,13 @@ def safe_logsumexp(x: Tensor, dim: int) -> Tensor:
     return torch.where(positive, out, torch.full_like(out, NEG_INF))
 
 
+def negative_log_likelihood(logz: Tensor, gold: Tensor) -> Tensor:
+    """``logz - gold`` per row, +inf (not NaN) where the row is infeasible (``logz`` = -inf: every
+    structure, the target included, has probability 0), with a zero gradient there."""
+    infeasible = logz == NEG_INF
+    return torch.where(infeasible, float("inf"), logz - torch.where(infeasible, 0.0, gold))
+
+
 def grads_through(reference: Tensor, inputs: tuple[Tensor, ...], needs: tuple[bool, ...],
                   grad: Tensor) -> tuple[Tensor | None, ...]:
     """Gradients of ``reference`` (a differentiable re-computation) w.r.t. the ``inputs`` that

@@ -107,7 +107,7 @@ def _entropy(logz: Tensor, grads: Sequence[Tensor], parts: Sequence[Tensor]) -> 
     for mu, theta in zip(grads, parts, strict=True):
         theta = accumulate(theta)
         safe = torch.where(theta == NEG_INF, 0.0, theta)
-        inner = inner + (accumulate(mu) * safe).reshape(theta.shape[0], -1).sum(1)
+        inner = inner + (accumulate(mu) * safe).flatten(1).sum(1)  # B = 0 too
     feasible = logz > NEG_INF
     return torch.where(feasible, logz - torch.where(feasible, inner, 0.0), 0.0)
 

@@ -15,22 +15,13 @@ import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import Tensor
 
+from .schemes import check_scheme, parse_tag
+
 __all__ = ["chunk_f1", "ChunkScores", "get_chunks", "segment_f1", "get_segments"]
-
-# scheme -> {prefix in the tag names: conlleval's prefix}
-SCHEMES: dict[str, dict[str, str]] = {
-    "BIO": {"B": "B", "I": "I"},
-    "IOB2": {"B": "B", "I": "I"},
-    "IOB1": {"B": "B", "I": "I"},
-    "BIOES": {"B": "B", "I": "I", "E": "E", "S": "S"},
-    "IOBES": {"B": "B", "I": "I", "E": "E", "S": "S"},
-    "BIOUL": {"B": "B", "I": "I", "L": "E", "U": "S"},
-    "BILOU": {"B": "B", "I": "I", "L": "E", "U": "S"},
-}
-
 
 @dataclass
 class ChunkScores:
@@ -53,16 +44,6 @@ class ChunkScores:
         return self.f1
 
 
-def _split(tag: str, prefixes: dict[str, str], scheme: str) -> tuple[str, str]:
-    if tag == "O":
-        return "O", ""
-    prefix, sep, kind = tag.partition("-")
-    if not sep or not kind or prefix not in prefixes:
-        raise ValueError(f"tag {tag!r} is not 'O' or '<prefix>-<type>' with a prefix in "
-                         f"{sorted(prefixes)} (scheme {scheme!r})")
-    return prefixes[prefix], kind
-
-
 def _ends(prev: str, tag: str, prev_type: str, kind: str) -> bool:
     """Whether a chunk ending at the previous tag ends before ``tag`` (conlleval's rules)."""
     if prev in ("E", "S"):
@@ -81,13 +62,16 @@ def _starts(prev: str, tag: str, prev_type: str, kind: str) -> bool:
     return tag != "O" and prev_type != kind
 
 
-def get_chunks(tags: Sequence[str], scheme: str = "BIO") -> list[tuple[str, int, int]]:
-    """The chunks of one tag sequence as ``(type, first, last)`` (inclusive) positions."""
-    prefixes = _scheme(scheme)
+def get_chunks(tags: Sequence[str], scheme: str = "BIO", name: str = "tags") -> list[tuple[str, int, int]]:
+    """The chunks of one tag sequence as ``(type, first, last)`` (inclusive) positions; ``name``
+    names the sequence in errors."""
+    check_scheme(scheme)
+    if isinstance(tags, str) or not isinstance(tags, Sequence):
+        raise TypeError(f"{name} must be a sequence of tag strings, got {type(tags).__name__}")
     chunks = []
     prev, prev_type, begin = "O", "", 0
-    for i, name in enumerate([*tags, "O"]):
-        tag, kind = _split(name, prefixes, scheme)
+    for i, tag_name in enumerate([*tags, "O"]):
+        tag, kind = parse_tag(tag_name, scheme, f"{name}[{i}]")
         if _ends(prev, tag, prev_type, kind) and prev != "O":
             chunks.append((prev_type, begin, i - 1))
         if _starts(prev, tag, prev_type, kind):
@@ -96,27 +80,51 @@ def get_chunks(tags: Sequence[str], scheme: str = "BIO") -> list[tuple[str, int,
     return chunks
 
 
-def _scheme(scheme: str) -> dict[str, str]:
-    if scheme not in SCHEMES:
-        raise ValueError(f"scheme must be one of {sorted(SCHEMES)}, got {scheme!r}")
-    return SCHEMES[scheme]
+def _names(x: object, lengths: object, labels: Sequence[str] | None, name: str) -> list[list[str]]:
+    """``x`` (label ids or tag names, see :func:`chunk_f1`) as lists of tag names, one per sequence."""
+    form = (f"{name} must be a (B, T) integer tensor (or numpy array) of label ids or a list of tag-name "
+            "sequences such as [['B-NP', 'I-NP', 'O'], ...]")
+    if isinstance(x, np.ndarray) and x.dtype.kind in "iu":
+        x = torch.from_numpy(x)
+    if isinstance(x, Tensor):
+        return _id_names(x, lengths, labels, name, form)
+    if isinstance(x, (np.ndarray, str)) or not isinstance(x, Sequence):
+        of = f" of {x.dtype}" if isinstance(x, np.ndarray) else ""
+        raise TypeError(f"{form}, got {type(x).__name__}{of}")
+    if lengths is not None:
+        raise ValueError(f"lengths applies to label-id tensors; {name} is a list of tag-name sequences")
+    if len(x) and isinstance(x[0], str):
+        raise TypeError(f"{form}, got a flat list of str: wrap one sentence's tags in a list, [{name}]")
+    for b, seq in enumerate(x):
+        if isinstance(seq, str) or not isinstance(seq, Sequence):
+            raise TypeError(f"{name}[{b}] must be a sequence of tag strings, got {type(seq).__name__}")
+        if len(seq) and isinstance(seq[0], numbers.Integral):
+            raise TypeError(f"{name}[{b}] holds integers: pass label ids as a (B, T) tensor with labels= "
+                            "(the tag name of each id), or tag strings")
+    return [list(seq) for seq in x]
 
 
-def _names(x: Tensor | Sequence[Sequence[str]], lengths: Tensor | None, labels: Sequence[str] | None,
-           name: str) -> list[list[str]]:
-    if not isinstance(x, Tensor):
-        if lengths is not None:
-            raise ValueError(f"lengths applies to label-id tensors; {name} is a list of tag-name sequences")
-        return [list(seq) for seq in x]
+def _id_names(x: Tensor, lengths: object, labels: Sequence[str] | None, name: str,
+              form: str) -> list[list[str]]:
+    """Label-id rows (B, T) as lists of tag names, each cut at its length."""
+    if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+        raise TypeError(f"{form}, got a tensor of {x.dtype}")
     if x.dim() != 2:
         raise ValueError(f"{name} must have shape (B, T), got {tuple(x.shape)}")
     if labels is None:
         raise ValueError(f"labels (the tag name of each label id) is needed when {name} is a tensor")
+    if isinstance(labels, str) or not isinstance(labels, Sequence):
+        raise TypeError(f"labels must be a sequence of tag names, got {type(labels).__name__}")
     B, T = x.shape
     if lengths is None:
         lengths = torch.full((B,), T, dtype=torch.long)
-    if not isinstance(lengths, Tensor) or lengths.shape != (B,):
-        raise ValueError(f"lengths must be a tensor of shape (B,) = ({B},)")
+    elif isinstance(lengths, (np.ndarray, list, tuple)):
+        lengths = torch.as_tensor(lengths)
+    if (not isinstance(lengths, Tensor) or lengths.shape != (B,) or lengths.dtype.is_floating_point
+            or lengths.dtype.is_complex or lengths.dtype == torch.bool):
+        got = (f"{lengths.dtype} {tuple(lengths.shape)}" if isinstance(lengths, Tensor)
+               else type(lengths).__name__)
+        raise TypeError(f"lengths must be an integer tensor of shape (B,) = ({B},), got {got}")
     rows = x.tolist()
     out = []
     for b, n in enumerate(lengths.tolist()):
@@ -148,11 +156,12 @@ def chunk_f1(
 
     Parameters
     ----------
-    pred, gold : Tensor (B, T) int64, or sequences of tag-name sequences
+    pred, gold : Tensor (B, T) integer (or a numpy integer array), or sequences of tag-name sequences
         Label ids (read through ``labels``; positions at or beyond ``lengths`` are ignored, so a
-        Viterbi path's -1 padding is fine) or tag names such as ``"B-NP"``, ``"I-NP"``, ``"O"``.
-    lengths : Tensor (B,), optional
-        With tensors only; None means all T.
+        Viterbi path's -1 padding is fine) or one sequence of tag names such as ``"B-NP"``,
+        ``"I-NP"``, ``"O"`` per sentence (a flat list of tags is refused: wrap it, ``[tags]``).
+    lengths : Tensor (B,) integer (or a list or numpy array), optional
+        With label ids only; None means all T.
     labels : sequence of str, optional
         The tag name of each label id (needed for tensors), e.g. ``["O", "B-NP", "I-NP"]``.
     scheme : {"BIO", "IOB2", "IOB1", "BIOES", "IOBES", "BIOUL", "BILOU"}
@@ -165,6 +174,7 @@ def chunk_f1(
         Overall (micro-averaged) precision, recall and F1, the chunk counts, and per-type scores;
         ``float(result)`` is the F1.
     """
+    check_scheme(scheme)
     p_names = _names(pred, lengths, labels, "pred")
     g_names = _names(gold, lengths, labels, "gold")
     if len(p_names) != len(g_names):
@@ -174,8 +184,8 @@ def chunk_f1(
     for i, (p, g) in enumerate(zip(p_names, g_names, strict=True)):
         if len(p) != len(g):
             raise ValueError(f"sequence {i} has {len(p)} predicted and {len(g)} gold tags")
-        p_chunks.update((i, *c) for c in get_chunks(p, scheme))
-        g_chunks.update((i, *c) for c in get_chunks(g, scheme))
+        p_chunks.update((i, *c) for c in get_chunks(p, scheme, f"pred[{i}]"))
+        g_chunks.update((i, *c) for c in get_chunks(g, scheme, f"gold[{i}]"))
     correct = p_chunks & g_chunks
     per_type = {}
     for kind in sorted({c[1] for c in p_chunks | g_chunks}):

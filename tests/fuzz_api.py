@@ -170,6 +170,8 @@ def skipped(arg: str, i: int) -> bool:
         return True
     if arg in ("x", "scores") and i == 3:  # (..., K) and (B, T) + (N,) * (l + 1): an axis more can be valid
         return True
+    if arg == "x" and i == 6:  # +inf: PLiF inputs are clamped to [low, high], both infinities included
+        return True
     return arg in SOLE_FLOAT and i == 7  # the only float argument: any float dtype is fine
 
 

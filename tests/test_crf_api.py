@@ -232,3 +232,57 @@ def test_entropy_samples_and_edge_marginals_follow_the_mask():
     assert draws.shape == (50, 4, 6) and (draws[:, ~mask] == -1).all() and (draws[:, mask] >= 0).all()
     for row in draws.reshape(-1, 6).tolist():
         assert valid([["O", "B-A", "I-A"][i] for i in row if i >= 0], "BIO")
+
+
+@given(T=hs.integers(1, 4), seed=hs.integers(0, 10**6), reduction=hs.sampled_from(["none", "sum", "mean"]))
+def test_rows_where_the_constraints_forbid_every_labeling_have_nll_inf_not_nan(T, seed, reduction):
+    """Issue 21 item 1. BIOES without O or S tags: a chunk needs two tags, so rows of length 1
+    have no valid labeling (+inf, zero gradient), empty rows have NLL 0, longer rows the NLL
+    among valid sequences; no NaN reaches any row's value or gradient."""
+    labels = ["B-A", "I-A", "E-A"]
+    crf = st.LinearChainCRF(3, constraints=allowed_transitions("BIOES", labels)).double()
+    g = torch.Generator().manual_seed(seed)
+    B = 4
+    lengths = torch.tensor([T, 1, 0, min(T, 2)])
+    emissions = torch.randn(B, T, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    tags = torch.randint(0, 3, (B, T), generator=g)
+    nll = crf(emissions, tags, lengths=lengths)
+    A, s, e = (x.detach() for x in crf.scores())
+    for b in range(B):
+        L = int(lengths[b])
+        seqs = [y for y in itertools.product(range(3), repeat=L) if valid([labels[i] for i in y], "BIOES")]
+        if L == 0:
+            assert nll[b].item() == 0.0
+        elif not seqs:
+            assert nll[b].item() == float("inf")
+        else:
+            def score(y, b=b, L=L):
+                return float(s[y[0]] + e[y[-1]] + sum(emissions[b, t, y[t]] for t in range(L))
+                             + sum(A[y[t], y[t + 1]] for t in range(L - 1)))
+            scores = np.array([score(y) for y in seqs])
+            logz = np.log(np.exp(scores - scores.max()).sum()) + scores.max()
+            want = logz - score(tuple(tags[b, :L].tolist())) if tuple(tags[b, :L].tolist()) in seqs else np.inf
+            assert np.isclose(nll[b].item(), want, atol=1e-9) or nll[b].item() == want == np.inf
+    assert not torch.isnan(nll).any()
+    loss = crf(emissions, tags, lengths=lengths, reduction=reduction)
+    assert not torch.isnan(loss).any()
+    finite = torch.isfinite(nll)
+    if finite.any():
+        (grad,) = torch.autograd.grad(nll[finite].sum(), emissions, retain_graph=True)
+        assert torch.isfinite(grad).all()
+    (grad,) = torch.autograd.grad(nll.sum(), emissions)  # infeasible rows contribute 0
+    assert torch.isfinite(grad).all() and (grad[1] == 0).all()
+    nll_fn = st.train.chain_nll(emissions, A, tags, start=s, end=e, lengths=lengths, reduction="none")
+    torch.testing.assert_close(nll_fn[~finite], nll[~finite].to(nll_fn.dtype))
+
+
+def test_time_first_shape_errors_report_the_shape_passed():
+    """Issue 21 item 8: the mask (and tags) were transposed before their shapes were checked."""
+    crf = st.LinearChainCRF(3, batch_first=False)
+    emissions = torch.randn(5, 3, 3)  # (T, B, N)
+    with pytest.raises(ValueError, match=r"mask must have shape \(T, B\) = \(5, 3\), got \(3, 5\)"):
+        crf(emissions, torch.zeros(5, 3, dtype=torch.long), torch.ones(3, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"tags must have shape \(T, B\) = \(5, 3\), got \(3, 5\)"):
+        crf(emissions, torch.zeros(3, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"mask must have shape \(T, B\) = \(5, 3\), got \(3, 5\)"):
+        crf.decode(emissions, torch.ones(3, 5, dtype=torch.bool))

@@ -380,6 +380,35 @@ def test_semimarkov_degenerate_rows():
     assert empty.sample(2)[0].shape == (2, 2, 0) and empty.kbest(2)[0].tolist() == [[0.0, NEG_INF]] * 2
 
 
+@pytest.mark.parametrize("T", [0, 3])
+@pytest.mark.parametrize("kind", ["chain", "chain per-position", "semimarkov"])
+def test_empty_batches_give_empty_results_everywhere(kind, T):
+    """Issue 21 item 10: entropy on B = 0 raised a bare reshape error; every property and method
+    gives an empty result (and a graph to differentiate) instead."""
+    u = torch.zeros(0, T, 3, dtype=torch.float64, requires_grad=True)
+    if kind == "semimarkov":
+        dist = SemiMarkovDistribution(u, torch.zeros(3, 3, dtype=torch.float64), max_len=2)
+        structure = (torch.zeros(0, T, dtype=torch.long), torch.zeros(0, T, dtype=torch.bool))
+    else:
+        A = torch.zeros(3, 3) if kind == "chain" else torch.zeros(0, max(T - 1, 0), 3, 3)
+        dist = ChainDistribution(u, A.double())
+        structure = torch.zeros(0, T, dtype=torch.long)
+    for name in ("entropy", "log_partition", "max"):
+        value = getattr(dist, name)
+        assert value.shape == (0,) and value.dtype == torch.float64, name
+    (grad,) = torch.autograd.grad(dist.entropy.sum() + dist.log_partition.sum(), u)
+    assert grad.shape == u.shape
+    assert dist.log_prob(structure).shape == (0,) and dist.score(structure).shape == (0,)
+    assert dist.kbest(2)[0].shape == (0, 2)
+    draws = dist.sample(2)
+    assert (draws[0] if kind == "semimarkov" else draws).shape == (2, 0, T)
+    if kind == "semimarkov":
+        assert dist.argmax[0].shape == (0, T) and dist.marginals.positions.shape == (0, T, 3)
+    else:
+        assert dist.argmax.shape == (0, T) and dist.marginals.shape == (0, T, 3)
+        assert dist.edge_marginals.shape == (0, max(T - 1, 0), 3, 3)
+
+
 def test_half_precision_and_autocast():
     torch.manual_seed(6)
     u, A = torch.randn(2, 5, 3), torch.randn(3, 3)

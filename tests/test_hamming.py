@@ -224,7 +224,8 @@ def test_subgradient_margin_and_slack():
     [
         ({"rescaling": "hinge"}, ValueError, "rescaling must be 'margin' or 'slack', got 'hinge'"),
         ({"h": torch.zeros(3)}, ValueError, r"h must have shape \(T\+1,\) = \(5,\) or \(B, T\+1\) = \(2, 5\), got \(3,\)"),
-        ({"h": lambda k: k * float("nan")}, ValueError, "h is NaN at count 0"),
+        ({"h": lambda k: k * float("nan")}, ValueError, r"h must be finite; h\[0\] = nan"),
+        ({"h": lambda k: k.expand(2, 5) / (1 - k)}, ValueError, r"h must be finite; h\[0, 1\] = inf"),
         ({"h": lambda k: torch.zeros(2)}, ValueError, r"h must return a tensor of shape \(T\+1,\) = \(5,\)"),
         ({"h": "square"}, TypeError, "h must be None, a callable or a tensor"),
         ({"h": lambda k: __import__("math").sqrt(k)}, TypeError, "h must map a float64 tensor of counts 0..4 elementwise"),

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
+import structtorch as st
 from structtorch.metrics import chunk_f1, get_chunks
 
 seqeval = pytest.importorskip("seqeval.metrics")
@@ -84,7 +86,7 @@ def test_tensor_form_with_lengths_ignores_padding():
 def test_errors_name_the_argument():
     with pytest.raises(ValueError, match="scheme must be one of"):
         chunk_f1([["O"]], [["O"]], scheme="XYZ")
-    with pytest.raises(ValueError, match=r"tag 'E-NP' is not 'O' or '<prefix>-<type>'"):
+    with pytest.raises(ValueError, match=r"pred\[0\]\[0\] 'E-NP' is not 'O' or <B/I>-<type> for the BIO scheme"):
         chunk_f1([["E-NP"]], [["O"]])
     with pytest.raises(ValueError, match="labels .* is needed"):
         chunk_f1(torch.zeros(1, 2, dtype=torch.long), torch.zeros(1, 2, dtype=torch.long))
@@ -94,6 +96,59 @@ def test_errors_name_the_argument():
         chunk_f1(torch.full((1, 2), 5), torch.zeros(1, 2, dtype=torch.long), labels=["O"])
     with pytest.raises(ValueError, match="sequence 0 has 1 predicted and 2 gold tags"):
         chunk_f1([["O"]], [["O", "O"]])
+
+
+def test_malformed_inputs_name_the_argument_and_the_expected_form():
+    """Issue 21 item 9: each of these raised a bare AttributeError/TypeError or read a flat list
+    of tags as sequences of characters."""
+    tags = ["O", "B-X", "I-X"]
+    with pytest.raises(TypeError, match="pred must be .* list of tag-name sequences.*flat list of str"):
+        chunk_f1(["B-X", "I-X", "O"], ["B-X", "I-X", "O"])
+    with pytest.raises(TypeError, match=r"gold must be .*got NoneType"):
+        chunk_f1([["O"]], None)
+    with pytest.raises(TypeError, match=r"pred must be .*got NoneType"):
+        chunk_f1(None, [["O"]])
+    with pytest.raises(TypeError, match=r"pred\[0\] holds integers: pass label ids as a \(B, T\) tensor"):
+        chunk_f1([[1, 2]], [[1, 2]])
+    with pytest.raises(TypeError, match=r"gold\[0\]\[1\] must be a tag string .* got float"):
+        chunk_f1([["O", "O"]], [["O", 1.5]])
+    with pytest.raises(TypeError, match="pred must be .*got a tensor of torch.float32"):
+        chunk_f1(torch.tensor([[0.0, 1.0]]), torch.tensor([[0, 1]]), labels=tags)
+    with pytest.raises(TypeError, match="pred must be .*got ndarray of float64"):
+        chunk_f1(np.array([[0.0, 1.0]]), np.array([[0, 1]]), labels=tags)
+    with pytest.raises(TypeError, match=r"lengths must be an integer tensor of shape \(B,\) = \(1,\), got torch.float32"):
+        chunk_f1(torch.tensor([[1, 2]]), torch.tensor([[1, 2]]), torch.tensor([2.0]), labels=tags)
+    with pytest.raises(TypeError, match="labels must be a sequence of tag names"):
+        chunk_f1(torch.tensor([[1, 2]]), torch.tensor([[1, 2]]), labels=3)
+    with pytest.raises(TypeError, match=r"pred\[0\] must be a sequence of tag strings, got int"):
+        chunk_f1([3], [["O"]])
+
+
+def test_numpy_ids_and_list_lengths_are_read_as_tensors():
+    tags = ["O", "B-X", "I-X"]
+    pred = np.array([[1, 2, 0], [1, 0, 0]])
+    gold = np.array([[1, 2, 0], [0, 1, 0]])
+    want = chunk_f1(torch.from_numpy(pred), torch.from_numpy(gold), torch.tensor([3, 2]), labels=tags)
+    assert chunk_f1(pred, gold, [3, 2], labels=tags) == want
+    assert chunk_f1(pred, gold, np.array([3, 2]), labels=tags) == want
+    assert want.num_gold == 2 and want.num_correct == 1
+
+
+@pytest.mark.parametrize("scheme", ["BIO", "IOB2", "IOB1", "BIOES", "IOBES", "BIOUL", "BILOU"])
+def test_constraints_and_metrics_accept_the_same_schemes(scheme):
+    """Issue 21 item 7: one scheme table and one tag parser for allowed_transitions and chunk_f1."""
+    from structtorch.schemes import SCHEMES
+
+    tags = ["O"] + [f"{p}-X" for p in SCHEMES[scheme]]
+    allowed, first, last = st.allowed_transitions(scheme, tags)
+    assert allowed.shape == (len(tags), len(tags))
+    assert chunk_f1([tags], [tags], scheme=scheme).f1 == 1.0
+    wrong = "Z-X"
+    for call in (lambda: st.allowed_transitions(scheme, ["O", wrong]), lambda: chunk_f1([[wrong]], [["O"]], scheme=scheme)):
+        with pytest.raises(ValueError, match=f"'Z-X' is not 'O' or <{'/'.join(SCHEMES[scheme])}>-<type> for the {scheme} scheme"):
+            call()
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        st.allowed_transitions(scheme.lower(), tags)
 
 
 BIO_TAGS = ["O", "B-A", "I-A", "B-B", "I-B", "B-C", "I-C"]

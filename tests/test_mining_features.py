@@ -194,3 +194,42 @@ def test_neighbourhoods_feed_lp_unaries():
                                                                            torch.tensor(y)[E[:, 1]]).sum())
                for y in itertools.product(range(2), repeat=V))
     assert float(res.score.reshape(())) == pytest.approx(best, abs=1e-6)  # submodular: the LP is exact
+
+
+@settings(max_examples=30, deadline=None)
+@given(hs.lists(hs.lists(itemset, min_size=1, max_size=3), min_size=1, max_size=4), hs.data())
+def test_list_and_set_typed_patterns_equal_their_frozen_forms(patterns, data):
+    """Issue 21 item 6: list-typed sequences and set-typed itemsets are documented pattern kinds
+    (``contains`` takes them) but were refused as unhashable while de-duplicating."""
+    seqs = [[set(e) for e in p] for p in patterns]  # lists of sets, duplicates possible
+    frozen = [tuple(f(e) for e in p) for p in patterns]
+    feats = SubstructureFeatures(seqs)
+    assert feats.patterns == list(dict.fromkeys(frozen))
+    batch = data.draw(hs.lists(sequence, min_size=1, max_size=3))
+    torch.testing.assert_close(feats.transform(batch), SubstructureFeatures(frozen).transform(batch))
+    for k, p in enumerate(feats.patterns):
+        assert [contains(seqs[frozen.index(p)], x) for x in batch] == feats.transform(batch)[:, k].bool().tolist()
+    sets = [set(p[0]) for p in patterns]
+    assert SubstructureFeatures(sets).patterns == list(dict.fromkeys(f(s) for s in sets))
+
+
+def test_graph_patterns_of_every_form_deduplicate():
+    tri = ([0, 1, 2], [(0, 1), (1, 2)], [0, 0])
+    arrays = tuple(np.asarray(x) for x in tri)
+    feats = SubstructureFeatures([tri, arrays, ([0, 1], [(0, 1)], [1])])
+    assert len(feats) == 2 and feats.patterns[0] is tri
+
+
+def test_items_beyond_int64_are_refused_clearly():
+    """Issue 21 item 12: an item id beyond int64 raised a bare OverflowError."""
+    big = 2**70
+    for call in (lambda: frequent_patterns([f({big}), f({1})], 1),
+                 lambda: frequent_patterns([(f({big}),), (f({1}),)], 1),
+                 lambda: best_patterns([f({big}), f({1})], [1, -1], 1),
+                 lambda: SubstructureFeatures([f({big})]),
+                 lambda: SubstructureFeatures([f({1})]).transform([f({big})])):
+        with pytest.raises(ValueError, match=r"non-negative int64 item ids \(in \[0, 2\*\*63 - 1\]\), got item 1180591620717411303424"):
+            call()
+    assert frequent_patterns([f({2**63 - 1}), f({2**63 - 1})], 2) == [(f({2**63 - 1}), 2)]
+    with pytest.raises(ValueError, match=r"node_labels must hold int64 integers"):
+        G.frequent_patterns([([big, 1], [(0, 1)], [0])], 1)

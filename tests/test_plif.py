@@ -67,3 +67,26 @@ def test_bad_arguments(args, kwargs, message):
 def test_wrong_last_axis():
     with pytest.raises(ValueError, match=r"x must have shape \(..., num_functions\) = \(..., 3\)"):
         st.PLiF(4, 0.0, 1.0, num_functions=3)(torch.zeros(5, 2))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_both_infinities_are_clamped_and_nan_obeys_the_validation_switch(dtype):
+    """Issue 21 item 4: +inf was refused while -inf was clamped, as the docstring promises for both."""
+    plif = st.PLiF(5, 0.0, 4.0).to(dtype)
+    plif.raw.data = torch.tensor([[0.0, 1.0, 4.0, 9.0, 16.0]], dtype=dtype)
+    x = torch.tensor([float("-inf"), -1.0, 2.0, 10.0, float("inf")], dtype=dtype, requires_grad=True)
+    y = plif(x)
+    assert y.tolist() == [0.0, 0.0, 4.0, 16.0, 16.0]
+    (grad,) = torch.autograd.grad(y.sum(), plif.raw)
+    assert torch.isfinite(grad).all() and grad.sum() == 5
+    phi = st.semimarkov.plif.plif_basis(x.detach(), 5, 0.0, 4.0)
+    torch.testing.assert_close(phi @ plif.raw[0].detach(), y.detach())
+    nan = torch.tensor([1.0, float("nan")], dtype=dtype)
+    with pytest.raises(ValueError, match=r"x contains NaN at index \(1, 0\); must not be NaN"):
+        plif(nan)
+    with st.set_validation(False):
+        assert plif(nan)[0].item() == 1.0  # no check, no host sync; NaN stays NaN
+        assert plif(nan)[1].isnan()
+    with pytest.raises(ValueError, match="ordinates must be finite"):
+        st.semimarkov.plif.plif_interpolate(torch.zeros(2, 1, dtype=dtype),
+                                           torch.tensor([[0.0, float("-inf")]], dtype=dtype), 0.0, 1.0)

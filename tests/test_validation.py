@@ -20,11 +20,27 @@ def _bad_inputs():
     u, a = torch.randn(2, 3, 4), torch.zeros(4, 4)
     nan = u.clone()
     nan[1, 2, 3] = float("nan")
+    y = torch.tensor([[0, 1, 0], [2, 2, 3]])
+    w_nan = torch.ones(2, 3)
+    w_nan[0, 1] = float("nan")
+    a_forbid = torch.zeros(4, 4)
+    a_forbid[0, 1] = float("-inf")  # the first target uses it
     return {
         "unary NaN": (lambda: st.viterbi(nan, a), "unary contains NaN or \\+inf"),
         "lengths": (lambda: st.log_partition(u, a, lengths=torch.tensor([4, 1])), r"lengths must lie in \[0, T\]"),
         "labels": (lambda: st.path_score(u, a, torch.tensor([[0, 4, 0], [0, 0, 0]])), r"labels must lie in \[0, N\)"),
         "overflow": (lambda: st.viterbi(torch.full((1, 3, 2), 2e38), torch.zeros(2, 2)), "the Viterbi score overflows"),
+        # issue 21 item 13: the loss-augmented solvers' own value checks follow the switch too
+        "weights NaN": (lambda: st.loss_augmented_viterbi(u, a, y, weights=w_nan), "weights must be finite"),
+        "cost NaN": (lambda: st.loss_augmented_viterbi(u, a, y, cost=torch.full((4, 4), float("nan"))),
+                     "cost must be finite"),
+        "h NaN": (lambda: st.loss_augmented_viterbi(u, a, y, h=lambda k: k.sqrt() * float("nan")), "h must be finite"),
+        "h inf, slack": (lambda: st.loss_augmented_viterbi(u, a, y, h=1 / (2 - torch.arange(4.0)), rescaling="slack"),
+                         "h must be finite"),
+        "target -inf": (lambda: st.loss_augmented_viterbi(u, a_forbid, y, rescaling="slack"), "target has score -inf"),
+        "semimarkov target -inf": (lambda: st.semimarkov_loss_augmented(
+            u, a_forbid, y, torch.ones(2, 3, dtype=torch.bool), max_len=1), "target has score -inf"),
+        "PLiF x NaN": (lambda: st.PLiF(3, 0.0, 1.0)(torch.tensor([0.5, float("nan")])), "x contains NaN"),
     }
 
 
@@ -59,6 +75,19 @@ def test_cpu_checks_name_the_entry_and_respect_the_switch():
         st.set_validation(True)
     with pytest.raises(TypeError, match="enabled must be a bool"):
         st.set_validation("no")
+
+
+@pytest.mark.parametrize("case", [c for c in _bad_inputs() if c not in ("lengths", "labels")])
+def test_cpu_value_checks_can_be_switched_off(case):
+    """On CPU (host checks) too: no structtorch ValueError with value checks off."""
+    call, message = _bad_inputs()[case]
+    with pytest.raises(ValueError, match=message.split(" ")[0]):
+        call()
+    with st.set_validation(False):
+        try:
+            call()
+        except (IndexError, RuntimeError) as exc:
+            assert "structtorch" not in str(exc)
 
 
 def test_valid_inputs_pass_the_device_checks(as_device):

@@ -23,6 +23,7 @@ from torch import Tensor
 from .._backend import backend_for
 from .._checks import Chain
 from .._library import operator, save_for_backward, vmap_rule
+from .._numerics import grads_through
 from . import _torch
 from ._torch import accumulating
 
@@ -56,6 +57,14 @@ def _log_partition_forward_fake(unary, transitions, start, end, lengths, backend
 
 
 def _log_partition_backward_fake(grad, unary, transitions, start, end, lengths, logz, state, backend):
+    return tuple(torch.empty_like(x) for x in (unary, transitions, start, end))
+
+
+def _marginals_fake(unary, transitions, start, end, lengths, backend):
+    return torch.empty_like(unary)
+
+
+def _marginals_backward_fake(grad, unary, transitions, start, end, lengths):
     return tuple(torch.empty_like(x) for x in (unary, transitions, start, end))
 
 
@@ -94,6 +103,27 @@ def log_partition_backward(grad: Tensor, unary: Tensor, transitions: Tensor, sta
         pairs = zip(grads, inputs, strict=True)
         return tuple(torch.zeros_like(x) if g is None else g.to(x.dtype) for g, x in pairs)
     return kernel_module(backend).log_partition_backward(chain, logz, state, grad.double().contiguous())
+
+
+@operator("chain_marginals", _marginals_fake)
+def marginals_forward(unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor, lengths: Tensor,
+                      backend: str) -> Tensor:
+    """(B, T, N) node marginals (input dtype) from a kernel backend's ``node_marginals``."""
+    marg = kernel_module(backend).node_marginals(Chain(unary, transitions, start, end, lengths))
+    return marg.to(unary.dtype)
+
+
+@operator("chain_marginals_backward", _marginals_backward_fake)
+def marginals_backward(grad: Tensor, unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor,
+                       lengths: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Gradients of the node marginals (upstream ``grad`` (B, T, N)) w.r.t. unary, transitions,
+    start and end, through the PyTorch recursion in the accumulation precision."""
+    inputs = tuple(x.detach().requires_grad_() for x in (unary, transitions, start, end))
+    with torch.enable_grad():
+        marg = _torch.marginals_through(Chain(*inputs, lengths))
+        grads = torch.autograd.grad(marg, inputs, grad.to(marg.dtype), allow_unused=True)
+    pairs = zip(grads, inputs, strict=True)
+    return tuple(torch.zeros_like(x) if g is None else g.to(x.dtype) for g, x in pairs)
 
 
 def _lead(x: Tensor, dim: int | None, V: int) -> Tensor:
@@ -147,6 +177,38 @@ class LogPartition(torch.autograd.Function):
         logz, *state = LogPartition.apply(*args, backend_of(chain))
         V = info.batch_size
         return (logz.view(V, -1), *(s.view(V, -1, *s.shape[1:]) for s in state)), (0,) * (1 + len(state))
+
+
+class Marginals(torch.autograd.Function):
+    """Node marginals (B, T, N) of a kernel backend, differentiable: the backward differentiates
+    the PyTorch recursion in the accumulation precision (an operator, so that ``torch.compile``
+    traces it whole; with ``create_graph``, as for double backward, the recursion itself)."""
+
+    @staticmethod
+    def forward(unary, transitions, start, end, lengths, backend):
+        return marginals_forward(unary, transitions, start, end, lengths, backend)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:5])
+
+    @staticmethod
+    def backward(ctx, grad):
+        unary, transitions, start, end, lengths = ctx.saved_tensors
+        needs = ctx.needs_input_grad[:4]
+        if torch.is_grad_enabled():  # double backward: keep the graph to the inputs
+            marg = _torch.marginals_through(Chain(unary, transitions, start, end, lengths))
+            grads = grads_through(marg, (unary, transitions, start, end), needs, grad.to(marg.dtype))
+        else:
+            grads = marginals_backward(grad, unary, transitions, start, end, lengths)
+        return (*(g if need else None for g, need in zip(grads, needs, strict=True)), None, None)
+
+
+def marginals(chain: Chain) -> Tensor:
+    """(B, T, N) node marginals of a canonical chain on a kernel backend (``backend_of(chain)`` is
+    not "torch"), differentiable."""
+    return Marginals.apply(chain.unary, chain.transitions, chain.start, chain.end, chain.lengths,
+                           backend_of(chain))
 
 
 def log_partition(chain: Chain) -> Tensor:

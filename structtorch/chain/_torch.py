@@ -109,28 +109,3 @@ def marginals_through(chain: Chain, create_graph: bool = True) -> Tensor:
         ref.unary = ref.unary.detach().requires_grad_()
     logz = guard(chain, log_partition(ref), "the log-partition")
     return torch.autograd.grad(logz.sum(), ref.unary, create_graph=create_graph)[0]
-
-
-class KernelMarginals(torch.autograd.Function):
-    """Node marginals from a kernel backend (``node_marginals``, a function of a Chain),
-    differentiable: the backward differentiates this module's recursion in the accumulation
-    precision, so value and gradient are as precise as without autograd."""
-
-    @staticmethod
-    def forward(ctx, node_marginals, unary, transitions, start, end, lengths):
-        ctx.save_for_backward(unary, transitions, start, end, lengths)
-        return node_marginals(Chain(unary, transitions, start, end, lengths))
-
-    @staticmethod
-    def backward(ctx, grad):
-        *inputs, lengths = ctx.saved_tensors
-        needs = ctx.needs_input_grad[1:5]
-        create_graph = torch.is_grad_enabled()  # double backward: keep the graph to the inputs
-        with torch.enable_grad():
-            if not create_graph:
-                inputs = [x.detach().requires_grad_(need) for x, need in zip(inputs, needs, strict=True)]
-            marg = marginals_through(Chain(*inputs, lengths))
-            wanted = [x for x, need in zip(inputs, needs, strict=True) if need]
-            got = iter(torch.autograd.grad(marg, wanted, grad.to(marg.dtype), create_graph=create_graph,
-                                           allow_unused=True))
-        return (None, *(next(got) if need else None for need in needs), None)

@@ -50,10 +50,6 @@ def _viterbi_path(chain: Chain) -> Tensor:
     return _ops.viterbi(chain)
 
 
-def _kernel_args(chain: Chain) -> tuple[Tensor, ...]:
-    return chain.unary, chain.transitions, chain.start, chain.end, chain.lengths
-
-
 def _log_partition(chain: Chain) -> Tensor:
     logz = _ops.log_partition(chain).to(chain.unary.dtype)
     return _torch.guard(chain, logz, "the log-partition")
@@ -168,11 +164,8 @@ def marginals(
     chain = check_chain(unary, transitions, start, end, lengths)
     inputs = (chain.unary, chain.transitions, chain.start, chain.end)
     differentiable = torch.is_grad_enabled() and any(x.requires_grad for x in inputs)
-    kernels = _kernels(chain)
-    if kernels is not None:  # the same kernel value with or without autograd
-        if differentiable:
-            return _torch.KernelMarginals.apply(kernels.node_marginals, *_kernel_args(chain))
-        return kernels.node_marginals(chain)
+    if _ops.backend_of(chain) != "torch":  # the same kernel value with or without autograd
+        return _ops.marginals(chain)
     if differentiable:
         with torch.enable_grad():  # marginals as a differentiable function of the inputs
             return _torch.marginals_through(chain).to(chain.unary.dtype)

@@ -48,7 +48,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from .._checks import LengthsLike, check_int, check_number
-from .._numerics import reduce_batch
+from .._numerics import negative_log_likelihood, reduce_batch
 from ..chain import log_partition, path_score, viterbi
 from ..data.tagging import SequenceData
 
@@ -152,7 +152,8 @@ def chain_nll(unary: Tensor, transitions: Tensor, labels: Tensor, *, start: Tens
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction must be one of ('mean', 'sum', 'none'), got {reduction!r}")
     kw = {"start": start, "end": end, "lengths": lengths}
-    nll = log_partition(unary, transitions, **kw) - path_score(unary, transitions, labels, **kw)
+    nll = negative_log_likelihood(log_partition(unary, transitions, **kw),
+                                  path_score(unary, transitions, labels, **kw))
     return reduce_batch(nll, reduction)
 
 

@@ -32,11 +32,11 @@ from .._checks import (
     _fmt,
     cast_checked,
     check_chain,
+    check_finite,
     check_labels,
     check_lengths,
+    check_target_score,
     guard_overflow,
-    on_host,
-    require,
 )
 from .._numerics import NEG_INF, accumulate
 from .._precision import mixed_precision
@@ -105,12 +105,6 @@ class LossSpec:
         return self.affine[1].view(-1, 1, 1) * self.weights.double().unsqueeze(2) * wrong
 
 
-def _check_finite(name: str, x: Tensor) -> None:
-    if not bool(torch.isfinite(x).all()):
-        idx = tuple(int(i) for i in (~torch.isfinite(x)).nonzero()[0].tolist())
-        raise ValueError(f"{name} must be finite; {name}[{', '.join(map(str, idx))}] = {float(x[idx])}")
-
-
 def _weights(weights: Tensor | None, mask: Tensor, ref: Tensor) -> tuple[Tensor, bool]:
     """(B, T) weights, 0 beyond each length, and whether they are non-negative integers.
 
@@ -129,7 +123,7 @@ def _weights(weights: Tensor | None, mask: Tensor, ref: Tensor) -> tuple[Tensor,
     if weights.dtype == torch.bool or weights.dtype.is_complex:
         raise TypeError(f"weights must be an integer or floating tensor, got {weights.dtype}")
     if weights.dtype.is_floating_point:
-        _check_finite("weights", weights)
+        check_finite("weights", weights)
     w = torch.where(mask, weights, torch.zeros((), dtype=weights.dtype, device=weights.device))
     integral = bool((w == w.round()).all()) and bool((w >= 0).all())
     # row sums in float64 never wrap (rounded, but far from the int64 limit when they pass)
@@ -168,14 +162,7 @@ def _h_table(h: HLike, K: int, B: int, ref: Tensor, what: str) -> Tensor:
     else:
         raise TypeError(f"h must be None, a callable or a tensor, got {type(h).__name__}")
     table = table.detach().double().expand(B, K + 1)
-    if not on_host(table):
-        require(torch.isfinite(table).all(), "h must be finite at every count")
-        return table
-    if bool(torch.isnan(table).any()):
-        k = int(torch.isnan(table).nonzero()[0, 1])
-        raise ValueError(f"h is NaN at count {k}")
-    if bool(torch.isinf(table).any()):
-        raise ValueError("h must be finite at every count")
+    check_finite("h", table[0] if table.shape[0] and table.stride(0) == 0 else table)  # h[count]
     return table
 
 
@@ -195,7 +182,7 @@ def _cost(cost: Tensor, target: Tensor, mask: Tensor, ref: Tensor) -> Tensor:
     N = ref.shape[-1]
     if not isinstance(cost, Tensor) or not cost.dtype.is_floating_point:
         raise TypeError("cost must be a floating tensor of shape (N, N) or (B, T, N)")
-    _check_finite("cost", cost)
+    check_finite("cost", cost)
     if cost.shape == (N, N):
         per_label = cost.to(ref.device)[target]
     elif cost.shape == (B, T, N):
@@ -242,9 +229,14 @@ def resolve_loss(h: HLike, rescaling: str, weights: Tensor | None, cost: Tensor 
 
 class _Structure(Protocol):
     """What the solver needs from a model. A structure is a (B, T) int64 tensor, -1 beyond each
-    length (a label sequence for chains; segmentations encode label + N * is_start)."""
+    length (a label sequence for chains; segmentations encode label + N * is_start). The search
+    runs inside the operator ``structtorch::<operator>`` (see ``_ops.py``), which rebuilds the model
+    from ``arguments()`` (and the target)."""
 
     truth: Tensor  # the target's structure
+    operator: str
+
+    def arguments(self) -> tuple: ...
 
     def labels(self, struct: Tensor) -> Tensor: ...
 
@@ -253,8 +245,6 @@ class _Structure(Protocol):
     def fold_path(self, label_loss: Tensor) -> Tensor: ...
 
     def tables(self, target: Tensor, weights: Tensor, K: int, negate: bool) -> Tables: ...
-
-    def search(self, spec: LossSpec, target: Tensor, N: int, algorithm: str, gold: Tensor) -> Tensor: ...
 
 
 class _LabelStructure:
@@ -265,21 +255,19 @@ class _LabelStructure:
     def labels(self, struct: Tensor) -> Tensor:
         return struct
 
-    def search(self, spec: LossSpec, target: Tensor, N: int, algorithm: str, gold: Tensor) -> Tensor:
-        return search(self, spec, target, N, algorithm, gold)
-
 
 class _ChainStructure(_LabelStructure):
+    operator = "chain_loss_augmented"
+
     def __init__(self, chain, target: Tensor):
         self.chain, self.truth = chain, torch.where(chain.mask(), target, -1)
 
+    def arguments(self) -> tuple:
+        c = self.chain
+        return c.unary, c.transitions, c.start, c.end, c.lengths
+
     def score(self, path: Tensor) -> Tensor:
         return _chain._path_score(self.chain, path.clamp(min=0))
-
-    def search(self, spec: LossSpec, target: Tensor, N: int, algorithm: str, gold: Tensor) -> Tensor:
-        from . import _ops  # the search as one operator (torch.compile sees its output shape only)
-
-        return _ops.chain_search(self.chain, spec, target, algorithm, gold)
 
     def fold_path(self, label_loss: Tensor) -> Tensor:
         c = accumulating(self.chain)  # the loss is added in double on CPU
@@ -299,10 +287,15 @@ class _ChainStructure(_LabelStructure):
 
 
 class _WindowStructure(_LabelStructure):
+    operator = "window_loss_augmented"
+
     def __init__(self, scores: Tensor, order: int, N: int, lengths: Tensor, target: Tensor):
         self.scores, self.order, self.N, self.lengths = scores, order, N, lengths
         inside = torch.arange(target.shape[1], device=target.device) < lengths[:, None]
         self.truth = torch.where(inside, target, -1)
+
+    def arguments(self) -> tuple:
+        return self.scores, self.lengths
 
     def flat(self, scores: Tensor) -> Tensor:
         B, T = scores.shape[:2]
@@ -352,12 +345,10 @@ def _table_path(model: _Structure, spec: LossSpec, target: Tensor, gold: Tensor)
 def search(model: _Structure, spec: LossSpec, target: Tensor, N: int, algorithm: str, gold: Tensor) -> Tensor:
     """The most violating structure (B, T) for the target's (detached) score ``gold`` (B,); the
     target itself where it attains the maximum. Reads values (the checks, the table's feasible
-    counts): for chains it runs inside the ``structtorch::chain_loss_augmented`` operator."""
+    counts): it runs inside the model's operator (``_ops.py``; torch.compile sees its output's
+    shape only)."""
     spec = spec.resolved()
-    if bool((gold == NEG_INF).any()):
-        b = int((gold == NEG_INF).nonzero()[0])
-        raise ValueError(f"target has score -inf in row {b}: it uses a forbidden (-inf) entry, or its "
-                         f"score overflows {gold.dtype} (then rescale the potentials)")
+    check_target_score(gold)
     foldable = spec.rescaling == "margin" and (spec.cost is not None or spec.affine is not None)
     if algorithm == "viterbi" and not foldable:
         raise ValueError("algorithm='viterbi' needs margin rescaling with an affine h or a cost")
@@ -384,8 +375,10 @@ def _solve(model: _Structure, spec: LossSpec, target: Tensor, N: int, algorithm:
     """(value, structure, count) of the most violating structure; ``target`` holds the labels."""
     if algorithm == "hamming" and spec.htab is None:
         raise ValueError("algorithm='hamming' needs non-negative integer weights and no cost")
+    from . import _ops  # the search as one operator per structure
+
     gold = model.score(model.truth)
-    struct = model.search(spec, target, N, algorithm, gold.detach())
+    struct = _ops.most_violating(model, spec, target, algorithm, gold.detach())
     names = "the potentials or the loss"
     value = _value(model, spec, target, struct, gold)
     guard_overflow(value, (), 0, lambda: None, "the loss-augmented value", names)  # +inf, NaN

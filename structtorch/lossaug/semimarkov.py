@@ -24,7 +24,7 @@ from ..semimarkov.layout import SemiMarkov, check_segmentation, check_semimarkov
 from ..semimarkov.plif import SegmentPLiF
 from ..semimarkov.segments import semimarkov_viterbi
 from ._torch import Tables, negate_scores
-from .hamming import HLike, _solve, resolve_loss, search
+from .hamming import HLike, _solve, resolve_loss
 
 __all__ = ["semimarkov_loss_augmented"]
 
@@ -44,15 +44,20 @@ def check_target(labels: Tensor, starts: object, sm: SemiMarkov) -> tuple[Tensor
 
 
 class _SemiMarkovStructure:
+    operator = "semimarkov_loss_augmented"
+
     def __init__(self, sm: SemiMarkov, labels: Tensor, starts: Tensor, mask: Tensor):
-        self.sm, self.N = sm, sm.shape[3]
+        self.sm, self.N, self.starts = sm, sm.shape[3], starts
         self.truth = torch.where(mask, encode(labels, starts, self.N), -1)
+
+    def arguments(self) -> tuple:
+        sm, p = self.sm, self.sm.segment_plif
+        plif = (None, None, 0.0, 0.0) if p is None else (p.tracks, p.ordinates, p.low, p.high)
+        return (sm.content, sm.transitions, sm.length_scores, sm.boundary, sm.segment_scores, sm.start,
+                sm.end, sm.lengths, *plif, self.starts)
 
     def labels(self, struct: Tensor) -> Tensor:
         return decode(struct, self.N)[0]
-
-    def search(self, spec, target: Tensor, N: int, algorithm: str, gold: Tensor) -> Tensor:
-        return search(self, spec, target, N, algorithm, gold)
 
     def score(self, struct: Tensor) -> Tensor:
         labels, starts = decode(struct, self.N)

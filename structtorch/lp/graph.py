@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._checks import _fmt, check_float, check_int
+from .._checks import _fmt, check_finite, check_float, check_int
 from ._options import is_integer_dtype
 
 __all__ = ["grid_edges", "check_edges", "check_graph_potentials", "num_nodes_of"]
@@ -77,8 +77,7 @@ def check_graph_potentials(unary: object, pairwise: object, edges: object) -> tu
         unary = unary.unsqueeze(0)
     if unary.dim() != 3 or unary.shape[2] < 1:
         raise ValueError(f"unary must have shape (V, L) or (B, V, L), got {_fmt(unary.shape)}")
-    if bool(torch.isinf(unary).any()):
-        raise ValueError("unary must be finite (-inf is not supported by the LP relaxations)")
+    check_finite("unary", unary, " (-inf is not supported by the LP relaxations)")
     B, V, L = unary.shape
     edges = check_edges(edges, V)
     E = len(edges)
@@ -88,8 +87,7 @@ def check_graph_potentials(unary: object, pairwise: object, edges: object) -> tu
     if pairwise.shape != (B, E, L, L):
         raise ValueError(f"pairwise must have shape (E, L, L) = ({E}, {L}, {L}) or (B, E, L, L) = "
                          f"({B}, {E}, {L}, {L}), got {_fmt(pairwise.shape)}")
-    if bool(torch.isinf(pairwise).any()):
-        raise ValueError("pairwise must be finite (-inf is not supported by the LP relaxations)")
+    check_finite("pairwise", pairwise, " (-inf is not supported by the LP relaxations)")
     return unary, pairwise, edges
 
 

@@ -29,7 +29,7 @@ import scipy.sparse as sp
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_int
+from .._checks import check_finite, check_int
 from ._options import check_real, check_real_tensor
 from ._parallel import check_num_workers
 from .graph import check_edges, check_graph_potentials, num_nodes_of
@@ -47,8 +47,7 @@ def cut_block(cuts, B: int, V: int, L: int, max_cuts: int, ref: Tensor) -> Tenso
         return block
     if isinstance(cuts, Tensor):
         check_real_tensor("cuts", cuts)
-        if not bool(torch.isfinite(cuts).all()):
-            raise ValueError("cuts must be finite (a NaN or inf coefficient reaches the solver)")
+        check_finite("cuts", cuts, " (a NaN or inf coefficient would reach the solver)")
         rows = cuts.to(ref).unsqueeze(0).expand(B, *cuts.shape) if cuts.dim() == 3 else cuts.to(ref)
         if rows.dim() != 4 or rows.shape[0] != B or rows.shape[2:] != (V, L) or rows.shape[1] > max_cuts:
             raise ValueError(f"cuts must have shape (K, V, L) or (B, K, V, L) with K <= max_cuts = "

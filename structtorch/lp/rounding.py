@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .._checks import check_values
 from ._options import check_real_tensor
 
 __all__ = ["round_labels", "fractional", "fractional_nodes", "FRACTIONAL_TOL"]
@@ -46,6 +47,5 @@ def round_labels(mu: Tensor) -> tuple[Tensor, Tensor]:
     if mu.shape[-1] == 0:
         raise ValueError(f"mu must have at least one label (L >= 1), got shape {tuple(mu.shape)}")
     mu = mu.unsqueeze(0) if mu.dim() == 2 else mu
-    if bool(torch.isnan(mu).any()):
-        raise ValueError("mu contains NaN")
+    check_values("mu", mu, posinf=True)
     return mu.argmax(2), fractional_nodes(mu)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from structtorch.mining.sequences import _SETS, _check_sequence, _is_graph, occurrence_matrix
+from structtorch.mining.sequences import _SETS, _check_itemset, _check_sequence, _is_graph, occurrence_matrix
 
 __all__ = ["SubstructureFeatures"]
 
@@ -42,16 +42,33 @@ def _kind(pattern: object) -> str:
     return "sequences"
 
 
+def _normalize(kind: str, pattern: object, name: str) -> tuple[object, object]:
+    """(hashable key, pattern): itemsets as frozensets, sequences as tuples of frozensets (lists and
+    sets are documented pattern forms); graphs keep their form, keyed by their labels and edges."""
+    if kind == "sets":
+        p = _check_itemset(name, pattern)
+        return p, p
+    if kind == "sequences":
+        p = _check_sequence(name, pattern)
+        return p, p
+    from structtorch.mining.graphs import _as_graph  # networkx loads with graph patterns only
+
+    g = _as_graph(pattern, name)
+    return (tuple(g.labels), tuple(tuple(sorted(a.items())) for a in g.adj)), pattern
+
+
 class SubstructureFeatures:
     """The binary feature map of a fixed pattern dictionary.
 
     Parameters
     ----------
     patterns : sequence
-        Patterns of one kind: itemsets (frozensets), itemset sequences (tuples of frozensets) or
-        graphs (DFS codes, ``(node_labels, edges, edge_labels)`` triples or networkx graphs). The rows
-        returned by :func:`frequent_patterns` (``(pattern, support)``) and :func:`best_patterns`
-        (``(pattern, direction, gain)``) are accepted as they are; duplicates are dropped, order kept.
+        Patterns of one kind: itemsets (sets or frozensets), itemset sequences (lists or tuples of
+        sets) or graphs (DFS codes, ``(node_labels, edges, edge_labels)`` triples or networkx
+        graphs). The rows returned by :func:`frequent_patterns` (``(pattern, support)``) and
+        :func:`best_patterns` (``(pattern, direction, gain)``) are accepted as they are. Itemsets
+        and sequences are stored as frozensets and tuples of frozensets; duplicates (equal after
+        that, or graphs with equal labels and edges) are dropped, order kept.
 
     Attributes
     ----------
@@ -73,15 +90,17 @@ class SubstructureFeatures:
             raise TypeError(f"patterns must be a list of patterns, got {type(patterns).__name__}")
         if len(patterns) == 0:
             raise ValueError("patterns must be non-empty")
-        out = list(dict.fromkeys(_strip(p) for p in patterns))
-        kinds = {_kind(p) for p in out}
+        stripped = [_strip(p) for p in patterns]
+        kinds = {_kind(p) for p in stripped}
         if len(kinds) > 1:
             raise TypeError("patterns must be all of one kind (itemsets, sequences or graphs), "
                             f"got {sorted(kinds)}")
         self.kind = kinds.pop()
-        if self.kind == "sequences":
-            out = [_check_sequence(f"patterns[{k}]", p) for k, p in enumerate(out)]
-        self.patterns = out
+        unique: dict[object, object] = {}  # normalized key -> the pattern, first occurrence kept
+        for k, p in enumerate(stripped):
+            key, p = _normalize(self.kind, p, f"patterns[{k}]")
+            unique.setdefault(key, p)
+        self.patterns = list(unique.values())
 
     @classmethod
     def from_model(cls, model: Any) -> SubstructureFeatures:

@@ -91,8 +91,13 @@ def _int_array(x: Any, name: str) -> np.ndarray:
     arr = np.asarray(x)
     if arr.size == 0:
         return arr.astype(np.int64)
+    if arr.dtype == object and all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
+                                   for v in arr.reshape(-1)):
+        raise ValueError(f"{name} must hold int64 integers, got one beyond [-2**63, 2**63 - 1]")
     if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    if arr.dtype == np.uint64 and (arr > np.iinfo(np.int64).max).any():
+        raise ValueError(f"{name} must hold int64 integers, got one beyond 2**63 - 1")
     return arr.astype(np.int64)
 
 

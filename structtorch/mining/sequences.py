@@ -78,6 +78,7 @@ SetPattern = frozenset
 SequencePattern = tuple
 
 _SETS = (set, frozenset)
+_ITEM_MAX = 2**63 - 1  # items are counted as int64
 
 
 # --------------------------------------------------------------------------------------------------
@@ -86,12 +87,14 @@ _SETS = (set, frozenset)
 
 def _check_itemset(name: str, s: object) -> frozenset:
     if not isinstance(s, _SETS):
-        raise TypeError(f"{name} must be a set or frozenset of non-negative ints, got {type(s).__name__}")
+        raise TypeError(f"{name} must be a set or frozenset of non-negative ints (int64 item ids), got "
+                        f"{type(s).__name__}")
     for i in s:
         if isinstance(i, bool) or not isinstance(i, numbers.Integral):
             raise TypeError(f"{name} must contain ints, got an item of type {type(i).__name__}")
-        if i < 0:
-            raise ValueError(f"{name} must contain non-negative ints, got item {i}")
+        if not 0 <= i <= _ITEM_MAX:
+            raise ValueError(f"{name} must contain non-negative int64 item ids (in [0, 2**63 - 1]), "
+                             f"got item {i}")
     return frozenset(int(i) for i in s)
 
 

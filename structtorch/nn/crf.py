@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import LengthsLike, _fmt, cast_checked, check_float, check_lengths, plain
-from .._numerics import NEG_INF, accumulate, reduce_batch
+from .._numerics import NEG_INF, accumulate, negative_log_likelihood, reduce_batch
 from .._precision import mixed_precision
 from ..chain import kbest, log_partition, marginals, path_score, viterbi
 
@@ -159,7 +159,11 @@ class LinearChainCRF(nn.Module):
                              f"got {_fmt(emissions.shape)}")
         if not emissions.is_floating_point():
             raise TypeError(f"emissions must be a floating tensor, got {emissions.dtype}")
-        if not self.batch_first:
+        if not self.batch_first:  # shapes are checked as the caller passed them, then transposed
+            for name, x in (("tags", tags), ("mask", mask)):
+                if isinstance(x, Tensor) and x.shape != emissions.shape[:2]:
+                    raise ValueError(f"{name} must have shape (T, B) = {_fmt(emissions.shape[:2])}, "
+                                     f"got {_fmt(x.shape)}")
             emissions = emissions.transpose(0, 1)
             tags = tags.transpose(0, 1) if isinstance(tags, Tensor) and tags.dim() == 2 else tags
             mask = mask.transpose(0, 1) if isinstance(mask, Tensor) and mask.dim() == 2 else mask
@@ -212,7 +216,8 @@ class LinearChainCRF(nn.Module):
             In the dtype of ``emissions`` (promoted with the parameters' dtype when one of them is
             float16/bfloat16, as under autocast). On CPU logZ - score is taken in float64, so a small
             NLL keeps its digits when both terms are large. A sequence that breaks the constraints
-            has probability 0: NLL +inf.
+            has probability 0: NLL +inf; so has any sequence of a row where the constraints forbid
+            every labeling (with a zero gradient, never NaN).
         """
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
@@ -364,5 +369,7 @@ def _negative_log_likelihood(unary: Tensor, transitions: Tensor, start: Tensor, 
     u, a, s, e = (accumulate(x) for x in (unary, transitions, start, end))
     logz = log_partition(u, a, start=s, end=e, lengths=lengths)
     gold = path_score(u, a, labels, start=s, end=e, lengths=lengths)
-    # +inf stays (a labeling with probability 0); a finite NLL beyond the dtype's range raises
-    return cast_checked(logz - gold, unary.dtype, "the negative log-likelihood", "emissions")
+    # +inf stays (a labeling with probability 0, or no valid labeling at all); a finite NLL beyond
+    # the dtype's range raises
+    nll = negative_log_likelihood(logz, gold)
+    return cast_checked(nll, unary.dtype, "the negative log-likelihood", "emissions")

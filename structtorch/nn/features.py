@@ -96,7 +96,8 @@ class PLiF(nn.Module):
 
     ``num_functions`` independent functions share the support points
     ``low = x_1 < ... < x_P = high``; their ordinates are learnable. Inputs are linearly
-    interpolated and clamped to [low, high] outside. ``monotone="increasing"`` (or
+    interpolated and clamped to [low, high] outside (-inf and +inf included; NaN is refused while
+    value checks are on, see :class:`structtorch.set_validation`). ``monotone="increasing"`` (or
     ``"decreasing"``) is enforced by the parametrization: the ordinates are a free first value
     plus cumulative softplus steps.
 
@@ -147,8 +148,6 @@ class PLiF(nn.Module):
         K, P = self.raw.shape
         if not isinstance(x, Tensor):
             raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-        if bool(torch.isnan(x).any()):
-            raise ValueError("x contains NaN")
         squeeze = K == 1 and (x.dim() == 0 or x.shape[-1] != 1)
         if squeeze:
             x = x.unsqueeze(-1)

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from .._checks import LengthsLike, _fmt, check_float, check_lengths
+from .._checks import LengthsLike, _fmt, check_finite, check_float, check_lengths
 from .._numerics import NEG_INF
 from .._precision import mixed_precision
 from ..learn.losses import structured_hinge
@@ -164,8 +164,8 @@ class HiddenSemiMarkovSVM(nn.Module):
         if signals is not None and contents is not None and signals.shape[:2] != contents.shape[:2]:
             raise ValueError(f"signals and contents must share (B, T), got {_fmt(signals.shape)} and "
                              f"{_fmt(contents.shape)}")
-        if contents is not None and not bool(torch.isfinite(contents).all()):
-            raise ValueError("contents must be finite")
+        if contents is not None:
+            check_finite("contents", contents)
         B, T = ref.shape[:2]
         return signals, contents, ref, check_lengths(lengths, B, T, ref.device)
 

@@ -32,15 +32,22 @@ def _module(backend: str):
     return importlib.import_module(_MODULES[backend], __package__)
 
 
-def backend_of(sm: SemiMarkov, log_partition: bool = False) -> str:
-    """The backend that runs ``sm`` ("torch" for empty sequences, and for the log-partition with a
-    segment PLiF on a backend without it)."""
+def backend_of(sm: SemiMarkov) -> str:
+    """The backend that runs ``sm`` ("torch" for empty sequences); for the log-partition with a
+    segment PLiF the operators themselves fall back to "torch" where the backend has none (see
+    :func:`_log_partition_backend`)."""
     if sm.shape[1] == 0:
         return "torch"
-    name = backend_for(sm.content)
-    if log_partition and name != "torch" and sm.segment_plif is not None:
-        return name if _module(name).SEGMENT_PLIF_LOG_PARTITION else "torch"
-    return name
+    return backend_for(sm.content)
+
+
+def _log_partition_backend(backend: str, tracks: Tensor | None) -> str:
+    """The backend that runs the log-partition: "torch" for a segment PLiF (``tracks`` given) on a
+    backend whose kernels lack them. Decided inside the operators and their fake implementations,
+    which dynamo does not trace (it refuses to trace the kernel module's import)."""
+    if backend != "torch" and tracks is not None and not _module(backend).SEGMENT_PLIF_LOG_PARTITION:
+        return "torch"
+    return backend
 
 
 def _model(content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates,
@@ -65,7 +72,7 @@ def _viterbi_op_fake(content, *rest):
 
 
 def _forward_op_fake(content, *rest):
-    backend = rest[-1]
+    backend = _log_partition_backend(rest[-1], rest[7])
     B, T, N = content.shape
     shape = (B, T + 1, N)
     state = [] if backend == "torch" else [content.new_empty(shape, dtype=torch.float64) for _ in range(2)]
@@ -102,6 +109,7 @@ def forward_op(content: Tensor, length: Tensor, boundary: Tensor, segment: Opt, 
     """logZ (B,) float64 and the backend's saved factors."""
     sm = _model(content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates, low,
                 high)
+    backend = _log_partition_backend(backend, tracks)
     if backend == "torch":
         return _torch.log_partition(sm).double(), []
     logz, state = _module(backend).log_partition_forward(sm)
@@ -115,7 +123,7 @@ def backward_op(grad: Tensor, content: Tensor, length: Tensor, boundary: Tensor,
     """Gradients w.r.t. the nine differentiable inputs (an empty tensor for an absent one)."""
     args = (content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates, low,
             high)
-    if backend == "torch":
+    if _log_partition_backend(backend, tracks) == "torch":
         inputs = [None if x is None else x.detach().requires_grad_() for x in _differentiable(args)]
         with torch.enable_grad():
             sm = _model(*inputs[:7], lengths, *inputs[7:], low, high)
@@ -137,8 +145,12 @@ class LogPartition(torch.autograd.Function):
     setup_context = staticmethod(save_for_backward)
 
     @staticmethod
-    def forward(*args):
-        logz, state = forward_op(*args)
+    def forward(content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates, low,
+                high, backend):
+        # named parameters, not *args: when no input needs a gradient, dynamo inlines ``forward``
+        # and passes the context first unless the parameters match the arguments one for one
+        logz, state = forward_op(content, length, boundary, segment, transitions, start, end, lengths, tracks,
+                                 ordinates, low, high, backend)
         return logz, *state
 
     @staticmethod
@@ -160,7 +172,7 @@ class LogPartition(torch.autograd.Function):
 
 def log_partition(sm: SemiMarkov) -> Tensor:
     """(B,) float64 log-partition of canonical potentials, differentiable."""
-    return LogPartition.apply(*_args(sm), backend_of(sm, log_partition=True))[0]
+    return LogPartition.apply(*_args(sm), backend_of(sm))[0]
 
 
 def viterbi(sm: SemiMarkov) -> tuple[Tensor, Tensor, Tensor]:

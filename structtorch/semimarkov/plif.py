@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .._checks import check_device, check_float, check_int
+from .._checks import check_device, check_finite, check_float, check_int
 
 _SUPPORT_MAX = torch.finfo(torch.float32).max / 4  # |low|, |high|: x - low never overflows float32
 _SPACING_MIN = torch.finfo(torch.float32).tiny  # a normal float32: 1 / spacing stays finite
@@ -42,7 +42,7 @@ def _plif_position(x: Tensor, P: int, low: float, high: float) -> tuple[Tensor, 
     """Left support index (int64) and fraction toward the next one, for x clamped to [low, high]."""
     low, high = check_support(P, low, high)
     pos = (x.clamp(low, high) - low) * ((P - 1) / (high - low))
-    left = pos.floor().clamp(max=P - 2).long()
+    left = pos.nan_to_num(0.0).floor().clamp(max=P - 2).long()  # NaN (unchecked) reads index 0
     return left, pos - left
 
 
@@ -52,7 +52,8 @@ def plif_interpolate(x: Tensor, ordinates: Tensor, low: float, high: float) -> T
     Parameters
     ----------
     x : Tensor (..., K)
-        Inputs; function k reads ``x[..., k]``. Values outside [low, high] are clamped.
+        Inputs; function k reads ``x[..., k]``. Values outside [low, high], -inf and +inf
+        included, are clamped; NaN is refused.
     ordinates : Tensor (K, P)
         Function values at P >= 2 evenly spaced support points ``low = x_1 < ... < x_P = high``.
     low, high : float
@@ -61,11 +62,11 @@ def plif_interpolate(x: Tensor, ordinates: Tensor, low: float, high: float) -> T
     -------
     Tensor (..., K), differentiable w.r.t. ``ordinates`` (and ``x`` inside the support).
     """
-    x = check_float("x", x)
+    x = check_float("x", x, posinf=True)
     ordinates = check_float("ordinates", ordinates)
-    if ordinates.dim() != 2 or ordinates.shape[1] < 2 or not bool(torch.isfinite(ordinates).all()):
-        raise ValueError("ordinates must be a finite (K, P) tensor with P >= 2, got shape "
-                         f"{tuple(ordinates.shape)}")
+    if ordinates.dim() != 2 or ordinates.shape[1] < 2:
+        raise ValueError(f"ordinates must be a (K, P) tensor with P >= 2, got shape {tuple(ordinates.shape)}")
+    check_finite("ordinates", ordinates)
     K, P = ordinates.shape
     if x.dim() < 1 or x.shape[-1] != K:
         raise ValueError(f"x must have shape (..., K) = (..., {K}) for ordinates (K, P) = ({K}, {P}), "
@@ -81,7 +82,7 @@ def plif_interpolate(x: Tensor, ordinates: Tensor, low: float, high: float) -> T
 def plif_basis(x: Tensor, num_points: int, low: float, high: float) -> Tensor:
     """Hat-function features phi (..., P) of x (...), so that a PLiF with ordinates w (P,) takes the
     value ``phi @ w`` at x: the joint feature map of a PLiF is linear in its ordinates."""
-    x = check_float("x", x)
+    x = check_float("x", x, posinf=True)
     check_int("num_points", num_points, 2)
     left, frac = _plif_position(x, num_points, low, high)
     phi = x.new_zeros(*x.shape, num_points)
