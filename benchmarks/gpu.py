@@ -160,7 +160,7 @@ def main() -> None:
         g = torch.Generator().manual_seed(0)
         u, A = torch.randn(B, T, N, generator=g).to(DEV), torch.randn(N, N, generator=g).to(DEV)
         y = torch.randint(0, N, (B, T), generator=g).to(DEV)
-        cases = {"slack": lambda u=u, A=A, y=y: st.loss_augmented_viterbi(u, A, y, rescaling="slack")}
+        cases = {"slack": lambda u=u, A=A, y=y: st.loss_augmented(u, A, y, rescaling="slack")}
         compare(f"{B},{T},{N}", cases, cases, {}, args)
     for n in notes:
         print("note:", n)

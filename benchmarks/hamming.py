@@ -24,13 +24,13 @@ SIZES = [(1, 100, 4), (1, 2000, 4), (32, 100, 4), (16, 500, 8)]
 def cases(u, A, y):
     def slack_grad():
         uu, AA = u.detach().requires_grad_(), A.detach().requires_grad_()
-        st.loss_augmented_viterbi(uu, AA, y, rescaling="slack")[0].sum().backward()
+        st.loss_augmented(uu, AA, y, rescaling="slack")[0].sum().backward()
 
     return {
-        "slack": lambda: st.loss_augmented_viterbi(u, A, y, rescaling="slack"),
+        "slack": lambda: st.loss_augmented(u, A, y, rescaling="slack"),
         "slack+subgrad": slack_grad,
-        "margin (table)": lambda: st.loss_augmented_viterbi(u, A, y, algorithm="hamming"),
-        "margin (fold)": lambda: st.loss_augmented_viterbi(u, A, y),
+        "margin (table)": lambda: st.loss_augmented(u, A, y, algorithm="hamming"),
+        "margin (fold)": lambda: st.loss_augmented(u, A, y),
         "viterbi": lambda: st.viterbi(u, A),
     }
 
@@ -54,7 +54,7 @@ def main() -> None:
         y = torch.randint(0, N, (B, T), generator=g)
         times = {k: median_time(f, args.budget, device) for k, f in cases(u, A, y).items()}
         with st.use_backend("torch"):
-            loop = median_time(lambda: st.loss_augmented_viterbi(u, A, y, rescaling="slack"),  # noqa: B023
+            loop = median_time(lambda: st.loss_augmented(u, A, y, rescaling="slack"),  # noqa: B023
                                args.budget, device, min_runs=1, max_runs=3)
         cells = [fmt(times[k]) for k in names] + [
             fmt(loop),

@@ -52,12 +52,12 @@ def main() -> None:
     for T in sorted(set(args.lengths) | set(range(2, args.brute_max + 1, 2))):
         u, A = torch.randn(1, T, N), torch.randn(N, N)
         target = torch.randint(0, N, (1, T))
-        lossaug = median_seconds(lambda: st.loss_augmented_viterbi(u, A, target, rescaling="slack"))  # noqa: B023
+        lossaug = median_seconds(lambda: st.loss_augmented(u, A, target, rescaling="slack"))  # noqa: B023
         plain = median_seconds(lambda: st.viterbi(u, A))  # noqa: B023
         brute = None
         if T <= args.brute_max:
             brute = median_seconds(lambda: brute_force_slack(u, A, target), repeats=1)  # noqa: B023
-            exact = st.loss_augmented_viterbi(u, A, target, rescaling="slack")[0]
+            exact = st.loss_augmented(u, A, target, rescaling="slack")[0]
             assert torch.allclose(exact, brute_force_slack(u, A, target), atol=1e-4)
         rows.append((T, lossaug, plain, brute))
         print(f"T={T:5d}  loss-augmented (slack) {lossaug * 1e3:9.3f} ms   viterbi {plain * 1e3:7.3f} ms   "

@@ -1,7 +1,9 @@
 """structtorch: differentiable structured prediction layers for PyTorch.
 
-``structtorch.lp`` (HiGHS, scipy, cvxpy) and ``structtorch.data`` load on first use, so that
-``import structtorch`` needs torch alone.
+``structtorch.lp`` (HiGHS, scipy, cvxpy), ``structtorch.data`` (the synthetic generators),
+``structtorch.mining`` and ``structtorch.semisup`` load on first use, so that ``import structtorch``
+needs torch alone and loads the library proper: the structures, the losses, the modules and the
+learning layer.
 """
 
 import importlib
@@ -9,10 +11,28 @@ import importlib
 from . import metrics
 from ._backend import use_backend
 from ._checks import set_validation, validation_enabled
-from .chain import Viterbi, kbest, log_partition, marginals, path_score, viterbi, viterbi_window, window_score
+from .chain import (
+    Viterbi,
+    kbest,
+    log_partition,
+    marginals,
+    path_score,
+    sample,
+    viterbi,
+    viterbi_window,
+    window_score,
+    window_viterbi,
+)
 from .distributions import ChainDistribution, SegmentMarginals, SemiMarkovDistribution
-from .learn import StructuredHingeLoss, structured_hinge, train
-from .lossaug import loss_augmented_viterbi, loss_augmented_viterbi_window, semimarkov_loss_augmented
+from .learn import train
+from .lossaug import (
+    loss_augmented,
+    loss_augmented_viterbi,
+    loss_augmented_viterbi_window,
+    semimarkov_loss_augmented,
+    window_loss_augmented,
+)
+from .losses import StructuredHingeLoss, structured_hinge
 from .metrics import chunk_f1, segment_f1
 from .nn import (
     HiddenSemiMarkovSVM,
@@ -28,10 +48,13 @@ from .semimarkov import (
     SegmentPLiF,
     plif_basis,
     plif_interpolate,
+    semimarkov_kbest,
     semimarkov_log_partition,
+    semimarkov_sample,
     semimarkov_score,
     semimarkov_viterbi,
 )
+from .sequence_data import SequenceData
 
 __all__ = [
     "viterbi",
@@ -39,6 +62,12 @@ __all__ = [
     "marginals",
     "path_score",
     "kbest",
+    "sample",
+    "window_viterbi",
+    "window_loss_augmented",
+    "loss_augmented",
+    "semimarkov_kbest",
+    "semimarkov_sample",
     "viterbi_window",
     "window_score",
     "Viterbi",
@@ -64,6 +93,7 @@ __all__ = [
     "plif_interpolate",
     "plif_basis",
     "data",
+    "SequenceData",
     "train",
     "metrics",
     "chunk_f1",

@@ -1,28 +1,40 @@
-"""The one place that decides which implementation of a dynamic program runs.
+"""The one place that decides which implementation of a dynamic program runs, and finds it.
 
 Backends
 --------
 ``"compiled"``
-    The C++ CPU kernels of ``csrc/`` (built on first use, double accumulators), for CPU tensors.
+    The C++ CPU kernels of ``csrc/`` (built on first use, double accumulators), for CPU tensors:
+    the linear-chain Viterbi, log-partition (forward and backward) and marginals, the semi-Markov
+    Viterbi (segment-mean PLiFs included) and log-partition (forward and backward, without segment
+    PLiFs), and the Hamming-count tables of linear chains.
 ``"triton"``
     Fused Triton kernels, one launch per call, for CUDA tensors; with ``TRITON_INTERPRET=1`` set
     before Triton is imported, also for CPU tensors (Triton's interpreter: slow, for tests). They
-    cover the linear-chain Viterbi, log-partition (forward and backward) and marginals, and the
-    semi-Markov Viterbi and log-partition (forward and backward), segment-mean PLiFs included, and the
-    Hamming-count tables of linear chains; the semi-Markov Hamming tables, order-l windows and
-    k-best run ``"torch"`` on this backend so far.
+    cover what the compiled kernels cover, and the semi-Markov log-partition with segment PLiFs.
 ``"torch"``
-    The batched PyTorch loops over time: the reference, and the path on every other device.
+    The batched PyTorch loops of each structure's ``_torch.py``: the reference, and the path on
+    every other device. k-best lists, order-l windows, sampling, the semi-Markov Hamming tables,
+    the gradient of the marginals and double backward run these loops on every backend.
 
-By default CPU tensors use ``"compiled"``, CUDA tensors ``"triton"`` when Triton is installed, and
-everything else ``"torch"``. The choice can be forced
-with :func:`use_backend` (a context manager, or a plain call that sets it for the process) or the
-environment variable ``STRUCTTORCH_BACKEND``; :func:`use_backend` wins over the variable. A backend
-that cannot run the given tensors (compiled kernels on a CUDA tensor, or kernels that failed to
-build) falls back to ``"torch"`` after one warning per reason.
+By default CPU tensors use ``"compiled"`` (``"torch"`` when the kernels did not build), CUDA
+tensors ``"triton"`` when Triton is installed, and everything else ``"torch"``. The choice can be
+forced with :func:`use_backend` (a context manager, or a plain call that sets it for the process)
+or the environment variable ``STRUCTTORCH_BACKEND``; :func:`use_backend` wins over the variable. A
+backend that cannot run the given tensors (compiled kernels on a CUDA tensor, kernels that failed to
+build, Triton on CPU tensors without the interpreter) falls back to ``"torch"`` after one warning
+per reason.
 
-Each structure (``chain``, ``semimarkov``, ``lossaug``) asks :func:`backend_for` once per call and
-keeps one implementation per backend: ``_torch.py`` (reference) and ``_cpu.py`` (compiled glue).
+Lookup
+------
+:func:`backend_for` names the backend for tensors like the given one; :func:`kernel_module` finds a
+structure's implementation of it: the module ``_cpu`` ("compiled") or ``_triton`` ("triton") of the
+structure's package (``structtorch.chain``, ``structtorch.semimarkov``, ``structtorch.lossaug``),
+None for "torch", where the structure calls its own ``_torch.py``. Each structure asks
+:func:`backend_for` once per call and adds only its own vetoes, cases its kernels do not take,
+which then run "torch": empty sequences (T = 0) in ``chain`` and ``semimarkov``, more than 32767
+labels on the compiled chain kernels (int16 backpointers), and a segment PLiF in the log-partition of
+a semi-Markov kernel module whose ``SEGMENT_PLIF_LOG_PARTITION`` is False (the compiled one). The
+Triton kernels share their tile loops and reductions through :mod:`structtorch._triton_common`.
 """
 
 from __future__ import annotations
@@ -37,7 +49,7 @@ from torch import Tensor
 
 from ._extension import chain_ops
 
-__all__ = ["use_backend", "backend_for", "kernels", "BACKENDS"]
+__all__ = ["use_backend", "backend_for", "kernel_module", "BACKENDS"]
 
 BACKENDS = ("compiled", "triton", "torch")
 ENV = "STRUCTTORCH_BACKEND"
@@ -58,7 +70,8 @@ class use_backend:  # noqa: N801 - used like a function, as torch's context mana
 
     ``use_backend("torch")`` sets it for the process; ``with use_backend("torch"): ...`` sets it for
     the block and restores the previous choice after it. ``None`` or ``"auto"`` returns to the
-    defaults (compiled on CPU, torch elsewhere), still below ``STRUCTTORCH_BACKEND`` when set.
+    defaults (compiled on CPU, triton on CUDA when installed, torch elsewhere), still below
+    ``STRUCTTORCH_BACKEND`` when set.
 
     Parameters
     ----------
@@ -143,11 +156,13 @@ def _choose(device: str) -> str:
 # torch._dynamo with the package: under torch.compile the choice is made once, at trace time
 _choose._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
-_MODULE = {"compiled": "._cpu", "triton": "._triton"}
+_MODULES = {"compiled": "._cpu", "triton": "._triton"}
 
 
-def kernels(x: Tensor, package: str) -> ModuleType | None:
-    """The kernel module of ``package`` (its ``_cpu`` or ``_triton``) for the backend that runs
-    tensors like ``x``, or None for the PyTorch loops. Triton is imported only when chosen."""
-    name = backend_for(x)
-    return None if name == "torch" else importlib.import_module(_MODULE[name], package)
+@functools.cache
+def kernel_module(backend: str, package: str) -> ModuleType | None:
+    """The kernel module of structure ``package`` for ``backend``: its ``_cpu`` ("compiled") or
+    ``_triton`` ("triton"), None for "torch". Imported on first use, so Triton loads only when
+    chosen. Dynamo refuses to trace the import: call it inside operators and their fake
+    implementations, not in the code ``torch.compile`` traces."""
+    return None if backend == "torch" else importlib.import_module(_MODULES[backend], package)

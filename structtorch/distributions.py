@@ -51,29 +51,26 @@ from ._checks import (
     check_int,
     check_labels,
 )
-from ._numerics import NEG_INF, accumulate, safe_logsumexp
+from ._numerics import NEG_INF, accumulate
 from ._precision import _no_autocast, map_tensors, widen
 from .chain import _ops as _chain_ops
 from .chain import _torch as _chain_torch
 from .chain.linear import _path_score, _score_paths, _viterbi_path, kbest, path_score
-from .lossaug.hamming import HLike, chain_loss_augmented
+from .chain.sampling import check_generator, sample_chain
+from .lossaug.chain import chain_loss_augmented
 from .lossaug.semimarkov import segmentation_loss_augmented
+from .lossaug.spec import HLike
 from .semimarkov import _ops as _sm_ops
 from .semimarkov import _torch as _sm_torch
+from .semimarkov._torch import POTENTIALS as _SM_POTENTIALS
+from .semimarkov._torch import guard as _sm_guard
+from .semimarkov.kbest import kbest_segmentations
 from .semimarkov.layout import SemiMarkov, check_segmentation, check_semimarkov, semimarkov_score
 from .semimarkov.plif import SegmentPLiF
-from .semimarkov.segments import _guard as _sm_guard
+from .semimarkov.sampling import sample_segmentations
 
 __all__ = ["ChainDistribution", "SemiMarkovDistribution", "SegmentMarginals"]
 
-_SM_POTENTIALS = "the content, transition, length, boundary and segment scores"
-
-
-def _draw(logits: Tensor, generator: torch.Generator | None) -> Tensor:
-    """One index per row of ``logits`` (..., K), drawn with probabilities softmax(logits): the
-    argmax of logits - log(E) with E ~ Exp(1) i.i.d. (the exponential race, i.e. Gumbel-max)."""
-    noise = torch.empty_like(logits, memory_format=torch.contiguous_format).exponential_(generator=generator)
-    return torch.where(logits == NEG_INF, NEG_INF, logits - noise.log()).argmax(-1)
 
 
 def _node(x: Tensor, create_graph: bool) -> Tensor:
@@ -292,29 +289,11 @@ class ChainDistribution(_StructureDistribution):
         return self._run(None, compute)
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> Tensor:
-        """Draw ``n`` independent labelings per chain (forward filtering, backward sampling).
-
-        Parameters
-        ----------
-        n : int
-            Number of samples, >= 1.
-        generator : torch.Generator, optional
-            Source of randomness, on the potentials' device.
-
-        Returns
-        -------
-        Tensor (n, B, T) int64
-            Labels, -1 beyond each length and on infeasible rows. Not differentiable.
-
-        Notes
-        -----
-        The forward pass stores the (B, T, N) forward scores; the backward pass draws every sample
-        and chain at once, looping over positions only: O(T (B N^2 + n B N)) time.
-        """
+        """``n`` labelings per chain drawn from the distribution: (n, B, T) int64, -1 beyond each
+        length and on infeasible rows (see :func:`structtorch.sample`)."""
         n = check_int("n", n, 1)
-        if generator is not None and not isinstance(generator, torch.Generator):
-            raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-        return self._run(None, lambda: _sample_chain(self._chain, n, generator))
+        check_generator(generator)
+        return self._run(None, lambda: sample_chain(self._chain, n, generator))
 
     def score(self, structure: Tensor) -> Tensor:
         """Scores (B,) of given labelings (B, T), as :func:`structtorch.path_score`."""
@@ -326,7 +305,7 @@ class ChainDistribution(_StructureDistribution):
                        weights: Tensor | None = None, cost: Tensor | None = None,
                        algorithm: str = "auto") -> tuple[Tensor, Tensor, Tensor]:
         """The most violating labeling for ``target`` (B, T): ``(value (B,), path (B, T), hamming
-        (B,))`` as :func:`structtorch.loss_augmented_viterbi` returns them (the value's gradient is
+        (B,))`` as :func:`structtorch.loss_augmented` returns them (the value's gradient is
         the structured hinge's subgradient). :func:`structtorch.structured_hinge` takes this
         distribution as its structure."""
         return self._run(None, lambda: chain_loss_augmented(
@@ -352,40 +331,6 @@ class ChainDistribution(_StructureDistribution):
         c = self._chain
         return self._run(None, lambda: kbest(c.unary, c.transitions, k, start=c.start, end=c.end,
                                              lengths=c.lengths))
-
-
-@torch.no_grad()
-def _sample_chain(chain: Chain, n: int, generator: torch.Generator | None) -> Tensor:
-    """(n, B, T) labelings drawn from the chain's distribution (see :meth:`ChainDistribution.sample`)."""
-    parts = (chain.unary, chain.transitions, chain.start, chain.end)
-    ch = _chain_torch.accumulating(Chain(*(x.detach() for x in parts), chain.lengths))
-    B, T, N = ch.shape
-    out = torch.full((n, B, T), -1, dtype=torch.long, device=ch.unary.device)
-    if T == 0 or B == 0:
-        return out
-    blocks = _chain_torch.step_blocks(ch)
-    alphas = [ch.start + ch.unary[:, 0]]  # alphas[t][b, j]: log-sum over labelings of [0, t] ending in j
-    for t, block in enumerate(blocks, start=1):
-        alphas.append(safe_logsumexp(alphas[-1].unsqueeze(2) + block, dim=1) + ch.unary[:, t])
-    alpha = torch.stack(alphas, 1)  # (B, T, N); garbage beyond each length, never read
-    lengths = ch.lengths
-    last_alpha = alpha.gather(1, (lengths - 1).clamp(min=0).view(B, 1, 1).expand(B, 1, N)).squeeze(1)
-    final = last_alpha + ch.end
-    feasible = (lengths > 0) & (final > NEG_INF).any(1)
-    last = _draw(final.expand(n, B, N), generator)  # (n, B): the label at length - 1
-    rows = torch.arange(B, device=out.device).expand(n, B)
-    nxt = last
-    for t in range(T - 1, -1, -1):
-        if t < T - 1:
-            block = blocks[t]  # scores of y_t -> y_{t+1}: (N, N) or (B, N, N)
-            column = block.t()[nxt] if block.dim() == 2 else block.transpose(1, 2)[rows, nxt]
-            prev = _draw(alpha[:, t].unsqueeze(0) + column, generator)
-            cur = torch.where(t == lengths - 1, last, torch.where(t < lengths - 1, prev, -1))
-        else:
-            cur = torch.where(t == lengths - 1, last, -1)
-        out[:, :, t] = cur
-        nxt = cur.clamp(min=0)
-    return torch.where(feasible[None, :, None], out, -1)
 
 
 class SegmentMarginals(NamedTuple):
@@ -620,34 +565,12 @@ class SemiMarkovDistribution(_StructureDistribution):
         return self._run(None, compute)
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
-        """Draw ``n`` independent segmentations per sequence (forward filtering, backward sampling).
-
-        Parameters
-        ----------
-        n : int
-            Number of samples, >= 1.
-        generator : torch.Generator, optional
-            Source of randomness, on the potentials' device.
-
-        Returns
-        -------
-        labels : Tensor (n, B, T) int64
-            -1 beyond each length and on infeasible rows.
-        starts : Tensor (n, B, T) bool
-            True where a segment begins.
-
-        Notes
-        -----
-        The last segment's label is drawn from the forward scores at the length, then its length;
-        then the label of the segment before, and so on: one segment per chain per step of a loop
-        over segment ends (T steps), every sample and row at once. O(T (B S N + B N^2 + n B (S + N)))
-        time beyond the forward pass.
-        """
+        """``n`` segmentations per sequence drawn from the distribution: ``(labels, starts)``, each
+        (n, B, T) (see :func:`structtorch.semimarkov_sample`)."""
         self._no_plif("sample")
         n = check_int("n", n, 1)
-        if generator is not None and not isinstance(generator, torch.Generator):
-            raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-        return self._run(None, lambda: _sample_semimarkov(self._sm, n, generator))
+        check_generator(generator)
+        return self._run(None, lambda: sample_segmentations(self._sm, n, generator))
 
     def score(self, structure: tuple[Tensor, Tensor]) -> Tensor:
         """Scores (B,) of given segmentations ``(labels, starts)``, as
@@ -669,169 +592,8 @@ class SemiMarkovDistribution(_StructureDistribution):
             self._sm, target[0], target[1], h=h, rescaling=rescaling, weights=weights, algorithm=algorithm))
 
     def kbest(self, k: int) -> tuple[Tensor, Tensor, Tensor]:
-        """The k highest-scoring distinct segmentations (a k-list Viterbi over segment ends).
-
-        Parameters
-        ----------
-        k : int
-            >= 1.
-
-        Returns
-        -------
-        scores : Tensor (B, k)
-            Descending; -inf where fewer than k feasible segmentations exist (a zero-length row has one,
-            of score 0). Differentiable (the gradient of each is the indicator of its segmentation).
-        labels : Tensor (B, k, T) int64
-            -1 beyond each length and in the missing entries.
-        starts : Tensor (B, k, T) bool
-            True where a segment begins.
-
-        Notes
-        -----
-        Time O(T (B S N k log k + B N^2 k)), memory O(B T N k).
-        """
+        """The k highest-scoring distinct segmentations: ``(scores (B, k), labels (B, k, T), starts
+        (B, k, T))`` (see :func:`structtorch.semimarkov_kbest`)."""
         self._no_plif("kbest")
         k = check_int("k", k, 1)
-        return self._run(None, lambda: _kbest_semimarkov(self._sm, k))
-
-
-def _detached64(sm: SemiMarkov) -> SemiMarkov:
-    """The potentials detached and in float64 (``segment_terms`` computes in float64 anyway)."""
-    return sm.map(lambda x: x.detach().double())
-
-
-def _terms(sm: SemiMarkov, F: Tensor, e: int, incoming: list[Tensor]) -> Tensor:
-    """(B, D, ...) scores of the segments ending at e with lengths d = 1..D, D = min(S, e), with their
-    incoming term: ``incoming[s]`` (B, N, ...) scores a segment of label n starting at s."""
-    D = min(sm.shape[2], e)
-    terms = _sm_torch.segment_terms(sm, F, e)  # (B, D, N)
-    stacked = torch.stack(incoming[e - D:e][::-1], 1)  # (B, D, N, ...)
-    return terms.reshape(terms.shape + (1,) * (stacked.dim() - 3)) + stacked
-
-
-def _fill(starts: Tensor, seg_label: Tensor, inside: Tensor) -> Tensor:
-    """Per-position labels (..., T) from the labels written at segment starts; -1 outside."""
-    T = starts.shape[-1]
-    filled = torch.where(starts, torch.arange(T, device=starts.device), 0).cummax(-1).values
-    return torch.where(inside, seg_label.gather(-1, filled), -1)
-
-
-@torch.no_grad()
-def _sample_semimarkov(sm: SemiMarkov, n: int, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
-    """(labels, starts), each (n, B, T), drawn from the segmentation distribution."""
-    sm = _detached64(sm)
-    B, T, S, N = sm.shape
-    dev = sm.content.device
-    labels = torch.full((n, B, T), -1, dtype=torch.long, device=dev)
-    starts = torch.zeros((n, B, T), dtype=torch.bool, device=dev)
-    if T == 0 or B == 0:
-        return labels, starts
-    F = sm.forbidden_counts()
-    trans = sm.transitions
-    alpha = [sm.start.new_full((B, N), NEG_INF)]  # alpha[e][b, n]: segmentations of [0, e) ending in n
-    incoming = [sm.start]  # incoming[s][b, n]: a segment of label n starting at s
-    for e in range(1, T + 1):
-        alpha.append(safe_logsumexp(_terms(sm, F, e, incoming), 1))
-        incoming.append(safe_logsumexp(alpha[e].unsqueeze(2) + trans, 1))
-    alphas = torch.stack(alpha, 1)  # (B, T+1, N)
-    lengths = sm.lengths
-    final = alphas.gather(1, lengths.view(B, 1, 1).expand(B, 1, N)).squeeze(1) + sm.end
-    feasible = (lengths > 0) & (final > NEG_INF).any(1)
-    rows = torch.arange(B, device=dev).expand(n, B)
-    label = _draw(final.expand(n, B, N), generator)  # (n, B): the label of the segment ending at e
-    e_cur = lengths.expand(n, B).clone()
-    active = feasible.expand(n, B).clone()
-    seg_label = torch.full((n, B, T), -1, dtype=torch.long, device=dev)
-    for e in range(T, 0, -1):
-        here = active & (e_cur == e)
-        terms = _terms(sm, F, e, incoming)  # (B, D, N)
-        d = _draw(terms.transpose(1, 2)[rows, label], generator) + 1  # (n, B) in [1, D]
-        s = e - d
-        i, b = here.nonzero(as_tuple=True)
-        starts[i, b, s[i, b]] = True
-        seg_label[i, b, s[i, b]] = label[i, b]
-        before = alphas[rows, s.clamp(min=0)] + trans.t()[label]  # (n, B, N): label m of the segment before
-        label = torch.where(here & (s > 0), _draw(before, generator), label)
-        e_cur = torch.where(here, s, e_cur)
-        active = active & ~(here & (s == 0))
-    inside = torch.arange(T, device=dev) < lengths[:, None]
-    return _fill(starts, seg_label, inside & feasible[:, None]), starts & feasible[:, None]
-
-
-@torch.no_grad()
-def _kbest_structures(sm: SemiMarkov, k: int) -> tuple[Tensor, Tensor, Tensor]:
-    """labels (B, k, T), starts (B, k, T) and valid (B, k) of the k best distinct segmentations, by
-    k-best lists of the forward scores (alpha) and of the incoming scores, with backpointers."""
-    sm = _detached64(sm)
-    B, T, S, N = sm.shape
-    dev = sm.content.device
-    first = torch.arange(k, device=dev) == 0
-    labels = torch.full((B, k, T), -1, dtype=torch.long, device=dev)
-    starts = torch.zeros((B, k, T), dtype=torch.bool, device=dev)
-    if T == 0 or B == 0:
-        return labels, starts, first.expand(B, k)
-    F = sm.forbidden_counts()
-    begin = sm.start.new_full((B, N, k), NEG_INF)
-    begin[:, :, 0] = sm.start
-    incoming, inc_bp = [begin], [torch.zeros(B, N, k, dtype=torch.long, device=dev)]
-    alpha = [sm.start.new_full((B, N, k), NEG_INF)]
-    alpha_bp = [torch.zeros(B, N, k, dtype=torch.long, device=dev)]
-    for e in range(1, T + 1):
-        cand = _terms(sm, F, e, incoming)  # (B, D, N, k): code (d - 1) * k + rank
-        D = cand.shape[1]
-        vals, idx = cand.permute(0, 2, 1, 3).reshape(B, N, D * k).topk(k, dim=2)
-        alpha.append(vals)
-        alpha_bp.append(idx)
-        # incoming[e][b, n, r]: the r-th best alpha[e][b, m, q] + transitions[m, n], code m * k + q
-        cand = (vals.unsqueeze(2) + sm.transitions[None, :, :, None]).permute(0, 2, 1, 3).reshape(B, N, N * k)
-        vals, idx = cand.topk(k, dim=2)
-        incoming.append(vals)
-        inc_bp.append(idx)
-    alphas, alpha_bps, inc_bps = (torch.stack(x, 1) for x in (alpha, alpha_bp, inc_bp))  # (B, T+1, N, k)
-    lengths = sm.lengths
-    rows = torch.arange(B, device=dev)
-    final = (alphas[rows, lengths] + sm.end.unsqueeze(2)).reshape(B, N * k)
-    best, code = final.topk(k, dim=1)  # code = label * k + rank
-    valid = torch.where((lengths == 0)[:, None], first, best > NEG_INF)
-    rows = rows[:, None].expand(B, k)
-    label, rank = code // k, code % k
-    e_cur = lengths[:, None].expand(B, k).clone()
-    active = valid & (e_cur > 0)
-    seg_label = torch.full((B, k, T), -1, dtype=torch.long, device=dev)
-    while bool(active.any()):  # one segment per structure and step, from the last
-        bp = alpha_bps[rows, e_cur, label, rank]
-        s = e_cur - (bp // k + 1)
-        b, j = active.nonzero(as_tuple=True)
-        starts[b, j, s[b, j]] = True
-        seg_label[b, j, s[b, j]] = label[b, j]
-        bp = inc_bps[rows, s.clamp(min=0), label, bp % k]
-        label = torch.where(active, bp // k, label)
-        rank = torch.where(active, bp % k, rank)
-        e_cur = torch.where(active, s, e_cur)
-        active = active & (e_cur > 0)
-    inside = (torch.arange(T, device=dev) < lengths[:, None]).unsqueeze(1) & valid.unsqueeze(2)
-    return _fill(starts, seg_label, inside), starts & valid.unsqueeze(2), valid
-
-
-def _kbest_semimarkov(sm: SemiMarkov, k: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Scores (B, k), labels (B, k, T), starts (B, k, T): see :meth:`SemiMarkovDistribution.kbest`."""
-    labels, starts, valid = _kbest_structures(sm, k)
-    B, T, S, N = sm.shape
-
-    def rep(x: Tensor | None) -> Tensor | None:
-        return None if x is None else x.repeat_interleave(k, 0)
-
-    many = SemiMarkov(rep(sm.content), sm.transitions, rep(sm.length_scores), rep(sm.boundary),
-                      rep(sm.segment_scores), rep(sm.start), rep(sm.end), rep(sm.lengths))
-    scores = semimarkov_score(many, labels.reshape(B * k, T).clamp(min=0), starts.reshape(B * k, T))
-    scores = scores.reshape(B, k)
-    # -inf in a valid entry, or no best segmentation for a feasible row, is an overflow (guard_overflow)
-    first = torch.arange(k, device=scores.device) == 0
-    checked = torch.where(valid, scores, torch.where(first, NEG_INF, 0.0))
-    checked = cast_checked(_sm_guard(sm, checked, "a k-best score"), sm.content.dtype, "a k-best score",
-                           _SM_POTENTIALS)
-    scores = torch.where(valid, checked, NEG_INF)
-    # re-rank: the recomputed sums may differ from the DP's by rounding on near-ties
-    order = scores.detach().argsort(dim=1, descending=True, stable=True)
-    index = order.unsqueeze(2).expand(B, k, T)
-    return scores.gather(1, order), labels.gather(1, index), starts.gather(1, index)
+        return self._run(None, lambda: kbest_segmentations(self._sm, k))

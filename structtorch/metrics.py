@@ -1,4 +1,11 @@
-"""Chunk-level precision, recall and F1 with the semantics of the CoNLL ``conlleval`` script.
+"""Metrics of predicted label sequences: token accuracy and Hamming distance (the metrics of
+:func:`structtorch.train.fit`), chunk F1 (conlleval) and segmental F1@k.
+
+:func:`accuracy`, :func:`hamming` and every metric of ``fit(metrics=...)`` take the Viterbi paths
+(B, T) (-1 beyond each length), the gold labels (B, T) and the lengths (B,) of a whole data set.
+
+:func:`chunk_f1` gives chunk-level precision, recall and F1 with the semantics of the CoNLL
+``conlleval`` script.
 
 A chunk is a maximal run of tags read by conlleval's rules: it starts at a ``B-`` tag, at an
 ``I-`` tag after ``O`` (or after a tag of another type, or after the end of a chunk), and ends
@@ -12,8 +19,9 @@ are maximal runs of one label, matched to gold segments of the same label by the
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -21,7 +29,62 @@ from torch import Tensor
 
 from .schemes import check_scheme, parse_tag
 
-__all__ = ["chunk_f1", "ChunkScores", "get_chunks", "segment_f1", "get_segments"]
+__all__ = ["accuracy", "hamming", "sequence_metrics", "chunk_f1", "ChunkScores", "get_chunks", "segment_f1",
+           "get_segments"]
+
+Metric = Callable[[Tensor, Tensor, Tensor], Any]  # fn(path, labels, lengths) -> float
+
+
+# ---------------------------------------------------------------------------------------------
+# token accuracy and Hamming distance (the metrics of fit and evaluate)
+
+
+def _inside(labels: Tensor, lengths: Tensor) -> Tensor:
+    return torch.arange(labels.shape[1], device=labels.device) < lengths[:, None]
+
+
+def accuracy(path: Tensor, labels: Tensor, lengths: Tensor) -> float:
+    """Token accuracy of ``path`` (B, T) against ``labels`` (B, T) inside ``lengths`` (B,)."""
+    inside = _inside(labels, lengths)
+    wrong = (path != labels) & inside
+    return 1.0 - float(wrong.sum()) / max(int(inside.sum()), 1)
+
+
+def hamming(path: Tensor, labels: Tensor, lengths: Tensor) -> float:
+    """Mean Hamming distance per sequence of ``path`` (B, T) to ``labels`` (B, T)."""
+    wrong = (path != labels) & _inside(labels, lengths)
+    return float(wrong.sum(1).double().mean()) if len(labels) else 0.0
+
+
+BUILTIN_METRICS: dict[str, Metric] = {"accuracy": accuracy, "hamming": hamming}
+
+
+def sequence_metrics(path: Tensor, labels: Tensor, lengths: Tensor) -> dict[str, float]:
+    """Token accuracy and mean Hamming distance per sequence of predicted ``path`` (B, T)."""
+    return {name: fn(path, labels, lengths) for name, fn in BUILTIN_METRICS.items()}
+
+
+def resolve_metrics(metrics: str | Sequence[str] | Mapping[str, Metric]) -> dict[str, Metric]:
+    """The ``metrics=`` argument of :func:`structtorch.train.fit` as ``{name: fn}``: names from
+    :data:`BUILTIN_METRICS`, or a dict of user functions ``fn(path, labels, lengths)`` (checked)."""
+    if isinstance(metrics, Mapping):
+        bad = [k for k, fn in metrics.items() if not isinstance(k, str) or not callable(fn)]
+        if bad:
+            raise TypeError(f"metrics must map names to callables fn(path, labels, lengths) -> float; "
+                            f"entry {bad[0]!r} is not")
+        return dict(metrics)
+    if isinstance(metrics, str):
+        metrics = [metrics]
+    unknown = sorted(set(metrics) - set(BUILTIN_METRICS))
+    if unknown:
+        raise ValueError(f"unknown metrics {unknown}; choose from {sorted(BUILTIN_METRICS)} or pass a dict "
+                         "{name: fn(path, labels, lengths) -> float}")
+    return {m: BUILTIN_METRICS[m] for m in metrics}
+
+
+# ---------------------------------------------------------------------------------------------
+# chunk F1 (conlleval)
+
 
 @dataclass
 class ChunkScores:

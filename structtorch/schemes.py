@@ -1,5 +1,7 @@
 """Chunk tagging schemes: one table and one tag parser, shared by the transition constraints
-(:func:`structtorch.allowed_transitions`) and the chunk metric (:func:`structtorch.chunk_f1`).
+(:func:`structtorch.allowed_transitions`) and the chunk metric (:func:`structtorch.chunk_f1`), and
+the tag <-> label-id mapping (:func:`encode_tags`, :func:`decode_tags`, :func:`to_bio`) that turns
+tagged text into :class:`structtorch.data.SequenceData` labels and Viterbi paths back into tags.
 
 A tag is ``"O"`` or a prefix letter, a separator ``-`` and a chunk type (``"B-NP"``, ``"I-PER"``).
 Each scheme maps its prefix letters to the four roles of conlleval: ``B`` (a chunk begins), ``I``
@@ -8,7 +10,12 @@ Each scheme maps its prefix letters to the four roles of conlleval: ``B`` (a chu
 
 from __future__ import annotations
 
-__all__ = ["SCHEMES", "check_scheme", "parse_tag"]
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = ["SCHEMES", "check_scheme", "parse_tag", "to_bio", "encode_tags", "decode_tags"]
 
 _BIO = {"B": "B", "I": "I"}
 _BIOES = {"B": "B", "I": "I", "E": "E", "S": "S"}
@@ -47,3 +54,65 @@ def parse_tag(tag: object, scheme: str, name: str = "tag") -> tuple[str, str]:
         raise ValueError(f"{name} {tag!r} is not 'O' or <{'/'.join(prefixes)}>-<type> for the {scheme} "
                          "scheme")
     return prefixes[prefix], kind
+
+
+def to_bio(tags: Sequence[str]) -> list[str]:
+    """Tags in BIO (IOB2): every chunk starts with ``B-``. An ``I-X`` that starts a chunk (after
+    ``O``, at the start, or after a tag of another type) becomes ``B-X``, as IOB1 data needs."""
+    out, prev = [], "O"
+    for tag in tags:
+        if tag.startswith("I-") and (prev == "O" or prev[2:] != tag[2:]):
+            tag = "B-" + tag[2:]
+        out.append(tag)
+        prev = tag
+    return out
+
+
+def encode_tags(tags: Sequence[Sequence[str]], labels: Sequence[str] | None = None
+                ) -> tuple[Tensor, Tensor, list[str]]:
+    """Tag-name sequences -> padded label ids.
+
+    Parameters
+    ----------
+    tags : sequence of B sequences of str
+        E.g. ``[["B-NP", "I-NP", "O"], ...]``.
+    labels : sequence of str, optional
+        The tag name of each label id. Default: ``"O"`` first, then for each chunk type in sorted
+        order its ``B-`` and ``I-`` tags (and any other tag seen, sorted).
+
+    Returns
+    -------
+    ids : Tensor (B, T) int64
+        0 beyond each length, T the longest length.
+    lengths : Tensor (B,) int64
+    labels : list of str
+        The tag name of each id.
+
+    Raises
+    ------
+    ValueError
+        A tag not in ``labels``.
+    """
+    if labels is None:
+        seen = {t for seq in tags for t in seq}
+        kinds = sorted({t[2:] for t in seen if t[:2] in ("B-", "I-")})
+        labels = ["O"] + [f"{p}-{k}" for k in kinds for p in ("B", "I")]
+        labels += sorted(seen - set(labels))
+    labels = list(labels)
+    index = {t: i for i, t in enumerate(labels)}
+    lengths = torch.tensor([len(seq) for seq in tags], dtype=torch.long)
+    ids = torch.zeros(len(tags), int(lengths.max()) if len(tags) else 0, dtype=torch.long)
+    for b, seq in enumerate(tags):
+        try:
+            ids[b, : len(seq)] = torch.tensor([index[t] for t in seq], dtype=torch.long)
+        except KeyError as exc:
+            raise ValueError(f"sequence {b} holds tag {exc.args[0]!r}, not in labels {labels}") from None
+    return ids, lengths, labels
+
+
+def decode_tags(ids: Tensor, lengths: Tensor, labels: Sequence[str]) -> list[list[str]]:
+    """Label ids (B, T) (anything beyond ``lengths`` (B,), e.g. Viterbi's -1) -> tag names."""
+    if ids.dim() != 2 or lengths.shape != ids.shape[:1]:
+        raise ValueError(f"ids must have shape (B, T) and lengths (B,), got {tuple(ids.shape)} and "
+                         f"{tuple(lengths.shape)}")
+    return [[labels[i] for i in row[:n]] for row, n in zip(ids.tolist(), lengths.tolist(), strict=True)]

@@ -30,14 +30,13 @@ def _gpu_signatures():
     for x in ("*fp32", "*fp64"):
         seq = dict(unary=x, trans=x, start=x, end=x, lengths="*i64")
         for shared in (True, False):
-            yield "chain viterbi", chain._viterbi_kernel, {**seq, "ring": f64, "bp": "*i16", "path": "*i64", "T": i,
-                                                            "N": i}, dict(SHARED=shared, BLOCK=16)
-            yield "chain logz", chain._logz_kernel, {**seq, "alpha": f64, "logz": f64, "T": i, "N": i}, dict(
-                SHARED=shared, BLOCK=16)
+            for viterbi in (True, False):
+                sig = {**seq, "alpha": f64, "bp": "*i16" if viterbi else "*i64", "path": "*i64", "out": f64, "T": i,
+                       "N": i, "ROWS": i}
+                yield "chain forward", chain._forward_kernel, sig, dict(VITERBI=viterbi, SHARED=shared, BLOCK=16)
             for edges in (True, False):
-                sig = dict(grad=f64, unary=x, trans=x, end=x, lengths="*i64", alpha=f64, logz=f64, ring=f64,
-                           g_unary=f64, g_trans=f64, T=i, N=i)
-                yield "chain backward", chain._backward_kernel, sig, dict(SHARED=shared, EDGES=edges, BLOCK=16)
+                yield "chain backward", chain._backward_kernel, _chain_backward(x), dict(SHARED=shared, EDGES=edges,
+                                                                                        BLOCK=16)
             sig = {**seq, "target": "*i64", "weights": "*i64", "ring": f64, "bp": "*u8", "best": f64, "last": "*i64",
                    "T": i, "N": i, "K1": i}
             yield "hamming table", hamming._table_kernel, sig, dict(SHARED=shared, BLOCK_K=16, BLOCK_J=16)
@@ -56,15 +55,21 @@ def _gpu_signatures():
             yield "semi backward", semi._backward_kernel, sig, dict(HAS_SEGMENT=viterbi, HAS_PLIF=not viterbi,
                                                                     BLOCK_D=16, BLOCK_N=16)
     x = "*fp32"  # the largest tiles the wrappers pick (N >= 64: chain tiles of 64 x 64)
-    yield "chain viterbi (64)", chain._viterbi_kernel, dict(unary=x, trans=x, start=x, end=x, lengths="*i64",
-                                                             ring=f64, bp="*i16", path="*i64", T=i, N=i), dict(
-        SHARED=True, BLOCK=64)
-    yield "chain backward (64)", chain._backward_kernel, dict(
-        grad=f64, unary=x, trans=x, end=x, lengths="*i64", alpha=f64, logz=f64, ring=f64, g_unary=f64, g_trans=f64,
-        T=i, N=i), dict(SHARED=False, EDGES=True, BLOCK=64)
+    for viterbi in (True, False):
+        sig = dict(unary=x, trans=x, start=x, end=x, lengths="*i64", alpha=f64, bp="*i16" if viterbi else "*i64",
+                   path="*i64", out=f64, T=i, N=i, ROWS=i)
+        yield "chain forward (64)", chain._forward_kernel, sig, dict(VITERBI=viterbi, SHARED=True, BLOCK=64)
+    yield "chain backward (64)", chain._backward_kernel, _chain_backward(x), dict(SHARED=False, EDGES=True, BLOCK=64)
     sig = dict(bp="*u8", lengths="*i64", target="*i64", weights="*i64", chosen="*i64", last="*i64", path="*i64",
                broken="*i8", T=i, N=i, K1=i)
     yield "hamming backtrack", hamming._backtrack_kernel, sig, {}
+
+
+def _chain_backward(x: str) -> dict:
+    """The chain backward kernel's signature for inputs of pointer type ``x``."""
+    f64 = "*fp64"
+    return dict(unary=x, trans=x, end=x, lengths="*i64", alpha=f64, logz=f64, ring=f64, g_unary=f64, g_trans=f64,
+                grad=f64, T="i32", N="i32")
 
 
 def main() -> int:

@@ -74,8 +74,8 @@ ENTRY_POINTS = {
     "path_score": (lambda kw: st.path_score(**kw), lambda z: {**z.chain(), "labels": z.labels()},
                    {"labels": "labels"}),
     "kbest": (lambda kw: st.kbest(**kw), lambda z: {**z.chain(), "k": 3}, {"k": "count"}),
-    "loss_augmented_viterbi": (
-        lambda kw: st.loss_augmented_viterbi(**kw),
+    "loss_augmented": (
+        lambda kw: st.loss_augmented(**kw),
         lambda z: {**z.chain(), "target": z.labels(), "rescaling": "slack", "weights": torch.ones(z.B, z.T)},
         {"target": "labels", "weights": "weights", "rescaling": "choice"}),
     "structured_hinge": (
@@ -87,10 +87,10 @@ ENTRY_POINTS = {
                                      kw["emissions"].dim() == 3 else N)(**kw),
         lambda z: {"emissions": z.randn(z.B, z.T, z.N), "tags": z.labels(), "lengths": z.lengths()},
         {"tags": "labels"}),
-    "viterbi_window": (lambda kw: st.viterbi_window(**kw),
+    "window_viterbi": (lambda kw: st.window_viterbi(**kw),
                        lambda z: {"scores": z.randn(z.B, z.T, z.N, z.N), "lengths": z.lengths()}, {}),
-    "loss_augmented_viterbi_window": (
-        lambda kw: st.loss_augmented_viterbi_window(**kw),
+    "window_loss_augmented": (
+        lambda kw: st.window_loss_augmented(**kw),
         lambda z: {"scores": z.randn(z.B, z.T, z.N, z.N), "target": z.labels(), "lengths": z.lengths(),
                    "rescaling": "margin", "h": lambda k: k.sqrt()},
         {"target": "labels", "rescaling": "choice"}),
@@ -212,7 +212,7 @@ def test_bad_argument_named_at_random_sizes(case, B_, T_, N_, seed):
     check_named(name, arg, i, Sizes(B_, T_, N_, seed))
 
 
-HOMOGENEOUS = ["viterbi", "log_partition", "marginals", "path_score", "kbest", "viterbi_window",
+HOMOGENEOUS = ["viterbi", "log_partition", "marginals", "path_score", "kbest", "window_viterbi",
                "semimarkov_viterbi", "semimarkov_log_partition"]  # scores scale with the potentials
 
 
@@ -257,7 +257,7 @@ def MARGINALS(u, t):  # noqa: N802 - a constant of the list below
     lambda u, t: st.window_score(u.unsqueeze(3).expand(1, 5, 3, 3), torch.zeros(1, 5, dtype=torch.long)),
     lambda u, t: st.semimarkov_viterbi(u, t, max_len=2),
     lambda u, t: st.semimarkov_log_partition(u, t, max_len=2),
-    lambda u, t: st.viterbi_window(u.unsqueeze(3).expand(1, 5, 3, 3)),
+    lambda u, t: st.window_viterbi(u.unsqueeze(3).expand(1, 5, 3, 3)),
 ])
 @pytest.mark.parametrize("dtype, value", [(torch.float64, 1.7e308), (torch.float64, -1.7e308),
                                           (torch.float32, 3e38)])
@@ -275,7 +275,7 @@ def test_loss_augmented_overflow(value):
     u = torch.full((1, 5, 3), value, dtype=torch.float64)
     u[0, 2, 1] = 0.0
     with pytest.raises(ValueError, match="overflows"):
-        st.loss_augmented_viterbi(u, torch.zeros(3, 3, dtype=torch.float64), torch.zeros(1, 5, dtype=torch.long),
+        st.loss_augmented(u, torch.zeros(3, 3, dtype=torch.float64), torch.zeros(1, 5, dtype=torch.long),
                                   rescaling="slack")
 
 
@@ -284,6 +284,6 @@ def test_loss_augmented_float32_extremes_accumulate_in_double():
     u = torch.full((1, 5, 3), 3e38)
     u[0, 2, 1] = 2.9e38
     args = (torch.zeros(1, 5, dtype=torch.long),)
-    got = st.loss_augmented_viterbi(u, torch.zeros(3, 3), *args, rescaling="slack")
-    ref = st.loss_augmented_viterbi(u.double(), torch.zeros(3, 3, dtype=torch.float64), *args, rescaling="slack")
+    got = st.loss_augmented(u, torch.zeros(3, 3), *args, rescaling="slack")
+    ref = st.loss_augmented(u.double(), torch.zeros(3, 3, dtype=torch.float64), *args, rescaling="slack")
     assert torch.equal(got[1], ref[1]) and got[0].item() == pytest.approx(ref[0].item(), rel=1e-6)

@@ -87,6 +87,43 @@ def test_triton_on_cpu_tensors_needs_the_interpreter(monkeypatch):
     assert _backend.backend_for(X) in ("compiled", "torch")  # CPU tensors never default to triton
 
 
+def test_one_lookup_and_the_structures_vetoes():
+    """kernel_module finds every structure's _cpu (and _triton; None for "torch"); the structures
+    only veto, to "torch": empty sequences, N > 32767 on the compiled chain kernels (int16
+    backpointers), a segment PLiF in the compiled semi-Markov log-partition."""
+    import dataclasses
+    import importlib
+
+    from structtorch._checks import Chain
+    from structtorch.chain import _ops as chain
+    from structtorch.semimarkov import _ops as semimarkov
+    from structtorch.semimarkov.layout import SemiMarkov
+
+    for package in ("structtorch.chain", "structtorch.semimarkov", "structtorch.lossaug"):
+        assert _backend.kernel_module("compiled", package) is importlib.import_module(package + "._cpu")
+        assert _backend.kernel_module("torch", package) is None
+    assert chain.kernel_module("compiled") is _backend.kernel_module("compiled", "structtorch.chain")
+    if chain_ops() is None:
+        pytest.skip("compiled kernels unavailable")
+    z = torch.zeros(1, 2, 3)
+    small = Chain(z, torch.zeros(3, 3), z[:, 0], z[:, 0], torch.tensor([2]))
+    wide = Chain(torch.zeros(1, 2, 32768), torch.zeros(1, 1), z[:, 0], z[:, 0], torch.tensor([2]))
+    sm = SemiMarkov(z, torch.zeros(3, 3), z, z, None, z[:, 0], z[:, 0], torch.tensor([2]))
+    for name, on_wide in (("compiled", "torch"), ("torch", "torch"), ("triton", "triton")):
+        if name == "triton" and _backend._triton_reason(z) is not None:
+            continue
+        with st.use_backend(name):
+            assert chain.backend_of(small) == semimarkov.backend_of(sm) == name
+            assert chain.backend_of(dataclasses.replace(small, unary=z[:, :0])) == "torch"
+            assert semimarkov.backend_of(dataclasses.replace(sm, content=z[:, :0])) == "torch"
+            assert chain.backend_of(wide) == on_wide
+    tracks = torch.zeros(1, 2, 3)
+    assert semimarkov._log_partition_backend("compiled", tracks) == "torch"
+    assert semimarkov._log_partition_backend("compiled", None) == "compiled"
+    if _backend.triton_installed():
+        assert semimarkov._log_partition_backend("triton", tracks) == "triton"
+
+
 def test_the_choice_reaches_every_structure():
     """With "torch" no compiled kernel runs; with "compiled" they do (counted at the op table)."""
     ops = chain_ops()
@@ -113,7 +150,7 @@ def test_the_choice_reaches_every_structure():
                 st.viterbi(u, a)
                 st.log_partition(u.clone().requires_grad_(), a).sum().backward()
                 st.marginals(u, a)
-                st.loss_augmented_viterbi(u, a, y, rescaling="slack")
+                st.loss_augmented(u, a, y, rescaling="slack")
                 st.semimarkov_viterbi(u, a, max_len=2)
                 st.semimarkov_log_partition(u.clone().requires_grad_(), a, max_len=2).sum().backward()
             assert bool(calls) == expect_calls, (name, calls)

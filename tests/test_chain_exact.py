@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import brute_best, brute_logsumexp, enumerate_row, instances, pad
+from brute import brute_best, brute_logsumexp, brute_marginals, enumerate_row, instances, pad
 from hypothesis import given
 
 import structtorch as st
@@ -35,19 +35,6 @@ def test_log_partition_matches_enumeration(backend, inst):
             assert logz[b] == float("-inf")
         else:
             assert np.isclose(float(logz[b]), expected, rtol=inst.tol, atol=inst.tol)
-
-
-def brute_marginals(inst, b):
-    rows = enumerate_row(inst, b)
-    T, N = inst.unary.shape[1:]
-    logz = brute_logsumexp([s for _, s in rows])
-    node = np.zeros((T, N))
-    if logz == -np.inf:
-        return node
-    for y, s in rows:
-        for t, j in enumerate(y):
-            node[t, j] += np.exp(s - logz)
-    return node
 
 
 @given(inst=instances())

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from conftest import brute_logsumexp, enumerate_row, instances
+from brute import brute_logsumexp, enumerate_row, instances
 from hypothesis import given
 
 import structtorch as st

@@ -128,22 +128,22 @@ def _chain_entries() -> dict:
         entries[f"kbest[{label}]"] = call(st.kbest, 3)
     for loss, (label, loss_mapping) in CHAIN_LOSSES.items():
         trans, mapping = CHAIN[label]
-        entries[f"loss_augmented_viterbi[{loss}; {label}]"] = (
-            lambda x, trans=trans, mapping={**mapping, **loss_mapping}: st.loss_augmented_viterbi(
+        entries[f"loss_augmented[{loss}; {label}]"] = (
+            lambda x, trans=trans, mapping={**mapping, **loss_mapping}: st.loss_augmented(
                 x["unary"], x[trans], x["labels"], **_options(x, mapping)))
     return entries
 
 
 def _window_entries() -> dict:
     entries = {
-        "viterbi_window[window1, lengths]": lambda x: st.viterbi_window(x["window1"], lengths=x["lengths"]),
-        "viterbi_window[window2]": lambda x: st.viterbi_window(x["window2"]),
+        "window_viterbi[window1, lengths]": lambda x: st.window_viterbi(x["window1"], lengths=x["lengths"]),
+        "window_viterbi[window2]": lambda x: st.window_viterbi(x["window2"]),
         "window_score[window1]": lambda x: st.window_score(x["window1"], x["labels"]),
         "window_score[window2, lengths]": lambda x: st.window_score(x["window2"], x["labels"], x["lengths"]),
     }
     for loss, (scores, mapping) in WINDOW_LOSSES.items():
-        entries[f"loss_augmented_viterbi_window[{loss}]"] = (
-            lambda x, scores=scores, mapping=mapping: st.loss_augmented_viterbi_window(
+        entries[f"window_loss_augmented[{loss}]"] = (
+            lambda x, scores=scores, mapping=mapping: st.window_loss_augmented(
                 x[scores], x["labels"], **_options(x, mapping)))
     return entries
 
@@ -204,9 +204,9 @@ ENTRY_POINTS = {
 _TABLE_SIZE = "table size from weights' values (issue 23: size tables from shapes)"
 _COUNT_DTYPE = "the Hamming count's dtype (int64 or float64) from weights' values (integral or not)"
 LOSSAUG_BREAKS = {
-    "loss_augmented_viterbi[margin, real_weights, viterbi; start, end, lengths]": _COUNT_DTYPE,
-    "loss_augmented_viterbi[slack, sqrt h, int_weights; defaults]": _TABLE_SIZE,
-    "loss_augmented_viterbi_window[margin, sqrt h, int_weights]": _TABLE_SIZE,
+    "loss_augmented[margin, real_weights, viterbi; start, end, lengths]": _COUNT_DTYPE,
+    "loss_augmented[slack, sqrt h, int_weights; defaults]": _TABLE_SIZE,
+    "window_loss_augmented[margin, sqrt h, int_weights]": _TABLE_SIZE,
     "semimarkov_loss_augmented[slack, sqrt h, int_weights; length_scores]": _TABLE_SIZE,
     "semimarkov_loss_augmented[margin, real_weights; max_len > T, all but segment_scores]": _COUNT_DTYPE,
 }

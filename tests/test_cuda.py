@@ -65,8 +65,8 @@ def test_crf_module_on_cuda():
 
 def test_window_on_cuda():
     g = torch.randn(2, 5, 3, 3, 3, device="cuda")
-    s_gpu, p_gpu = st.viterbi_window(g)
-    s_cpu, p_cpu = st.viterbi_window(g.cpu())
+    s_gpu, p_gpu = st.window_viterbi(g)
+    s_cpu, p_cpu = st.window_viterbi(g.cpu())
     assert torch.equal(p_gpu.cpu(), p_cpu)
     torch.testing.assert_close(s_gpu.cpu(), s_cpu)
 
@@ -136,9 +136,9 @@ def test_loss_augmented_on_cuda_matches_cpu(backend, rescaling, h):
     B, T, N = 5, 20, 4
     u, a = torch.randn(B, T, N), torch.randn(N, N)
     y, lengths = torch.randint(0, N, (B, T)), torch.tensor([20, 11, 3, 1, 0])
-    ref = st.loss_augmented_viterbi(u, a, y, h=h, rescaling=rescaling, lengths=lengths)
+    ref = st.loss_augmented(u, a, y, h=h, rescaling=rescaling, lengths=lengths)
     with st.use_backend(backend):
-        got = st.loss_augmented_viterbi(u.cuda(), a.cuda(), y.cuda(), h=h, rescaling=rescaling, lengths=lengths.cuda())
+        got = st.loss_augmented(u.cuda(), a.cuda(), y.cuda(), h=h, rescaling=rescaling, lengths=lengths.cuda())
     assert torch.equal(got[1].cpu(), ref[1]) and torch.equal(got[2].cpu(), ref[2])
     torch.testing.assert_close(got[0].cpu(), ref[0])
 

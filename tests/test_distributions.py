@@ -7,11 +7,11 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from conftest import brute_logsumexp, enumerate_row, instances, use_backend
+from brute import brute, brute_logsumexp, enumerate_row, instances, problems, tensors
+from conftest import use_backend
 from hypothesis import given
 from hypothesis import strategies as st_
 from scipy.stats import chisquare
-from test_semimarkov import brute, problems, tensors
 
 import structtorch as st
 from structtorch.distributions import ChainDistribution, SegmentMarginals, SemiMarkovDistribution
@@ -552,7 +552,7 @@ def test_structured_hinge_takes_a_structure(rescaling):
                                st.structured_hinge(chain, target, rescaling=rescaling))
     torch.testing.assert_close(chain.score(target), st.path_score(unary, trans, target, lengths=lengths))
     value, path, hamming = chain.loss_augmented(target, rescaling=rescaling)
-    ref = st.loss_augmented_viterbi(unary, trans, target, rescaling=rescaling, lengths=lengths)
+    ref = st.loss_augmented(unary, trans, target, rescaling=rescaling, lengths=lengths)
     torch.testing.assert_close(value, ref[0])
     assert torch.equal(path, ref[1]) and torch.equal(hamming, ref[2])
 
@@ -593,3 +593,26 @@ def test_structured_hinge_on_a_graph_structure_and_errors():
     with pytest.raises(ValueError, match="cost is not supported"):
         seg.loss_augmented((torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 3, dtype=torch.bool)),
                            cost=torch.zeros(2, 2))
+
+
+def test_samplers_and_kbest_are_public_functions_of_their_structure():
+    """The distributions are thin classes over the structures' functions (issue 22)."""
+    from structtorch.chain import sample
+    from structtorch.semimarkov import semimarkov_kbest, semimarkov_sample
+
+    g = torch.Generator().manual_seed(0)
+    u, A = torch.randn(3, 5, 3, generator=g, dtype=torch.float64), torch.randn(3, 3, generator=g, dtype=torch.float64)
+    L = torch.tensor([5, 2, 0])
+    dist = ChainDistribution(u, A, lengths=L)
+    draws = sample(u, A, 4, lengths=L, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(draws, dist.sample(4, generator=torch.Generator().manual_seed(1)))
+    sdist = SemiMarkovDistribution(u, A, max_len=2, lengths=L)
+    got = semimarkov_sample(u, A, 4, max_len=2, lengths=L, generator=torch.Generator().manual_seed(2))
+    want = sdist.sample(4, generator=torch.Generator().manual_seed(2))
+    assert all(torch.equal(x, y) for x, y in zip(got, want, strict=True))
+    got = semimarkov_kbest(u, A, 3, max_len=2, lengths=L)
+    assert all(torch.equal(x, y) for x, y in zip(got, sdist.kbest(3), strict=True))
+    with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+        sample(u, A, 1, generator=0)
+    with pytest.raises(ValueError, match="k must be an int >= 1"):
+        semimarkov_kbest(u, A, 0, max_len=2)

@@ -350,3 +350,41 @@ def test_fit_takes_a_model_that_returns_a_structure():
                        optimizer=torch.optim.SGD(plain.parameters(), lr=0.1), **kw)
     assert h1["objective"] == pytest.approx(h2["objective"], rel=1e-6)
     assert h1["val_accuracy"] == pytest.approx(h2["val_accuracy"])
+
+
+def test_a_registered_solver_brings_its_own_records(monkeypatch):
+    """The solver protocol: a solver registered by name runs under fit's loop (validation, select,
+    patience, restore, convergence) with records fit does not know, as a cutting-plane solver would."""
+    from structtorch.learn import solvers
+    from structtorch.learn.task import Task
+
+    class Toy:
+        records = {"objective": "min", "dual": "max", "gap": "min", "constraints": "max", "oracle_calls": "min",
+                   "time": "min"}
+
+        def __init__(self, model, data, loss, options):
+            self.task, self.options, self.k = Task(model, loss), options, 0
+
+        def epoch(self):
+            self.k += 1
+            with torch.no_grad():
+                for p in self.task.parameters:
+                    p.add_(0.1)
+            return {"objective": 1.0 / self.k, "dual": -1.0 / self.k, "gap": 2.0 / self.k,
+                    "constraints": float(self.k), "oracle_calls": float(self.k * 3), "time": 0.0}
+
+        def converged(self, record):
+            return record["gap"] <= self.options.solver_options["tol"]
+
+    monkeypatch.setitem(solvers.SOLVERS, "toy", Toy)
+    data = st.data.make_tagging_data(8, num_labels=3, num_features=4, seed=0)
+    model = st.LinearChainPotentials(4, 3)
+    history = st.train.fit(model, data, st.StructuredHingeLoss(), epochs=10, solver="toy",
+                           solver_options={"tol": 0.5}, select="constraints", val_data=data, progress=False)
+    assert len(history) == 4 and history.converged and history.best_epoch == 3
+    assert set(history.epochs[0]) == set(Toy.records) | {"val_accuracy", "val_hamming"}
+    with pytest.raises(ValueError, match=r"select='train_loss' is not recorded; choose from \['constraints'"):
+        st.train.fit(model, data, st.StructuredHingeLoss(), epochs=1, solver="toy", select="train_loss",
+                     solver_options={"tol": 0.5}, progress=False)
+    with pytest.raises(ValueError, match=r"solver must be one of \('subgradient', 'bcfw', 'toy'\)"):
+        st.train.fit(model, data, st.StructuredHingeLoss(), epochs=1, solver="cutting_plane", progress=False)

@@ -7,7 +7,8 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from conftest import enumerate_row, instances, use_backend
+from brute import enumerate_row, instances
+from conftest import use_backend
 from hypothesis import assume, given
 from hypothesis import strategies as st_
 
@@ -65,7 +66,7 @@ def test_matches_enumeration(backend, inst, rescaling, h_name, seed):
     assume(target is not None)
     T = inst.unary.shape[1]
     h_tensor, h_fn = h_of(h_name, T, rng)
-    value, path, hamming = st.loss_augmented_viterbi(
+    value, path, hamming = st.loss_augmented(
         *inst.args(), target, h=h_tensor.to(inst.unary.dtype), rescaling=rescaling, **inst.kwargs
     )
     for b in range(inst.unary.shape[0]):
@@ -93,7 +94,7 @@ def test_integer_weights_match_enumeration(backend, inst, rescaling, seed):
     B, T, _ = inst.unary.shape
     weights = torch.tensor(rng.integers(0, 3, size=(B, T)))
     h = lambda k: torch.sin(k) * 3  # noqa: E731  nonlinear, sign-changing
-    value, path, hamming = st.loss_augmented_viterbi(*inst.args(), target, h=h, rescaling=rescaling,
+    value, path, hamming = st.loss_augmented(*inst.args(), target, h=h, rescaling=rescaling,
                                                      weights=weights, **inst.kwargs)
     for b in range(B):
         L = int(inst.lengths[b])
@@ -119,7 +120,7 @@ def test_decomposable_margin_losses_match_enumeration(backend, inst, seed, shape
         c = rng.uniform(0, 2, size=(N, N) if shape == "NN" else (B, T, N))
         kwargs["cost"] = torch.tensor(c, dtype=inst.unary.dtype)
         costs = [[c[target[b, t].item()] if shape == "NN" else c[b, t] for t in range(T)] for b in range(B)]
-    value, path, _ = st.loss_augmented_viterbi(*inst.args(), target, **kwargs, **inst.kwargs)
+    value, path, _ = st.loss_augmented(*inst.args(), target, **kwargs, **inst.kwargs)
     for b in range(B):
         L = int(inst.lengths[b])
         expected = brute_force(enumerate_row(inst, b), target[b].tolist(), L, None, "margin", cost=costs[b])
@@ -131,8 +132,8 @@ def test_fold_and_table_agree_for_affine_h(inst, seed):
     target = feasible_target(inst, np.random.default_rng(seed))
     assume(target is not None)
     h = lambda k: 2.5 * k - 1.0  # noqa: E731
-    a = st.loss_augmented_viterbi(*inst.args(), target, h=h, algorithm="viterbi", **inst.kwargs)
-    b = st.loss_augmented_viterbi(*inst.args(), target, h=h, algorithm="hamming", **inst.kwargs)
+    a = st.loss_augmented(*inst.args(), target, h=h, algorithm="viterbi", **inst.kwargs)
+    b = st.loss_augmented(*inst.args(), target, h=h, algorithm="hamming", **inst.kwargs)
     torch.testing.assert_close(a[0], b[0], atol=inst.tol, rtol=inst.tol)
 
 
@@ -147,7 +148,7 @@ def test_compiled_and_torch_tables_agree(inst, rescaling, seed):
     out = []
     for name in ("compiled", "torch"):
         with use_backend(name):
-            out.append(st.loss_augmented_viterbi(*inst.args(), target, h=h, rescaling=rescaling,
+            out.append(st.loss_augmented(*inst.args(), target, h=h, rescaling=rescaling,
                                                  algorithm="hamming", **inst.kwargs))
     torch.testing.assert_close(out[0][0], out[1][0])
     assert torch.equal(out[0][1], out[1][1]) and torch.equal(out[0][2], out[1][2])
@@ -185,10 +186,10 @@ def test_window_matches_enumeration(order, B, T, N, rescaling, h_name, seed, dat
     gold = st.window_score(scores, target, lengths) if T else torch.zeros(B)
     if not torch.isfinite(gold).all():
         with pytest.raises(ValueError, match="target has score -inf"):
-            st.loss_augmented_viterbi_window(scores, target, lengths=lengths)
+            st.window_loss_augmented(scores, target, lengths=lengths)
         return
     h_tensor, h_fn = h_of(h_name, T, rng)
-    value, path, hamming = st.loss_augmented_viterbi_window(scores, target, h=h_tensor, rescaling=rescaling,
+    value, path, hamming = st.window_loss_augmented(scores, target, h=h_tensor, rescaling=rescaling,
                                                             lengths=lengths)
     for b in range(B):
         L = int(lengths[b])
@@ -204,7 +205,7 @@ def test_subgradient_margin_and_slack():
     target = torch.randint(0, 3, (2, 6))
     for rescaling in ("margin", "slack"):
         u.grad = A.grad = None
-        value, path, hamming = st.loss_augmented_viterbi(u, A, target, rescaling=rescaling)
+        value, path, hamming = st.loss_augmented(u, A, target, rescaling=rescaling)
         value.sum().backward()
         scale = torch.ones(2, dtype=torch.float64) if rescaling == "margin" else hamming.double()
         expected_u = torch.zeros_like(u)
@@ -242,31 +243,31 @@ def test_subgradient_margin_and_slack():
 def test_bad_input(kwargs, exc, message):
     u, A = torch.zeros(2, 4, 3), torch.zeros(3, 3)
     with pytest.raises(exc, match=message):
-        st.loss_augmented_viterbi(u, A, torch.zeros(2, 4, dtype=torch.long), **kwargs)
+        st.loss_augmented(u, A, torch.zeros(2, 4, dtype=torch.long), **kwargs)
 
 
 def test_bad_target():
     u, A = torch.zeros(2, 4, 3), torch.zeros(3, 3)
     with pytest.raises(ValueError, match=r"target must lie in \[0, N\) = \[0, 3\) within each length; target\[1, 2\] = 5"):
-        st.loss_augmented_viterbi(u, A, torch.tensor([[0, 0, 0, 0], [0, 0, 5, 0]]))
+        st.loss_augmented(u, A, torch.tensor([[0, 0, 0, 0], [0, 0, 5, 0]]))
     with pytest.raises(ValueError, match=r"target must have shape \(B, T\) = \(2, 4\)"):
-        st.loss_augmented_viterbi(u, A, torch.zeros(2, 3, dtype=torch.long))
+        st.loss_augmented(u, A, torch.zeros(2, 3, dtype=torch.long))
     A = torch.zeros(3, 3)
     A[0, 0] = float("-inf")
     with pytest.raises(ValueError, match="target has score -inf in row 0"):
-        st.loss_augmented_viterbi(u, A, torch.zeros(2, 4, dtype=torch.long))
+        st.loss_augmented(u, A, torch.zeros(2, 4, dtype=torch.long))
 
 
 def test_ties_prefer_the_target():
     """With h = 0 every labeling ties under margin rescaling: the target (zero subgradient) wins."""
     u, A, y = torch.zeros(2, 4, 3), torch.zeros(3, 3), torch.ones(2, 4, dtype=torch.long)
     for algorithm in ("auto", "hamming"):
-        value, path, hamming = st.loss_augmented_viterbi(u, A, y, h=lambda k: 0 * k, algorithm=algorithm)
+        value, path, hamming = st.loss_augmented(u, A, y, h=lambda k: 0 * k, algorithm=algorithm)
         assert torch.equal(path, y) and hamming.tolist() == [0, 0] and value.tolist() == [0.0, 0.0]
 
 
 def test_large_integer_weights_fold_without_a_table():
     u, A, y = torch.randn(2, 4, 3), torch.randn(3, 3), torch.zeros(2, 4, dtype=torch.long)
-    value, path, hamming = st.loss_augmented_viterbi(u, A, y, weights=torch.full((2, 4), 5e6))
-    expected, _, _ = st.loss_augmented_viterbi(u, A, y, cost=5e6 * (1 - torch.eye(3)))
+    value, path, hamming = st.loss_augmented(u, A, y, weights=torch.full((2, 4), 5e6))
+    expected, _, _ = st.loss_augmented(u, A, y, cost=5e6 * (1 - torch.eye(3)))
     torch.testing.assert_close(value, expected)

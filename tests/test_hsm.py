@@ -3,14 +3,12 @@ segment-mean PLiFs in the DPs, and bad input."""
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 import torch
+from brute import all_segmentations
 from hypothesis import given, settings
 from hypothesis import strategies as st_
-from test_semimarkov import compositions
 
 import structtorch as st
 
@@ -27,22 +25,6 @@ def make_model(seed: int, *, content_sums: bool = True, monotone=None) -> st.Hid
         for p in model.parameters():
             p.normal_()
     return model
-
-
-def all_segmentations(L: int, T: int, N: int, S: int):
-    """(labels (M, T), starts (M, T)) of every segmentation of [0, L), padded to T."""
-    labels, starts = [], []
-    for parts in compositions(L, S):
-        for labs in itertools.product(range(N), repeat=len(parts)):
-            lab = torch.full((T,), -1, dtype=torch.long)
-            sts = torch.zeros(T, dtype=torch.bool)
-            pos = 0
-            for d, n in zip(parts, labs, strict=True):
-                lab[pos:pos + d], sts[pos] = n, True
-                pos += d
-            labels.append(lab)
-            starts.append(sts)
-    return torch.stack(labels), torch.stack(starts)
 
 
 def feasible(model, signals, labels, starts, L):

@@ -12,10 +12,18 @@ import math
 import numpy as np
 import pytest
 import torch
+from brute import (
+    FIVE_CYCLE,
+    brute_range,
+    is_connected,
+    lp_brute,
+    lp_graphs,
+    multicut_problems,
+    partition_vectors,
+    random_potentials,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st_
-from test_lp import FIVE_CYCLE, brute, graphs, is_connected, random_potentials
-from test_multicut import brute_range, partition_vectors, problems
 
 from structtorch import lp
 from structtorch.lp.clustering import all_pairs
@@ -86,7 +94,7 @@ def test_map_lp_shapes_and_dtypes(unary_shape, pairwise_shape, dtype):
 
 
 @FAST
-@given(graph=graphs(max_nodes=5), L=st_.integers(2, 3), seed=st_.integers(0, 2**31), scale=SCALES,
+@given(graph=lp_graphs(max_nodes=5), L=st_.integers(2, 3), seed=st_.integers(0, 2**31), scale=SCALES,
        connected=st_.booleans())
 def test_map_lp_matches_brute_force_at_every_scale(graph, L, seed, scale, connected):
     """Scaled instances give the unscaled solution, which matches enumeration when integral."""
@@ -97,7 +105,7 @@ def test_map_lp_matches_brute_force_at_every_scale(graph, L, seed, scale, connec
     res = lp.map_lp(unary * scale, pairwise * scale, edges, **kwargs)
     assert bool(res.converged[0]) and bool(base.converged[0])
     assert res.score.item() / scale == pytest.approx(base.score.item(), rel=1e-6, abs=1e-9)
-    best = brute(unary.numpy(), pairwise.numpy(), edges.numpy(), [1] if connected else ())
+    best = lp_brute(unary.numpy(), pairwise.numpy(), edges.numpy(), [1] if connected else ())
     assert res.score.item() / scale >= best - 1e-7
     if bool(res.integral[0]):
         labels = lp.round_labels(res.mu)[0][0].numpy()
@@ -144,7 +152,7 @@ def test_cuts_rows_are_checked(row):
 
 
 @FAST
-@given(problem=problems(max_nodes=6), scale=SCALES, relaxation=st_.sampled_from(lp.RELAXATIONS))
+@given(problem=multicut_problems(max_nodes=6), scale=SCALES, relaxation=st_.sampled_from(lp.RELAXATIONS))
 def test_multicut_matches_enumeration_at_every_scale(problem, scale, relaxation):
     V, edges, w, _ = problem
     base = lp.multicut(edges, w, relaxation=relaxation, num_nodes=V)
@@ -158,7 +166,7 @@ def test_multicut_matches_enumeration_at_every_scale(problem, scale, relaxation)
 
 
 @FAST
-@given(problem=problems(max_nodes=4, complete=True), scale=SCALES)
+@given(problem=multicut_problems(max_nodes=4, complete=True), scale=SCALES)
 def test_stability_range_is_exact_at_every_scale(problem, scale):
     """On K3/K4 LP-CO is the multicut polytope: ranges of w * scale are the exact ones times scale."""
     V, edges, w, d = problem

@@ -6,10 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import Instance, brute_best, brute_logsumexp, enumerate_row, instances, pad
+from brute import Instance, brute_best, brute_logsumexp, brute_marginals, enumerate_row, instances, pad
 from hypothesis import given
 from hypothesis import strategies as hs
-from test_chain_exact import brute_marginals
 
 import structtorch as st
 
@@ -165,7 +164,7 @@ def test_kbest_path_score_and_windows_in_half_precision(dtype):
     labels = ref_paths[:, 0]
     assert st.path_score(unary, trans, labels).dtype == dtype
     window = torch.randn(2, 5, 3, 3).to(dtype)  # order 1
-    score, path = st.viterbi_window(window)
-    ref_score, ref_path = st.viterbi_window(window.double())
+    score, path = st.window_viterbi(window)
+    ref_score, ref_path = st.window_viterbi(window.double())
     assert score.dtype == dtype and torch.equal(path, ref_path)
     torch.testing.assert_close(score.double(), ref_score, rtol=RTOL[dtype], atol=0)

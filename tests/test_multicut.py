@@ -9,6 +9,7 @@ import networkx as nx
 import numpy as np
 import pytest
 import torch
+from brute import brute_range, multicut_problems, partition_vectors
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st_
 
@@ -16,43 +17,8 @@ from structtorch import lp
 from structtorch.lp.clustering import all_pairs
 
 
-def partitions(n):
-    if n == 0:
-        yield []
-        return
-    for p in partitions(n - 1):
-        for k in range(max(p, default=-1) + 2):
-            yield p + [k]
-
-
-def partition_vectors(edges, V):
-    """Distinct z vectors (cut indicators) of all partitions of V nodes."""
-    e = edges.numpy()
-    Z = {tuple((np.array(p)[e[:, 0]] != np.array(p)[e[:, 1]]).astype(float)) for p in partitions(V)}
-    return np.array(sorted(Z))
-
-
-def brute_range(Z, w, zs, d):
-    plus = min([w @ (z - zs) / (d @ (zs - z)) for z in Z if d @ (zs - z) > 1e-12], default=math.inf)
-    minus = -min([w @ (z - zs) / (d @ (z - zs)) for z in Z if d @ (z - zs) > 1e-12], default=math.inf)
-    return minus, plus
-
-
-@st_.composite
-def problems(draw, max_nodes=6, complete=False):
-    V = draw(st_.integers(3, max_nodes))
-    edges = all_pairs(V)
-    if not complete:
-        keep = draw(st_.lists(st_.booleans(), min_size=len(edges), max_size=len(edges)))
-        edges = edges[torch.tensor(keep, dtype=torch.bool)]
-        if len(edges) == 0:
-            edges = all_pairs(V)[:1]
-    rng = np.random.default_rng(draw(st_.integers(0, 2**31)))
-    return V, edges, torch.tensor(rng.normal(size=len(edges))), torch.tensor(rng.normal(size=len(edges)))
-
-
 @settings(deadline=None)
-@given(problem=problems(), relaxation=st_.sampled_from(lp.RELAXATIONS))
+@given(problem=multicut_problems(), relaxation=st_.sampled_from(lp.RELAXATIONS))
 def test_multicut_bounds_and_matches_enumeration_when_integral(problem, relaxation):
     V, edges, w, _ = problem
     res = lp.multicut(edges, w, relaxation=relaxation, num_nodes=V)
@@ -96,7 +62,7 @@ def test_modularity_karate_and_lesmis():
 
 
 @settings(deadline=None)
-@given(problem=problems(max_nodes=4, complete=True))
+@given(problem=multicut_problems(max_nodes=4, complete=True))
 def test_stability_range_is_exact_where_lp_co_is_the_multicut_polytope(problem):
     V, edges, w, d = problem
     res = lp.multicut(edges, w, num_nodes=V)
@@ -108,7 +74,7 @@ def test_stability_range_is_exact_where_lp_co_is_the_multicut_polytope(problem):
 
 
 @settings(deadline=None, max_examples=25)
-@given(problem=problems(max_nodes=6))
+@given(problem=multicut_problems(max_nodes=6))
 def test_theorem_8_relaxation_range_within_the_exact_one(problem):
     V, edges, w, d = problem
     res = lp.multicut(edges, w, num_nodes=V)
@@ -220,7 +186,7 @@ def test_map_stability_on_trees_matches_enumeration(V, L, seed, tree):
 
 def test_map_stability_with_connectivity_is_conservative():
     """Theorem 8 with connectivity cuts: the LP range lies within the exact constrained range."""
-    from test_lp import is_connected
+    from brute import is_connected
 
     edges = torch.tensor([[0, 1], [1, 2], [2, 3], [3, 4], [0, 4], [1, 3]])
     rng = np.random.default_rng(1)

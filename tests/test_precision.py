@@ -114,8 +114,8 @@ def test_window(offset, order, grad):
     g = torch.Generator().manual_seed(order)
     scores = torch.randn((B, T) + (N,) * (order + 1), generator=g) + offset
     lengths = torch.tensor([T, 9, 0])
-    score, path = st.viterbi_window(_maybe_grad(scores, grad), lengths=lengths)
-    ref_score, ref_path = st.viterbi_window(scores.double(), lengths=lengths)
+    score, path = st.window_viterbi(_maybe_grad(scores, grad), lengths=lengths)
+    ref_score, ref_path = st.window_viterbi(scores.double(), lengths=lengths)
     assert torch.equal(path, ref_path)
     assert_f32_close(score, ref_score)
 
@@ -128,9 +128,9 @@ def test_loss_augmented(backend, offset, rescaling, h, grad):
     target = st.viterbi(unary.double(), trans.double(), lengths=lengths)[1].clamp(min=0)
     target[:, ::3] = (target[:, ::3] + 1) % N  # a target that is not the best labeling
     hfun = None if h is None else (lambda k: k**2)
-    value, path, count = st.loss_augmented_viterbi(
+    value, path, count = st.loss_augmented(
         _maybe_grad(unary, grad), trans, target, h=hfun, rescaling=rescaling, lengths=lengths)
-    ref_value, ref_path, ref_count = st.loss_augmented_viterbi(
+    ref_value, ref_path, ref_count = st.loss_augmented(
         *as64(unary, trans), target, h=hfun, rescaling=rescaling, lengths=lengths)
     assert torch.equal(path, ref_path)
     assert torch.equal(count, ref_count)
@@ -146,8 +146,8 @@ def test_loss_augmented_window(offset, rescaling):
     scores = torch.randn(B, T, N, N, N, generator=g) + offset
     lengths = torch.tensor([T, 11, 1])
     target = torch.randint(0, N, (B, T), generator=g)
-    value, path, _ = st.loss_augmented_viterbi_window(scores, target, rescaling=rescaling, lengths=lengths)
-    ref_value, ref_path, _ = st.loss_augmented_viterbi_window(
+    value, path, _ = st.window_loss_augmented(scores, target, rescaling=rescaling, lengths=lengths)
+    ref_value, ref_path, _ = st.window_loss_augmented(
         scores.double(), target, rescaling=rescaling, lengths=lengths)
     assert torch.equal(path, ref_path)
     scale = scores.double().abs().amax((2, 3, 4)).sum(1) * T

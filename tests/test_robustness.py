@@ -37,13 +37,13 @@ def assert_clean_error(proc: subprocess.CompletedProcess, error: str, *words: st
 
 
 HAMMING_CALLS = {
-    "float weights >= 2^63": "st.loss_augmented_viterbi(torch.zeros(2, 4, 3), torch.zeros(3, 3), "
+    "float weights >= 2^63": "st.loss_augmented(torch.zeros(2, 4, 3), torch.zeros(3, 3), "
                              "torch.zeros(2, 4, dtype=torch.long), weights=torch.tensor([[1e19, 1e19, 0, 0], "
                              "[1, 1, 1, 1.]]), rescaling='slack')",
-    "int64 weights near 2^63": "st.loss_augmented_viterbi(torch.zeros(2, 4, 3), torch.zeros(3, 3), "
+    "int64 weights near 2^63": "st.loss_augmented(torch.zeros(2, 4, 3), torch.zeros(3, 3), "
                                "torch.zeros(2, 4, dtype=torch.long), weights=torch.tensor([[2**62, 2**62, "
                                "2**63 - 1, 0], [1, 1, 1, 1]]), rescaling='slack')",
-    "window path": "st.loss_augmented_viterbi_window(torch.zeros(2, 4, 3, 3), torch.zeros(2, 4, dtype=torch.long), "
+    "window path": "st.window_loss_augmented(torch.zeros(2, 4, 3, 3), torch.zeros(2, 4, dtype=torch.long), "
                    "weights=torch.tensor([[2**62, 2**62, 2**63 - 1, 0], [1, 1, 1, 1]]), rescaling='slack')",
     "semi-Markov path": "st.semimarkov_loss_augmented(torch.zeros(2, 4, 3), torch.zeros(3, 3), "
                         "torch.zeros(2, 4, dtype=torch.long), torch.ones(2, 4, dtype=torch.bool), max_len=2, "
@@ -166,10 +166,10 @@ def test_plif_support_beyond_float32_is_rejected():
 
 
 def test_window_with_empty_batch_and_length():
-    """Defect 9: viterbi_window(torch.zeros(0, 0, 3, 3)) failed in a reshape."""
-    score, path = st.viterbi_window(torch.zeros(0, 0, 3, 3))
+    """Defect 9: window_viterbi(torch.zeros(0, 0, 3, 3)) failed in a reshape."""
+    score, path = st.window_viterbi(torch.zeros(0, 0, 3, 3))
     assert score.shape == (0,) and path.shape == (0, 0)
-    score, path = st.viterbi_window(torch.zeros(2, 0, 3, 3))
+    score, path = st.window_viterbi(torch.zeros(2, 0, 3, 3))
     assert score.tolist() == [0.0, 0.0] and path.shape == (2, 0)
 
 
@@ -280,7 +280,7 @@ def test_float32_finfo_min_masks_crossed_twice_name_the_remedy():
 def test_loss_augmented_count_stays_int64_for_large_integer_weights():
     """Review finding: integer weights summing beyond the count table came back as float64 counts."""
     u, t = torch.randn(1, 3, 2), torch.zeros(1, 3, dtype=torch.long)
-    _, path, count = st.loss_augmented_viterbi(u, torch.zeros(2, 2), t, weights=torch.tensor([[10**6, 10**6, 1]]))
+    _, path, count = st.loss_augmented(u, torch.zeros(2, 2), t, weights=torch.tensor([[10**6, 10**6, 1]]))
     assert count.dtype == torch.int64 and count.item() == int(((path != t) * torch.tensor([10**6, 10**6, 1])).sum())
 
 

@@ -5,79 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from brute import brute, problems, tensors
 from hypothesis import assume, given
 from hypothesis import strategies as st_
 
 import structtorch as st
-
-PLIF_LOW, PLIF_HIGH = -1.0, 1.5
-
-
-def compositions(L, S):
-    if L == 0:
-        yield ()
-        return
-    for d in range(1, min(S, L) + 1):
-        for rest in compositions(L - d, S):
-            yield (d,) + rest
-
-
-def brute(p, b, L, S, N):
-    """[(labels tuple, starts tuple, score)] over all segmentations of row b."""
-    p = {k: v if v is None or k in ("trans", "content", "boundary", "segment", "plif") or v.ndim == (3 if k == "length" else 2)
-         else np.broadcast_to(v, (p["content"].shape[0],) + v.shape) for k, v in p.items()}
-    out = []
-    for parts in compositions(L, S):
-        for labs in np.ndindex(*(N,) * len(parts)):
-            score, pos, labels, starts = 0.0, 0, [], []
-            for i, (d, n) in enumerate(zip(parts, labs, strict=True)):
-                e = pos + d
-                score += p["content"][b, pos:e, n].sum() + p["length"][b, d - 1, n] + p["boundary"][b, e - 1, n]
-                if p["segment"] is not None:
-                    score += p["segment"][b, e - 1, d - 1, n]
-                if p.get("plif") is not None:
-                    tracks, ordinates = p["plif"]
-                    support = np.linspace(PLIF_LOW, PLIF_HIGH, ordinates.shape[1])
-                    score += np.interp(tracks[b, pos:e, n].mean(), support, ordinates[n])
-                score += p["start"][b, n] if i == 0 else p["trans"][labs[i - 1], n]
-                labels += [n] * d
-                starts += [True] + [False] * (d - 1)
-                pos = e
-            if parts:
-                score += p["end"][b, labs[-1]]
-            out.append((tuple(labels), tuple(starts), float(score)))
-    return out
-
-
-@st_.composite
-def problems(draw):
-    B, T, N, S = draw(st_.integers(1, 2)), draw(st_.integers(0, 6)), draw(st_.integers(1, 3)), draw(st_.integers(1, 4))
-    integer = draw(st_.booleans())
-    p_inf = draw(st_.sampled_from([0.0, 0.15]))
-    rng = np.random.default_rng(draw(st_.integers(0, 2**31)))
-
-    def v(*shape):
-        x = rng.integers(-2, 3, size=shape).astype(float) if integer else rng.normal(size=shape)
-        x[rng.random(shape) < p_inf] = -np.inf
-        return x
-
-    shared = draw(st_.booleans())  # (S, N) length scores and (N,) start/end, broadcast over the batch
-    p = {"content": v(B, T, N), "trans": v(N, N), "length": v(S, N) if shared else v(B, S, N),
-         "boundary": v(B, T, N), "start": v(N) if shared else v(B, N), "end": v(N) if shared else v(B, N),
-         "segment": v(B, T, S, N) if draw(st_.booleans()) else None,
-         "plif": (rng.normal(size=(B, T, N)), rng.normal(size=(N, draw(st_.integers(2, 5)))))
-         if draw(st_.booleans()) else None}
-    lengths = draw(st_.lists(st_.integers(0, T), min_size=B, max_size=B))
-    return p, S, torch.tensor(lengths), integer
-
-
-def tensors(p):
-    """The problem as keyword arguments of the semi-Markov functions."""
-    t = {k: None if v is None or k == "plif" else torch.tensor(v) for k, v in p.items()}
-    plif = None if p.get("plif") is None else st.SegmentPLiF(*map(torch.tensor, p["plif"]), PLIF_LOW, PLIF_HIGH)
-    return t["content"], t["trans"], dict(length_scores=t["length"], boundary=t["boundary"],
-                                          segment_scores=t["segment"], start=t["start"], end=t["end"],
-                                          segment_plif=plif)
 
 
 def call(fn, p, S, lengths):

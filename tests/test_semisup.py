@@ -290,3 +290,135 @@ def test_semisupervised_example_runs():
     assert "Table 1, pitch-accent-like" in out and "Table 2, digit words (informative" in out
     assert "65.92" in out and "43.62" in out  # the paper's numbers beside ours
     assert "STR, eq. 18 kernel" in out and "penalty weight" in out
+
+
+# --- knn_graph exactness: far clusters, ties, huge and tiny scales, D = 0 (issue 21 items 2, 3, 11) ---
+
+
+def true_sq_dist(x):
+    """Squared distances by differences in float64 (exact for the float32 points, 1 ulp for float64)."""
+    xd = x.double()
+    d = torch.cat([((xd[i:i + 64, None] - xd[None]) ** 2).sum(-1) for i in range(0, len(xd), 64)])
+    return d.fill_diagonal_(float("inf"))
+
+
+def assert_exact_neighbours(x, j, k):
+    """The definition of exact in ``knn_graph``'s docstring: k distinct neighbours other than the point
+    itself, and every point not returned at least ``d_k (1 - tol)`` away, with ``d_k`` the largest true
+    squared distance returned. Returns the rows whose k-th and (k + 1)-th true distances are not near
+    ties (1e-3 relative), where the neighbour set is unique."""
+    from structtorch.semisup.graph import _gamma
+
+    n, D = x.shape
+    assert j.shape == (n, k)
+    assert (j != torch.arange(n)[:, None]).all() and (j.sort(1).values.diff(1) != 0).all()
+    full = true_sq_dist(x)
+    dk = full.gather(1, j).max(1).values
+    rest = full.scatter(1, j, float("inf")).min(1).values
+    tol = 16 * _gamma(D, torch.finfo(x.dtype).eps / 2, 8)
+    assert (rest >= dk * (1 - tol)).all(), f"{int((rest < dk * (1 - tol)).sum())} points miss a neighbour"
+    ref = torch.topk(full, min(k + 1, n - 1), dim=1, largest=False)
+    clear = (ref.values[:, -1] > ref.values[:, k - 1] * (1 + 1e-3)) if k + 1 < n else torch.ones(n, dtype=bool)
+    assert torch.equal(j[clear].sort(1).values, ref.indices[clear, :k].sort(1).values)
+    return clear
+
+
+def reference_support(x, k):
+    """The union kNN graph's edges from float64 distances by differences, (n, n) bool."""
+    nn_idx = torch.topk(true_sq_dist(x), k, dim=1, largest=False).indices
+    A = torch.zeros(len(x), len(x), dtype=torch.bool)
+    A[torch.arange(len(x))[:, None], nn_idx] = True
+    return A | A.T
+
+
+@pytest.mark.parametrize("dtype,offset", [(torch.float32, 2e4), (torch.float64, 1e6), (torch.float64, 1e9)])
+@pytest.mark.parametrize("n,chunk,seed", [(400, 2048, 0), (400, 64, 1), (1000, 256, 2)])
+def test_knn_two_tight_clusters_far_apart(dtype, offset, n, chunk, seed):
+    """The expansion ||a||^2 + ||b||^2 - 2 a.b rounds by ~eps ||a - mean||^2, far more than the distances
+    inside each cluster: these points are redone around their own neighbourhood."""
+    from structtorch.semisup.graph import _neighbours
+
+    g = torch.Generator().manual_seed(seed)
+    label = torch.randint(0, 2, (n, 1), generator=g).to(dtype)
+    x = torch.randn(n, 8, generator=g, dtype=dtype) * 1e-2 + label * offset
+    _, j, _ = _neighbours(x, 5, chunk)
+    clear = assert_exact_neighbours(x, j, 5)
+    if clear.all():  # no near ties: the graph itself is unique
+        W = knn_graph(x, 5, chunk=chunk).to_dense()
+        assert torch.equal(W > 0, reference_support(x, 5))
+    assert clear.float().mean() > 0.5
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("D", [8, 16, 64])
+def test_knn_exact_on_binary_features(dtype, D):
+    """0/1 features: duplicates and many points at exactly the k-th distance (ties that no rounding
+    bound separates), found by comparing all the groups that might hold a nearer point."""
+    from structtorch.semisup.graph import _neighbours
+
+    x = (torch.rand(1000, D, generator=torch.Generator().manual_seed(D)) < 0.3).to(dtype)
+    _, j, _ = _neighbours(x, 5, 256)
+    assert_exact_neighbours(x, j, 5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(hs.integers(2, 60), hs.integers(1, 4), hs.integers(1, 6), hs.sampled_from([torch.float32, torch.float64]),
+       hs.integers(0, 60), hs.booleans(), hs.integers(1, 70), hs.integers(0, 10_000))
+def test_knn_exact_with_planted_ties_far_from_the_origin(n, D, k, dtype, shift, two, chunk, seed):
+    """Integer grid points (exact distances, many ties), duplicated points, all shifted (or one of two
+    clusters shifted) by a power of two as large as the dtype represents exactly: the returned
+    neighbours satisfy the tie-aware definition of exact."""
+    from structtorch.semisup.graph import _neighbours
+
+    k = min(k, n - 1)
+    g = torch.Generator().manual_seed(seed)
+    grid = torch.randint(0, 4, (n, D), generator=g)
+    dup = torch.randint(0, n, (n // 3,), generator=g)
+    grid[torch.randperm(n, generator=g)[: n // 3]] = grid[dup]
+    shift = min(shift, 20 if dtype == torch.float32 else 49)  # grid + 2^shift stays exact
+    lift = torch.randint(0, 2, (n, 1), generator=g) if two else torch.ones(n, 1, dtype=torch.long)
+    x = grid.to(dtype) + lift.to(dtype) * 2.0**shift
+    _, j, _ = _neighbours(x, k, chunk)
+    assert_exact_neighbours(x, j, k)
+
+
+@pytest.mark.parametrize("dtype,power", [(torch.float64, 664), (torch.float64, -700), (torch.float32, 124),
+                                         (torch.float32, -75)])
+def test_knn_graph_huge_and_tiny_coordinates(dtype, power):
+    """Scaling the points by a power of two scales every distance exactly: the same graph, finite
+    weights (with t=None the width scales too), where the squared distances would overflow to inf
+    or underflow to 0."""
+    y = torch.randn(60, 3, dtype=dtype, generator=torch.Generator().manual_seed(3))
+    W, Wy = knn_graph(y * 2.0**power, 4).to_dense(), knn_graph(y, 4).to_dense()
+    assert torch.isfinite(W).all()
+    assert torch.equal(W > 0, reference_support(y, 4))
+    torch.testing.assert_close(W, Wy)
+
+
+def test_knn_graph_width_with_huge_and_tiny_coordinates():
+    """With a given width t, weights exp(-d^2 / t) even when d^2 or d^2 / t is not a float."""
+    g = torch.Generator().manual_seed(4)
+    y = torch.randn(40, 3, dtype=D64, generator=g)
+    # points 2^530 from the origin, 2^500 apart: ||x||^2 overflows, d^2 ~ 2^1000 does not
+    x = 2.0**530 + y * 2.0**500
+    y_eff = (x - 2.0**530) * 2.0**-500  # exactly the offsets x holds
+    W = knn_graph(x, 3, t=2.0**1000).to_dense()
+    torch.testing.assert_close(W, dense_knn(y_eff, 3, t=1.0), rtol=1e-12, atol=1e-14)
+    # d^2 ~ 1e400 > float max with t = 1: weight 0 on the right edges; d^2 ~ 1e-400: weight 1
+    support = reference_support(y, 3)
+    Wh = knn_graph(y * 2.0**664, 3, t=1.0)
+    assert torch.equal(Wh.to_dense() != 0, torch.zeros_like(support))
+    found = torch.zeros_like(support)
+    found[Wh.indices()[0], Wh.indices()[1]] = True
+    assert torch.equal(found, support)
+    Wt = knn_graph(y * 2.0**-664, 3, t=1.0).to_dense()
+    assert torch.equal(Wt, support.to(D64))
+    # float32 near its largest value, t a float64 beyond float32's range
+    y32 = y.float()
+    W32 = knn_graph(y32 * 2.0**124, 3, t=2.0**248 * 0.7).to_dense()
+    torch.testing.assert_close(W32, dense_knn(y32.double(), 3, t=0.7).float(), rtol=1e-5, atol=1e-6)
+
+
+def test_knn_graph_needs_a_feature():
+    with pytest.raises(ValueError, match="x must have at least one feature"):
+        knn_graph(torch.zeros(5, 0), 2)

@@ -156,7 +156,7 @@ def test_ddp_two_processes_match_one(tmp_path):
 def test_empty_batch_gives_zero_loss():
     u, A, y = torch.zeros(0, 4, 3, requires_grad=True), torch.zeros(3, 3), torch.zeros(0, 4, dtype=torch.long)
     for rescaling in ("margin", "slack"):
-        value, path, hamming = st.loss_augmented_viterbi(u, A, y, rescaling=rescaling)
+        value, path, hamming = st.loss_augmented(u, A, y, rescaling=rescaling)
         assert value.shape == (0,) and path.shape == (0, 4) and hamming.shape == (0,)
         loss = st.StructuredHingeLoss(rescaling)(u, A, y)
         assert loss.item() == 0.0

@@ -31,13 +31,13 @@ def _bad_inputs():
         "labels": (lambda: st.path_score(u, a, torch.tensor([[0, 4, 0], [0, 0, 0]])), r"labels must lie in \[0, N\)"),
         "overflow": (lambda: st.viterbi(torch.full((1, 3, 2), 2e38), torch.zeros(2, 2)), "the Viterbi score overflows"),
         # issue 21 item 13: the loss-augmented solvers' own value checks follow the switch too
-        "weights NaN": (lambda: st.loss_augmented_viterbi(u, a, y, weights=w_nan), "weights must be finite"),
-        "cost NaN": (lambda: st.loss_augmented_viterbi(u, a, y, cost=torch.full((4, 4), float("nan"))),
+        "weights NaN": (lambda: st.loss_augmented(u, a, y, weights=w_nan), "weights must be finite"),
+        "cost NaN": (lambda: st.loss_augmented(u, a, y, cost=torch.full((4, 4), float("nan"))),
                      "cost must be finite"),
-        "h NaN": (lambda: st.loss_augmented_viterbi(u, a, y, h=lambda k: k.sqrt() * float("nan")), "h must be finite"),
-        "h inf, slack": (lambda: st.loss_augmented_viterbi(u, a, y, h=1 / (2 - torch.arange(4.0)), rescaling="slack"),
+        "h NaN": (lambda: st.loss_augmented(u, a, y, h=lambda k: k.sqrt() * float("nan")), "h must be finite"),
+        "h inf, slack": (lambda: st.loss_augmented(u, a, y, h=1 / (2 - torch.arange(4.0)), rescaling="slack"),
                          "h must be finite"),
-        "target -inf": (lambda: st.loss_augmented_viterbi(u, a_forbid, y, rescaling="slack"), "target has score -inf"),
+        "target -inf": (lambda: st.loss_augmented(u, a_forbid, y, rescaling="slack"), "target has score -inf"),
         "semimarkov target -inf": (lambda: st.semimarkov_loss_augmented(
             u, a_forbid, y, torch.ones(2, 3, dtype=torch.bool), max_len=1), "target has score -inf"),
         "PLiF x NaN": (lambda: st.PLiF(3, 0.0, 1.0)(torch.tensor([0.5, float("nan")])), "x contains NaN"),

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from conftest import pad
+from brute import pad
 from hypothesis import given
 from hypothesis import strategies as st_
 
@@ -46,7 +46,7 @@ def test_viterbi_window_matches_enumeration(order, B, T, N, integer, p_inf, seed
     x[rng.random(shape) < p_inf] = -np.inf
     lengths = torch.tensor(data.draw(st_.lists(st_.integers(0, T), min_size=B, max_size=B)))
     scores = torch.tensor(x, requires_grad=True)
-    score, path = st.viterbi_window(scores, lengths=lengths)
+    score, path = st.window_viterbi(scores, lengths=lengths)
     score_value = score.detach()
     assert score.shape == (B,) and path.shape == (B, T)
     finite = torch.isfinite(score)
@@ -84,7 +84,7 @@ def test_order_one_window_equals_viterbi():
     g = A.expand(4, 7, 3, 3) + u.unsqueeze(2)
     g = torch.cat([u[:, :1].unsqueeze(2).expand(4, 1, 3, 3), g[:, 1:]], dim=1)
     s1, p1 = st.viterbi(u, A, lengths=lengths)
-    s2, p2 = st.viterbi_window(g, lengths=lengths)
+    s2, p2 = st.window_viterbi(g, lengths=lengths)
     assert torch.equal(p1, p2)
     torch.testing.assert_close(s1, s2)
 
@@ -95,7 +95,7 @@ def test_ignored_prestart_axes_do_not_matter():
     g[0, 0, 1] = -1000.0  # y_{-2} = 1: ignored
     g[0, 1, 1] = 5000.0  # y_{-1} = 1 at t = 1: ignored
     g[0, 2, 1, 1, 1] = 1.0
-    score, path = st.viterbi_window(g)
+    score, path = st.window_viterbi(g)
     assert path.tolist() == [[1, 1, 1]] and score.item() == 1.0
 
 
@@ -109,12 +109,12 @@ def test_ignored_prestart_axes_do_not_matter():
 )
 def test_viterbi_window_bad_input(scores, message):
     with pytest.raises((ValueError, TypeError), match=message):
-        st.viterbi_window(scores)
+        st.window_viterbi(scores)
 
 
 def test_viterbi_window_bad_lengths():
     with pytest.raises(ValueError, match=r"lengths must lie in \[0, T\] = \[0, 3\]"):
-        st.viterbi_window(torch.zeros(2, 3, 2, 2), lengths=torch.tensor([1, 4]))
+        st.window_viterbi(torch.zeros(2, 3, 2, 2), lengths=torch.tensor([1, 4]))
 
 
 @pytest.mark.parametrize("order", [1, 2, 3])
@@ -123,7 +123,7 @@ def test_window_ties_follow_viterbi_rule(order):
     N, T = 2, order + 2
     g = torch.zeros((1, T) + (N,) * (order + 1))
     g[(0, T - 1) + (0,) * (order + 1)] = -1.0  # the window of zeros at the end is worse
-    score, path = st.viterbi_window(g)
+    score, path = st.window_viterbi(g)
     rows = [(y, sum(float(g[(0, t) + tuple(y[t - order + k] if t - order + k >= 0 else 0 for k in range(order + 1))])
                     for t in range(T))) for y in itertools.product(range(N), repeat=T)]
     best = max(s for _, s in rows)

@@ -7,7 +7,8 @@ runs is decided in :mod:`structtorch._backend`.
 """
 
 from .linear import Viterbi, kbest, log_partition, marginals, path_score, viterbi
-from .window import viterbi_window, window_score
+from .sampling import sample
+from .window import viterbi_window, window_score, window_viterbi
 
-__all__ = ["viterbi", "log_partition", "marginals", "path_score", "kbest", "Viterbi", "viterbi_window",
-           "window_score"]
+__all__ = ["viterbi", "log_partition", "marginals", "path_score", "kbest", "sample", "Viterbi",
+           "window_viterbi", "window_score", "viterbi_window"]

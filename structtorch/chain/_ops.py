@@ -14,36 +14,31 @@ each backend module states in ``log_partition_state``); the backward reuses them
 
 from __future__ import annotations
 
-import functools
-import importlib
-
 import torch
 from torch import Tensor
 
-from .._backend import backend_for
+from .. import _backend
 from .._checks import Chain
 from .._library import operator, save_for_backward, vmap_rule
 from .._numerics import grads_through
 from . import _torch
 from ._torch import accumulating
 
-_MODULES = {"compiled": "._cpu", "triton": "._triton"}
-
 
 def backend_of(chain: Chain) -> str:
-    """The backend that runs ``chain``: "torch" for empty chains and for N beyond the compiled
-    kernels' int16 backpointers, else :func:`structtorch._backend.backend_for`."""
+    """:func:`structtorch._backend.backend_for` with the chain's vetoes: "torch" for empty chains,
+    and for N beyond the compiled kernels' int16 backpointers."""
     _, T, N = chain.shape
     if T == 0:
         return "torch"
-    name = backend_for(chain.unary)
+    name = _backend.backend_for(chain.unary)
     return "torch" if name == "compiled" and N > 32767 else name
 
 
-@functools.cache
 def kernel_module(backend: str):
-    """The kernel module (``_cpu`` or ``_triton``) of a backend other than "torch"."""
-    return importlib.import_module(_MODULES[backend], __package__)
+    """The chain's kernel module for ``backend`` (``_cpu`` or ``_triton``; None for "torch"), see
+    :func:`structtorch._backend.kernel_module`."""
+    return _backend.kernel_module(backend, __package__)
 
 
 def _viterbi_path_fake(unary, transitions, start, end, lengths, backend):
@@ -52,7 +47,8 @@ def _viterbi_path_fake(unary, transitions, start, end, lengths, backend):
 
 def _log_partition_forward_fake(unary, transitions, start, end, lengths, backend):
     B, T, N = unary.shape
-    shapes = [] if backend == "torch" else kernel_module(backend).log_partition_state(B, T, N)
+    module = kernel_module(backend)
+    shapes = [] if module is None else module.log_partition_state(B, T, N)
     return unary.new_empty(B, dtype=torch.float64), [unary.new_empty(s, dtype=torch.float64) for s in shapes]
 
 

@@ -4,10 +4,13 @@ One launch per call, one program per sequence: the program runs the whole recurs
 for its row, tiled over labels (``BLOCK`` x ``BLOCK`` tiles of the transition matrix, so any N
 compiles), in float64 whatever the input dtype, as the compiled CPU kernels do:
 
-- ``viterbi``: max-plus forward with backpointers (int16 when N <= 32767) and the backtrace;
-- ``log_partition``: the forward recursion (online log-sum-exp per tile), storing alpha;
+- one forward kernel for both semirings (``VITERBI``, as in ``semimarkov/_triton.py``): Viterbi
+  runs max-plus with backpointers (int16 when N <= 32767) and the backtrace; the log-partition
+  runs the same recursion by online log-sum-exp per tile, storing alpha;
 - the backward: beta by the same recursion run backwards, node marginals, and edge marginals
   (per position, or summed over time per sequence for shared transitions).
+
+The tile loop and the reductions come from :mod:`structtorch._triton_common`.
 
 On CUDA tensors they compile for the GPU; with ``TRITON_INTERPRET=1`` set before Triton is imported
 they run in Triton's interpreter on CPU tensors (slow: for tests). Ties are broken as on every other
@@ -23,13 +26,18 @@ from torch import Tensor
 
 from .._checks import Chain
 from .._numerics import NEG_INF
+from .._triton_common import (
+    NEG,
+    block,
+    close,
+    launch,
+    lse_finish,
+    lse_update,
+    transition_step,
+    transitions_at,
+)
+from .._triton_common import load_tile as _tile
 from . import _torch
-
-NEG = tl.constexpr(float("-inf"))  # in kernels; NEG_INF on the host
-
-
-def _block(N: int) -> int:
-    return max(16, min(64, triton.next_power_of_2(N)))
 
 
 @triton.jit
@@ -44,136 +52,39 @@ def _init_alpha(out, unary, start, b, T, N, rj, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _block_of(trans, b, T, N, t, SHARED: tl.constexpr):
-    """The transitions from step t - 1 to step t of sequence b."""
-    if SHARED:
-        return trans
-    return trans + (b * (T - 1) + t - 1) * N * N
-
-
-@triton.jit
-def _candidates(src, A, i0, j, mj, r, N):
-    """(BLOCK, BLOCK) tile alpha_{t-1}[i] + A[i, j] for labels i0 + r and j, in float64."""
-    i = i0 + r
-    mi = i < N
-    a = tl.load(src + i, mask=mi, other=NEG)
-    w = tl.load(A + i[:, None] * N + j[None, :], mask=mi[:, None] & mj[None, :], other=NEG)
-    return a[:, None] + w.to(tl.float64)
-
-
-@triton.jit
-def _viterbi_kernel(unary, trans, start, end, lengths, ring, bp, path, T, N,
-                    SHARED: tl.constexpr, BLOCK: tl.constexpr):
+def _forward_kernel(unary, trans, start, end, lengths, alpha, bp, path, out, T, N, ROWS,
+                    VITERBI: tl.constexpr, SHARED: tl.constexpr, BLOCK: tl.constexpr):
+    """alpha by max-plus (VITERBI) or log-sum-exp over time, step t in row t % ROWS of the
+    sequence's (ROWS, N) slice of ``alpha`` (Viterbi keeps a ring of 2, the log-partition all T).
+    ``out[b]``: the best score or logZ (0 on empty rows). Viterbi stores backpointers into ``bp``
+    (B, T, N) and backtraces feasible rows into ``path`` (B, T)."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
     L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
     r = tl.arange(0, BLOCK)
-    buf = ring + b * 2 * N
-    if L > 0:
-        _init_alpha(buf, unary, start, b, T, N, r, BLOCK)
-        tl.debug_barrier()
-        for t in range(1, L):
-            src = buf + ((t - 1) % 2) * N
-            dst = buf + (t % 2) * N
-            A = _block_of(trans, b, T, N, t, SHARED)
-            for j0 in range(0, N, BLOCK):
-                j = j0 + r
-                mj = j < N
-                best = tl.full([BLOCK], NEG, tl.float64)
-                arg = tl.zeros([BLOCK], tl.int32)
-                for i0 in range(0, N, BLOCK):
-                    best, arg = _argmax_update(best, arg, _candidates(src, A, i0, j, mj, r, N), i0)
-                u = tl.load(unary + (b * T + t) * N + j, mask=mj, other=NEG).to(tl.float64)
-                tl.store(dst + j, best + u, mask=mj)
-                tl.store(bp + (b * T + t) * N + j, arg.to(bp.dtype.element_ty), mask=mj)
-            tl.debug_barrier()
-        last = buf + ((L - 1) % 2) * N
-        best = tl.full([], NEG, tl.float64)
-        label = tl.full([], 0, tl.int32)
-        for j0 in range(0, N, BLOCK):
-            j = j0 + r
-            mj = j < N
-            v = tl.load(last + j, mask=mj, other=NEG)
-            v += tl.load(end + b * N + j, mask=mj, other=NEG).to(tl.float64)
-            best, label = _argmax_update(best, label, v, j0)
-        if best > NEG:
-            for s in range(0, L - 1):
-                t = L - 1 - s
-                tl.store(path + b * T + t, label.to(tl.int64))
-                label = tl.load(bp + (b * T + t) * N + label).to(tl.int32)
-            tl.store(path + b * T, label.to(tl.int64))
-
-
-@triton.jit
-def _argmax_update(best, arg, cand, offset):
-    """Fold candidates (a (BLOCK, BLOCK) tile or a (BLOCK,) vector, reduced over axis 0, indices
-    from ``offset``) into the running (max, first argmax): strict comparison, so earlier indices
-    win ties."""
-    m = tl.max(cand, axis=0)
-    am = (tl.argmax(cand, axis=0) + offset).to(tl.int32)
-    better = m > best
-    return tl.where(better, m, best), tl.where(better, am, arg)
-
-
-@triton.jit
-def _lse_update(m, s, cand, AXIS: tl.constexpr):
-    """Online log-sum-exp: fold ``cand`` (reduced over AXIS) into the running (max, scaled sum)."""
-    new = tl.maximum(m, tl.max(cand, axis=AXIS))
-    safe = tl.where(new == NEG, 0.0, new)
-    if AXIS == 0:
-        part = tl.sum(tl.exp(cand - safe[None, :]), axis=0)
-    else:
-        part = tl.sum(tl.exp(cand - safe[:, None]), axis=1)
-    return new, s * tl.exp(m - safe) + part
-
-
-@triton.jit
-def _lse_finish(m, s):
-    return tl.where(m == NEG, NEG, m + tl.log(tl.where(s > 0, s, 1.0)))
-
-
-@triton.jit
-def _logz_kernel(unary, trans, start, end, lengths, alpha, logz, T, N,
-                 SHARED: tl.constexpr, BLOCK: tl.constexpr):
-    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
-    L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
-    r = tl.arange(0, BLOCK)
-    al = alpha + b * T * N
+    al = alpha + b * ROWS * N
     result = tl.full([], 0.0, tl.float64)
     if L > 0:
         _init_alpha(al, unary, start, b, T, N, r, BLOCK)
         tl.debug_barrier()
         for t in range(1, L):
-            src = al + (t - 1) * N
-            A = _block_of(trans, b, T, N, t, SHARED)
-            for j0 in range(0, N, BLOCK):
-                j = j0 + r
-                mj = j < N
-                m = tl.full([BLOCK], NEG, tl.float64)
-                s = tl.zeros([BLOCK], tl.float64)
-                for i0 in range(0, N, BLOCK):
-                    m, s = _lse_update(m, s, _candidates(src, A, i0, j, mj, r, N), 0)
-                u = tl.load(unary + (b * T + t) * N + j, mask=mj, other=NEG).to(tl.float64)
-                tl.store(al + t * N + j, _lse_finish(m, s) + u, mask=mj)
+            A = transitions_at(trans, b, T, N, t, SHARED)
+            at = (b * T + t) * N
+            transition_step(al + ((t - 1) % ROWS) * N, A, al + (t % ROWS) * N, bp + at, unary + at, N, r,
+                            BLOCK, VITERBI, True)
             tl.debug_barrier()
-        m = tl.full([BLOCK], NEG, tl.float64)
-        s = tl.zeros([BLOCK], tl.float64)
-        for j0 in range(0, N, BLOCK):
-            j = j0 + r
-            mj = j < N
-            v = tl.load(al + (L - 1) * N + j, mask=mj, other=NEG)
-            v = v + tl.load(end + b * N + j, mask=mj, other=NEG).to(tl.float64)
-            new = tl.maximum(m, v)
-            safe = tl.where(new == NEG, 0.0, new)
-            s = s * tl.exp(m - safe) + tl.exp(v - safe)
-            m = new
-        top = tl.max(m, axis=0)
-        safe = tl.where(top == NEG, 0.0, top)
-        result = _lse_finish(top, tl.sum(s * tl.exp(m - safe), axis=0))
-    tl.store(logz + b, result)
+        result, label = close(al + ((L - 1) % ROWS) * N, end + b * N, N, r, BLOCK, VITERBI)
+        if VITERBI:
+            if result > NEG:
+                for s in range(0, L - 1):
+                    t = L - 1 - s
+                    tl.store(path + b * T + t, label.to(tl.int64))
+                    label = tl.load(bp + (b * T + t) * N + label).to(tl.int32)
+                tl.store(path + b * T, label.to(tl.int64))
+    tl.store(out + b, result)
 
 
 @triton.jit
-def _backward_kernel(grad, unary, trans, end, lengths, alpha, logz, ring, g_unary, g_trans, T, N,
+def _backward_kernel(unary, trans, end, lengths, alpha, logz, ring, g_unary, g_trans, grad, T, N,
                      SHARED: tl.constexpr, EDGES: tl.constexpr, BLOCK: tl.constexpr):
     """beta by the backward recursion; node marginals into g_unary (B, T, N), edge marginals into
     g_trans ((B, N, N) summed over time when SHARED, else (B, T-1, N, N)), all scaled by grad[b]."""
@@ -198,11 +109,11 @@ def _backward_kernel(grad, unary, trans, end, lengths, alpha, logz, ring, g_unar
             t = L - 2 - s
             nxt = buf + ((t + 1) % 2) * N
             dst = buf + (t % 2) * N
-            A = _block_of(trans, b, T, N, t + 1, SHARED)
+            A = transitions_at(trans, b, T, N, t + 1, SHARED)
             if SHARED:
                 G = g_trans + b * N * N  # this sequence's edge marginals, summed over time
             else:
-                G = _block_of(g_trans, b, T, N, t + 1, SHARED)
+                G = transitions_at(g_trans, b, T, N, t + 1, SHARED)
             for i0 in range(0, N, BLOCK):
                 i = i0 + r
                 mi = i < N
@@ -212,25 +123,26 @@ def _backward_kernel(grad, unary, trans, end, lengths, alpha, logz, ring, g_unar
                 for j0 in range(0, N, BLOCK):
                     j = j0 + r
                     mj = j < N
-                    tile = mi[:, None] & mj[None, :]
-                    w = tl.load(A + i[:, None] * N + j[None, :], mask=tile, other=NEG).to(tl.float64)
                     u = tl.load(unary + (b * T + t + 1) * N + j, mask=mj, other=NEG).to(tl.float64)
-                    v = w + (u + tl.load(nxt + j, mask=mj, other=NEG))[None, :]
-                    m, acc = _lse_update(m, acc, v, 1)
+                    v = _tile(A, i, mi, j, mj, N) + (u + tl.load(nxt + j, mask=mj, other=NEG))[None, :]
+                    m, acc = lse_update(m, acc, v, 1)
                     if EDGES:
+                        tile = mi[:, None] & mj[None, :]
                         edge = g * tl.exp(a[:, None] + v - lz)
                         if SHARED:
                             edge += tl.load(G + i[:, None] * N + j[None, :], mask=tile, other=0.0)
                         tl.store(G + i[:, None] * N + j[None, :], edge, mask=tile)
-                beta = _lse_finish(m, acc)
+                beta = lse_finish(m, acc)
                 tl.store(dst + i, beta, mask=mi)
                 tl.store(g_unary + (b * T + t) * N + i, g * tl.exp(a + beta - lz), mask=mi)
             tl.debug_barrier()
 
 
-def _launch_args(chain: Chain) -> tuple:
+def _launch(name: str, kernel, chain: Chain, *args, **meta) -> None:
+    """One launch of ``kernel``, one program per sequence, on ``chain``'s tensors and ``args``."""
     B, T, N = chain.shape
-    return (B,), dict(SHARED=chain.shared, BLOCK=_block(N))
+    launch(name, kernel, (B,), chain.unary, chain.transitions, *args, T, N, SHARED=chain.shared,
+           BLOCK=block(N), **meta)
 
 
 @torch.no_grad()
@@ -241,20 +153,21 @@ def viterbi_path(chain: Chain) -> Tensor:
     ring = torch.empty(B, 2, N, dtype=torch.float64, device=dev)
     bp = torch.empty(B, T, N, dtype=torch.int16 if N <= 32767 else torch.int32, device=dev)
     path = torch.full((B, T), -1, dtype=torch.long, device=dev)
-    grid, meta = _launch_args(chain)
-    _viterbi_kernel[grid](chain.unary, chain.transitions, chain.start, chain.end, chain.lengths, ring, bp,
-                          path, T, N, **meta)
+    best = torch.empty(B, dtype=torch.float64, device=dev)
+    _launch("chain_viterbi", _forward_kernel, chain, chain.start, chain.end, chain.lengths, ring, bp, path,
+            best, ROWS=2, VITERBI=True)
     return path
 
 
 def _forward(chain: Chain) -> tuple[Tensor, Tensor]:
     """logZ (B,) and alpha (B, T, N), both float64."""
     B, T, N = chain.shape
-    alpha = torch.full((B, T, N), NEG_INF, dtype=torch.float64, device=chain.unary.device)
-    logz = torch.empty(B, dtype=torch.float64, device=chain.unary.device)
-    grid, meta = _launch_args(chain)
-    _logz_kernel[grid](chain.unary, chain.transitions, chain.start, chain.end, chain.lengths, alpha, logz,
-                       T, N, **meta)
+    dev = chain.unary.device
+    alpha = torch.full((B, T, N), NEG_INF, dtype=torch.float64, device=dev)
+    logz = torch.empty(B, dtype=torch.float64, device=dev)
+    unused = torch.empty(1, dtype=torch.long, device=dev)  # no backpointers nor path
+    _launch("chain_log_partition", _forward_kernel, chain, chain.start, chain.end, chain.lengths, alpha,
+            unused, unused, logz, ROWS=T, VITERBI=False)
     return logz, alpha
 
 
@@ -269,9 +182,8 @@ def _backward(chain: Chain, logz: Tensor, alpha: Tensor, g: Tensor, edges: bool 
     shape = (B, N, N) if chain.shared else (B, max(T - 1, 0), N, N)
     g_trans = torch.zeros(shape if edges else (1,), dtype=torch.float64, device=dev)
     ring = torch.empty(B, 2, N, dtype=torch.float64, device=dev)
-    grid, meta = _launch_args(chain)
-    _backward_kernel[grid](g, chain.unary, chain.transitions, chain.end, chain.lengths, alpha, logz, ring,
-                           g_unary, g_trans, T, N, EDGES=edges, **meta)
+    _launch("chain_backward", _backward_kernel, chain, chain.end, chain.lengths, alpha, logz, ring, g_unary,
+            g_trans, g, EDGES=edges)
     total = g_unary.sum(-1, keepdim=True)  # g * (sum of the marginals, 1 up to rounding)
     g_unary = torch.where(total != 0, g_unary * (g.view(B, 1, 1) / torch.where(total != 0, total, 1.0)), 0.0)
     last = (chain.lengths - 1).clamp(min=0).view(B, 1, 1).expand(B, 1, N)

@@ -6,8 +6,9 @@ label i at position t followed by label j at t + 1; it is (N, N) shared by all p
 0 <= length <= T (None: all T). Entries may be -inf (forbidden); NaN and +inf are rejected.
 
 :mod:`structtorch._backend` picks the implementation per call: on CPU tensors the compiled kernels
-(``csrc/chain.cpp``, built on first use, glue in ``_cpu.py``); elsewhere, on the "torch" backend or
-without a compiler, the batched PyTorch loops of ``_torch.py``. On CPU every path accumulates in
+(``csrc/chain.cpp``, built on first use, glue in ``_cpu.py``), on CUDA tensors the Triton kernels
+(``_triton.py``); on the "torch" backend, elsewhere or without a compiler, the batched PyTorch
+loops of ``_torch.py``. On CPU every path accumulates in
 float64 whatever the input dtype; results come back in the input dtype, and a result beyond its
 range raises a ValueError (see :func:`structtorch._checks.guard_overflow`). ``kbest`` runs its
 k-list recursion in PyTorch on every backend.
@@ -37,13 +38,6 @@ from . import _ops, _torch
 from ._torch import accumulating
 
 __all__ = ["viterbi", "log_partition", "marginals", "path_score", "kbest", "Viterbi"]
-
-def _kernels(chain: Chain):
-    """The kernel module (``_cpu`` or ``_triton``) that runs these chain inputs, or None for the
-    PyTorch loops of ``_torch`` (see :mod:`structtorch._backend`)."""
-    backend = _ops.backend_of(chain)
-    return None if backend == "torch" else _ops.kernel_module(backend)
-
 
 def _viterbi_path(chain: Chain) -> Tensor:
     """(B, T) best labeling on the chosen backend (-1 beyond each length and on infeasible rows)."""

@@ -21,10 +21,11 @@ from .._checks import (
     forbidden_pattern,
     guard_overflow,
 )
+from .._deprecated import deprecated_alias
 from .._numerics import NEG_INF, accumulate, small_index_dtype
 from .._precision import mixed_precision
 
-__all__ = ["viterbi_window", "window_score"]
+__all__ = ["window_viterbi", "window_score", "viterbi_window"]
 
 
 def _check_scores(scores: object) -> tuple[Tensor, int, int]:
@@ -87,7 +88,7 @@ def _window_path(flat: Tensor, lengths: Tensor, order: int, N: int) -> Tensor:
 
 
 @mixed_precision
-def viterbi_window(scores: Tensor, *, lengths: LengthsLike = None) -> tuple[Tensor, Tensor]:
+def window_viterbi(scores: Tensor, *, lengths: LengthsLike = None) -> tuple[Tensor, Tensor]:
     """Highest-scoring labeling of a chain of order l.
 
     Parameters
@@ -136,7 +137,7 @@ def window_score(scores: Tensor, path: Tensor, lengths: LengthsLike = None) -> T
     Parameters
     ----------
     scores : Tensor (B, T) + (N,) * (l + 1)
-        As for :func:`viterbi_window`.
+        As for :func:`window_viterbi`.
     path : Tensor (B, T) integer
         Labels in [0, N) within each length (anything beyond it), or a row of -1 (no labeling).
     lengths : Tensor (B,), optional
@@ -181,3 +182,6 @@ def _window_score(scores: Tensor, path: Tensor, lengths: Tensor, *, exact: bool 
     total = torch.where(inside, accumulate(picked.squeeze(2)), 0.0).sum(1).to(dtype)
     feasible = (path[:, :1] >= 0).all(1) | (lengths == 0)
     return torch.where(feasible, total, NEG_INF)
+
+
+viterbi_window = deprecated_alias(window_viterbi, "viterbi_window", "window_viterbi")

@@ -1,4 +1,10 @@
-"""Synthetic data generators that reproduce the papers' setups."""
+"""Synthetic data generators that reproduce the papers' setups; ``import structtorch`` does not load
+them (``structtorch.data`` loads on first use).
+
+:class:`SequenceData` (from :mod:`structtorch.sequence_data`) and the tag utilities
+:func:`encode_tags`, :func:`decode_tags` and :func:`to_bio` (from :mod:`structtorch.schemes`)
+belong to the library proper and are re-exported here, where they were.
+"""
 
 from .actions import ACTION_CLASSES, ActionData, ActionStreams, action_sequences, action_streams
 from .bauer import bauer_features, bauer_synthetic

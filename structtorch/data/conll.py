@@ -1,5 +1,7 @@
 """CoNLL-2000-style chunking data: reading and writing the three-column format, a synthetic
-generator with a toy grammar, window indicator features and tag <-> id mapping.
+generator with a toy grammar and window indicator features. The tag <-> id mapping
+(:func:`encode_tags`, :func:`decode_tags`, :func:`to_bio`) lives in :mod:`structtorch.schemes`
+and is re-exported here.
 
 The format has one token per line, ``word POS chunk-tag`` separated by whitespace, and a blank
 line between sentences::
@@ -27,7 +29,8 @@ import torch
 from torch import Tensor
 
 from .._checks import check_int, check_number
-from .tagging import SequenceData
+from ..schemes import decode_tags, encode_tags, to_bio  # their home; re-exported here
+from ..sequence_data import SequenceData
 
 __all__ = [
     "read_conll",
@@ -122,72 +125,6 @@ def write_conll(path: str | Path, sentences: Iterable[Sequence[Sequence[str]]]) 
             lines.append(" ".join(row))
         lines.append("")
     Path(path).write_text("\n".join(lines) + ("\n" if lines else ""), encoding="utf-8")
-
-
-# ---------------------------------------------------------------------------------------------
-# tags
-
-
-def to_bio(tags: Sequence[str]) -> list[str]:
-    """Tags in BIO (IOB2): every chunk starts with ``B-``. An ``I-X`` that starts a chunk (after
-    ``O``, at the start, or after a tag of another type) becomes ``B-X``, as IOB1 data needs."""
-    out, prev = [], "O"
-    for tag in tags:
-        if tag.startswith("I-") and (prev == "O" or prev[2:] != tag[2:]):
-            tag = "B-" + tag[2:]
-        out.append(tag)
-        prev = tag
-    return out
-
-
-def encode_tags(tags: Sequence[Sequence[str]], labels: Sequence[str] | None = None
-                ) -> tuple[Tensor, Tensor, list[str]]:
-    """Tag-name sequences -> padded label ids.
-
-    Parameters
-    ----------
-    tags : sequence of B sequences of str
-        E.g. ``[["B-NP", "I-NP", "O"], ...]``.
-    labels : sequence of str, optional
-        The tag name of each label id. Default: ``"O"`` first, then for each chunk type in sorted
-        order its ``B-`` and ``I-`` tags (and any other tag seen, sorted).
-
-    Returns
-    -------
-    ids : Tensor (B, T) int64
-        0 beyond each length, T the longest length.
-    lengths : Tensor (B,) int64
-    labels : list of str
-        The tag name of each id.
-
-    Raises
-    ------
-    ValueError
-        A tag not in ``labels``.
-    """
-    if labels is None:
-        seen = {t for seq in tags for t in seq}
-        kinds = sorted({t[2:] for t in seen if t[:2] in ("B-", "I-")})
-        labels = ["O"] + [f"{p}-{k}" for k in kinds for p in ("B", "I")]
-        labels += sorted(seen - set(labels))
-    labels = list(labels)
-    index = {t: i for i, t in enumerate(labels)}
-    lengths = torch.tensor([len(seq) for seq in tags], dtype=torch.long)
-    ids = torch.zeros(len(tags), int(lengths.max()) if len(tags) else 0, dtype=torch.long)
-    for b, seq in enumerate(tags):
-        try:
-            ids[b, : len(seq)] = torch.tensor([index[t] for t in seq], dtype=torch.long)
-        except KeyError as exc:
-            raise ValueError(f"sequence {b} holds tag {exc.args[0]!r}, not in labels {labels}") from None
-    return ids, lengths, labels
-
-
-def decode_tags(ids: Tensor, lengths: Tensor, labels: Sequence[str]) -> list[list[str]]:
-    """Label ids (B, T) (anything beyond ``lengths`` (B,), e.g. Viterbi's -1) -> tag names."""
-    if ids.dim() != 2 or lengths.shape != ids.shape[:1]:
-        raise ValueError(f"ids must have shape (B, T) and lengths (B,), got {tuple(ids.shape)} and "
-                         f"{tuple(lengths.shape)}")
-    return [[labels[i] for i in row[:n]] for row, n in zip(ids.tolist(), lengths.tolist(), strict=True)]
 
 
 # ---------------------------------------------------------------------------------------------

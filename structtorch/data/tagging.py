@@ -8,40 +8,12 @@ transition structure recovers most labels.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
-from torch import Tensor
 
 from .._checks import check_int, check_number
+from ..sequence_data import SequenceData  # its home; re-exported here, where it was
 
-
-@dataclass
-class SequenceData:
-    """Padded batch of labeled sequences.
-
-    Attributes
-    ----------
-    x : Tensor (B, T, F) float32 features, 0 beyond each length
-    labels : Tensor (B, T) int64 labels, 0 beyond each length
-    lengths : Tensor (B,) int64
-    """
-
-    x: Tensor
-    labels: Tensor
-    lengths: Tensor
-
-    def __len__(self) -> int:
-        return self.x.shape[0]
-
-    def batch(self, index: Tensor) -> SequenceData:
-        """The sub-batch of rows ``index``."""
-        return SequenceData(self.x[index], self.labels[index], self.lengths[index])
-
-    def map_x(self, fn) -> SequenceData:
-        """The same sequences with features ``fn(x)``."""
-        return SequenceData(fn(self.x), self.labels, self.lengths)
-
+__all__ = ["SequenceData", "TaggingData", "make_tagging_data"]
 
 TaggingData = SequenceData  # the demo's name for it
 

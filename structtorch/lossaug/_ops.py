@@ -4,7 +4,7 @@
 (the Hamming table or the folded Viterbi, the checks that read values, the tie rule) and has a fake
 implementation, so that ``torch.compile`` traces a structured hinge loss without graph breaks. The
 output (the most violating structure) is a (B, T) int64 tensor: the differentiable value is
-recomputed from the potentials along it (see ``hamming._solve``).
+recomputed from the potentials along it (:func:`solve`).
 
 Every operator takes the structure's tensors (the first one (B, T, N, ...)) and the target, then
 the same trailing loss arguments (see :func:`_loss`): one decorator, :func:`loss_operator`, builds
@@ -19,12 +19,12 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from .._checks import Chain
+from .._checks import Chain, cast_checked, guard_overflow
 from .._library import operator
 from ..semimarkov.layout import SemiMarkov
 from ..semimarkov.plif import SegmentPLiF
-from .hamming import LossSpec, _ChainStructure, _Structure, _WindowStructure, search
-from .semimarkov import _SemiMarkovStructure
+from .spec import LossSpec
+from .structures import _ChainStructure, _SemiMarkovStructure, _Structure, _value, _WindowStructure, search
 
 Opt = Tensor | None
 
@@ -102,3 +102,19 @@ def most_violating(model: _Structure, spec: LossSpec, target: Tensor, algorithm:
     op = getattr(torch.ops.structtorch, model.operator).default
     args = (x.detach() if isinstance(x, Tensor) else x for x in model.arguments())
     return op(*args, target, *_loss_arguments(spec, gold, algorithm))
+
+
+def solve(model: _Structure, spec: LossSpec, target: Tensor, N: int, algorithm: str,
+           dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
+    """(value, structure, count) of the most violating structure; ``target`` holds the labels. The
+    structure comes from the model's operator; the value is recomputed along it from the
+    potentials, so that its gradient is the exact subgradient."""
+    if algorithm == "hamming" and spec.htab is None:
+        raise ValueError("algorithm='hamming' needs non-negative integer weights and no cost")
+    gold = model.score(model.truth)
+    struct = most_violating(model, spec, target, algorithm, gold.detach())
+    names = "the potentials or the loss"
+    value = _value(model, spec, target, struct, gold)
+    guard_overflow(value, (), 0, lambda: None, "the loss-augmented value", names)  # +inf, NaN
+    value = cast_checked(value, dtype, "the loss-augmented value", names)
+    return value, struct, spec.count(model.labels(struct), target)

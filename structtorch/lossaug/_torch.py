@@ -1,5 +1,6 @@
-"""The Hamming-dimension dynamic program (Bauer et al. 2014, Algorithm 1) behind
-:mod:`structtorch.lossaug.hamming`, as the PyTorch reference.
+"""The Hamming-dimension dynamic programs (Bauer et al. 2014, Algorithm 1) behind
+:mod:`structtorch.lossaug`, as the PyTorch reference: over order-l windows (linear chains too) and
+over segment ends (``semimarkov_tables``).
 
 A table run returns, for every (weighted) Hamming count k, the best score of a labeling whose
 distance to the target is exactly k, and can backtrack the labeling for any chosen k. This is the
@@ -18,6 +19,8 @@ from torch import Tensor
 from .._checks import Chain
 from .._numerics import NEG_INF, small_index_dtype
 from ..chain.window import _newest_first
+from ..semimarkov._torch import segment_terms
+from ..semimarkov.layout import SemiMarkov
 
 
 @dataclass
@@ -110,5 +113,62 @@ def window_tables(
                 cur_k = torch.where(inside, cur_k - step, cur_k)
         path[k < 0] = -1
         return path
+
+    return Tables(best, backtrack)
+
+
+def semimarkov_tables(sm: SemiMarkov, target: Tensor, weights: Tensor, K: int) -> Tables:
+    B, T, S, N = sm.shape
+    dev, K1 = sm.content.device, K + 1
+    F = sm.forbidden_counts()
+    wrong = weights.unsqueeze(2) * (torch.arange(N, device=dev) != target.unsqueeze(2))
+    mis = torch.cat([wrong.new_zeros(B, 1, N), wrong.cumsum(1)], 1)  # (B, T+1, N)
+    kidx = torch.arange(K1, device=dev)
+    alpha = torch.full((B, T + 1, K1, N), NEG_INF, dtype=torch.float64, device=dev)
+    inc = torch.full((B, T + 1, K1, N), NEG_INF, dtype=torch.float64, device=dev)
+    inc[:, 0, 0] = sm.start.double()
+    bp_d = torch.zeros(B, T + 1, K1, N, dtype=torch.long, device=dev)
+    bp_m = torch.zeros_like(bp_d)
+    trans = sm.transitions.double()
+    for e in range(1, T + 1):
+        D = min(S, e)
+        s = torch.arange(e - 1, e - D - 1, -1, device=dev)  # starts for d = 1..D
+        count = mis[:, e].unsqueeze(1) - mis[:, s]  # (B, D, N)
+        src = kidx.view(1, 1, K1, 1) - count.unsqueeze(2)  # (B, D, K1, N)
+        prev = inc[:, s].gather(2, src.clamp(min=0))
+        cand = torch.where(src >= 0, prev, NEG_INF) + segment_terms(sm, F, e).unsqueeze(2)
+        d = cand.argmax(1)
+        alpha[:, e] = cand.gather(1, d.unsqueeze(1)).squeeze(1)
+        bp_d[:, e] = d + 1
+        step = alpha[:, e].unsqueeze(3) + trans  # (B, K1, m, n)
+        m = step.argmax(2)
+        inc[:, e] = step.gather(2, m.unsqueeze(2)).squeeze(2)
+        bp_m[:, e] = m
+    lengths = sm.lengths
+    final = alpha[torch.arange(B, device=dev), lengths] + sm.end.double().unsqueeze(1)  # (B, K1, N)
+    last = final.argmax(2)
+    best = final.gather(2, last.unsqueeze(2)).squeeze(2)
+    best[lengths == 0] = torch.where(kidx == 0, 0.0, NEG_INF).to(best.dtype)
+
+    def backtrack(k: Tensor) -> Tensor:
+        rows = torch.arange(B, device=dev)
+        kk = k.clamp(min=0)
+        label = last[rows, kk]
+        e = lengths.clone()
+        active = (lengths > 0) & (k >= 0)
+        starts = torch.zeros(B, T, dtype=torch.bool, device=dev)
+        seg_label = torch.zeros(B, T, dtype=torch.long, device=dev)
+        while bool(active.any()):
+            s = e - bp_d[rows, e, kk, label]
+            starts[rows[active], s[active]] = True
+            seg_label[rows[active], s[active]] = label[active]
+            kk = torch.where(active, kk - (mis[rows, e, label] - mis[rows, s, label]), kk)
+            label = torch.where(active, bp_m[rows, s, kk, label], label)
+            e = torch.where(active, s, e)
+            active = active & (e > 0)
+        t = torch.arange(T, device=dev)
+        filled = torch.where(starts, t, 0).cummax(1).values if T else t.expand(B, 0)
+        inside = (t < lengths[:, None]) & (k >= 0)[:, None]
+        return torch.where(inside, seg_label.gather(1, filled) + N * starts.long(), -1)
 
     return Tables(best, backtrack)

@@ -17,10 +17,8 @@ from torch import Tensor
 
 from .._checks import Chain
 from .._numerics import NEG_INF
-from ..chain._triton import _block_of
+from .._triton_common import NEG, argmax_update, block, launch, transitions_at
 from ._torch import Tables
-
-NEG = tl.constexpr(float("-inf"))  # in kernels; NEG_INF on the host
 
 
 @triton.jit
@@ -51,7 +49,7 @@ def _table_kernel(unary, trans, start, end, lengths, target, weights, ring, bp, 
             yt = tl.load(target + b * T + t)
             src = buf + ((t - 1) % 2) * N * K1
             dst = buf + (t % 2) * N * K1
-            A = _block_of(trans, b, T, N, t, SHARED)
+            A = transitions_at(trans, b, T, N, t, SHARED)
             for j0 in range(0, N, BLOCK_J):
                 j = j0 + rj
                 mj = j < N
@@ -86,11 +84,7 @@ def _table_kernel(unary, trans, start, end, lengths, target, weights, ring, bp, 
                 mj = j < N
                 v = tl.load(final + j[None, :] * K1 + k[:, None], mask=mk[:, None] & mj[None, :], other=NEG)
                 v += tl.load(end + b * N + j, mask=mj, other=NEG).to(tl.float64)[None, :]
-                m = tl.max(v, axis=1)
-                am = tl.argmax(v, axis=1).to(tl.int32) + j0
-                better = m > top
-                top = tl.where(better, m, top)
-                label = tl.where(better, am, label)
+                top, label = argmax_update(top, label, v, j0, 1)
             tl.store(best + b * K1 + k, top, mask=mk)
             tl.store(last + b * K1 + k, label.to(tl.int64), mask=mk)
 
@@ -123,10 +117,9 @@ def chain_tables(chain: Chain, target: Tensor, weights: Tensor, K: int) -> Table
     best = torch.full((B, K1), NEG_INF, dtype=torch.float64, device=dev)
     last = torch.zeros(B, K1, dtype=torch.long, device=dev)
     target, weights = target.contiguous(), weights.contiguous()
-    meta = dict(SHARED=chain.shared, BLOCK_K=max(16, min(64, triton.next_power_of_2(K1))),
-                BLOCK_J=max(16, min(32, triton.next_power_of_2(N))))
-    _table_kernel[(B,)](chain.unary, chain.transitions, chain.start, chain.end, chain.lengths, target,
-                        weights, ring, bp, best, last, T, N, K1, **meta)
+    launch("hamming_table", _table_kernel, (B,), chain.unary, chain.transitions, chain.start, chain.end,
+           chain.lengths, target, weights, ring, bp, best, last, T, N, K1, SHARED=chain.shared,
+           BLOCK_K=block(K1), BLOCK_J=block(N, 32))
     empty = (chain.lengths == 0).unsqueeze(1)
     count_zero = torch.arange(K1, device=dev) == 0
     best = torch.where(empty, torch.where(count_zero, 0.0, NEG_INF), best)
@@ -134,8 +127,8 @@ def chain_tables(chain: Chain, target: Tensor, weights: Tensor, K: int) -> Table
     def backtrack(k: Tensor) -> Tensor:
         path = torch.full((B, T), -1, dtype=torch.long, device=dev)
         broken = torch.zeros(B, dtype=torch.int8, device=dev)
-        _backtrack_kernel[(B,)](bp, chain.lengths, target, weights, k.contiguous(), last, path, broken,
-                                T, N, K1)
+        launch("hamming_backtrack", _backtrack_kernel, (B,), bp, chain.lengths, target, weights,
+               k.contiguous(), last, path, broken, T, N, K1)
         return torch.where((broken.bool() | (k < 0)).unsqueeze(1), -1, path)
 
     return Tables(best, backtrack)

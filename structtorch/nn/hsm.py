@@ -27,9 +27,9 @@ from torch import Tensor, nn
 from .._checks import LengthsLike, _fmt, check_finite, check_float, check_lengths
 from .._numerics import NEG_INF
 from .._precision import mixed_precision
-from ..learn.losses import structured_hinge
-from ..lossaug.hamming import HLike
 from ..lossaug.semimarkov import check_target
+from ..lossaug.spec import HLike
+from ..losses import structured_hinge
 from ..semimarkov.layout import check_semimarkov, segment_layout, semimarkov_score
 from ..semimarkov.plif import SegmentPLiF, plif_basis
 from ..semimarkov.segments import semimarkov_viterbi

@@ -10,44 +10,42 @@ Optional potentials (``segment_scores``, the segment PLiF's tracks and ordinates
 
 from __future__ import annotations
 
-import functools
-import importlib
-
 import torch
 from torch import Tensor
 
-from .._backend import backend_for
+from .. import _backend
 from .._library import operator, save_for_backward
 from .._numerics import grads_through
 from . import _torch
 from .layout import SemiMarkov
 from .plif import SegmentPLiF
 
-_MODULES = {"compiled": "._cpu", "triton": "._triton"}
 Opt = Tensor | None
 
 
-@functools.cache
 def _module(backend: str):
-    return importlib.import_module(_MODULES[backend], __package__)
+    """The semi-Markov kernel module for ``backend`` (None for "torch"), see
+    :func:`structtorch._backend.kernel_module`."""
+    return _backend.kernel_module(backend, __package__)
 
 
 def backend_of(sm: SemiMarkov) -> str:
-    """The backend that runs ``sm`` ("torch" for empty sequences); for the log-partition with a
-    segment PLiF the operators themselves fall back to "torch" where the backend has none (see
+    """:func:`structtorch._backend.backend_for` with the semi-Markov veto: "torch" for empty
+    sequences. For the log-partition with a segment PLiF the operators veto further (see
     :func:`_log_partition_backend`)."""
     if sm.shape[1] == 0:
         return "torch"
-    return backend_for(sm.content)
+    return _backend.backend_for(sm.content)
 
 
 def _log_partition_backend(backend: str, tracks: Tensor | None) -> str:
     """The backend that runs the log-partition: "torch" for a segment PLiF (``tracks`` given) on a
-    backend whose kernels lack them. Decided inside the operators and their fake implementations,
-    which dynamo does not trace (it refuses to trace the kernel module's import)."""
-    if backend != "torch" and tracks is not None and not _module(backend).SEGMENT_PLIF_LOG_PARTITION:
-        return "torch"
-    return backend
+    backend whose kernel module lacks them (``SEGMENT_PLIF_LOG_PARTITION`` False). Decided inside
+    the operators and their fake implementations, which dynamo does not trace (it refuses to trace
+    the kernel module's import)."""
+    if tracks is None or backend == "torch" or _module(backend).SEGMENT_PLIF_LOG_PARTITION:
+        return backend
+    return "torch"
 
 
 def _model(content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates,
@@ -97,8 +95,7 @@ def viterbi_op(content: Tensor, length: Tensor, boundary: Tensor, segment: Opt, 
     """best (B,) float64, labels (B, T) int64, starts (B, T) bool."""
     sm = _model(content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates, low,
                 high)
-    module = _torch if backend == "torch" else _module(backend)
-    best, labels, starts = module.viterbi_segmentation(sm)
+    best, labels, starts = (_module(backend) or _torch).viterbi_segmentation(sm)
     return best.double(), labels.clone(), starts.clone()
 
 

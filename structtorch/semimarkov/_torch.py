@@ -6,9 +6,12 @@ as differences of prefix sums, which one huge-magnitude entry would ruin.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
+from .._checks import forbidden_pattern, guard_overflow
 from .._numerics import NEG_INF, safe_logsumexp
 from .layout import SemiMarkov
 from .plif import plif_interpolate
@@ -103,3 +106,40 @@ def viterbi_segmentation(sm: SemiMarkov) -> tuple[Tensor, Tensor, Tensor]:
 def log_partition(sm: SemiMarkov) -> Tensor:
     final = log_forward(sm)
     return torch.where(sm.lengths > 0, safe_logsumexp(final, 1), 0.0)
+
+
+def detached64(sm: SemiMarkov) -> SemiMarkov:
+    """The potentials detached and in float64 (``segment_terms`` computes in float64 anyway)."""
+    return sm.map(lambda x: x.detach().double())
+
+
+def terms_with_incoming(sm: SemiMarkov, F: Tensor, e: int, incoming: list[Tensor]) -> Tensor:
+    """(B, D, ...) scores of the segments ending at e with lengths d = 1..D, D = min(S, e), with their
+    incoming term: ``incoming[s]`` (B, N, ...) scores a segment of label n starting at s."""
+    D = min(sm.shape[2], e)
+    terms = segment_terms(sm, F, e)  # (B, D, N)
+    stacked = torch.stack(incoming[e - D:e][::-1], 1)  # (B, D, N, ...)
+    return terms.reshape(terms.shape + (1,) * (stacked.dim() - 3)) + stacked
+
+
+def fill_labels(starts: Tensor, seg_label: Tensor, inside: Tensor) -> Tensor:
+    """Per-position labels (..., T) from the labels written at segment starts; -1 outside."""
+    T = starts.shape[-1]
+    filled = torch.where(starts, torch.arange(T, device=starts.device), 0).cummax(-1).values
+    return torch.where(inside, seg_label.gather(-1, filled), -1)
+
+
+POTENTIALS = "the content, transition, length, boundary and segment scores"
+
+
+def guard(sm: SemiMarkov, result: Tensor, what: str, feasible: Callable[[], Tensor] | None = None) -> Tensor:
+    """``result`` (B,), or a ValueError where it overflowed (see :func:`guard_overflow`);
+    ``feasible`` defaults to "some segmentation avoids every -inf entry"."""
+    if feasible is None:
+        def feasible() -> Tensor:
+            return viterbi_segmentation(sm.map(forbidden_pattern))[0] > NEG_INF
+
+    plif = [] if sm.segment_plif is None else [sm.segment_plif.ordinates]
+    potentials = [x for x in (sm.content, sm.transitions, sm.length_scores, sm.boundary, sm.segment_scores,
+                              sm.start, sm.end) if x is not None] + plif
+    return guard_overflow(result, potentials, 5 * sm.shape[1] + 2, feasible, what, POTENTIALS)

@@ -7,12 +7,15 @@ sum inside each tile plus a carry between tiles, never as differences of prefix 
 (-inf) content caps the lengths through ``forb`` (the last forbidden position before each end), as
 in the compiled CPU kernels; everything accumulates in float64.
 
-- ``viterbi``: alpha/inc by max-plus with int32 argmax tables (first maximal length, then label),
-  and the backtrace into labels and segment starts;
-- ``log_partition``: alpha/inc by online log-sum-exp;
+- one forward kernel for both semirings (``VITERBI``): alpha/inc by max-plus with int32 argmax
+  tables (first maximal length, then label) and the backtrace into labels and segment starts, or
+  by online log-sum-exp for the log-partition;
 - the backward: delta/gamma by the reverse recursion; every segment's marginal
   exp(inc[s] + score + gamma[e] - logZ) spread onto content (a difference array, summed on the
   host), lengths, boundaries, segment scores, transitions, start and end.
+
+The label-to-label step, the reductions and the tile helpers come from
+:mod:`structtorch._triton_common`.
 """
 
 from __future__ import annotations
@@ -23,11 +26,10 @@ import triton.language as tl
 from torch import Tensor
 
 from .._numerics import NEG_INF
-from ..chain._triton import _argmax_update, _candidates, _lse_finish, _lse_update
+from .._triton_common import NEG, block, close, finish, fold, launch, lse_finish, lse_update, transition_step
+from .._triton_common import load_tile as _tile
 from ._cpu import last_forbidden
 from .layout import SemiMarkov
-
-NEG = tl.constexpr(float("-inf"))  # in kernels; NEG_INF on the host
 
 
 @triton.jit
@@ -74,27 +76,6 @@ def _max_length(b, e, n, mn, forb, boundary, T, S, N):
 
 
 @triton.jit
-def _fold(best, acc, arg, cand, offset, VITERBI: tl.constexpr):
-    """Fold a tile of candidates (reduced over axis 0) into the running max and first argmax
-    (Viterbi) or the running log-sum-exp (max, scaled sum)."""
-    if VITERBI:
-        best, arg = _argmax_update(best, arg, cand, offset)
-    else:
-        best, acc = _lse_update(best, acc, cand, 0)
-    return best, acc, arg
-
-
-@triton.jit
-def _settle(value_ptr, arg_ptr, best, acc, arg, mask, VITERBI: tl.constexpr):
-    """Store a folded result: the max and its argmax (Viterbi), or the log-sum-exp."""
-    if VITERBI:
-        tl.store(arg_ptr, arg, mask=mask)
-    else:
-        best = _lse_finish(best, acc)
-    tl.store(value_ptr, best, mask=mask)
-
-
-@triton.jit
 def _forward_kernel(content, forb, length, boundary, segment, trans, start, end, lengths, tracks, plif,
                     alpha, inc, arg_d, arg_m, out, labels, starts, T, S, N, P, low, high, scale,
                     VITERBI: tl.constexpr, HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr,
@@ -127,37 +108,18 @@ def _forward_kernel(content, forb, length, boundary, segment, trans, start, end,
                         plif, T, S, N, P, low, high, scale, rd, HAS_SEGMENT, HAS_PLIF)
                     d = d0 + 1 + rd
                     v += tl.load(ic + (e - d[:, None]) * N + n[None, :], mask=valid, other=NEG)
-                    best, acc, arg = _fold(best, acc, arg, v, d0 + 1, VITERBI)  # ties: the shortest
-                _settle(al + e * N + n, arg_d + (b * (T + 1) + e) * N + n, best, acc, arg, mn, VITERBI)
+                    best, acc, arg = fold(best, acc, arg, v, d0 + 1, VITERBI)  # ties: the shortest
+                tl.store(al + e * N + n, finish(best, acc, VITERBI), mask=mn)
+                if VITERBI:
+                    tl.store(arg_d + (b * (T + 1) + e) * N + n, arg, mask=mn)
             tl.debug_barrier()
-            if e < L:
-                for n0 in range(0, N, BLOCK_N):
-                    n = n0 + rn
-                    mn = n < N
-                    best = tl.full([BLOCK_N], NEG, tl.float64)
-                    acc = tl.zeros([BLOCK_N], tl.float64)
-                    arg = tl.zeros([BLOCK_N], tl.int32)
-                    for m0 in range(0, N, BLOCK_N):
-                        cand = _candidates(al + e * N, trans, m0, n, mn, rn, N)
-                        best, acc, arg = _fold(best, acc, arg, cand, m0, VITERBI)
-                    _settle(ic + e * N + n, arg_m + (b * (T + 1) + e) * N + n, best, acc, arg, mn, VITERBI)
+            if e < L:  # inc[e][n] = max or lse_m alpha[e][m] + trans[m, n]
+                at = (b * (T + 1) + e) * N
+                transition_step(al + e * N, trans, ic + e * N, arg_m + at, ic, N, rn, BLOCK_N, VITERBI, False)
                 tl.debug_barrier()
-        best = tl.full([BLOCK_N], NEG, tl.float64)
-        acc = tl.zeros([BLOCK_N], tl.float64)
-        label = tl.full([], 0, tl.int32)
-        top = tl.full([], NEG, tl.float64)
-        for n0 in range(0, N, BLOCK_N):
-            n = n0 + rn
-            mn = n < N
-            v = tl.load(al + L * N + n, mask=mn, other=NEG) + tl.load(end + b * N + n, mask=mn, other=NEG).to(
-                tl.float64)
-            if VITERBI:
-                top, label = _argmax_update(top, label, v, n0)
-            else:
-                best, acc = _lse_update(best, acc, v[None, :], 0)
+        result, label = close(al + L * N, end + b * N, N, rn, BLOCK_N, VITERBI)
         if VITERBI:
-            result = top
-            if top > NEG:
+            if result > NEG:
                 stop = L
                 while stop > 0:
                     d = tl.load(arg_d + (b * (T + 1) + stop) * N + label).to(tl.int64)
@@ -167,10 +129,6 @@ def _forward_kernel(content, forb, length, boundary, segment, trans, start, end,
                     tl.store(starts + b * T + first, 1)
                     label = tl.load(arg_m + (b * (T + 1) + first) * N + label)
                     stop = first
-        else:
-            m = tl.max(best, axis=0)
-            safe = tl.where(m == NEG, 0.0, m)
-            result = _lse_finish(m, tl.sum(acc * tl.exp(best - safe), axis=0))
     tl.store(out + b, result)
 
 
@@ -241,7 +199,7 @@ def _backward_kernel(grad, logz, alpha, inc, content, forb, length, boundary, se
                         term += y0 + frac * (y1 - y0)
                     term += tl.load(gamma + row + e[:, None] * N + n[None, :], mask=valid, other=NEG)
                     term = tl.where(valid, term, NEG)
-                    top, acc = _lse_update(top, acc, term, 0)
+                    top, acc = lse_update(top, acc, term, 0)
                     mu = tl.where(valid, g * tl.exp(into[None, :] + term - lz), 0.0)
                     leaving += tl.sum(mu, axis=0)
                     _add(diff + row + e[:, None] * N + n[None, :], -mu, valid)
@@ -257,7 +215,7 @@ def _backward_kernel(grad, logz, alpha, inc, content, forb, length, boundary, se
                         c = tl.where(valid & inside, mu * (y1 - y0) * scale / d[:, None].to(tl.float64), 0.0)
                         t_leaving += tl.sum(c, axis=0)
                         _add(t_diff + row + e[:, None] * N + n[None, :], -c, valid)
-                tl.store(delta + row + s * N + n, _lse_finish(top, acc), mask=mn)
+                tl.store(delta + row + s * N + n, lse_finish(top, acc), mask=mn)
                 _add(diff + row + s * N + n, leaving, mn)
                 if HAS_PLIF:
                     _add(t_diff + row + s * N + n, t_leaving, mn)
@@ -271,11 +229,10 @@ def _backward_kernel(grad, logz, alpha, inc, content, forb, length, boundary, se
                     for n0 in range(0, N, BLOCK_N):
                         n = n0 + rn
                         mn = n < N
-                        tile = mm[:, None] & mn[None, :]
-                        w = tl.load(trans + m[:, None] * N + n[None, :], mask=tile, other=NEG).to(tl.float64)
-                        v = w + tl.load(delta + row + s * N + n, mask=mn, other=NEG)[None, :]
-                        top, acc = _lse_update(top, acc, v, 1)
-                    tl.store(gamma + row + s * N + m, _lse_finish(top, acc), mask=mm)
+                        dl = tl.load(delta + row + s * N + n, mask=mn, other=NEG)
+                        v = _tile(trans, m, mm, n, mn, N) + dl[None, :]
+                        top, acc = lse_update(top, acc, v, 1)
+                    tl.store(gamma + row + s * N + m, lse_finish(top, acc), mask=mm)
                 tl.debug_barrier()
         for m0 in range(0, N, BLOCK_N):
             m = m0 + rn
@@ -283,13 +240,13 @@ def _backward_kernel(grad, logz, alpha, inc, content, forb, length, boundary, se
             for n0 in range(0, N, BLOCK_N):
                 n = n0 + rn
                 mn = n < N
-                tile = mm[:, None] & mn[None, :]
-                w = tl.load(trans + m[:, None] * N + n[None, :], mask=tile, other=NEG).to(tl.float64)
+                w = _tile(trans, m, mm, n, mn, N)
                 total = tl.zeros([BLOCK_N, BLOCK_N], tl.float64)
                 for s in range(1, L):
                     a = tl.load(alpha + row + s * N + m, mask=mm, other=NEG)
                     dl = tl.load(delta + row + s * N + n, mask=mn, other=NEG)
                     total += g * tl.exp(a[:, None] + w + dl[None, :] - lz)
+                tile = mm[:, None] & mn[None, :]
                 tl.store(g_trans + (b * N + m[:, None]) * N + n[None, :], total, mask=tile)
         for n0 in range(0, N, BLOCK_N):
             n = n0 + rn
@@ -301,8 +258,8 @@ def _backward_kernel(grad, logz, alpha, inc, content, forb, length, boundary, se
 
 def _meta(sm: SemiMarkov) -> dict:
     _, _, S, N = sm.shape
-    return dict(BLOCK_D=max(16, min(64, triton.next_power_of_2(S))),
-                BLOCK_N=max(16, min(32, triton.next_power_of_2(N))))
+    return dict(HAS_SEGMENT=sm.segment_scores is not None, HAS_PLIF=sm.segment_plif is not None,
+                BLOCK_D=block(S), BLOCK_N=block(N, 32))
 
 
 def _inputs(sm: SemiMarkov) -> tuple[Tensor, ...]:
@@ -335,10 +292,9 @@ def _forward(sm: SemiMarkov, viterbi: bool):
     labels = torch.full((B, T), -1, dtype=torch.long, device=dev)
     starts = torch.zeros(B, T, dtype=torch.int8, device=dev)
     tracks, ordinates, P, low, high, scale = _plif_args(sm)
-    _forward_kernel[(B,)](*_inputs(sm), sm.lengths, tracks, ordinates, alpha, inc, arg, arg_m, out, labels,
-                          starts, T, S, N, P, low, high, scale, VITERBI=viterbi,
-                          HAS_SEGMENT=sm.segment_scores is not None, HAS_PLIF=sm.segment_plif is not None,
-                          **_meta(sm))
+    name = "semimarkov_viterbi" if viterbi else "semimarkov_log_partition"
+    launch(name, _forward_kernel, (B,), *_inputs(sm), sm.lengths, tracks, ordinates, alpha, inc, arg, arg_m,
+           out, labels, starts, T, S, N, P, low, high, scale, VITERBI=viterbi, **_meta(sm))
     return out, alpha, inc, labels, starts.bool()
 
 
@@ -364,10 +320,9 @@ def _backward(sm: SemiMarkov, logz: Tensor, alpha: Tensor, inc: Tensor, g: Tenso
     has_plif = sm.segment_plif is not None
     t_diff = torch.zeros((B, T + 1, N) if has_plif else (1,), **f64)
     g_plif = torch.zeros((B, N, P) if has_plif else (1,), **f64)
-    _backward_kernel[(B,)](g, logz, alpha, inc, *_inputs(sm), sm.lengths, tracks, ordinates, gamma, delta,
-                           diff, g_length, g_boundary, g_segment, g_trans, g_start, g_end, t_diff, g_plif,
-                           T, S, N, P, low, high, scale, HAS_SEGMENT=has_segment, HAS_PLIF=has_plif,
-                           **_meta(sm))
+    launch("semimarkov_backward", _backward_kernel, (B,), g, logz, alpha, inc, *_inputs(sm), sm.lengths,
+           tracks, ordinates, gamma, delta, diff, g_length, g_boundary, g_segment, g_trans, g_start, g_end,
+           t_diff, g_plif, T, S, N, P, low, high, scale, **_meta(sm))
     inside = (torch.arange(T, device=diff.device) < sm.lengths[:, None]).unsqueeze(2)
     grads = [torch.where(inside, diff.cumsum(1)[:, :T], 0.0), g_length, g_boundary,
              g_segment if has_segment else g_segment.new_zeros(0), g_trans.sum(0), g_start, g_end]

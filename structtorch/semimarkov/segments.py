@@ -11,16 +11,15 @@ CUDA tensors the Triton kernels (``_triton.py``, segment PLiFs included in both 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from torch import Tensor
 
-from .._checks import LengthsLike, cast_checked, forbidden_pattern, guard_overflow
+from .._checks import LengthsLike, cast_checked, forbidden_pattern
 from .._numerics import NEG_INF
 from .._precision import mixed_precision
-from . import _ops, _torch
-from .layout import SemiMarkov, check_segmentation, check_semimarkov
+from . import _ops
+from ._torch import POTENTIALS, guard
+from .layout import check_segmentation, check_semimarkov
 from .layout import semimarkov_score as _score
 from .plif import SegmentPLiF
 
@@ -78,23 +77,7 @@ def semimarkov_viterbi(
                           start, end, lengths, segment_plif)
     best, labels, starts = _ops.viterbi(sm)
     score = _score(sm, labels, starts).to(sm.content.dtype)
-    return _guard(sm, torch.where(best > NEG_INF, score, NEG_INF), "the Viterbi score"), labels, starts
-
-
-POTENTIALS = "the content, transition, length, boundary and segment scores"
-
-
-def _guard(sm: SemiMarkov, result: Tensor, what: str, feasible: Callable[[], Tensor] | None = None) -> Tensor:
-    """``result`` (B,), or a ValueError where it overflowed (see :func:`guard_overflow`);
-    ``feasible`` defaults to "some segmentation avoids every -inf entry"."""
-    if feasible is None:
-        def feasible() -> Tensor:
-            return _torch.viterbi_segmentation(sm.map(forbidden_pattern))[0] > NEG_INF
-
-    plif = [] if sm.segment_plif is None else [sm.segment_plif.ordinates]
-    potentials = [x for x in (sm.content, sm.transitions, sm.length_scores, sm.boundary, sm.segment_scores,
-                              sm.start, sm.end) if x is not None] + plif
-    return guard_overflow(result, potentials, 5 * sm.shape[1] + 2, feasible, what, POTENTIALS)
+    return guard(sm, torch.where(best > NEG_INF, score, NEG_INF), "the Viterbi score"), labels, starts
 
 
 @mixed_precision
@@ -120,7 +103,7 @@ def semimarkov_log_partition(
                           start, end, lengths, segment_plif)
     if sm.shape[1] == 0:
         return sm.content.sum(dim=(1, 2))  # zeros, connected to the graph (as the chain's)
-    return _guard(sm, _ops.log_partition(sm).to(sm.content.dtype), "the log-partition")
+    return guard(sm, _ops.log_partition(sm).to(sm.content.dtype), "the log-partition")
 
 
 @mixed_precision
@@ -154,5 +137,5 @@ def semimarkov_score(
     def feasible() -> Tensor:  # the segmentation uses no -inf entry
         return _score(sm.map(forbidden_pattern), labels, starts) > NEG_INF
 
-    _guard(sm, score, "the segmentation score", feasible)
+    guard(sm, score, "the segmentation score", feasible)
     return cast_checked(score, sm.content.dtype, "the segmentation score", POTENTIALS)

@@ -1,0 +1,100 @@
+"""What :func:`structtorch.train.fit` returns (:class:`History`) and how it picks the best epoch
+and stops early (:class:`Selection`), the same for every solver."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .task import Task
+
+__all__ = ["History", "Selection"]
+
+MODES = ("max", "min")
+
+
+@dataclass
+class History:
+    """Per-epoch records: ``epochs[e]`` maps names (objective, val_accuracy, ...) to floats.
+
+    ``best_epoch`` is the index of the selected epoch (``select=``; its weights are the returned
+    ones unless ``restore_best=False``), ``stopped_early`` whether ``patience`` ended training and
+    ``converged`` whether the solver's stopping test ended it (BCFW: the duality gap reached its
+    tolerance).
+    """
+
+    epochs: list[dict[str, float]] = field(default_factory=list)
+    best_epoch: int | None = None
+    stopped_early: bool = False
+    converged: bool = False
+
+    def __getitem__(self, name: str) -> list[float]:
+        return [e[name] for e in self.epochs]
+
+    def __len__(self) -> int:
+        return len(self.epochs)
+
+
+def _mode(select: str | None, mode: str | None, directions: Mapping[str, str]) -> str | None:
+    """The direction in which ``select`` improves: ``mode``, else the record's own direction."""
+    if select is not None:
+        if select not in directions:
+            raise ValueError(f"select={select!r} is not recorded; choose from {sorted(directions)}")
+        if mode is None:
+            mode = directions[select]
+    if mode not in (None, *MODES):
+        raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
+    return "max" if select == "dual" else mode  # a dual value is a lower bound: larger is better
+
+
+class Selection:
+    """Best-epoch selection and early stopping on one record (``select=`` of :func:`fit`).
+
+    Parameters
+    ----------
+    select : str or None
+        The record watched; None: no selection (``update`` never stops, ``restore`` does nothing).
+    mode : {"max", "min"} or None
+        None: ``directions[select]``.
+    patience : int or None
+        Stop after this many epochs without improvement.
+    restore_best : bool
+        Keep the best epoch's weights and load them at the end.
+    directions : mapping record name -> "max" or "min"
+        Every record of the run with the direction in which it improves.
+    """
+
+    def __init__(self, select: str | None, mode: str | None, patience: int | None, restore_best: bool,
+                 directions: Mapping[str, str]) -> None:
+        self.mode = _mode(select, mode, directions)
+        self.select, self.patience, self.restore_best = select, patience, restore_best
+        self.best: float | None = None
+        self.best_state: list | None = None
+        self.waited = 0
+
+    def _better(self, value: float) -> bool:
+        best = self.best
+        if best is None or (math.isnan(best) and not math.isnan(value)):
+            return True
+        return value > best if self.mode == "max" else value < best
+
+    def update(self, history: History, task: Task) -> bool:
+        """Read the last epoch of ``history``: remember it when best, and say whether to stop
+        (``history.stopped_early``)."""
+        if self.select is None:
+            return False
+        value = history.epochs[-1][self.select]
+        if self._better(value):
+            self.best, self.waited, history.best_epoch = value, 0, len(history) - 1
+            if self.restore_best:
+                self.best_state = task.state()
+            return False
+        self.waited += 1
+        history.stopped_early = self.patience is not None and self.waited >= self.patience
+        return history.stopped_early
+
+    def restore(self, history: History, task: Task) -> None:
+        """Load the best epoch's weights unless they are the last epoch's."""
+        if self.best_state is not None and history.best_epoch != len(history) - 1:
+            task.load(self.best_state)

@@ -1,0 +1,283 @@
+"""Block-coordinate Frank-Wolfe (BCFW) for margin-rescaled structural SVMs with linear potentials.
+
+Lacoste-Julien, Jaggi, Schmidt and Pletscher (2013), "Block-Coordinate Frank-Wolfe Optimization for
+Structural SVMs", Algorithm 3 (with the optional weighted averaging of their Algorithm 4). The
+primal is
+
+    min_w  lambda/2 ||w||^2 + 1/n sum_i H_i(w),   H_i(w) = max_y L_i(y) - <w, psi_i(y)>,
+
+with ``psi_i(y) = Psi(x_i, y_i) - Psi(x_i, y)`` and ``L_i(y) = h(Hamming(y_i, y))``: the mean
+margin-rescaled hinge of :class:`structtorch.StructuredHingeLoss` plus the penalty of
+:func:`structtorch.train.fit` with ``l2 = lambda`` (or ``C``: lambda = 1 / (n C)). Each block
+step calls the loss-augmented oracle (:func:`structtorch.loss_augmented`) on one
+sequence and moves that sequence's dual block towards the corner it returns, with the
+closed-form optimal step (line search) or ``2n / (k + 2n)``. No learning rate. After every pass
+the duality gap ``primal(w) - dual(alpha)`` (an upper bound on the suboptimality) is computed
+with one batched oracle call over the data; it is the stopping criterion.
+
+The potentials must be linear in the parameters, ``score(x, y) = <w, Psi(x, y)>``
+(:class:`structtorch.LinearChainPotentials`, :class:`structtorch.nn.sparse.SparseFeaturePotentials`;
+checked numerically at the start). Psi differences are the gradients of path-score differences
+with respect to the parameters (autograd), so any such model works. The solver keeps each training
+sequence's block w_i as a sparse vector on the support of its Psi differences (for sparse
+indicator features: that sequence's features), so memory is the total support rather than n d.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call
+
+from ..._checks import check_int, check_number
+from ...chain import path_score
+from ...lossaug import loss_augmented
+from ...losses import StructuredHingeLoss
+from ...sequence_data import SequenceData
+from ..task import Task
+from .base import FitOptions
+
+__all__ = ["BCFW", "BCFWSolver", "check_linear", "regularizer_is_l2"]
+
+
+def _hinge(loss: object) -> StructuredHingeLoss:
+    if loss is None:
+        return StructuredHingeLoss("margin")
+    if not isinstance(loss, StructuredHingeLoss):
+        raise TypeError(f"solver='bcfw' needs loss=None or a StructuredHingeLoss with margin rescaling, got "
+                        f"{type(loss).__name__}")
+    if loss.rescaling != "margin":
+        raise ValueError(f"solver='bcfw' solves margin-rescaled SVMs; the loss has "
+                         f"rescaling={loss.rescaling!r}")
+    if loss.reduction != "mean":
+        raise ValueError(f"solver='bcfw' needs the loss's reduction 'mean', got {loss.reduction!r}")
+    return loss
+
+
+def _outputs(model: nn.Module, x: Tensor) -> dict[str, Tensor]:
+    out = model(x)
+    if not isinstance(out, (tuple, list)) or len(out) not in (2, 4):
+        raise TypeError("the model must return (unary, transitions) or (unary, transitions, start, end)")
+    return dict(zip(("unary", "transitions", "start", "end"), out, strict=False))
+
+
+def _sparse_zero(d: int, device: torch.device) -> Tensor:
+    """A zero (d,) float64 vector in sparse COO form."""
+    return torch.sparse_coo_tensor(torch.zeros(1, 0, dtype=torch.long, device=device),
+                                   torch.zeros(0, dtype=torch.float64, device=device), (d,),
+                                   check_invariants=False).coalesce()
+
+
+def _dot(sparse: Tensor, dense: Tensor) -> float:
+    """<sparse, dense> for a coalesced sparse (d,) vector."""
+    return float(sparse.values() @ dense[sparse.indices()[0]])
+
+
+def check_linear(model: nn.Module, x: Tensor, seed: int = 0) -> None:
+    """Raise ValueError unless the model's potentials on ``x`` are linear in its trained parameters."""
+    named = {k: p for k, p in model.named_parameters() if p.requires_grad}
+    g = torch.Generator().manual_seed(seed)
+
+    def rand() -> dict[str, Tensor]:
+        return {k: torch.randn(p.shape, generator=g, dtype=p.dtype).to(p.device) for k, p in named.items()}
+
+    a, b = rand(), rand()
+    with torch.no_grad():
+        fa, fb = (functional_call(model, q, (x,)) for q in (a, b))
+        fab = functional_call(model, {k: a[k] + 2 * b[k] for k in named}, (x,))
+    for oa, ob, oab in zip(fa, fb, fab, strict=True):
+        want = oa + 2 * ob
+        scale = float(want.abs().max()) if want.numel() else 0.0
+        if not torch.allclose(oab, want, rtol=1e-4, atol=1e-4 * max(scale, 1.0)):
+            raise ValueError(f"solver='bcfw' needs potentials linear in the parameters (score = "
+                             f"<w, Psi(x, y)>, as LinearChainPotentials and SparseFeaturePotentials); "
+                             f"{type(model).__name__} is not")
+
+
+class BCFW:
+    """The state of block-coordinate Frank-Wolfe on one training set (used by ``fit(solver="bcfw")``).
+
+    Parameters
+    ----------
+    model : nn.Module
+        x -> (unary (B, T, N), transitions (N, N)[, start, end]), linear in its parameters. Its
+        parameters are set to w = 0 (the dual's starting corner) and hold the output iterate
+        (averaged when ``averaging``) after every pass.
+    data : SequenceData
+        The n training sequences.
+    loss : StructuredHingeLoss or None
+        Margin rescaling with reduction "mean" and any ``h`` of the Hamming count with h(0) = 0;
+        None: the Hamming loss.
+    lam : float
+        lambda > 0, the weight of lambda/2 ||w||^2.
+    seed : int
+        Seeds the order of the blocks (a fresh random permutation every pass).
+    tol : float
+        Duality-gap tolerance read by :meth:`BCFWSolver.converged` (0: run all epochs).
+    averaging : bool
+        Report the weighted average w_bar(k+1) = k/(k+2) w_bar(k) + 2/(k+2) w(k+1) (Algorithm 4).
+    line_search : bool
+        The optimal step per block (else 2n / (k + 2n)).
+    batch_size : int
+        Sequences per oracle call of the duality-gap computation.
+    """
+
+    def __init__(self, model: nn.Module, data: SequenceData, loss: StructuredHingeLoss | None, lam: float, *,
+                 seed: int = 0, tol: float = 0.0, averaging: bool = True, line_search: bool = True,
+                 batch_size: int = 256) -> None:
+        self.loss = _hinge(loss)
+        if lam <= 0:
+            raise ValueError("solver='bcfw' needs a regularizer: C > 0 or l2 > 0")
+        self.tol = check_number("tol", tol, low=0.0)
+        self.batch_size = check_int("batch_size", batch_size, 1)
+        self.model, self.data, self.lam = model, data, float(lam)
+        self.averaging, self.line_search = bool(averaging), bool(line_search)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        if not self.params:
+            raise ValueError("the model has no trainable parameters")
+        check_linear(model, data.x[: min(len(data), 4)], seed)
+        n, d = len(data), sum(p.numel() for p in self.params)
+        dev = self.params[0].device
+        self.n, self.d = n, d
+        self.w = torch.zeros(d, dtype=torch.float64, device=dev)
+        # the blocks w_i as sparse vectors: a block only ever holds psi_i's support (the features of
+        # sequence i), so memory is O(sum of supports) rather than O(n d)
+        self.w_blocks = [_sparse_zero(d, dev) for _ in range(n)]
+        self.ell, self.ell_blocks = 0.0, torch.zeros(n, dtype=torch.float64)
+        self.w_avg, self.ell_avg = self.w.clone(), 0.0
+        self.k = 0
+        self.gen = torch.Generator().manual_seed(seed)
+        self._load(self.w)
+
+    @torch.no_grad()
+    def _load(self, w: Tensor) -> None:
+        offset = 0
+        for p in self.params:
+            p.copy_(w[offset: offset + p.numel()].view_as(p))
+            offset += p.numel()
+
+    def _oracle(self, batch: SequenceData) -> tuple[Tensor, Tensor, Tensor]:
+        """At the loaded parameters: (H_i (B,), L_i(y*) (B,), sum_i psi_i(y*) (d,)) in float64."""
+        pot = _outputs(self.model, batch.x)
+        unary, trans = pot.pop("unary"), pot.pop("transitions")
+        kw = {**pot, "lengths": batch.lengths}
+        with torch.no_grad():
+            value, path, _ = loss_augmented(
+                unary.detach(), trans.detach(), batch.labels, h=self.loss.h, rescaling="margin",
+                **{k: v.detach() for k, v in pot.items()}, lengths=batch.lengths)
+        # <w, psi_i(y*)> = s(y_i) - s(y*); its gradient is psi_i(y*)
+        worst = path.clamp(min=0)
+        diff = path_score(unary, trans, batch.labels, **kw) - path_score(unary, trans, worst, **kw)
+        grads = torch.autograd.grad(diff.sum(), self.params, allow_unused=True)
+        psi = torch.cat([(torch.zeros_like(p) if g is None else g.to_dense()).reshape(-1)
+                         for g, p in zip(grads, self.params, strict=True)]).double()
+        value = value.detach().double()
+        return value, value + diff.detach().double(), psi
+
+    def _step(self, i: int) -> None:
+        _, delta, psi = self._oracle(self.data.batch(torch.tensor([i])))
+        n, lam = self.n, self.lam
+        w_s, ell_s = (psi / (lam * n)).to_sparse().coalesce(), float(delta[0]) / n
+        w_i, ell_i = self.w_blocks[i], float(self.ell_blocks[i])
+        dw = (w_i - w_s).coalesce()  # sparse: the union of the two supports
+        if self.line_search:
+            denom = lam * float(dw.values() @ dw.values())
+            num = lam * _dot(dw, self.w) - ell_i + ell_s
+            gamma = min(max(num / denom, 0.0), 1.0) if denom > 0 else (1.0 if num > 0 else 0.0)
+        else:
+            gamma = 2.0 * n / (self.k + 2.0 * n)
+        new_w_i = (w_i - gamma * dw).coalesce()  # (1 - gamma) w_i + gamma w_s
+        new_ell_i = (1 - gamma) * ell_i + gamma * ell_s
+        self.w.index_add_(0, dw.indices()[0], dw.values(), alpha=-gamma)  # w += new_w_i - w_i
+        self.ell += new_ell_i - ell_i
+        self.w_blocks[i] = new_w_i
+        self.ell_blocks[i] = new_ell_i
+        if self.averaging:
+            rho = 2.0 / (self.k + 2.0)
+            self.w_avg.mul_(1 - rho).add_(self.w, alpha=rho)
+            self.ell_avg = (1 - rho) * self.ell_avg + rho * self.ell
+        self.k += 1
+        self._load(self.w)
+
+    def output(self) -> tuple[Tensor, float]:
+        """The reported iterate (w (d,), the dual's linear term ell): averaged or the last."""
+        return (self.w_avg, self.ell_avg) if self.averaging else (self.w, self.ell)
+
+    def gap(self) -> dict[str, float]:
+        """Primal, dual and duality gap at the output iterate, loaded into the model."""
+        w, ell = self.output()
+        self._load(w)
+        hinge = 0.0
+        for idx in torch.arange(self.n).split(self.batch_size):
+            value, _, _ = self._oracle(self.data.batch(idx))
+            hinge += float(value.sum())
+        sq = float(w @ w)
+        primal = 0.5 * self.lam * sq + hinge / self.n
+        dual = -0.5 * self.lam * sq + ell
+        return {"objective": primal, "dual": dual, "gap": primal - dual}
+
+    def run_pass(self) -> dict[str, float]:
+        """n block steps in a random order, then :meth:`gap` (the model keeps the output iterate)."""
+        self._load(self.w)
+        for i in torch.randperm(self.n, generator=self.gen).tolist():
+            self._step(i)
+        return self.gap()
+
+
+@torch.no_grad()
+def regularizer_is_l2(model: nn.Module) -> bool:
+    """Whether the model's ``regularizer()`` (if any) is the squared norm of its parameters, checked at
+    a random point of parameter space (the parameters are restored)."""
+    own = getattr(model, "regularizer", None)
+    if not callable(own):
+        return True
+    params = [p for p in model.parameters() if p.requires_grad]
+    saved = [p.detach().clone() for p in params]
+    try:
+        gen = torch.Generator().manual_seed(0)
+        for p in params:
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype).to(p.device))
+        reg, norm = float(own()), float(sum(p.pow(2).sum() for p in params))
+    finally:
+        for p, s in zip(params, saved, strict=True):
+            p.copy_(s)
+    return abs(reg - norm) <= 1e-6 * max(1.0, norm)
+
+
+class BCFWSolver:
+    """``solver="bcfw"`` of :func:`structtorch.train.fit`: one epoch is one :meth:`BCFW.run_pass`;
+    training stops once the duality gap is at most ``tol`` (``history.converged``).
+
+    ``options.solver_options`` are the keyword options of :class:`BCFW` (``tol``, ``averaging``,
+    ``line_search``, ``batch_size``). Records ``objective`` (the primal), ``dual``, ``gap`` and
+    ``time`` (cumulative seconds of the passes and their gap computations).
+    """
+
+    records = {"objective": "min", "dual": "max", "gap": "min", "time": "max"}
+
+    def __init__(self, model: nn.Module, data: SequenceData, loss: StructuredHingeLoss | None,
+                 options: FitOptions) -> None:
+        given = [k for k in ("optimizer", "scheduler") if getattr(options, k) is not None]
+        if given:
+            raise ValueError(f"solver='bcfw' takes no {' or '.join(given)} (it computes its own steps)")
+        if options.distributed:
+            raise ValueError("solver='bcfw' runs in one process, not under torch.distributed")
+        if not regularizer_is_l2(model):
+            raise ValueError("solver='bcfw' needs the squared-norm regularizer; this model's regularizer() "
+                             "is not the squared norm of its parameters (use the subgradient solver)")
+        self.state = BCFW(model, data, loss, options.lam, seed=options.seed, **dict(options.solver_options))
+        self.task = Task(model, self.state.loss)
+        self.elapsed = 0.0
+
+    def epoch(self) -> dict[str, float]:
+        began = time.perf_counter()
+        record = self.state.run_pass()
+        self.elapsed += time.perf_counter() - began
+        record["time"] = self.elapsed
+        return record
+
+    def converged(self, record: Mapping[str, float]) -> bool:
+        return record["gap"] <= self.state.tol

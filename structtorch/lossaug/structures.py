@@ -1,0 +1,224 @@
+"""The generic search of loss-augmented inference and the structures it runs on.
+
+A structure (a linear chain, an order-l window chain, a segmentation) adapts itself to one search
+(:func:`search`): its score, its per-position labels, the folded Viterbi for losses that decompose
+over positions, and the Hamming-count tables of Bauer et al. (2014, Algorithm 1) for any other
+loss. Segmentations travel as one (B, T) tensor: label + N * (1 where a segment starts), -1 beyond
+each length. The search reads values (checks, the table's feasible counts), so it runs inside one
+operator per structure (:mod:`structtorch.lossaug._ops`).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from .._backend import kernel_module
+from .._checks import check_target_score
+from .._numerics import NEG_INF, accumulate
+from ..chain import _ops as _chain_ops
+from ..chain import linear as _chain
+from ..chain._torch import accumulating
+from ..chain.window import _window_path, _window_score
+from ..semimarkov.layout import SemiMarkov, semimarkov_score
+from ..semimarkov.plif import SegmentPLiF
+from ..semimarkov.segments import semimarkov_viterbi
+from ._torch import Tables, chain_to_windows, negate_scores, semimarkov_tables, window_tables
+from .spec import LossSpec
+
+
+def encode(labels: Tensor, starts: Tensor, N: int) -> Tensor:
+    """A segmentation (labels, starts) (B, T) as one (B, T) tensor: label + N * start, -1 outside."""
+    return torch.where(labels >= 0, labels + N * starts.long(), -1)
+
+
+def decode(struct: Tensor, N: int) -> tuple[Tensor, Tensor]:
+    """The inverse of :func:`encode`: (labels (B, T), -1 outside; starts (B, T) bool)."""
+    inside = struct >= 0
+    return torch.where(inside, struct % N, -1), inside & (struct >= N)
+
+
+class _Structure(Protocol):
+    """What the solver needs from a model. A structure is a (B, T) int64 tensor, -1 beyond each
+    length (a label sequence for chains; segmentations encode label + N * is_start). The search
+    runs inside the operator ``structtorch::<operator>`` (see ``_ops.py``), which rebuilds the model
+    from ``arguments()`` (and the target)."""
+
+    truth: Tensor  # the target's structure
+    operator: str
+
+    def arguments(self) -> tuple: ...
+
+    def labels(self, struct: Tensor) -> Tensor: ...
+
+    def score(self, struct: Tensor) -> Tensor: ...
+
+    def fold_path(self, label_loss: Tensor) -> Tensor: ...
+
+    def tables(self, target: Tensor, weights: Tensor, K: int, negate: bool) -> Tables: ...
+
+
+class _LabelStructure:
+    """Structures that are label sequences (chains and order-l windows)."""
+
+    truth: Tensor
+
+    def labels(self, struct: Tensor) -> Tensor:
+        return struct
+
+
+class _ChainStructure(_LabelStructure):
+    operator = "chain_loss_augmented"
+
+    def __init__(self, chain, target: Tensor):
+        self.chain, self.truth = chain, torch.where(chain.mask(), target, -1)
+
+    def arguments(self) -> tuple:
+        c = self.chain
+        return c.unary, c.transitions, c.start, c.end, c.lengths
+
+    def score(self, path: Tensor) -> Tensor:
+        return _chain._path_score(self.chain, path.clamp(min=0))
+
+    def fold_path(self, label_loss: Tensor) -> Tensor:
+        c = accumulating(self.chain)  # the loss is added in double on CPU
+        shifted = type(c)(c.unary.detach() + label_loss.to(c.unary.dtype), c.transitions.detach(),
+                          c.start.detach(), c.end.detach(), c.lengths)
+        return _chain._viterbi_path(shifted)
+
+    def tables(self, target: Tensor, weights: Tensor, K: int, negate: bool) -> Tables:
+        c = self.chain
+        parts = [accumulate(x.detach()) for x in (c.unary, c.transitions, c.start, c.end)]
+        if negate:
+            parts = [negate_scores(x) for x in parts]
+        chain = type(c)(*parts, c.lengths)
+        module = kernel_module(_chain_ops.backend_of(chain), __package__)
+        if module is not None:  # the table's kernel on the chosen backend
+            return module.chain_tables(chain, target, weights, K)
+        return window_tables(chain_to_windows(chain), target, weights, c.lengths, K, 1)
+
+
+class _WindowStructure(_LabelStructure):
+    operator = "window_loss_augmented"
+
+    def __init__(self, scores: Tensor, order: int, N: int, lengths: Tensor, target: Tensor):
+        self.scores, self.order, self.N, self.lengths = scores, order, N, lengths
+        inside = torch.arange(target.shape[1], device=target.device) < lengths[:, None]
+        self.truth = torch.where(inside, target, -1)
+
+    def arguments(self) -> tuple:
+        return self.scores, self.lengths
+
+    def flat(self, scores: Tensor) -> Tensor:
+        B, T = scores.shape[:2]
+        if self.order == 0:
+            return scores.unsqueeze(2).expand(B, T, self.N, self.N)
+        return scores.reshape(B, T, self.N**self.order, self.N)
+
+    def score(self, path: Tensor) -> Tensor:
+        return _window_score(self.scores, path, self.lengths, exact=True)
+
+    def fold_path(self, label_loss: Tensor) -> Tensor:
+        shape = label_loss.shape[:2] + (1,) * self.order + (self.N,)
+        scores = accumulate(self.scores.detach())
+        shifted = scores + label_loss.to(scores.dtype).view(shape)
+        return _window_path(self.flat(shifted), self.lengths, max(self.order, 1), self.N)
+
+    def tables(self, target: Tensor, weights: Tensor, K: int, negate: bool) -> Tables:
+        scores = self.scores.detach()
+        scores = negate_scores(scores) if negate else scores
+        return window_tables(self.flat(scores), target, weights, self.lengths, K, max(self.order, 1))
+
+
+def _table_path(model: _Structure, spec: LossSpec, target: Tensor, gold: Tensor) -> Tensor:
+    """The maximizing labeling through the Hamming tables (max table, and min table where a
+    slack-rescaled h is negative)."""
+    htab, K = spec.htab, spec.K
+    top = model.tables(target, spec.weights, K, negate=False)
+    feasible = top.best > NEG_INF
+    if spec.rescaling == "margin":
+        cand = torch.where(feasible, top.best + htab, NEG_INF)
+        return top.backtrack(cand.argmax(1))
+    g = gold.detach().double().unsqueeze(1)
+    cand = torch.where(feasible, htab * (1 + top.best - g), NEG_INF)
+    low = None
+    if bool((feasible & (htab < 0)).any()):
+        low = model.tables(target, spec.weights, K, negate=True)
+        low_value = torch.where(low.best > NEG_INF, htab * (1 - low.best - g), NEG_INF)
+        cand = torch.where(htab < 0, low_value, cand)
+    k = cand.argmax(1)
+    path = top.backtrack(k)
+    if low is not None:
+        use_low = htab.gather(1, k.unsqueeze(1)).squeeze(1) < 0
+        path = torch.where(use_low.unsqueeze(1), low.backtrack(k), path)
+    return path
+
+
+def search(model: _Structure, spec: LossSpec, target: Tensor, N: int, algorithm: str, gold: Tensor) -> Tensor:
+    """The most violating structure (B, T) for the target's (detached) score ``gold`` (B,); the
+    target itself where it attains the maximum. Reads values (the checks, the table's feasible
+    counts): it runs inside the model's operator (``_ops.py``; torch.compile sees its output's
+    shape only)."""
+    spec = spec.resolved()
+    check_target_score(gold)
+    foldable = spec.rescaling == "margin" and (spec.cost is not None or spec.affine is not None)
+    if algorithm == "viterbi" and not foldable:
+        raise ValueError("algorithm='viterbi' needs margin rescaling with an affine h or a cost")
+    with torch.no_grad():
+        if foldable and algorithm != "hamming":
+            struct = model.fold_path(spec.label_loss(target, N))
+        else:
+            struct = _table_path(model, spec, target, gold)
+        # ties: prefer the target itself (a zero subgradient) whenever it attains the maximum
+        values = (_value(model, spec, target, x, gold) for x in (model.truth, struct))
+        keep_target = next(values) >= next(values)
+    return torch.where(keep_target.unsqueeze(1), model.truth, struct)
+
+
+def _value(model: _Structure, spec: LossSpec, target: Tensor, struct: Tensor, gold: Tensor) -> Tensor:
+    """(B,) the loss-augmented value of ``struct``, in the accumulation precision."""
+    found = model.score(struct)  # rounded to the input dtype once, by the caller
+    delta = spec.loss(model.labels(struct), target, found.dtype)
+    return found + delta - gold if spec.rescaling == "margin" else delta * (1 + found - gold)
+
+
+class _SemiMarkovStructure:
+    operator = "semimarkov_loss_augmented"
+
+    def __init__(self, sm: SemiMarkov, labels: Tensor, starts: Tensor, mask: Tensor):
+        self.sm, self.N, self.starts = sm, sm.shape[3], starts
+        self.truth = torch.where(mask, encode(labels, starts, self.N), -1)
+
+    def arguments(self) -> tuple:
+        sm, p = self.sm, self.sm.segment_plif
+        plif = (None, None, 0.0, 0.0) if p is None else (p.tracks, p.ordinates, p.low, p.high)
+        return (sm.content, sm.transitions, sm.length_scores, sm.boundary, sm.segment_scores, sm.start,
+                sm.end, sm.lengths, *plif, self.starts)
+
+    def labels(self, struct: Tensor) -> Tensor:
+        return decode(struct, self.N)[0]
+
+    def score(self, struct: Tensor) -> Tensor:
+        labels, starts = decode(struct, self.N)
+        return semimarkov_score(self.sm, labels, starts)
+
+    def fold_path(self, label_loss: Tensor) -> Tensor:
+        sm = self.sm.detached().map(accumulate)  # the loss is added in double on CPU
+        _, labels, starts = semimarkov_viterbi(
+            sm.content + label_loss.to(sm.content.dtype), sm.transitions, max_len=sm.shape[2],
+            length_scores=sm.length_scores, boundary=sm.boundary, segment_scores=sm.segment_scores,
+            start=sm.start, end=sm.end, lengths=sm.lengths, segment_plif=sm.segment_plif)
+        return encode(labels, starts, self.N)
+
+    def tables(self, target: Tensor, weights: Tensor, K: int, negate: bool) -> Tables:
+        sm = self.sm.detached()
+        if negate:
+            plif = sm.segment_plif
+            if plif is not None:
+                plif = SegmentPLiF(plif.tracks, -plif.ordinates, plif.low, plif.high)
+            parts = [sm.content, sm.transitions, sm.length_scores, sm.boundary, sm.segment_scores,
+                     sm.start, sm.end]
+            sm = SemiMarkov(*(None if x is None else negate_scores(x) for x in parts), sm.lengths, plif)
+        return semimarkov_tables(sm, target, weights, K)

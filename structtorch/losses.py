@@ -1,0 +1,211 @@
+"""Structured losses, between the structures and the modules: the structured hinge (margin and
+slack rescaling on loss-augmented inference) and the CRF negative log-likelihood of chain
+potentials.
+
+Layering: this module imports the structures (``chain``, ``semimarkov``, ``lossaug``,
+``distributions``; ``lp`` on first use by a graph model); ``structtorch.nn`` may import it, and
+the learning layer (:mod:`structtorch.learn`) sits on top of both.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from torch import Tensor, nn
+
+from ._checks import LengthsLike
+from ._numerics import negative_log_likelihood, reduce_batch
+from ._precision import mixed_precision
+from .chain import log_partition, path_score
+from .distributions import ChainDistribution, SemiMarkovDistribution
+from .lossaug.spec import RESCALINGS, HLike
+from .semimarkov.plif import SegmentPLiF
+
+__all__ = ["StructuredHingeLoss", "structured_hinge", "chain_nll", "Structure", "structure_of"]
+
+
+class Structure(Protocol):
+    """What :func:`structured_hinge` needs from a structure: loss-augmented inference for a target,
+    whose first output is the loss-augmented value (B,) (its gradient: the hinge's subgradient)."""
+
+    def loss_augmented(self, target: Any, *, h: HLike = None, rescaling: str = "margin",
+                       weights: Tensor | None = None, cost: Tensor | None = None) -> tuple[Tensor, ...]: ...
+
+
+REDUCTIONS = ("mean", "sum", "none")
+
+
+@mixed_precision
+def structured_hinge(
+    unary: Tensor | Structure,
+    transitions: Tensor | None = None,
+    target: Tensor | None = None,
+    *,
+    rescaling: str = "margin",
+    h: HLike = None,
+    reduction: str = "mean",
+    start: Tensor | None = None,
+    end: Tensor | None = None,
+    lengths: LengthsLike = None,
+    weights: Tensor | None = None,
+    cost: Tensor | None = None,
+    max_len: int | None = None,
+    target_starts: Tensor | None = None,
+    length_scores: Tensor | None = None,
+    boundary: Tensor | None = None,
+    segment_scores: Tensor | None = None,
+    segment_plif: SegmentPLiF | None = None,
+    edges: Tensor | None = None,
+    connected: list[int] | None = None,
+    connected_soft: dict | None = None,
+) -> Tensor:
+    """max(0, loss-augmented value) of a structure for a target, reduced over the batch.
+
+    Two forms:
+
+    * ``structured_hinge(structure, target, rescaling=..., h=..., weights=..., cost=...)`` with a
+      structure: a :class:`structtorch.ChainDistribution` (target (B, T)),
+      :class:`structtorch.SemiMarkovDistribution` (target ``(labels, starts)``),
+      :class:`structtorch.lp.GraphStructure` (target (B, V)), or any object with
+      ``loss_augmented(target, h=, rescaling=, weights=, cost=) -> (value (B,), ...)``;
+    * the keyword form, which builds that structure from potentials: ``structured_hinge(unary,
+      transitions, target, start=, end=, lengths=)`` for a linear chain; with ``max_len`` (and
+      ``target_starts``, ``length_scores``, ``boundary``, ``segment_scores``, ``segment_plif``) a
+      semi-Markov model, ``unary`` being its content; with ``edges`` (E, 2) a graph over the LP
+      relaxation, ``unary`` (B, V, L), ``transitions`` the pairwise scores (E, L, L) or
+      (B, E, L, L), ``weights`` the region areas and ``connected``/``connected_soft`` its
+      connectivity constraints.
+
+    Margin rescaling: max(0, max_y' [s(y') + Delta(y, y')] - s(y)); slack rescaling:
+    max(0, max_y' Delta(y, y') (1 + s(y') - s(y))), with Delta = h(weighted Hamming) or a cost.
+    The gradient is the exact subgradient (zero where the hinge is inactive).
+
+    Returns a scalar for reduction "mean"/"sum", else a (B,) tensor.
+    """
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    keywords = {"start": start, "end": end, "lengths": lengths, "max_len": max_len,
+                "target_starts": target_starts, "length_scores": length_scores, "boundary": boundary,
+                "segment_scores": segment_scores,
+                "segment_plif": segment_plif, "edges": edges, "connected": connected,
+                "connected_soft": connected_soft}
+    if hasattr(unary, "loss_augmented"):  # structured_hinge(structure, target)
+        if target is not None:
+            raise TypeError("structured_hinge(structure, target, ...) takes the target second, not a third "
+                            "positional argument")
+        given = [k for k, v in keywords.items() if v is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} belong to the structure, not to "
+                             "structured_hinge(structure, target)")
+        structure, target = unary, transitions
+    else:
+        structure, target = structure_of(unary, transitions, target, **keywords)
+    value = structure.loss_augmented(target, h=h, rescaling=rescaling, weights=weights, cost=cost)[0]
+    return reduce_batch(value.clamp(min=0), reduction)
+
+
+def structure_of(unary: Tensor, transitions: Tensor, target: object, *, start=None, end=None, lengths=None,
+                 max_len=None, target_starts=None, length_scores=None, boundary=None, segment_scores=None,
+                 segment_plif=None, edges=None, connected=None,
+                 connected_soft=None) -> tuple[Structure, object]:
+    """(structure, target) of the keyword form of :func:`structured_hinge`: which model the keywords
+    describe (a graph with ``edges``, a semi-Markov model with ``max_len``, else a chain)."""
+    semimarkov = {"target_starts": target_starts, "length_scores": length_scores, "boundary": boundary,
+                  "segment_scores": segment_scores, "segment_plif": segment_plif}
+    if edges is not None:
+        given = [k for k, v in {"start": start, "end": end, "max_len": max_len, **semimarkov}.items()
+                 if v is not None]
+        if given:
+            raise ValueError(f"graph models (edges=...) do not take {', '.join(given)}")
+        from .lp import GraphStructure  # structtorch.lp loads on first use
+        from .lp.learning import _check_no_lengths
+
+        _check_no_lengths(lengths, unary.shape[-2])
+        graph = GraphStructure(unary, transitions, edges, connected=connected, connected_soft=connected_soft)
+        return graph, target
+    if connected is not None or connected_soft is not None:
+        raise ValueError("connected and connected_soft need edges (a graph model)")
+    if max_len is None:
+        given = [k for k, v in semimarkov.items() if v is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} need max_len (a semi-Markov model); got max_len=None")
+        return ChainDistribution(unary, transitions, start=start, end=end, lengths=lengths), target
+    structure = SemiMarkovDistribution(unary, transitions, max_len=max_len, length_scores=length_scores,
+                                       boundary=boundary, segment_scores=segment_scores, start=start, end=end,
+                                       lengths=lengths, segment_plif=segment_plif)
+    return structure, (target, target_starts)
+
+
+class StructuredHingeLoss(nn.Module):
+    """Structured SVM hinge loss as a module; see :func:`structured_hinge`.
+
+    Parameters
+    ----------
+    rescaling : {"margin", "slack"}
+    h : None, callable or Tensor
+        The loss as a function of the Hamming count (None: the count itself).
+    reduction : {"mean", "sum", "none"}
+    """
+
+    def __init__(self, rescaling: str = "margin", h: HLike = None, reduction: str = "mean") -> None:
+        super().__init__()
+        if rescaling not in RESCALINGS:
+            raise ValueError(f"rescaling must be 'margin' or 'slack', got {rescaling!r}")
+        if reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+        if not (h is None or callable(h) or isinstance(h, Tensor)):
+            raise TypeError(f"h must be None, a callable or a tensor, got {type(h).__name__}")
+        self.rescaling, self.h, self.reduction = rescaling, h, reduction
+
+    def extra_repr(self) -> str:
+        return f"rescaling={self.rescaling!r}, reduction={self.reduction!r}"
+
+    def forward(
+        self,
+        unary: Tensor | Structure,
+        transitions: Tensor | None = None,
+        target: Tensor | None = None,
+        *,
+        start: Tensor | None = None,
+        end: Tensor | None = None,
+        lengths: LengthsLike = None,
+        weights: Tensor | None = None,
+        cost: Tensor | None = None,
+        **semimarkov,
+    ) -> Tensor:
+        """Hinge per sequence, reduced: ``loss(structure, target)`` or the keyword form
+        ``loss(unary, transitions, target, ...)``; shapes as for
+        :func:`structtorch.loss_augmented`; semi-Markov models pass ``max_len``,
+        ``target_starts`` and their segment scores, graph models ``edges`` (and
+        ``connected``/``connected_soft``) (see :func:`structured_hinge`)."""
+        return structured_hinge(
+            unary, transitions, target, rescaling=self.rescaling, h=self.h, reduction=self.reduction,
+            start=start, end=end, lengths=lengths, weights=weights, cost=cost, **semimarkov,
+        )
+
+
+def chain_nll(unary: Tensor, transitions: Tensor, labels: Tensor, *, start: Tensor | None = None,
+              end: Tensor | None = None, lengths: LengthsLike = None, reduction: str = "mean") -> Tensor:
+    """CRF negative log-likelihood ``log Z - score(labels)`` of chain potentials (the loss protocol of
+    :func:`structtorch.train.fit`).
+
+    Parameters
+    ----------
+    unary : Tensor (B, T, N)
+    transitions : Tensor (N, N) or (B, T-1, N, N)
+    labels : Tensor (B, T) int64
+    start, end : Tensor (N,) or (B, N), optional
+    lengths : Tensor (B,), optional
+    reduction : {"mean", "sum", "none"}
+
+    Returns
+    -------
+    Tensor
+        Scalar (mean over the batch, 0 for an empty one, or sum), or (B,) for "none".
+    """
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    kw = {"start": start, "end": end, "lengths": lengths}
+    nll = negative_log_likelihood(log_partition(unary, transitions, **kw),
+                                  path_score(unary, transitions, labels, **kw))
+    return reduce_batch(nll, reduction)

@@ -1,0 +1,104 @@
+"""Sampling segmentations from p(z) proportional to exp(score(z)): forward filtering, backward
+sampling over segment ends, every sample and row at once."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .._checks import LengthsLike, check_int
+from .._numerics import NEG_INF, gumbel_argmax, safe_logsumexp
+from .._precision import mixed_precision
+from ..chain.sampling import check_generator
+from ._torch import detached64, fill_labels, terms_with_incoming
+from .layout import SemiMarkov, check_semimarkov
+
+__all__ = ["semimarkov_sample"]
+
+
+@mixed_precision
+def semimarkov_sample(
+    content: Tensor,
+    transitions: Tensor,
+    n: int,
+    *,
+    max_len: int,
+    length_scores: Tensor | None = None,
+    boundary: Tensor | None = None,
+    segment_scores: Tensor | None = None,
+    start: Tensor | None = None,
+    end: Tensor | None = None,
+    lengths: LengthsLike = None,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Draw ``n`` independent segmentations per sequence from p(z) = exp(score(z)) / Z.
+
+    Potentials as for :func:`structtorch.semimarkov_viterbi` (without segment PLiFs).
+
+    Parameters
+    ----------
+    n : int
+        Number of samples, >= 1.
+    generator : torch.Generator, optional
+        Source of randomness, on the potentials' device.
+
+    Returns
+    -------
+    labels : Tensor (n, B, T) int64
+        -1 beyond each length and on infeasible rows.
+    starts : Tensor (n, B, T) bool
+        True where a segment begins.
+
+    Notes
+    -----
+    The last segment's label is drawn from the forward scores at the length, then its length;
+    then the label of the segment before, and so on: one segment per chain per step of a loop over
+    segment ends (T steps), every sample and row at once. O(T (B S N + B N^2 + n B (S + N))) time
+    beyond the forward pass.
+    """
+    sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
+                          start, end, lengths)
+    return sample_segmentations(sm, check_int("n", n, 1), check_generator(generator))
+
+
+@torch.no_grad()
+def sample_segmentations(sm: SemiMarkov, n: int, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+    """(labels, starts), each (n, B, T), drawn from the segmentation distribution of canonical
+    potentials (see :func:`semimarkov_sample`)."""
+    sm = detached64(sm)
+    B, T, S, N = sm.shape
+    dev = sm.content.device
+    labels = torch.full((n, B, T), -1, dtype=torch.long, device=dev)
+    starts = torch.zeros((n, B, T), dtype=torch.bool, device=dev)
+    if T == 0 or B == 0:
+        return labels, starts
+    F = sm.forbidden_counts()
+    trans = sm.transitions
+    alpha = [sm.start.new_full((B, N), NEG_INF)]  # alpha[e][b, n]: segmentations of [0, e) ending in n
+    incoming = [sm.start]  # incoming[s][b, n]: a segment of label n starting at s
+    for e in range(1, T + 1):
+        alpha.append(safe_logsumexp(terms_with_incoming(sm, F, e, incoming), 1))
+        incoming.append(safe_logsumexp(alpha[e].unsqueeze(2) + trans, 1))
+    alphas = torch.stack(alpha, 1)  # (B, T+1, N)
+    lengths = sm.lengths
+    final = alphas.gather(1, lengths.view(B, 1, 1).expand(B, 1, N)).squeeze(1) + sm.end
+    feasible = (lengths > 0) & (final > NEG_INF).any(1)
+    rows = torch.arange(B, device=dev).expand(n, B)
+    label = gumbel_argmax(final.expand(n, B, N), generator)  # (n, B): the label of the segment ending at e
+    e_cur = lengths.expand(n, B).clone()
+    active = feasible.expand(n, B).clone()
+    seg_label = torch.full((n, B, T), -1, dtype=torch.long, device=dev)
+    for e in range(T, 0, -1):
+        here = active & (e_cur == e)
+        terms = terms_with_incoming(sm, F, e, incoming)  # (B, D, N)
+        d = gumbel_argmax(terms.transpose(1, 2)[rows, label], generator) + 1  # (n, B) in [1, D]
+        s = e - d
+        i, b = here.nonzero(as_tuple=True)
+        starts[i, b, s[i, b]] = True
+        seg_label[i, b, s[i, b]] = label[i, b]
+        before = alphas[rows, s.clamp(min=0)] + trans.t()[label]  # (n, B, N): label m of the segment before
+        label = torch.where(here & (s > 0), gumbel_argmax(before, generator), label)
+        e_cur = torch.where(here, s, e_cur)
+        active = active & ~(here & (s == 0))
+    inside = torch.arange(T, device=dev) < lengths[:, None]
+    return fill_labels(starts, seg_label, inside & feasible[:, None]), starts & feasible[:, None]
