@@ -1,9 +1,10 @@
-"""Validation shared by every public entry point, and the canonical chain form.
+"""Validation shared by every public entry point: the one validation module.
 
-Chain dynamic programs convert their arguments to a :class:`Chain` first (``check_chain``); the
-semi-Markov ones to a :class:`structtorch.semimarkov.layout.SemiMarkov`, built from the same
-checks. Bad input gets one ``ValueError``/``TypeError`` naming the argument and the expected shape
-(or range), and the backends can assume canonical, contiguous tensors. Also here: scalar option
+Each structure builds its canonical form from these checks in its own type-and-checks room
+(:class:`structtorch.chain.layout.Chain`, :class:`structtorch.semimarkov.layout.SemiMarkov`,
+:class:`structtorch.lossaug.spec.LossSpec`). Bad input gets one ``ValueError``/``TypeError``
+naming the argument and the expected shape (or range), and the backends can assume canonical,
+contiguous tensors. Also here: scalar option
 checks (``check_int``, ``check_number``) and the overflow contract of every result
 (``guard_overflow``, ``cast_checked``): a result beyond its dtype's range raises, it is never
 reported as inf or as an infeasible -inf.
@@ -14,7 +15,6 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -23,39 +23,6 @@ from torch._C._functorch import is_functorch_wrapped_tensor as _is_wrapped
 
 LengthsLike = Tensor | Sequence[int] | None
 FLOAT_DTYPES = (torch.float32, torch.float64)
-
-
-@dataclass
-class Chain:
-    """Canonical chain potentials.
-
-    Attributes
-    ----------
-    unary : Tensor (B, T, N)
-    transitions : Tensor (N, N) when ``shared`` else (B, T-1, N, N)
-    start, end : Tensor (B, N) contiguous
-    lengths : Tensor (B,) int64 contiguous, on the potentials' device
-    """
-
-    unary: Tensor
-    transitions: Tensor
-    start: Tensor
-    end: Tensor
-    lengths: Tensor
-
-    @property
-    def shared(self) -> bool:
-        return self.transitions.dim() == 2
-
-    @property
-    def shape(self) -> tuple[int, int, int]:
-        B, T, N = self.unary.shape
-        return B, T, N
-
-    def mask(self) -> Tensor:
-        """(B, T) bool, True at positions inside each sequence."""
-        T = self.unary.shape[1]
-        return torch.arange(T, device=self.unary.device) < self.lengths[:, None]
 
 
 def check_int(name: str, value: object, minimum: int | None = None) -> int:
@@ -221,8 +188,10 @@ def check_device(name: str, x: Tensor, ref: Tensor, ref_name: str = "unary") -> 
         raise ValueError(f"{name} is on {x.device} but {ref_name} is on {ref.device}; use one device")
 
 
-def check_lengths(lengths: LengthsLike, B: int, T: int, device: torch.device) -> Tensor:
-    """Return lengths as an int64 (B,) tensor on ``device``; None means all T."""
+def check_lengths(lengths: LengthsLike, B: int, T: int, device: torch.device,
+                  ref_name: str = "unary") -> Tensor:
+    """Return lengths as an int64 (B,) tensor on ``device``; None means all T (``ref_name`` names
+    the tensor that sets the device in errors)."""
     if lengths is None:
         return torch.full((B,), T, dtype=torch.long, device=device)
     if not isinstance(lengths, Tensor):
@@ -236,7 +205,7 @@ def check_lengths(lengths: LengthsLike, B: int, T: int, device: torch.device) ->
     if lengths.shape != (B,):
         raise ValueError(f"lengths must have shape (B,) = ({B},), got {_fmt(lengths.shape)}")
     if lengths.device != device:
-        raise ValueError(f"lengths is on {lengths.device} but unary is on {device}; use one device")
+        raise ValueError(f"lengths is on {lengths.device} but {ref_name} is on {device}; use one device")
     if not B or not _VALIDATION["on"]:
         pass
     elif not on_host(lengths):
@@ -257,49 +226,6 @@ def check_unary(unary: object, name: str = "unary") -> Tensor:
     if unary.shape[2] < 1:
         raise ValueError(f"{name} must have at least one label (N >= 1), got {_fmt(unary.shape)}")
     return check_float(name, unary)
-
-
-def _check_transitions(transitions: object, B: int, T: int, N: int, ref: Tensor) -> Tensor:
-    t = check_float("transitions", transitions, ref)
-    steps = max(T - 1, 0)
-    if t.dim() == 2 and t.shape == (N, N):
-        return t.contiguous()
-    if t.dim() == 4 and t.shape == (B, steps, N, N):
-        return t.contiguous()
-    raise ValueError(
-        f"transitions must have shape (N, N) = ({N}, {N}) or (B, T-1, N, N) = "
-        f"({B}, {steps}, {N}, {N}), got {_fmt(t.shape)}"
-    )
-
-
-def _check_boundary(name: str, x: Tensor | None, B: int, N: int, ref: Tensor) -> Tensor:
-    if x is None:
-        return ref.new_zeros(B, N)
-    x = check_float(name, x, ref)
-    if x.shape == (N,):
-        return x.unsqueeze(0).expand(B, N).contiguous()
-    if x.shape == (B, N):
-        return x.contiguous()
-    raise ValueError(f"{name} must have shape (N,) = ({N},) or (B, N) = ({B}, {N}), got {_fmt(x.shape)}")
-
-
-def check_chain(
-    unary: Tensor,
-    transitions: Tensor,
-    start: Tensor | None = None,
-    end: Tensor | None = None,
-    lengths: LengthsLike = None,
-) -> Chain:
-    """Validate chain potentials and return them in canonical form."""
-    unary = check_unary(unary)
-    B, T, N = unary.shape
-    return Chain(
-        unary=unary.contiguous(),
-        transitions=_check_transitions(transitions, B, T, N, unary),
-        start=_check_boundary("start", start, B, N, unary),
-        end=_check_boundary("end", end, B, N, unary),
-        lengths=check_lengths(lengths, B, T, unary.device),
-    )
 
 
 def check_labels(labels: object, mask: Tensor, N: int, name: str = "labels") -> Tensor:

@@ -43,18 +43,12 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from ._checks import (
-    Chain,
-    LengthsLike,
-    cast_checked,
-    check_chain,
-    check_int,
-    check_labels,
-)
+from ._checks import LengthsLike, cast_checked, check_int, check_labels
 from ._numerics import NEG_INF, accumulate
 from ._precision import _no_autocast, map_tensors, widen
 from .chain import _ops as _chain_ops
 from .chain import _torch as _chain_torch
+from .chain.layout import Chain, check_chain
 from .chain.linear import _path_score, _score_paths, _viterbi_path, kbest, path_score
 from .chain.sampling import check_generator, sample_chain
 from .lossaug.chain import chain_loss_augmented
@@ -208,7 +202,7 @@ class ChainDistribution(_StructureDistribution):
         """Tensor (B,): log of the sum of exp(score) over all labelings; 0 for zero-length rows, -inf
         for infeasible ones. Its gradient is the marginals (as :func:`structtorch.log_partition`)."""
         return self._run("log_partition", lambda: cast_checked(
-            self._logz64(), self._chain.unary.dtype, "the log-partition", _chain_torch.POTENTIALS))
+            self._logz64(), self._chain.unary.dtype, "the log-partition", self._chain.potentials))
 
     @property
     def argmax(self) -> Tensor:
@@ -285,7 +279,7 @@ class ChainDistribution(_StructureDistribution):
             logz = self._logz64()
             score = _path_score(chain, labels)
             out = torch.where(logz == NEG_INF, NEG_INF, score - logz.to(score.dtype))
-            return cast_checked(out, chain.unary.dtype, "the log-probability", _chain_torch.POTENTIALS)
+            return cast_checked(out, chain.unary.dtype, "the log-probability", chain.potentials)
         return self._run(None, compute)
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> Tensor:

@@ -94,8 +94,8 @@ def test_one_lookup_and_the_structures_vetoes():
     import dataclasses
     import importlib
 
-    from structtorch._checks import Chain
     from structtorch.chain import _ops as chain
+    from structtorch.chain.layout import Chain
     from structtorch.semimarkov import _ops as semimarkov
     from structtorch.semimarkov.layout import SemiMarkov
 

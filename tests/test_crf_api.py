@@ -257,7 +257,7 @@ def test_rows_where_the_constraints_forbid_every_labeling_have_nll_inf_not_nan(T
             assert nll[b].item() == float("inf")
         else:
             def score(y, b=b, L=L):
-                return float(s[y[0]] + e[y[-1]] + sum(emissions[b, t, y[t]] for t in range(L))
+                return float(s[y[0]] + e[y[-1]] + sum(emissions.detach()[b, t, y[t]] for t in range(L))
                              + sum(A[y[t], y[t + 1]] for t in range(L - 1)))
             scores = np.array([score(y) for y in seqs])
             logz = np.log(np.exp(scores - scores.max()).sum()) + scores.max()
@@ -286,3 +286,18 @@ def test_time_first_shape_errors_report_the_shape_passed():
         crf(emissions, torch.zeros(3, 5, dtype=torch.long))
     with pytest.raises(ValueError, match=r"mask must have shape \(T, B\) = \(5, 3\), got \(3, 5\)"):
         crf.decode(emissions, torch.ones(3, 5, dtype=torch.bool))
+
+
+def test_errors_name_emissions_and_tags_without_rewriting():
+    """Issue 22: the CRF validates once, through the chain checks, which take the argument's name
+    (the messages were rewritten with a regex before)."""
+    crf = st.LinearChainCRF(3)
+    with pytest.raises(TypeError, match="transitions has dtype torch.float32 but emissions has dtype torch.float64"):
+        crf(torch.randn(2, 4, 3, dtype=torch.float64), torch.zeros(2, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"tags must lie in \[0, N\) = \[0, 3\) within each length; tags\[0, 0\] = 5"):
+        crf(torch.randn(2, 4, 3), torch.full((2, 4), 5))
+    with pytest.raises(ValueError, match="overflows torch.float32 .*: rescale emissions, transitions, start and end"):
+        crf.decode(torch.full((1, 4, 3), 3e38))
+    with pytest.raises(ValueError, match=r"emissions contains NaN at index \(0, 1, 2\)"):
+        crf.log_partition(torch.zeros(1, 4, 3).index_put_((torch.tensor(0), torch.tensor(1), torch.tensor(2)),
+                                                          torch.tensor(float("nan"))))

@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._checks import Chain
 from .._extension import chain_ops
 from . import _torch
+from .layout import Chain
 
 
 def finite_or_zero(x: Tensor) -> Tensor:

@@ -18,11 +18,11 @@ import torch
 from torch import Tensor
 
 from .. import _backend
-from .._checks import Chain
 from .._library import operator, save_for_backward, vmap_rule
 from .._numerics import grads_through
 from . import _torch
 from ._torch import accumulating
+from .layout import Chain
 
 
 def backend_of(chain: Chain) -> str:

@@ -13,17 +13,17 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from .._checks import Chain, forbidden_pattern, guard_overflow
+from .._checks import forbidden_pattern, guard_overflow
 from .._numerics import NEG_INF, accumulate, backtrack, grads_through, safe_logsumexp, small_index_dtype
+from .layout import Chain
 
 
 def accumulating(chain: Chain) -> Chain:
     """The chain with its potentials in the accumulation precision (see :func:`accumulate`)."""
     parts = (chain.unary, chain.transitions, chain.start, chain.end)
-    return Chain(*(accumulate(x) for x in parts), chain.lengths)
+    return Chain(*(accumulate(x) for x in parts), chain.lengths, chain.name)
 
 
-POTENTIALS = "unary, transitions, start and end"
 
 
 def pattern(chain: Chain) -> Chain:
@@ -42,7 +42,7 @@ def guard(chain: Chain, result: Tensor, what: str, feasible: Callable[[], Tensor
             return viterbi(pattern(chain))[0] > NEG_INF
 
     T = chain.unary.shape[1]
-    return guard_overflow(result, parts, 2 * T + 2, feasible, what, POTENTIALS)
+    return guard_overflow(result, parts, 2 * T + 2, feasible, what, chain.potentials)
 
 
 def step_blocks(chain: Chain) -> list[Tensor]:

@@ -24,7 +24,6 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .._checks import Chain
 from .._numerics import NEG_INF
 from .._triton_common import (
     NEG,
@@ -38,6 +37,7 @@ from .._triton_common import (
 )
 from .._triton_common import load_tile as _tile
 from . import _torch
+from .layout import Chain
 
 
 @triton.jit

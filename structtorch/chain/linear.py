@@ -25,17 +25,12 @@ import numbers
 import torch
 from torch import Tensor, nn
 
-from .._checks import (
-    Chain,
-    LengthsLike,
-    cast_checked,
-    check_chain,
-    check_labels,
-)
+from .._checks import LengthsLike, cast_checked, check_labels
 from .._numerics import NEG_INF, accumulate
 from .._precision import mixed_precision
 from . import _ops, _torch
 from ._torch import accumulating
+from .layout import Chain, check_chain
 
 __all__ = ["viterbi", "log_partition", "marginals", "path_score", "kbest", "Viterbi"]
 
@@ -44,7 +39,8 @@ def _viterbi_path(chain: Chain) -> Tensor:
     return _ops.viterbi(chain)
 
 
-def _log_partition(chain: Chain) -> Tensor:
+def log_partition_chain(chain: Chain) -> Tensor:
+    """:func:`log_partition` of a validated :class:`Chain`."""
     logz = _ops.log_partition(chain).to(chain.unary.dtype)
     return _torch.guard(chain, logz, "the log-partition")
 
@@ -84,7 +80,7 @@ def _cast_guarded(chain: Chain, scores: Tensor, what: str, feasible=None) -> Ten
     """(B,) scores in the accumulation dtype, checked for overflow (see :func:`_torch.guard`)
     and cast to the input dtype."""
     _torch.guard(chain, scores, what, feasible)
-    return cast_checked(scores, chain.unary.dtype, what, _torch.POTENTIALS)
+    return cast_checked(scores, chain.unary.dtype, what, chain.potentials)
 
 
 @mixed_precision
@@ -117,7 +113,11 @@ def viterbi(
     path : Tensor (B, T) int64
         Best labeling, -1 at positions >= length and on infeasible rows. Ties: see the module doc.
     """
-    chain = check_chain(unary, transitions, start, end, lengths)
+    return viterbi_chain(check_chain(unary, transitions, start, end, lengths))
+
+
+def viterbi_chain(chain: Chain) -> tuple[Tensor, Tensor]:
+    """:func:`viterbi` of a validated :class:`Chain`."""
     path = _viterbi_path(chain)
     return _score_paths(chain, path), path
 
@@ -138,7 +138,7 @@ def log_partition(
     ``transitions`` the edge marginals (summed over positions when shared), w.r.t. ``start`` and
     ``end`` the marginals of the first and last label. Infeasible rows get zero gradients.
     """
-    return _log_partition(check_chain(unary, transitions, start, end, lengths))
+    return log_partition_chain(check_chain(unary, transitions, start, end, lengths))
 
 
 @mixed_precision
@@ -155,7 +155,11 @@ def marginals(
     Arguments as for :func:`viterbi`. The result is differentiable (double backward through the
     log-partition) when any input requires grad.
     """
-    chain = check_chain(unary, transitions, start, end, lengths)
+    return marginals_chain(check_chain(unary, transitions, start, end, lengths))
+
+
+def marginals_chain(chain: Chain) -> Tensor:
+    """:func:`marginals` of a validated :class:`Chain`."""
     inputs = (chain.unary, chain.transitions, chain.start, chain.end)
     differentiable = torch.is_grad_enabled() and any(x.requires_grad for x in inputs)
     if _ops.backend_of(chain) != "torch":  # the same kernel value with or without autograd
@@ -193,8 +197,12 @@ def path_score(
     Tensor (B,)
         Sum of the unary, transition, start and end scores along ``labels``.
     """
-    chain = check_chain(unary, transitions, start, end, lengths)
-    labels = check_labels(labels, chain.mask(), chain.shape[2])
+    return path_score_chain(check_chain(unary, transitions, start, end, lengths), labels)
+
+
+def path_score_chain(chain: Chain, labels: Tensor, name: str = "labels") -> Tensor:
+    """:func:`path_score` of a validated :class:`Chain` (``labels`` are checked here, as ``name``)."""
+    labels = check_labels(labels, chain.mask(), chain.shape[2], name=name)
 
     def feasible() -> Tensor:  # the labeling uses no -inf entry
         return _path_score(_torch.pattern(chain), labels) > NEG_INF
@@ -255,12 +263,16 @@ def kbest(
     -inf and paths -1. A zero-length row has exactly one (empty) labeling of score 0. Scores are
     differentiable (the gradient of each is the indicator of its path).
     """
+    return kbest_chain(check_chain(unary, transitions, start, end, lengths), k)
+
+
+def kbest_chain(chain: Chain, k: int) -> tuple[Tensor, Tensor]:
+    """:func:`kbest` of a validated :class:`Chain` (``k`` is checked here)."""
     if isinstance(k, bool) or not isinstance(k, numbers.Integral):
         raise TypeError(f"k must be an int, got {type(k).__name__}")
     k = int(k)
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    chain = check_chain(unary, transitions, start, end, lengths)
     B, T, N = chain.shape
     with torch.no_grad():
         paths, valid = _kbest_paths(accumulating(chain), k)

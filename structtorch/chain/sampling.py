@@ -6,10 +6,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._checks import Chain, LengthsLike, check_chain, check_int
+from .._checks import LengthsLike, check_int
 from .._numerics import NEG_INF, gumbel_argmax, safe_logsumexp
 from .._precision import mixed_precision
 from . import _torch
+from .layout import Chain, check_chain
 
 __all__ = ["sample"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from .._checks import Chain
 from .._extension import chain_ops
+from ..chain.layout import Chain
 from ._torch import Tables
 
 

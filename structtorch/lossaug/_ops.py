@@ -19,8 +19,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from .._checks import Chain, cast_checked, guard_overflow
+from .._checks import cast_checked, guard_overflow
 from .._library import operator
+from ..chain.layout import Chain
 from ..semimarkov.layout import SemiMarkov
 from ..semimarkov.plif import SegmentPLiF
 from .spec import LossSpec

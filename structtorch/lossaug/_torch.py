@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .._checks import Chain
 from .._numerics import NEG_INF, small_index_dtype
+from ..chain.layout import Chain
 from ..chain.window import _newest_first
 from ..semimarkov._torch import segment_terms
 from ..semimarkov.layout import SemiMarkov

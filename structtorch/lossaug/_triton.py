@@ -15,9 +15,9 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .._checks import Chain
 from .._numerics import NEG_INF
 from .._triton_common import NEG, argmax_update, block, launch, transitions_at
+from ..chain.layout import Chain
 from ._torch import Tables
 
 

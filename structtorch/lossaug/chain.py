@@ -21,9 +21,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._checks import Chain, LengthsLike, check_chain, check_labels, check_lengths
+from .._checks import LengthsLike, check_labels, check_lengths
 from .._deprecated import deprecated_alias
 from .._precision import mixed_precision
+from ..chain.layout import Chain, check_chain
 from ..chain.window import _check_scores
 from ._ops import solve
 from .spec import HLike, resolve_loss

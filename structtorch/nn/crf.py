@@ -9,8 +9,6 @@ see :func:`structtorch.allowed_transitions`) become -inf scores in training and 
 
 from __future__ import annotations
 
-import contextlib
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -18,10 +16,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from .._checks import LengthsLike, _fmt, cast_checked, check_float, check_lengths, plain
-from .._numerics import NEG_INF, accumulate, negative_log_likelihood, reduce_batch
+from .._checks import LengthsLike, _fmt, cast_checked, check_lengths, plain
+from .._numerics import NEG_INF, negative_log_likelihood, reduce_batch
 from .._precision import mixed_precision
-from ..chain import kbest, log_partition, marginals, path_score, viterbi
+from ..chain._torch import accumulating
+from ..chain.layout import check_chain
+from ..chain.linear import kbest_chain, log_partition_chain, marginals_chain, path_score_chain, viterbi_chain
 
 if TYPE_CHECKING:
     from ..distributions import ChainDistribution
@@ -53,16 +53,6 @@ class _Batch:
         shape = inside.shape + (1,) * (x.dim() - 2)
         moved = x.gather(1, src.clamp(0, T - 1).view(shape).expand_as(x))
         return torch.where(inside.view(shape), moved, torch.full((), fill, dtype=x.dtype, device=x.device))
-
-
-@contextlib.contextmanager
-def _crf_names():
-    """Errors of the chain functions, with the CRF's argument names (emissions, tags)."""
-    try:
-        yield
-    except (TypeError, ValueError) as exc:
-        message = re.sub(r"\blabels\b", "tags", re.sub(r"\bunary\b", "emissions", str(exc)))
-        raise type(exc)(message) from None
 
 
 class LinearChainCRF(nn.Module):
@@ -192,7 +182,6 @@ class LinearChainCRF(nn.Module):
 
     # -- the loss -------------------------------------------------------------------------------
 
-    @_crf_names()
     def forward(self, emissions: Tensor, tags: Tensor, mask: Tensor | None = None, *,
                 lengths: LengthsLike = None, reduction: str = "none") -> Tensor:
         """Negative log-likelihood -log p(tags | emissions): a loss (>= 0).
@@ -237,7 +226,6 @@ class LinearChainCRF(nn.Module):
 
     # -- inference ------------------------------------------------------------------------------
 
-    @_crf_names()
     def decode(self, emissions: Tensor, mask: Tensor | None = None, *, lengths: LengthsLike = None,
                k: int | None = None) -> tuple[Tensor, Tensor]:
         """Best labeling (Viterbi), or the k best with ``k``.
@@ -252,21 +240,19 @@ class LinearChainCRF(nn.Module):
         batch = self._batch(emissions, None, mask, lengths)
         trans, start, end = self.scores()
         if k is None:
-            score, path = viterbi(batch.emissions, trans, start=start, end=end, lengths=batch.lengths)
+            score, path = _on_chain(viterbi_chain, batch.emissions, trans, start, end, batch.lengths)
             return score, self._out(path, batch, -1)
-        scores, paths = kbest(batch.emissions, trans, k, start=start, end=end, lengths=batch.lengths)
+        scores, paths = _on_chain(kbest_chain, batch.emissions, trans, start, end, batch.lengths, k)
         paths = batch.align(paths.transpose(1, 2), -1)  # (B, T, k)
         return scores, paths.transpose(1, 2) if self.batch_first else paths.transpose(0, 1)
 
-    @_crf_names()
     def log_partition(self, emissions: Tensor, mask: Tensor | None = None, *,
                       lengths: LengthsLike = None) -> Tensor:
         """log Z (B,): log of the sum over all (valid) labelings of exp(score)."""
         batch = self._batch(emissions, None, mask, lengths)
         trans, start, end = self.scores()
-        return log_partition(batch.emissions, trans, start=start, end=end, lengths=batch.lengths)
+        return _on_chain(log_partition_chain, batch.emissions, trans, start, end, batch.lengths)
 
-    @_crf_names()
     def marginals(self, emissions: Tensor, mask: Tensor | None = None, *, lengths: LengthsLike = None,
                   edges: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """Node marginals p(y_t = j) (B, T, N), 0 outside each sequence; with ``edges`` also the
@@ -275,7 +261,7 @@ class LinearChainCRF(nn.Module):
         batch = self._batch(emissions, None, mask, lengths)
         if not edges:
             trans, start, end = self.scores()
-            node = marginals(batch.emissions, trans, start=start, end=end, lengths=batch.lengths)
+            node = _on_chain(marginals_chain, batch.emissions, trans, start, end, batch.lengths)
             return self._out(node, batch, 0)
         dist = self._distribution(batch)
         edge = dist.edge_marginals
@@ -283,7 +269,6 @@ class LinearChainCRF(nn.Module):
         edge = self._out(padded, batch, 0)
         return self._out(dist.marginals, batch, 0), edge[:, :-1] if self.batch_first else edge[:-1]
 
-    @_crf_names()
     def distribution(self, emissions: Tensor, mask: Tensor | None = None, *,
                      lengths: LengthsLike = None) -> ChainDistribution:
         """The distribution p(y | emissions) as a :class:`structtorch.ChainDistribution` over the
@@ -302,7 +287,6 @@ class LinearChainCRF(nn.Module):
         """Entropy of p(y | emissions) (B,), exact; differentiable."""
         return self.distribution(emissions, mask, lengths=lengths).entropy
 
-    @_crf_names()
     def sample(self, emissions: Tensor, n: int, mask: Tensor | None = None, *, lengths: LengthsLike = None,
                generator: torch.Generator | None = None) -> Tensor:
         """``n`` labelings per sequence drawn from p(y | emissions): (n, B, T) int64 (forward
@@ -361,14 +345,20 @@ def _check_mask(mask: object, B: int, T: int, device: torch.device,
 
 
 @mixed_precision
+def _on_chain(fn, emissions: Tensor, transitions: Tensor, start: Tensor, end: Tensor, lengths: Tensor,
+              *args):
+    """``fn(chain, *args)`` of the CRF's chain, validated once (errors name ``emissions``)."""
+    return fn(check_chain(emissions, transitions, start, end, lengths, name="emissions"), *args)
+
+
+@mixed_precision
 def _negative_log_likelihood(unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor, labels: Tensor,
                              lengths: Tensor) -> Tensor:
     """(B,) logZ - score(labels), both in the accumulation precision, cast once."""
-    if isinstance(unary, Tensor) and unary.is_floating_point():  # one dtype, before promoting
-        check_float("transitions", transitions, unary, "emissions")
-    u, a, s, e = (accumulate(x) for x in (unary, transitions, start, end))
-    logz = log_partition(u, a, start=s, end=e, lengths=lengths)
-    gold = path_score(u, a, labels, start=s, end=e, lengths=lengths)
+    chain = check_chain(unary, transitions, start, end, lengths, name="emissions")
+    wide = accumulating(chain)
+    logz = log_partition_chain(wide)
+    gold = path_score_chain(wide, labels, name="tags")
     # +inf stays (a labeling with probability 0, or no valid labeling at all); a finite NLL beyond
     # the dtype's range raises
     nll = negative_log_likelihood(logz, gold)

@@ -1,0 +1,102 @@
+"""Linear chains' canonical form (:class:`Chain`) and its checks (:func:`check_chain`): the
+type-and-checks room of :mod:`structtorch.chain`. Every chain function validates its arguments
+once, here, and the backends can assume canonical, contiguous tensors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from .._checks import LengthsLike, _fmt, check_float, check_lengths, check_unary
+
+__all__ = ["Chain", "check_chain"]
+
+
+@dataclass
+class Chain:
+    """Canonical chain potentials.
+
+    Attributes
+    ----------
+    unary : Tensor (B, T, N)
+    transitions : Tensor (N, N) when ``shared`` else (B, T-1, N, N)
+    start, end : Tensor (B, N) contiguous
+    lengths : Tensor (B,) int64 contiguous, on the potentials' device
+    name : str
+        What errors call the unary scores (``"emissions"`` in :class:`structtorch.LinearChainCRF`).
+    """
+
+    unary: Tensor
+    transitions: Tensor
+    start: Tensor
+    end: Tensor
+    lengths: Tensor
+    name: str = field(default="unary", compare=False)
+
+    @property
+    def potentials(self) -> str:
+        """The potentials' names, for overflow messages."""
+        return f"{self.name}, transitions, start and end"
+
+    @property
+    def shared(self) -> bool:
+        return self.transitions.dim() == 2
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        B, T, N = self.unary.shape
+        return B, T, N
+
+    def mask(self) -> Tensor:
+        """(B, T) bool, True at positions inside each sequence."""
+        T = self.unary.shape[1]
+        return torch.arange(T, device=self.unary.device) < self.lengths[:, None]
+
+
+def _check_transitions(transitions: object, B: int, T: int, N: int, ref: Tensor, ref_name: str) -> Tensor:
+    t = check_float("transitions", transitions, ref, ref_name)
+    steps = max(T - 1, 0)
+    if t.dim() == 2 and t.shape == (N, N):
+        return t.contiguous()
+    if t.dim() == 4 and t.shape == (B, steps, N, N):
+        return t.contiguous()
+    raise ValueError(
+        f"transitions must have shape (N, N) = ({N}, {N}) or (B, T-1, N, N) = "
+        f"({B}, {steps}, {N}, {N}), got {_fmt(t.shape)}"
+    )
+
+
+def _check_boundary(name: str, x: Tensor | None, B: int, N: int, ref: Tensor, ref_name: str) -> Tensor:
+    if x is None:
+        return ref.new_zeros(B, N)
+    x = check_float(name, x, ref, ref_name)
+    if x.shape == (N,):
+        return x.unsqueeze(0).expand(B, N).contiguous()
+    if x.shape == (B, N):
+        return x.contiguous()
+    raise ValueError(f"{name} must have shape (N,) = ({N},) or (B, N) = ({B}, {N}), got {_fmt(x.shape)}")
+
+
+def check_chain(
+    unary: Tensor,
+    transitions: Tensor,
+    start: Tensor | None = None,
+    end: Tensor | None = None,
+    lengths: LengthsLike = None,
+    *,
+    name: str = "unary",
+) -> Chain:
+    """Validate chain potentials and return them in canonical form; ``name`` is what the errors
+    call the unary scores (``"emissions"`` for :class:`structtorch.LinearChainCRF`)."""
+    unary = check_unary(unary, name)
+    B, T, N = unary.shape
+    return Chain(
+        unary=unary.contiguous(),
+        transitions=_check_transitions(transitions, B, T, N, unary, name),
+        start=_check_boundary("start", start, B, N, unary, name),
+        end=_check_boundary("end", end, B, N, unary, name),
+        lengths=check_lengths(lengths, B, T, unary.device, name),
+        name=name,
+    )
