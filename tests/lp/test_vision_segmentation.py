@@ -13,7 +13,7 @@ import torch
 
 pytest.importorskip("torchvision")  # a safety net: CI installs torchvision
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--train", "8", "--test", "4", "--epochs", "1", "--batch", "4", "--size", "8", "--device", "cpu"]
 
 

@@ -24,7 +24,7 @@ from structtorch.data.conll import (
     write_conll,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 TWO_SENTENCES = """\
 Confidence NN B-NP

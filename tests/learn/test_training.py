@@ -137,6 +137,7 @@ def _ddp_worker(rank, world, init_file, out_file):
     assert sum(seen) == 3 * (17 if rank == 0 else 16), seen  # each process trains on its share
     if rank == 0:
         torch.save([p.detach() for p in model.module.parameters()], out_file)
+    dist.barrier()  # neither process tears gloo down while the other still uses it (SIGABRT under load)
     dist.destroy_process_group()
 
 

@@ -16,7 +16,7 @@ pytest.importorskip("sklearn", reason="digit_sequences needs scikit-learn's bund
 from structtorch.data import digit_sequences, digit_transitions  # noqa: E402
 from structtorch.data import digits as digits_module  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def bigram_frequencies(data) -> torch.Tensor:
