@@ -1,9 +1,10 @@
-"""Linear chains: Viterbi, log-partition, marginals, path scores and k-best (``linear``), and
-chains of order l (``window``).
+"""Linear chains: Viterbi, log-partition, marginals, path scores and k-best (``linear``), sampling
+(``sampling``) and chains of order l (``window``).
 
-Each structure has the same files: the public API (``linear.py``, ``window.py``), the PyTorch
-reference loops (``_torch.py``) and the glue of the compiled CPU kernels (``_cpu.py``); which one
-runs is decided in :mod:`structtorch._backend`.
+The rooms of every structure package: the public API (``linear.py``, ``sampling.py``,
+``window.py``), the canonical form and its checks (``layout.py``), the PyTorch reference loops
+and the overflow guard (``_torch.py``), the compiled CPU glue (``_cpu.py``), the Triton kernels
+(``_triton.py``) and the operators (``_ops.py``); :mod:`structtorch._backend` decides which runs.
 """
 
 from .linear import Viterbi, kbest, log_partition, marginals, path_score, viterbi
