@@ -34,6 +34,13 @@ def check_int(name: str, value: object, minimum: int | None = None) -> int:
     return int(value)
 
 
+def check_generator(generator: object) -> torch.Generator | None:
+    """``generator`` (a ``torch.Generator`` or None) for the samplers."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    return generator
+
+
 def check_number(name: str, value: object, *, low: float = -math.inf, high: float = math.inf,
                  open_low: bool = False) -> float:
     """``value`` as a finite float in [low, high] (or (low, high] with ``open_low``)."""

@@ -43,14 +43,14 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from ._checks import LengthsLike, cast_checked, check_int, check_labels
+from ._checks import LengthsLike, cast_checked, check_generator, check_int, check_labels
 from ._numerics import NEG_INF, accumulate
 from ._precision import _no_autocast, map_tensors, widen
 from .chain import _ops as _chain_ops
 from .chain import _torch as _chain_torch
 from .chain.layout import Chain, check_chain
 from .chain.linear import _path_score, _score_paths, _viterbi_path, kbest, path_score
-from .chain.sampling import check_generator, sample_chain
+from .chain.sampling import sample_chain
 from .lossaug.chain import chain_loss_augmented
 from .lossaug.semimarkov import segmentation_loss_augmented
 from .lossaug.spec import HLike

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ._checks import check_lengths
 from .schemes import check_scheme, parse_tag
 
 __all__ = ["accuracy", "hamming", "sequence_metrics", "chunk_f1", "ChunkScores", "get_chunks", "segment_f1",
@@ -179,19 +180,11 @@ def _id_names(x: Tensor, lengths: object, labels: Sequence[str] | None, name: st
     if isinstance(labels, str) or not isinstance(labels, Sequence):
         raise TypeError(f"labels must be a sequence of tag names, got {type(labels).__name__}")
     B, T = x.shape
-    if lengths is None:
-        lengths = torch.full((B,), T, dtype=torch.long)
-    elif isinstance(lengths, (np.ndarray, list, tuple)):
-        lengths = torch.as_tensor(lengths)
-    if (not isinstance(lengths, Tensor) or lengths.shape != (B,) or lengths.dtype.is_floating_point
-            or lengths.dtype.is_complex or lengths.dtype == torch.bool):
-        got = (f"{lengths.dtype} {tuple(lengths.shape)}" if isinstance(lengths, Tensor)
-               else type(lengths).__name__)
-        raise TypeError(f"lengths must be an integer tensor of shape (B,) = ({B},), got {got}")
+    lengths = check_lengths(lengths, B, T, x.device, name)
     rows = x.tolist()
     out = []
     for b, n in enumerate(lengths.tolist()):
-        if not 0 <= n <= T:
+        if not 0 <= n <= T:  # also with value checks off: the ids are read on the host
             raise ValueError(f"lengths must lie in [0, T] = [0, {T}], got lengths[{b}] = {n}")
         ids = rows[b][:n]
         bad = [i for i in ids if not 0 <= i < len(labels)]

@@ -116,7 +116,7 @@ def test_malformed_inputs_name_the_argument_and_the_expected_form():
         chunk_f1(torch.tensor([[0.0, 1.0]]), torch.tensor([[0, 1]]), labels=tags)
     with pytest.raises(TypeError, match="pred must be .*got ndarray of float64"):
         chunk_f1(np.array([[0.0, 1.0]]), np.array([[0, 1]]), labels=tags)
-    with pytest.raises(TypeError, match=r"lengths must be an integer tensor of shape \(B,\) = \(1,\), got torch.float32"):
+    with pytest.raises(TypeError, match=r"lengths must be an integer tensor of shape \(1,\), got torch.float32"):
         chunk_f1(torch.tensor([[1, 2]]), torch.tensor([[1, 2]]), torch.tensor([2.0]), labels=tags)
     with pytest.raises(TypeError, match="labels must be a sequence of tag names"):
         chunk_f1(torch.tensor([[1, 2]]), torch.tensor([[1, 2]]), labels=3)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._checks import LengthsLike, check_int
+from .._checks import LengthsLike, check_generator, check_int
 from .._numerics import NEG_INF, gumbel_argmax, safe_logsumexp
 from .._precision import mixed_precision
 from . import _torch
@@ -42,12 +42,6 @@ def sample(unary: Tensor, transitions: Tensor, n: int, *, start: Tensor | None =
     """
     chain = check_chain(unary, transitions, start, end, lengths)
     return sample_chain(chain, check_int("n", n, 1), check_generator(generator))
-
-
-def check_generator(generator: object) -> torch.Generator | None:
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-    return generator
 
 
 @torch.no_grad()

@@ -127,9 +127,9 @@ def _h_table(h: HLike, K: int, B: int, ref: Tensor, what: str) -> Tensor:
         table = h.to(ref.device)
     else:
         raise TypeError(f"h must be None, a callable or a tensor, got {type(h).__name__}")
-    table = table.detach().double().expand(B, K + 1)
-    check_finite("h", table[0] if table.shape[0] and table.stride(0) == 0 else table)  # h[count]
-    return table
+    table = table.detach().double()
+    check_finite("h", table)  # (K+1,) or (B, K+1): the message indexes h as the caller gave it
+    return table.expand(B, K + 1)
 
 
 def _affine(htab: Tensor) -> tuple[Tensor, Tensor] | None:

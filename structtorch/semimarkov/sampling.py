@@ -6,10 +6,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._checks import LengthsLike, check_int
+from .._checks import LengthsLike, check_generator, check_int
 from .._numerics import NEG_INF, gumbel_argmax, safe_logsumexp
 from .._precision import mixed_precision
-from ..chain.sampling import check_generator
 from ._torch import detached64, fill_labels, terms_with_incoming
 from .layout import SemiMarkov, check_semimarkov
 
