@@ -1,7 +1,10 @@
 """Distributions over structures: linear-chain labelings and semi-Markov segmentations.
 
 :class:`ChainDistribution` and :class:`SemiMarkovDistribution` hold one batch of potentials, checked
-once at construction (``check_chain`` / ``check_semimarkov``), and compute on first use, then cache:
+once at construction (``check_chain`` / ``check_semimarkov``), and compute on first use, then cache.
+They are thin: each property calls its structure's function on the validated type
+(``viterbi_chain``, ``expectations_semimarkov``, ...: the public function of the same operation
+without the checks), and only the cache, the result dtype and autocast live here.
 
 * ``argmax`` / ``max``: the best structure and its score (Viterbi; the score's gradient is the
   indicator of the structure);
@@ -37,70 +40,41 @@ Conventions for degenerate rows:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
-from ._checks import LengthsLike, cast_checked, check_generator, check_int, check_labels
-from ._numerics import NEG_INF, accumulate
+from ._checks import LengthsLike, cast_checked, check_generator, check_int
+from ._expectations import entropy
 from ._precision import _no_autocast, map_tensors, widen
-from .chain import _ops as _chain_ops
-from .chain import _torch as _chain_torch
-from .chain.layout import Chain, check_chain
-from .chain.linear import _path_score, _score_paths, _viterbi_path, kbest, path_score
+from .chain.layout import check_chain
+from .chain.linear import (
+    expectations_chain,
+    kbest_chain,
+    log_partition_chain,
+    log_prob_chain,
+    path_score_chain,
+    viterbi_chain,
+)
 from .chain.sampling import sample_chain
-from .lossaug.chain import chain_loss_augmented
-from .lossaug.semimarkov import segmentation_loss_augmented
+from .lossaug.chain import loss_augmented_chain
+from .lossaug.semimarkov import loss_augmented_semimarkov
 from .lossaug.spec import HLike
-from .semimarkov import _ops as _sm_ops
-from .semimarkov import _torch as _sm_torch
-from .semimarkov._torch import POTENTIALS as _SM_POTENTIALS
-from .semimarkov._torch import guard as _sm_guard
-from .semimarkov.kbest import kbest_segmentations
-from .semimarkov.layout import SemiMarkov, check_segmentation, check_semimarkov, semimarkov_score
+from .semimarkov.kbest import kbest_semimarkov
+from .semimarkov.layout import check_segmentation, check_semimarkov
 from .semimarkov.plif import SegmentPLiF
-from .semimarkov.sampling import sample_segmentations
+from .semimarkov.sampling import sample_semimarkov
+from .semimarkov.segments import (
+    expectations_semimarkov,
+    log_partition_semimarkov,
+    log_prob_semimarkov,
+    score_semimarkov,
+    viterbi_semimarkov,
+)
 
 __all__ = ["ChainDistribution", "SemiMarkovDistribution", "SegmentMarginals"]
-
-
-
-def _node(x: Tensor, create_graph: bool) -> Tensor:
-    """A distinct autograd node for ``x``: a view connected to ``x`` when the graph is kept and ``x``
-    requires grad, else a fresh leaf."""
-    if create_graph and x.requires_grad:
-        return x.view(x.shape)
-    return x.detach().clone().requires_grad_()
-
-
-def _logz_and_grads(fn: Callable[..., Tensor], parts: Sequence[Tensor]) -> tuple[Tensor, list[Tensor]]:
-    """``fn(*parts)`` (a (B,) log-partition) and its gradients w.r.t. every part (the marginals),
-    differentiable w.r.t. the parts when grad mode is on and one of them requires grad."""
-    create_graph = torch.is_grad_enabled() and any(p.requires_grad for p in parts)
-    context = torch.enable_grad() if create_graph else torch.inference_mode(False)
-    with context, torch.enable_grad():
-        nodes = [_node(p, create_graph) for p in parts]
-        logz = fn(*nodes)
-        total = torch.where(torch.isfinite(logz.detach()), logz, 0.0).sum()
-        grads = torch.autograd.grad(total, nodes, create_graph=create_graph, allow_unused=True)
-    grads = [torch.zeros_like(n) if g is None else g for g, n in zip(grads, nodes, strict=True)]
-    if not create_graph:
-        logz, grads = logz.detach(), [g.detach() for g in grads]
-    return logz, grads
-
-
-def _entropy(logz: Tensor, grads: Sequence[Tensor], parts: Sequence[Tensor]) -> Tensor:
-    """(B,) logZ - <marginals, potentials>, with -inf potentials (marginal 0) left out, and 0 on
-    rows without a feasible structure."""
-    inner = logz.new_zeros(logz.shape)
-    for mu, theta in zip(grads, parts, strict=True):
-        theta = accumulate(theta)
-        safe = torch.where(theta == NEG_INF, 0.0, theta)
-        inner = inner + (accumulate(mu) * safe).flatten(1).sum(1)  # B = 0 too
-    feasible = logz > NEG_INF
-    return torch.where(feasible, logz - torch.where(feasible, inner, 0.0), 0.0)
 
 
 class _StructureDistribution:
@@ -192,10 +166,10 @@ class ChainDistribution(_StructureDistribution):
 
     def _logz64(self) -> Tensor:
         """(B,) log-partition in the accumulation dtype (float64 on CPU), differentiable."""
-        def compute() -> Tensor:
-            chain = self._chain
-            return _chain_torch.guard(chain, _chain_ops.log_partition(chain), "the log-partition")
-        return self._internal("logz", compute)
+        return self._internal("logz", lambda: log_partition_chain(self._chain, accumulated=True))
+
+    def _viterbi(self) -> tuple[Tensor, Tensor]:
+        return self._internal("viterbi", lambda: viterbi_chain(self._chain))
 
     @property
     def log_partition(self) -> Tensor:
@@ -208,31 +182,18 @@ class ChainDistribution(_StructureDistribution):
     def argmax(self) -> Tensor:
         """Tensor (B, T) int64: the best labeling, -1 beyond each length and on infeasible rows (ties
         as :func:`structtorch.viterbi`)."""
-        return self._run("argmax", lambda: _viterbi_path(self._chain))
+        return self._run("argmax", lambda: self._viterbi()[1])
 
     @property
     def max(self) -> Tensor:
         """Tensor (B,): the best score (0 for zero-length rows, -inf for infeasible ones); its gradient
         is the indicator of ``argmax``."""
-        return self._run("max", lambda: _score_paths(self._chain, self.argmax))
+        return self._run("max", lambda: self._viterbi()[0])
 
     def _expectations(self) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         """(logZ, marginals, potentials): logZ (B,) and d logZ / d (unary (B, T, N), per-position
         transitions (B, T-1, N, N), start (B, N), end (B, N)), in the accumulation dtype."""
-        def compute():
-            chain = _chain_torch.accumulating(self._chain)
-            B, T, N = chain.shape
-            trans = chain.transitions
-            if chain.shared:
-                trans = trans.expand(B, max(T - 1, 0), N, N)
-            parts = [chain.unary, trans, chain.start, chain.end]
-
-            def logz(u: Tensor, a: Tensor, s: Tensor, e: Tensor) -> Tensor:
-                return _chain_ops.log_partition(Chain(u, a.contiguous(), s, e, chain.lengths.clone()))
-
-            value, grads = _logz_and_grads(logz, parts)
-            return value, grads, parts
-        return self._internal("expectations", compute)
+        return self._internal("expectations", lambda: expectations_chain(self._chain))
 
     @property
     def marginals(self) -> Tensor:
@@ -255,7 +216,7 @@ class ChainDistribution(_StructureDistribution):
         through the log-partition)."""
         def compute() -> Tensor:
             logz, grads, parts = self._expectations()
-            return _entropy(logz, grads, parts).to(self._chain.unary.dtype)
+            return entropy(logz, grads, parts).to(self._chain.unary.dtype)
         return self._run("entropy", compute)
 
     def log_prob(self, structure: Tensor) -> Tensor:
@@ -273,14 +234,7 @@ class ChainDistribution(_StructureDistribution):
             -inf potential and on infeasible rows, 0 on zero-length rows. Differentiable.
         """
         chain = self._chain
-        labels = check_labels(structure, chain.mask(), chain.shape[2], name="structure")
-
-        def compute() -> Tensor:
-            logz = self._logz64()
-            score = _path_score(chain, labels)
-            out = torch.where(logz == NEG_INF, NEG_INF, score - logz.to(score.dtype))
-            return cast_checked(out, chain.unary.dtype, "the log-probability", chain.potentials)
-        return self._run(None, compute)
+        return self._run(None, lambda: log_prob_chain(chain, structure, self._logz64(), name="structure"))
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         """``n`` labelings per chain drawn from the distribution: (n, B, T) int64, -1 beyond each
@@ -291,9 +245,7 @@ class ChainDistribution(_StructureDistribution):
 
     def score(self, structure: Tensor) -> Tensor:
         """Scores (B,) of given labelings (B, T), as :func:`structtorch.path_score`."""
-        c = self._chain
-        return self._run(None, lambda: path_score(c.unary, c.transitions, structure, start=c.start, end=c.end,
-                                                  lengths=c.lengths))
+        return self._run(None, lambda: path_score_chain(self._chain, structure, name="structure"))
 
     def loss_augmented(self, target: Tensor, *, h: HLike = None, rescaling: str = "margin",
                        weights: Tensor | None = None, cost: Tensor | None = None,
@@ -302,7 +254,7 @@ class ChainDistribution(_StructureDistribution):
         (B,))`` as :func:`structtorch.loss_augmented` returns them (the value's gradient is
         the structured hinge's subgradient). :func:`structtorch.structured_hinge` takes this
         distribution as its structure."""
-        return self._run(None, lambda: chain_loss_augmented(
+        return self._run(None, lambda: loss_augmented_chain(
             self._chain, target, h=h, rescaling=rescaling, weights=weights, cost=cost, algorithm=algorithm))
 
     def kbest(self, k: int) -> tuple[Tensor, Tensor]:
@@ -322,9 +274,7 @@ class ChainDistribution(_StructureDistribution):
             -1 beyond each length and in the missing entries.
         """
         k = check_int("k", k, 1)
-        c = self._chain
-        return self._run(None, lambda: kbest(c.unary, c.transitions, k, start=c.start, end=c.end,
-                                             lengths=c.lengths))
+        return self._run(None, lambda: kbest_chain(self._chain, k))
 
 
 class SegmentMarginals(NamedTuple):
@@ -442,22 +392,17 @@ class SemiMarkovDistribution(_StructureDistribution):
 
     def _logz64(self) -> Tensor:
         """(B,) log-partition in float64 (the kernels' precision), differentiable."""
-        def compute() -> Tensor:
-            sm = self._sm
-            if sm.shape[1] == 0:
-                return accumulate(sm.content.sum(dim=(1, 2)))  # zeros, connected to the graph
-            return _sm_guard(sm, _sm_ops.log_partition(sm), "the log-partition")
-        return self._internal("logz", compute)
+        return self._internal("logz", lambda: log_partition_semimarkov(self._sm, accumulated=True))
 
     @property
     def log_partition(self) -> Tensor:
         """Tensor (B,): log of the sum of exp(score) over all segmentations; 0 for zero-length rows,
         -inf for infeasible ones (as :func:`structtorch.semimarkov_log_partition`)."""
         return self._run("log_partition", lambda: cast_checked(
-            self._logz64(), self._dtype, "the log-partition", _SM_POTENTIALS))
+            self._logz64(), self._dtype, "the log-partition", self._sm.potentials))
 
     def _viterbi(self) -> tuple[Tensor, Tensor, Tensor]:
-        return self._internal("viterbi", lambda: _sm_ops.viterbi(self._sm))
+        return self._internal("viterbi", lambda: viterbi_semimarkov(self._sm))
 
     @property
     def argmax(self) -> tuple[Tensor, Tensor]:
@@ -469,35 +414,14 @@ class SemiMarkovDistribution(_StructureDistribution):
     def max(self) -> Tensor:
         """Tensor (B,): the best score (0 for zero-length rows, -inf for infeasible ones); its gradient
         is the indicator of ``argmax``."""
-        def compute() -> Tensor:
-            best, labels, starts = self._viterbi()
-            score = semimarkov_score(self._sm, labels, starts).to(self._dtype)
-            return _sm_guard(self._sm, torch.where(best > NEG_INF, score, NEG_INF), "the Viterbi score")
-        return self._run("max", compute)
+        return self._run("max", lambda: self._viterbi()[0])
 
     def _expectations(self, segments: bool) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         """(logZ, marginals, potentials) with potentials [content, length_scores, boundary,
         transitions per row (B, N, N), start, end] and, with ``segments`` or given segment scores,
         segment_scores (zeros when not given) last; float64 reference recursion."""
-        def compute():
-            sm = self._sm
-            B, T, S, N = sm.shape
-            trans = sm.transitions.expand(B, N, N)
-            parts = [sm.content, sm.length_scores, sm.boundary, trans, sm.start, sm.end]
-            if sm.segment_scores is not None:
-                parts.append(sm.segment_scores)
-            elif segments:
-                parts.append(sm.content.new_zeros(B, T, S, N))
-            parts = [accumulate(x) for x in parts]
-
-            def logz(content, length, boundary, trans, start, end, segment=None):
-                model = SemiMarkov(content, trans, length, boundary, segment, start, end, sm.lengths.clone())
-                return _sm_torch.log_partition(model)
-
-            value, grads = _logz_and_grads(logz, parts)
-            return value, grads, parts
         key = "expectations" if segments or self._sm.segment_scores is not None else "expectations_nosegments"
-        return self._internal(key, compute)
+        return self._internal(key, lambda: expectations_semimarkov(self._sm, segments))
 
     @property
     def marginals(self) -> SegmentMarginals:
@@ -520,7 +444,7 @@ class SemiMarkovDistribution(_StructureDistribution):
         self._no_plif("entropy")
         def compute() -> Tensor:
             logz, grads, parts = self._expectations(segments=False)
-            return _entropy(logz, grads, parts).to(self._dtype)
+            return entropy(logz, grads, parts).to(self._dtype)
         return self._run("entropy", compute)
 
     def _structure(self, structure: object) -> tuple[Tensor, Tensor]:
@@ -550,13 +474,7 @@ class SemiMarkovDistribution(_StructureDistribution):
             potential and on infeasible rows, 0 on zero-length rows. Differentiable.
         """
         labels, starts = self._structure(structure)
-
-        def compute() -> Tensor:
-            logz = self._logz64()
-            score = semimarkov_score(self._sm, labels, starts)
-            out = torch.where(logz == NEG_INF, NEG_INF, score - logz.to(score.dtype))
-            return cast_checked(out, self._dtype, "the log-probability", _SM_POTENTIALS)
-        return self._run(None, compute)
+        return self._run(None, lambda: log_prob_semimarkov(self._sm, labels, starts, self._logz64()))
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
         """``n`` segmentations per sequence drawn from the distribution: ``(labels, starts)``, each
@@ -564,13 +482,13 @@ class SemiMarkovDistribution(_StructureDistribution):
         self._no_plif("sample")
         n = check_int("n", n, 1)
         check_generator(generator)
-        return self._run(None, lambda: sample_segmentations(self._sm, n, generator))
+        return self._run(None, lambda: sample_semimarkov(self._sm, n, generator))
 
     def score(self, structure: tuple[Tensor, Tensor]) -> Tensor:
         """Scores (B,) of given segmentations ``(labels, starts)``, as
         :func:`structtorch.semimarkov_score`."""
         labels, starts = self._structure(structure)
-        return self._run(None, lambda: semimarkov_score(self._sm, labels, starts))
+        return self._run(None, lambda: score_semimarkov(self._sm, labels, starts))
 
     def loss_augmented(self, target: tuple[Tensor, Tensor], *, h: HLike = None, rescaling: str = "margin",
                        weights: Tensor | None = None, cost: Tensor | None = None,
@@ -582,7 +500,7 @@ class SemiMarkovDistribution(_StructureDistribution):
             raise ValueError("cost is not supported for semi-Markov models (use h and weights)")
         if not isinstance(target, (tuple, list)) or len(target) != 2:
             raise TypeError("target must be a (labels, starts) pair of (B, T) tensors")
-        return self._run(None, lambda: segmentation_loss_augmented(
+        return self._run(None, lambda: loss_augmented_semimarkov(
             self._sm, target[0], target[1], h=h, rescaling=rescaling, weights=weights, algorithm=algorithm))
 
     def kbest(self, k: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -590,4 +508,4 @@ class SemiMarkovDistribution(_StructureDistribution):
         (B, k, T))`` (see :func:`structtorch.semimarkov_kbest`)."""
         self._no_plif("kbest")
         k = check_int("k", k, 1)
-        return self._run(None, lambda: kbest_segmentations(self._sm, k))
+        return self._run(None, lambda: kbest_semimarkov(self._sm, k))

@@ -68,3 +68,47 @@ def test_no_import_cycles():
         if node not in state:
             visit(node)
 
+
+
+STRUCTURES = ("chain", "semimarkov", "lossaug")
+
+
+def _private_structure_imports(path: Path, name: str) -> list[str]:
+    """``module:name`` for each private module or name of a structure package that ``path`` imports."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        base = node.module or ""
+        if node.level:
+            anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+            base = ".".join(anchor + ([base] if base else []))
+        parts = base.split(".")
+        if len(parts) < 2 or parts[0] != "structtorch" or parts[1] not in STRUCTURES:
+            continue
+        for alias in node.names:
+            if any(p.startswith("_") for p in parts[2:]) or alias.name.startswith("_"):
+                found.append(f"{base}:{alias.name}")
+    return found
+
+
+def test_layers_above_the_structures_use_their_public_names():
+    """Distributions, losses, layers, training and the rest sit on the structures' public functions
+    (and their validated types); only the structure packages share their private rooms."""
+    offenders = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = _module_name(path)
+        if name.split(".")[1:2] and name.split(".")[1] in STRUCTURES:
+            continue
+        found = _private_structure_imports(path, name)
+        if found:
+            offenders[name] = found
+    assert offenders == {}
+
+
+def test_the_private_import_scan_can_fail(tmp_path):
+    path = tmp_path / "probe.py"
+    path.write_text("from .chain import _ops\nfrom .semimarkov._torch import guard\nfrom .chain.linear import viterbi\n")
+    assert _private_structure_imports(path, "structtorch.probe") == [
+        "structtorch.chain:_ops", "structtorch.semimarkov._torch:guard"]

@@ -19,9 +19,8 @@ from torch import Tensor
 
 from .. import _backend
 from .._library import operator, save_for_backward, vmap_rule
-from .._numerics import grads_through
+from .._numerics import accumulate, grads_through
 from . import _torch
-from ._torch import accumulating
 from .layout import Chain
 
 
@@ -70,7 +69,7 @@ def viterbi_path(unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor,
     """(B, T) int64 best labeling, -1 beyond each length and on infeasible rows."""
     chain = Chain(unary, transitions, start, end, lengths)
     if backend == "torch":
-        return _torch.viterbi(accumulating(chain))[1]
+        return _torch.viterbi(chain.map(accumulate))[1]
     return kernel_module(backend).viterbi_path(chain)
 
 
@@ -80,7 +79,7 @@ def log_partition_forward(unary: Tensor, transitions: Tensor, start: Tensor, end
     """logZ (B,) float64 and the backend's saved factors."""
     chain = Chain(unary, transitions, start, end, lengths)
     if backend == "torch":
-        return _torch.log_partition(accumulating(chain)).double(), []
+        return _torch.log_partition(chain.map(accumulate)).double(), []
     logz, state = kernel_module(backend).log_partition_forward(chain)
     return logz, list(state)
 
@@ -94,7 +93,7 @@ def log_partition_backward(grad: Tensor, unary: Tensor, transitions: Tensor, sta
     if backend == "torch":
         inputs = tuple(x.detach().requires_grad_() for x in (unary, transitions, start, end))
         with torch.enable_grad():
-            ref = _torch.log_partition(accumulating(Chain(*inputs, lengths)))
+            ref = _torch.log_partition(Chain(*inputs, lengths).map(accumulate))
             grads = torch.autograd.grad(ref, inputs, grad.to(ref.dtype), allow_unused=True)
         pairs = zip(grads, inputs, strict=True)
         return tuple(torch.zeros_like(x) if g is None else g.to(x.dtype) for g, x in pairs)

@@ -18,20 +18,6 @@ from .._numerics import NEG_INF, accumulate, backtrack, grads_through, safe_logs
 from .layout import Chain
 
 
-def accumulating(chain: Chain) -> Chain:
-    """The chain with its potentials in the accumulation precision (see :func:`accumulate`)."""
-    parts = (chain.unary, chain.transitions, chain.start, chain.end)
-    return Chain(*(accumulate(x) for x in parts), chain.lengths, chain.name)
-
-
-
-
-def pattern(chain: Chain) -> Chain:
-    """The chain's -inf pattern: 0 where an entry is finite, -inf where it is -inf."""
-    parts = (chain.unary, chain.transitions, chain.start, chain.end)
-    return Chain(*(forbidden_pattern(x) for x in parts), chain.lengths)
-
-
 def guard(chain: Chain, result: Tensor, what: str, feasible: Callable[[], Tensor] | None = None) -> Tensor:
     """``result`` (B,) of a chain DP, or a ValueError where it overflowed (see
     :func:`structtorch._checks.guard_overflow`); ``feasible`` defaults to Viterbi on the -inf
@@ -39,7 +25,7 @@ def guard(chain: Chain, result: Tensor, what: str, feasible: Callable[[], Tensor
     parts = (chain.unary, chain.transitions, chain.start, chain.end)
     if feasible is None:
         def feasible() -> Tensor:
-            return viterbi(pattern(chain))[0] > NEG_INF
+            return viterbi(chain.map(forbidden_pattern))[0] > NEG_INF
 
     T = chain.unary.shape[1]
     return guard_overflow(result, parts, 2 * T + 2, feasible, what, chain.potentials)
@@ -96,7 +82,7 @@ def double_backward(chain: Chain, needs: tuple[bool, ...], grad: Tensor) -> tupl
     """Gradients of logZ (upstream ``grad``) w.r.t. unary, transitions, start and end with
     ``create_graph``, through this recursion in the accumulation precision: the double-backward
     path of every kernel backend's log-partition."""
-    ref = log_partition(accumulating(chain))
+    ref = log_partition(chain.map(accumulate))
     inputs = (chain.unary, chain.transitions, chain.start, chain.end)
     return grads_through(ref, inputs, needs, grad.to(ref.dtype))
 
@@ -104,7 +90,7 @@ def double_backward(chain: Chain, needs: tuple[bool, ...], grad: Tensor) -> tupl
 def marginals_through(chain: Chain, create_graph: bool = True) -> Tensor:
     """(B, T, N) node marginals d logZ / d unary from the PyTorch recursion in the accumulation
     precision (float64 on CPU), differentiable w.r.t. the potentials when ``create_graph``."""
-    ref = accumulating(chain)
+    ref = chain.map(accumulate)
     if not ref.unary.requires_grad:  # unary must be a graph input
         ref.unary = ref.unary.detach().requires_grad_()
     logz = guard(chain, log_partition(ref), "the log-partition")

@@ -4,14 +4,16 @@ once, here, and the backends can assume canonical, contiguous tensors."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from .._checks import LengthsLike, _fmt, check_float, check_lengths, check_unary
+from .._numerics import accumulate
 
-__all__ = ["Chain", "check_chain"]
+__all__ = ["Chain", "check_chain", "labeling_score"]
 
 
 @dataclass
@@ -39,6 +41,11 @@ class Chain:
     def potentials(self) -> str:
         """The potentials' names, for overflow messages."""
         return f"{self.name}, transitions, start and end"
+
+    def map(self, fn: Callable[[Tensor], Tensor]) -> Chain:
+        """The chain with ``fn`` applied to each potential (not to the lengths)."""
+        parts = (self.unary, self.transitions, self.start, self.end)
+        return Chain(*(fn(x) for x in parts), self.lengths, self.name)
 
     @property
     def shared(self) -> bool:
@@ -100,3 +107,27 @@ def check_chain(
         lengths=check_lengths(lengths, B, T, unary.device, name),
         name=name,
     )
+
+
+def labeling_score(chain: Chain, labels: Tensor) -> Tensor:
+    """(B,) score of in-range ``labels`` (B, T) (any value beyond each length), summed in the
+    accumulation precision (float64 on CPU) and unchecked: :func:`structtorch.path_score` checks
+    the labels, guards against overflow and casts back."""
+    unary, lengths = chain.unary, chain.lengths
+    B, T, N = unary.shape
+    if T == 0:
+        return accumulate(unary.sum(dim=(1, 2)))  # zeros, connected to the graph
+    mask = chain.mask()
+    zero = accumulate(unary.new_zeros(()))
+    total = torch.where(mask, accumulate(unary.gather(2, labels.unsqueeze(2)).squeeze(2)), zero).sum(1)
+    if T > 1:
+        prev, nxt = labels[:, :-1], labels[:, 1:]
+        if chain.shared:
+            trans = chain.transitions[prev, nxt]
+        else:
+            flat = chain.transitions.flatten(2)
+            trans = flat.gather(2, (prev * N + nxt).unsqueeze(2)).squeeze(2)
+        total = total + torch.where(mask[:, 1:], accumulate(trans), zero).sum(1)
+    last = labels.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1))
+    first_end = accumulate(chain.start.gather(1, labels[:, :1])) + accumulate(chain.end.gather(1, last))
+    return total + torch.where(lengths > 0, first_end.squeeze(1), zero)

@@ -25,54 +25,56 @@ import numbers
 import torch
 from torch import Tensor, nn
 
-from .._checks import LengthsLike, cast_checked, check_labels
+from .. import _expectations
+from .._checks import LengthsLike, cast_checked, check_labels, forbidden_pattern
 from .._numerics import NEG_INF, accumulate
 from .._precision import mixed_precision
 from . import _ops, _torch
-from ._torch import accumulating
-from .layout import Chain, check_chain
+from .layout import Chain, check_chain, labeling_score
 
 __all__ = ["viterbi", "log_partition", "marginals", "path_score", "kbest", "Viterbi"]
 
-def _viterbi_path(chain: Chain) -> Tensor:
-    """(B, T) best labeling on the chosen backend (-1 beyond each length and on infeasible rows)."""
-    return _ops.viterbi(chain)
-
-
-def log_partition_chain(chain: Chain) -> Tensor:
-    """:func:`log_partition` of a validated :class:`Chain`."""
-    logz = _ops.log_partition(chain).to(chain.unary.dtype)
+def log_partition_chain(chain: Chain, *, accumulated: bool = False) -> Tensor:
+    """:func:`log_partition` of a validated :class:`Chain`; with ``accumulated`` in the accumulation
+    dtype (float64 on CPU), not cast back."""
+    logz = _ops.log_partition(chain)
+    if not accumulated:
+        logz = logz.to(chain.unary.dtype)
     return _torch.guard(chain, logz, "the log-partition")
 
 
-def _path_score(chain: Chain, labels: Tensor) -> Tensor:
-    """(B,) score of in-range ``labels`` (B, T) (any value beyond each length), summed in the
-    accumulation precision (float64 on CPU; cast back by the public functions)."""
-    unary, lengths = chain.unary, chain.lengths
-    B, T, N = unary.shape
-    if T == 0:
-        return accumulate(unary.sum(dim=(1, 2)))  # zeros, connected to the graph
-    mask = chain.mask()
-    zero = accumulate(unary.new_zeros(()))
-    total = torch.where(mask, accumulate(unary.gather(2, labels.unsqueeze(2)).squeeze(2)), zero).sum(1)
-    if T > 1:
-        prev, nxt = labels[:, :-1], labels[:, 1:]
-        if chain.shared:
-            trans = chain.transitions[prev, nxt]
-        else:
-            flat = chain.transitions.flatten(2)
-            trans = flat.gather(2, (prev * N + nxt).unsqueeze(2)).squeeze(2)
-        total = total + torch.where(mask[:, 1:], accumulate(trans), zero).sum(1)
-    last = labels.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1))
-    first_end = accumulate(chain.start.gather(1, labels[:, :1])) + accumulate(chain.end.gather(1, last))
-    return total + torch.where(lengths > 0, first_end.squeeze(1), zero)
+def log_prob_chain(chain: Chain, labels: Tensor, logz: Tensor, name: str = "labels") -> Tensor:
+    """(B,) log-probability score(labels) - logZ of a validated :class:`Chain`, taken in the
+    accumulation dtype and cast once; ``logz`` is :func:`log_partition_chain` with ``accumulated``
+    (computed once by the caller), ``labels`` are checked here, as ``name``."""
+    labels = check_labels(labels, chain.mask(), chain.shape[2], name=name)
+    return _expectations.log_prob(labeling_score(chain, labels), logz, chain.unary.dtype, chain.potentials)
+
+
+def expectations_chain(chain: Chain) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+    """(logZ (B,), marginals, potentials) of a validated :class:`Chain` in the accumulation dtype:
+    the potentials are [unary (B, T, N), per-position transitions (B, T-1, N, N), start (B, N),
+    end (B, N)] and the marginals their gradients d logZ / d potential (node, edge, first- and
+    last-label marginals), differentiable when a potential requires grad."""
+    chain = chain.map(accumulate)
+    B, T, N = chain.shape
+    trans = chain.transitions
+    if chain.shared:
+        trans = trans.expand(B, max(T - 1, 0), N, N)
+    parts = [chain.unary, trans, chain.start, chain.end]
+
+    def logz(u: Tensor, a: Tensor, s: Tensor, e: Tensor) -> Tensor:
+        return _ops.log_partition(Chain(u, a.contiguous(), s, e, chain.lengths.clone()))
+
+    value, grads = _expectations.logz_and_grads(logz, parts)
+    return value, grads, parts
 
 
 def _score_paths(chain: Chain, path: Tensor) -> Tensor:
     """Differentiable scores of DP-returned paths in the input dtype; -inf where the path is all -1
     (infeasible)."""
     feasible = (path[:, :1] >= 0).all(1) | (chain.lengths == 0)
-    scores = torch.where(feasible, _path_score(chain, path.clamp(min=0)), NEG_INF)
+    scores = torch.where(feasible, labeling_score(chain, path.clamp(min=0)), NEG_INF)
     return _cast_guarded(chain, scores, "the Viterbi score")
 
 
@@ -118,7 +120,7 @@ def viterbi(
 
 def viterbi_chain(chain: Chain) -> tuple[Tensor, Tensor]:
     """:func:`viterbi` of a validated :class:`Chain`."""
-    path = _viterbi_path(chain)
+    path = _ops.viterbi(chain)
     return _score_paths(chain, path), path
 
 
@@ -205,9 +207,9 @@ def path_score_chain(chain: Chain, labels: Tensor, name: str = "labels") -> Tens
     labels = check_labels(labels, chain.mask(), chain.shape[2], name=name)
 
     def feasible() -> Tensor:  # the labeling uses no -inf entry
-        return _path_score(_torch.pattern(chain), labels) > NEG_INF
+        return labeling_score(chain.map(forbidden_pattern), labels) > NEG_INF
 
-    return _cast_guarded(chain, _path_score(chain, labels), "the path score", feasible)
+    return _cast_guarded(chain, labeling_score(chain, labels), "the path score", feasible)
 
 
 def _kbest_paths(chain: Chain, k: int) -> tuple[Tensor, Tensor]:
@@ -275,7 +277,7 @@ def kbest_chain(chain: Chain, k: int) -> tuple[Tensor, Tensor]:
         raise ValueError(f"k must be >= 1, got {k}")
     B, T, N = chain.shape
     with torch.no_grad():
-        paths, valid = _kbest_paths(accumulating(chain), k)
+        paths, valid = _kbest_paths(chain.map(accumulate), k)
     flat = paths.reshape(B * k, T)
     rep = Chain(
         unary=chain.unary.repeat_interleave(k, 0),
@@ -284,7 +286,7 @@ def kbest_chain(chain: Chain, k: int) -> tuple[Tensor, Tensor]:
         end=chain.end.repeat_interleave(k, 0),
         lengths=chain.lengths.repeat_interleave(k, 0),
     )
-    scores = _path_score(rep, flat.clamp(min=0)).reshape(B, k)
+    scores = labeling_score(rep, flat.clamp(min=0)).reshape(B, k)
     # -inf in a valid entry, or no best labeling for a feasible row, is an overflow (guard_overflow)
     first = torch.arange(k, device=scores.device) == 0
     checked = torch.where(valid, scores, torch.where(first, NEG_INF, 0.0))

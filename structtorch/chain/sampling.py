@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 
 from .._checks import LengthsLike, check_generator, check_int
-from .._numerics import NEG_INF, gumbel_argmax, safe_logsumexp
+from .._numerics import NEG_INF, accumulate, gumbel_argmax, safe_logsumexp
 from .._precision import mixed_precision
 from . import _torch
 from .layout import Chain, check_chain
@@ -47,8 +47,7 @@ def sample(unary: Tensor, transitions: Tensor, n: int, *, start: Tensor | None =
 @torch.no_grad()
 def sample_chain(chain: Chain, n: int, generator: torch.Generator | None) -> Tensor:
     """(n, B, T) labelings drawn from a canonical chain's distribution (see :func:`sample`)."""
-    parts = (chain.unary, chain.transitions, chain.start, chain.end)
-    ch = _torch.accumulating(Chain(*(x.detach() for x in parts), chain.lengths))
+    ch = chain.map(lambda x: accumulate(x.detach()))
     B, T, N = ch.shape
     out = torch.full((n, B, T), -1, dtype=torch.long, device=ch.unary.device)
     if T == 0 or B == 0:

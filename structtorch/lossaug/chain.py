@@ -30,7 +30,7 @@ from ._ops import solve
 from .spec import HLike, resolve_loss
 from .structures import _ChainStructure, _WindowStructure
 
-__all__ = ["loss_augmented", "window_loss_augmented", "chain_loss_augmented", "loss_augmented_viterbi",
+__all__ = ["loss_augmented", "window_loss_augmented", "loss_augmented_chain", "loss_augmented_viterbi",
            "loss_augmented_viterbi_window"]
 
 
@@ -90,11 +90,11 @@ def loss_augmented(
         weights).
     """
     chain = check_chain(unary, transitions, start, end, lengths)
-    return chain_loss_augmented(chain, target, h=h, rescaling=rescaling, weights=weights, cost=cost,
+    return loss_augmented_chain(chain, target, h=h, rescaling=rescaling, weights=weights, cost=cost,
                                 algorithm=algorithm)
 
 
-def chain_loss_augmented(chain: Chain, target: Tensor, *, h: HLike = None, rescaling: str = "margin",
+def loss_augmented_chain(chain: Chain, target: Tensor, *, h: HLike = None, rescaling: str = "margin",
                          weights: Tensor | None = None, cost: Tensor | None = None,
                          algorithm: str = "auto") -> tuple[Tensor, Tensor, Tensor]:
     """:func:`loss_augmented` on an already validated :class:`Chain` (the target and the

@@ -24,7 +24,7 @@ from ._ops import solve
 from .spec import HLike, resolve_loss
 from .structures import _SemiMarkovStructure, decode
 
-__all__ = ["semimarkov_loss_augmented", "segmentation_loss_augmented"]
+__all__ = ["semimarkov_loss_augmented", "loss_augmented_semimarkov"]
 
 
 def check_target(labels: Tensor, starts: object, sm: SemiMarkov) -> tuple[Tensor, Tensor]:
@@ -73,11 +73,11 @@ def semimarkov_loss_augmented(
     """
     sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
                           start, end, lengths, segment_plif)
-    return segmentation_loss_augmented(sm, target_labels, target_starts, h=h, rescaling=rescaling,
+    return loss_augmented_semimarkov(sm, target_labels, target_starts, h=h, rescaling=rescaling,
                                        weights=weights, algorithm=algorithm)
 
 
-def segmentation_loss_augmented(sm: SemiMarkov, target_labels: Tensor, target_starts: Tensor, *,
+def loss_augmented_semimarkov(sm: SemiMarkov, target_labels: Tensor, target_starts: Tensor, *,
                                 h: HLike = None, rescaling: str = "margin", weights: Tensor | None = None,
                                 algorithm: str = "auto") -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """:func:`semimarkov_loss_augmented` on already validated :class:`SemiMarkov` potentials (the

@@ -19,8 +19,7 @@ from .._backend import kernel_module
 from .._checks import check_target_score
 from .._numerics import NEG_INF, accumulate
 from ..chain import _ops as _chain_ops
-from ..chain import linear as _chain
-from ..chain._torch import accumulating
+from ..chain.layout import labeling_score
 from ..chain.window import _window_path, _window_score
 from ..semimarkov.layout import SemiMarkov, semimarkov_score
 from ..semimarkov.plif import SegmentPLiF
@@ -80,13 +79,13 @@ class _ChainStructure(_LabelStructure):
         return c.unary, c.transitions, c.start, c.end, c.lengths
 
     def score(self, path: Tensor) -> Tensor:
-        return _chain._path_score(self.chain, path.clamp(min=0))
+        return labeling_score(self.chain, path.clamp(min=0))
 
     def fold_path(self, label_loss: Tensor) -> Tensor:
-        c = accumulating(self.chain)  # the loss is added in double on CPU
+        c = self.chain.map(accumulate)  # the loss is added in double on CPU
         shifted = type(c)(c.unary.detach() + label_loss.to(c.unary.dtype), c.transitions.detach(),
                           c.start.detach(), c.end.detach(), c.lengths)
-        return _chain._viterbi_path(shifted)
+        return _chain_ops.viterbi(shifted)
 
     def tables(self, target: Tensor, weights: Tensor, K: int, negate: bool) -> Tables:
         c = self.chain

@@ -17,9 +17,8 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import LengthsLike, _fmt, cast_checked, check_lengths, plain
-from .._numerics import NEG_INF, negative_log_likelihood, reduce_batch
+from .._numerics import NEG_INF, accumulate, negative_log_likelihood, reduce_batch
 from .._precision import mixed_precision
-from ..chain._torch import accumulating
 from ..chain.layout import check_chain
 from ..chain.linear import kbest_chain, log_partition_chain, marginals_chain, path_score_chain, viterbi_chain
 
@@ -356,7 +355,7 @@ def _negative_log_likelihood(unary: Tensor, transitions: Tensor, start: Tensor, 
                              lengths: Tensor) -> Tensor:
     """(B,) logZ - score(labels), both in the accumulation precision, cast once."""
     chain = check_chain(unary, transitions, start, end, lengths, name="emissions")
-    wide = accumulating(chain)
+    wide = chain.map(accumulate)
     logz = log_partition_chain(wide)
     gold = path_score_chain(wide, labels, name="tags")
     # +inf stays (a labeling with probability 0, or no valid labeling at all); a finite NLL beyond

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from .._checks import forbidden_pattern, guard_overflow
 from .._numerics import NEG_INF, safe_logsumexp
-from .layout import SemiMarkov
+from .layout import POTENTIALS, SemiMarkov
 from .plif import plif_interpolate
 
 
@@ -127,9 +127,6 @@ def fill_labels(starts: Tensor, seg_label: Tensor, inside: Tensor) -> Tensor:
     T = starts.shape[-1]
     filled = torch.where(starts, torch.arange(T, device=starts.device), 0).cummax(-1).values
     return torch.where(inside, seg_label.gather(-1, filled), -1)
-
-
-POTENTIALS = "the content, transition, length, boundary and segment scores"
 
 
 def guard(sm: SemiMarkov, result: Tensor, what: str, feasible: Callable[[], Tensor] | None = None) -> Tensor:

@@ -54,7 +54,7 @@ def semimarkov_kbest(
     """
     sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
                           start, end, lengths)
-    return kbest_segmentations(sm, check_int("k", k, 1))
+    return kbest_semimarkov(sm, check_int("k", k, 1))
 
 
 @torch.no_grad()
@@ -112,7 +112,7 @@ def _kbest_structures(sm: SemiMarkov, k: int) -> tuple[Tensor, Tensor, Tensor]:
     return fill_labels(starts, seg_label, inside), starts & valid.unsqueeze(2), valid
 
 
-def kbest_segmentations(sm: SemiMarkov, k: int) -> tuple[Tensor, Tensor, Tensor]:
+def kbest_semimarkov(sm: SemiMarkov, k: int) -> tuple[Tensor, Tensor, Tensor]:
     """Scores (B, k), labels (B, k, T), starts (B, k, T) of canonical potentials (see
     :func:`semimarkov_kbest`)."""
     labels, starts, valid = _kbest_structures(sm, k)

@@ -41,6 +41,9 @@ __all__ = ["SemiMarkov", "check_semimarkov", "check_segmentation", "semimarkov_s
            "segment_layout"]
 
 
+POTENTIALS = "the content, transition, length, boundary and segment scores"
+
+
 @dataclass
 class SemiMarkov:
     """Canonical semi-Markov potentials (see the module docstring).
@@ -70,6 +73,11 @@ class SemiMarkov:
         return SemiMarkov(apply(self.content), apply(self.transitions), apply(self.length_scores),
                           apply(self.boundary), apply(self.segment_scores), apply(self.start),
                           apply(self.end), self.lengths, plif)
+
+    @property
+    def potentials(self) -> str:
+        """The potentials' names, for overflow messages."""
+        return POTENTIALS
 
     def detached(self) -> SemiMarkov:
         """The same potentials cut from the autograd graph."""

@@ -57,11 +57,11 @@ def semimarkov_sample(
     """
     sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
                           start, end, lengths)
-    return sample_segmentations(sm, check_int("n", n, 1), check_generator(generator))
+    return sample_semimarkov(sm, check_int("n", n, 1), check_generator(generator))
 
 
 @torch.no_grad()
-def sample_segmentations(sm: SemiMarkov, n: int, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+def sample_semimarkov(sm: SemiMarkov, n: int, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
     """(labels, starts), each (n, B, T), drawn from the segmentation distribution of canonical
     potentials (see :func:`semimarkov_sample`)."""
     sm = detached64(sm)

@@ -14,12 +14,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .. import _expectations
 from .._checks import LengthsLike, cast_checked, forbidden_pattern
-from .._numerics import NEG_INF
+from .._numerics import NEG_INF, accumulate
 from .._precision import mixed_precision
-from . import _ops
+from . import _ops, _torch
 from ._torch import POTENTIALS, guard
-from .layout import check_segmentation, check_semimarkov
+from .layout import SemiMarkov, check_segmentation, check_semimarkov
 from .layout import semimarkov_score as _score
 from .plif import SegmentPLiF
 
@@ -73,8 +74,12 @@ def semimarkov_viterbi(
     starts : Tensor (B, T) bool
         True where a segment begins.
     """
-    sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
-                          start, end, lengths, segment_plif)
+    return viterbi_semimarkov(check_semimarkov(content, transitions, max_len, length_scores, boundary,
+                                               segment_scores, start, end, lengths, segment_plif))
+
+
+def viterbi_semimarkov(sm: SemiMarkov) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`semimarkov_viterbi` of a validated :class:`SemiMarkov`."""
     best, labels, starts = _ops.viterbi(sm)
     score = _score(sm, labels, starts).to(sm.content.dtype)
     return guard(sm, torch.where(best > NEG_INF, score, NEG_INF), "the Viterbi score"), labels, starts
@@ -99,11 +104,46 @@ def semimarkov_log_partition(
     segment marginals: on CPU a compiled forward and a hand-written backward (O(T S N) time, O(T N)
     memory per sequence); elsewhere, and with ``segment_plif``, autograd through the PyTorch
     recursion."""
-    sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
-                          start, end, lengths, segment_plif)
+    return log_partition_semimarkov(check_semimarkov(content, transitions, max_len, length_scores, boundary,
+                                                     segment_scores, start, end, lengths, segment_plif))
+
+
+def log_partition_semimarkov(sm: SemiMarkov, *, accumulated: bool = False) -> Tensor:
+    """:func:`semimarkov_log_partition` of a validated :class:`SemiMarkov`; with ``accumulated`` in
+    float64 (the kernels' precision), not cast back."""
     if sm.shape[1] == 0:
-        return sm.content.sum(dim=(1, 2))  # zeros, connected to the graph (as the chain's)
-    return guard(sm, _ops.log_partition(sm).to(sm.content.dtype), "the log-partition")
+        zeros = sm.content.sum(dim=(1, 2))  # zeros, connected to the graph (as the chain's)
+        return accumulate(zeros) if accumulated else zeros
+    logz = _ops.log_partition(sm)
+    return guard(sm, logz if accumulated else logz.to(sm.content.dtype), "the log-partition")
+
+
+def log_prob_semimarkov(sm: SemiMarkov, labels: Tensor, starts: Tensor, logz: Tensor) -> Tensor:
+    """(B,) log-probability score - logZ of checked segmentations (see :func:`check_segmentation`)
+    of a validated :class:`SemiMarkov`, in float64 and cast once; ``logz`` is
+    :func:`log_partition_semimarkov` with ``accumulated``."""
+    return _expectations.log_prob(_score(sm, labels, starts), logz, sm.content.dtype, POTENTIALS)
+
+
+def expectations_semimarkov(sm: SemiMarkov, segments: bool) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+    """(logZ (B,), marginals, potentials) of a validated :class:`SemiMarkov` in float64 through the
+    reference recursion: the potentials are [content, length_scores, boundary, transitions per row
+    (B, N, N), start, end] and, with ``segments`` or given segment scores, segment_scores (zeros
+    when not given) last; the marginals are their gradients d logZ / d potential."""
+    B, T, S, N = sm.shape
+    parts = [sm.content, sm.length_scores, sm.boundary, sm.transitions.expand(B, N, N), sm.start, sm.end]
+    if sm.segment_scores is not None:
+        parts.append(sm.segment_scores)
+    elif segments:
+        parts.append(sm.content.new_zeros(B, T, S, N))
+    parts = [accumulate(x) for x in parts]
+
+    def logz(content, length, boundary, trans, start, end, segment=None):
+        model = SemiMarkov(content, trans, length, boundary, segment, start, end, sm.lengths.clone())
+        return _torch.log_partition(model)
+
+    value, grads = _expectations.logz_and_grads(logz, parts)
+    return value, grads, parts
 
 
 @mixed_precision
@@ -131,7 +171,12 @@ def semimarkov_score(
     """
     sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
                           start, end, lengths, segment_plif)
-    labels, starts = check_segmentation(labels, starts, sm)
+    return score_semimarkov(sm, *check_segmentation(labels, starts, sm))
+
+
+def score_semimarkov(sm: SemiMarkov, labels: Tensor, starts: Tensor) -> Tensor:
+    """:func:`semimarkov_score` of checked segmentations (see :func:`check_segmentation`) of a
+    validated :class:`SemiMarkov`."""
     score = _score(sm, labels, starts)
 
     def feasible() -> Tensor:  # the segmentation uses no -inf entry

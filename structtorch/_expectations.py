@@ -1,0 +1,60 @@
+"""Expectations of a structure's indicator features, shared by every structure: the marginals as
+the gradients of the log-partition, the entropy logZ - <marginals, potentials>, and log-probabilities
+score - logZ taken in the accumulation dtype."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from ._checks import cast_checked
+from ._numerics import NEG_INF, accumulate
+
+__all__ = ["logz_and_grads", "entropy", "log_prob"]
+
+
+def _node(x: Tensor, create_graph: bool) -> Tensor:
+    """A distinct autograd node for ``x``: a view connected to ``x`` when the graph is kept and ``x``
+    requires grad, else a fresh leaf."""
+    if create_graph and x.requires_grad:
+        return x.view(x.shape)
+    return x.detach().clone().requires_grad_()
+
+
+def logz_and_grads(fn: Callable[..., Tensor], parts: Sequence[Tensor]) -> tuple[Tensor, list[Tensor]]:
+    """``fn(*parts)`` (a (B,) log-partition) and its gradients w.r.t. every part (the marginals),
+    differentiable w.r.t. the parts when grad mode is on and one of them requires grad; infeasible
+    rows (-inf) get zero gradients. Works under ``torch.inference_mode`` too."""
+    create_graph = torch.is_grad_enabled() and any(p.requires_grad for p in parts)
+    context = torch.enable_grad() if create_graph else torch.inference_mode(False)
+    with context, torch.enable_grad():
+        nodes = [_node(p, create_graph) for p in parts]
+        logz = fn(*nodes)
+        total = torch.where(torch.isfinite(logz.detach()), logz, 0.0).sum()
+        grads = torch.autograd.grad(total, nodes, create_graph=create_graph, allow_unused=True)
+    grads = [torch.zeros_like(n) if g is None else g for g, n in zip(grads, nodes, strict=True)]
+    if not create_graph:
+        logz, grads = logz.detach(), [g.detach() for g in grads]
+    return logz, grads
+
+
+def entropy(logz: Tensor, grads: Sequence[Tensor], parts: Sequence[Tensor]) -> Tensor:
+    """(B,) logZ - <marginals, potentials> in the accumulation dtype, with -inf potentials (marginal
+    0) left out, and 0 on rows without a feasible structure."""
+    inner = logz.new_zeros(logz.shape)
+    for mu, theta in zip(grads, parts, strict=True):
+        theta = accumulate(theta)
+        safe = torch.where(theta == NEG_INF, 0.0, theta)
+        inner = inner + (accumulate(mu) * safe).flatten(1).sum(1)  # B = 0 too
+    feasible = logz > NEG_INF
+    return torch.where(feasible, logz - torch.where(feasible, inner, 0.0), 0.0)
+
+
+def log_prob(score: Tensor, logz: Tensor, dtype: torch.dtype, potentials: str) -> Tensor:
+    """(B,) score - logZ, both in the accumulation dtype, cast once to ``dtype``: -inf on infeasible
+    rows (logZ = -inf) and where the score is -inf. ``potentials`` names the inputs in overflow
+    messages."""
+    out = torch.where(logz == NEG_INF, NEG_INF, score - logz.to(score.dtype))
+    return cast_checked(out, dtype, "the log-probability", potentials)
