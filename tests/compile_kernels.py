@@ -69,7 +69,7 @@ def _chain_backward(x: str) -> dict:
     """The chain backward kernel's signature for inputs of pointer type ``x``."""
     f64 = "*fp64"
     return dict(unary=x, trans=x, end=x, lengths="*i64", alpha=f64, logz=f64, ring=f64, g_unary=f64, g_trans=f64,
-                grad=f64, T="i32", N="i32")
+                g_start=f64, g_end=f64, grad=f64, T="i32", N="i32")
 
 
 def main() -> int:

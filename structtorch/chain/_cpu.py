@@ -77,10 +77,11 @@ def _backward(chain: Chain, logz: Tensor, factors: tuple[Tensor, Tensor, Tensor]
 
 
 @torch.no_grad()
-def viterbi_path(chain: Chain) -> Tensor:
-    """(B, T) best labeling from the compiled Viterbi (-1 beyond each length and on infeasible rows)."""
+def viterbi(chain: Chain) -> tuple[Tensor, Tensor]:
+    """The best score (B,) float64 and labeling (B, T) from the compiled Viterbi (-1 beyond each
+    length and on infeasible rows)."""
     args = (chain.unary, chain.transitions, chain.start, chain.end, chain.lengths)
-    return chain_ops().viterbi_forward(*args)[1]
+    return chain_ops().viterbi_forward(*args)
 
 
 def node_marginals(chain: Chain) -> Tensor:

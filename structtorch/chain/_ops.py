@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from .. import _backend
-from .._library import operator, save_for_backward, vmap_rule
+from .._library import operator, save_for_backward
 from .._numerics import accumulate, grads_through
 from . import _torch
 from .layout import Chain
@@ -40,8 +40,9 @@ def kernel_module(backend: str):
     return _backend.kernel_module(backend, __package__)
 
 
-def _viterbi_path_fake(unary, transitions, start, end, lengths, backend):
-    return unary.new_empty(unary.shape[:2], dtype=torch.long)
+def _viterbi_fake(unary, transitions, start, end, lengths, backend):
+    B, T = unary.shape[:2]
+    return unary.new_empty(B, dtype=torch.float64), unary.new_empty(B, T, dtype=torch.long)
 
 
 def _log_partition_forward_fake(unary, transitions, start, end, lengths, backend):
@@ -63,14 +64,16 @@ def _marginals_backward_fake(grad, unary, transitions, start, end, lengths):
     return tuple(torch.empty_like(x) for x in (unary, transitions, start, end))
 
 
-@operator("chain_viterbi", _viterbi_path_fake)
-def viterbi_path(unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor, lengths: Tensor,
-                 backend: str) -> Tensor:
-    """(B, T) int64 best labeling, -1 beyond each length and on infeasible rows."""
+@operator("chain_viterbi", _viterbi_fake)
+def viterbi_forward(unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor, lengths: Tensor,
+                    backend: str) -> tuple[Tensor, Tensor]:
+    """The best score (B,) float64 (0 on empty rows, -inf on infeasible ones) and the best
+    labeling (B, T) int64, -1 beyond each length and on infeasible rows."""
     chain = Chain(unary, transitions, start, end, lengths)
     if backend == "torch":
-        return _torch.viterbi(chain.map(accumulate))[1]
-    return kernel_module(backend).viterbi_path(chain)
+        score, path = _torch.viterbi(chain.map(accumulate))
+        return score.double(), path
+    return kernel_module(backend).viterbi(chain)
 
 
 @operator("chain_log_partition", _log_partition_forward_fake)
@@ -212,17 +215,40 @@ def log_partition(chain: Chain) -> Tensor:
                               backend_of(chain))[0]
 
 
-def viterbi(chain: Chain) -> Tensor:
-    """(B, T) best labeling of a canonical chain (see :func:`viterbi_path`)."""
-    args = (chain.unary.detach(), chain.transitions.detach(), chain.start.detach(), chain.end.detach(),
-            chain.lengths)
-    return viterbi_path(*args, backend_of(chain))
+class Viterbi(torch.autograd.Function):
+    """The best score (float64 (B,), from the kernel) and labeling of a chain; the score's gradient
+    is the indicator of the labeling (:func:`structtorch.chain._torch.indicator_grads`)."""
+
+    @staticmethod
+    def forward(unary, transitions, start, end, lengths, backend):
+        return viterbi_forward(unary, transitions, start, end, lengths, backend)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        unary, transitions = inputs[:2]
+        ctx.save_for_backward(output[1], inputs[4])
+        ctx.shapes = unary.shape[2], transitions.dim() == 2, tuple(x.dtype for x in inputs[:4])
+        ctx.mark_non_differentiable(output[1])
+
+    @staticmethod
+    def backward(ctx, grad, _):
+        path, lengths = ctx.saved_tensors
+        N, shared, dtypes = ctx.shapes
+        grads = _torch.indicator_grads(path, lengths, grad, N, shared)
+        needs = ctx.needs_input_grad[:4]
+        pairs = zip(grads, dtypes, needs, strict=True)
+        return (*(g.to(d) if need else None for g, d, need in pairs), None, None)
+
+    @staticmethod
+    def vmap(info, in_dims, unary, transitions, start, end, lengths, backend):
+        V = info.batch_size
+        chain = fold_vmapped(V, in_dims[:5], unary, transitions, start, end, lengths)
+        score, path = viterbi(chain)
+        return (score.view(V, -1), path.view(V, -1, chain.shape[1])), (0, 0)
 
 
-def _viterbi_vmap(info, in_dims, unary, transitions, start, end, lengths, backend):
-    V = info.batch_size
-    chain = fold_vmapped(V, in_dims[:5], unary, transitions, start, end, lengths)
-    return viterbi(chain).view(V, -1, chain.shape[1]), 0
-
-
-vmap_rule(viterbi_path, _viterbi_vmap)
+def viterbi(chain: Chain) -> tuple[Tensor, Tensor]:
+    """The best score (B,) float64, differentiable, and labeling (B, T) of a canonical chain (see
+    :func:`viterbi_forward`)."""
+    return Viterbi.apply(chain.unary, chain.transitions, chain.start, chain.end, chain.lengths,
+                         backend_of(chain))

@@ -78,6 +78,30 @@ def viterbi(chain: Chain) -> tuple[Tensor, Tensor]:
     return best, path
 
 
+def indicator_grads(path: Tensor, lengths: Tensor, grad: Tensor, N: int,
+                    shared: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The gradients of the scores of labelings ``path`` (B, T) (-1 outside: beyond each length and
+    on infeasible rows), scaled by ``grad`` (B,): the indicators of the labels (B, T, N), of the
+    label pairs (N, N) when ``shared`` else (B, T-1, N, N), of the first and the last label (B, N),
+    in ``grad``'s dtype."""
+    B, T = path.shape
+    inside = path >= 0
+    label = path.clamp(min=0)
+    weight = torch.where(inside, grad[:, None], 0.0)
+    g_unary = grad.new_zeros(B, T, N).scatter_(2, label[..., None], weight[..., None])
+    pairs = label[:, :-1] * N + label[:, 1:]
+    steps = weight[:, 1:]  # a step is inside when its second label is
+    if shared:
+        g_trans = grad.new_zeros(N * N).index_add_(0, pairs.flatten(), steps.flatten()).view(N, N)
+    else:
+        g_trans = grad.new_zeros(B, max(T - 1, 0), N * N).scatter_(2, pairs[..., None], steps[..., None])
+        g_trans = g_trans.view(B, max(T - 1, 0), N, N)
+    g_start = g_unary[:, 0] if T else grad.new_zeros(B, N)
+    last = (lengths - 1).clamp(min=0).view(B, 1, 1).expand(B, 1, N)
+    g_end = g_unary.gather(1, last).squeeze(1) if T else grad.new_zeros(B, N)
+    return g_unary, g_trans, g_start, g_end
+
+
 def double_backward(chain: Chain, needs: tuple[bool, ...], grad: Tensor) -> tuple[Tensor | None, ...]:
     """Gradients of logZ (upstream ``grad``) w.r.t. unary, transitions, start and end with
     ``create_graph``, through this recursion in the accumulation precision: the double-backward

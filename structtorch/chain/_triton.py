@@ -24,7 +24,6 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .._numerics import NEG_INF
 from .._triton_common import (
     NEG,
     block,
@@ -57,7 +56,7 @@ def _forward_kernel(unary, trans, start, end, lengths, alpha, bp, path, out, T, 
     """alpha by max-plus (VITERBI) or log-sum-exp over time, step t in row t % ROWS of the
     sequence's (ROWS, N) slice of ``alpha`` (Viterbi keeps a ring of 2, the log-partition all T).
     ``out[b]``: the best score or logZ (0 on empty rows). Viterbi stores backpointers into ``bp``
-    (B, T, N) and backtraces feasible rows into ``path`` (B, T)."""
+    (B, T, N), backtraces feasible rows into ``path`` (B, T) and writes -1 everywhere else."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
     L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
     r = tl.arange(0, BLOCK)
@@ -80,14 +79,46 @@ def _forward_kernel(unary, trans, start, end, lengths, alpha, bp, path, out, T, 
                     tl.store(path + b * T + t, label.to(tl.int64))
                     label = tl.load(bp + (b * T + t) * N + label).to(tl.int32)
                 tl.store(path + b * T, label.to(tl.int64))
+    if VITERBI:  # -1 beyond the length, and everywhere on infeasible rows
+        first = tl.where(result > NEG, L, 0)
+        for t0 in range(0, T, BLOCK):
+            t = t0 + r
+            tl.store(path + b * T + t, tl.full([BLOCK], -1, tl.int64), mask=(t < T) & (t >= first))
     tl.store(out + b, result)
 
 
 @triton.jit
-def _backward_kernel(unary, trans, end, lengths, alpha, logz, ring, g_unary, g_trans, grad, T, N,
-                     SHARED: tl.constexpr, EDGES: tl.constexpr, BLOCK: tl.constexpr):
-    """beta by the backward recursion; node marginals into g_unary (B, T, N), edge marginals into
-    g_trans ((B, N, N) summed over time when SHARED, else (B, T-1, N, N)), all scaled by grad[b]."""
+def _fill_zero(ptr, lo, hi, r, BLOCK: tl.constexpr):
+    """ptr[lo:hi] = 0."""
+    for k0 in range(lo, hi, BLOCK):
+        k = k0 + r
+        tl.store(ptr + k, tl.zeros([BLOCK], tl.float64), mask=k < hi)
+
+
+@triton.jit
+def _normalize_node(row, total, g, first, last, is_first, is_last, N, r, BLOCK: tl.constexpr):
+    """Rescale the node marginals ``row`` (N,) so that they sum to g exactly (0 where they sum to
+    0); copy them into ``first`` / ``last`` (the start and end gradients) at the first / last
+    position."""
+    scale = tl.where(total != 0.0, g / tl.where(total != 0.0, total, 1.0), 0.0)
+    for j0 in range(0, N, BLOCK):
+        j = j0 + r
+        mj = j < N
+        v = tl.load(row + j, mask=mj, other=0.0) * scale
+        tl.store(row + j, v, mask=mj)
+        if is_first:
+            tl.store(first + j, v, mask=mj)
+        if is_last:
+            tl.store(last + j, v, mask=mj)
+
+
+@triton.jit
+def _backward_kernel(unary, trans, end, lengths, alpha, logz, ring, g_unary, g_trans, g_start, g_end, grad,
+                     T, N, SHARED: tl.constexpr, EDGES: tl.constexpr, BLOCK: tl.constexpr):
+    """beta by the backward recursion; node marginals into g_unary (B, T, N), renormalized per
+    position, and the first and last ones into g_start and g_end (B, N); edge marginals into g_trans
+    ((B, N, N) summed over time when SHARED, else (B, T-1, N, N)); all scaled by grad[b]. Every
+    entry of the outputs is written (zeros beyond the length and on rows without mass)."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
     L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
     lz = tl.load(logz + b)
@@ -95,15 +126,35 @@ def _backward_kernel(unary, trans, end, lengths, alpha, logz, ring, g_unary, g_t
     r = tl.arange(0, BLOCK)
     al = alpha + b * T * N
     buf = ring + b * 2 * N
-    if (L > 0) & (lz > NEG) & (g != 0.0):
+    live = (L > 0) & (lz > NEG) & (g != 0.0)
+    first = tl.where(live, L, 0)  # positions from here on get zeros
+    _fill_zero(g_unary + b * T * N, first * N, T * N, r, BLOCK)
+    if EDGES:
+        if SHARED:
+            _fill_zero(g_trans + b * N * N, 0, N * N, r, BLOCK)
+        else:
+            steps = tl.maximum(T - 1, 0)
+            _fill_zero(g_trans + b * steps * N * N, tl.maximum(first - 1, 0) * N * N, steps * N * N, r, BLOCK)
+    gs, ge = g_start + b * N, g_end + b * N
+    if not live:
+        _fill_zero(gs, 0, N, r, BLOCK)
+        _fill_zero(ge, 0, N, r, BLOCK)
+    tl.debug_barrier()
+    if live:
         top = buf + ((L - 1) % 2) * N
+        total = tl.zeros([BLOCK], tl.float64)
         for j0 in range(0, N, BLOCK):
             j = j0 + r
             mj = j < N
             beta = tl.load(end + b * N + j, mask=mj, other=NEG).to(tl.float64)
             tl.store(top + j, beta, mask=mj)
-            node = g * tl.exp(tl.load(al + (L - 1) * N + j, mask=mj, other=NEG) + beta - lz)
+            a = tl.load(al + (L - 1) * N + j, mask=mj, other=NEG)
+            node = tl.where(mj, g * tl.exp(a + beta - lz), 0.0)
+            total += node
             tl.store(g_unary + (b * T + L - 1) * N + j, node, mask=mj)
+        tl.debug_barrier()
+        row = g_unary + (b * T + L - 1) * N
+        _normalize_node(row, tl.sum(total, axis=0), g, gs, ge, L == 1, True, N, r, BLOCK)
         tl.debug_barrier()
         for s in range(0, L - 1):
             t = L - 2 - s
@@ -114,6 +165,7 @@ def _backward_kernel(unary, trans, end, lengths, alpha, logz, ring, g_unary, g_t
                 G = g_trans + b * N * N  # this sequence's edge marginals, summed over time
             else:
                 G = transitions_at(g_trans, b, T, N, t + 1, SHARED)
+            total = tl.zeros([BLOCK], tl.float64)
             for i0 in range(0, N, BLOCK):
                 i = i0 + r
                 mi = i < N
@@ -134,7 +186,12 @@ def _backward_kernel(unary, trans, end, lengths, alpha, logz, ring, g_unary, g_t
                         tl.store(G + i[:, None] * N + j[None, :], edge, mask=tile)
                 beta = lse_finish(m, acc)
                 tl.store(dst + i, beta, mask=mi)
-                tl.store(g_unary + (b * T + t) * N + i, g * tl.exp(a + beta - lz), mask=mi)
+                node = tl.where(mi, g * tl.exp(a + beta - lz), 0.0)
+                total += node
+                tl.store(g_unary + (b * T + t) * N + i, node, mask=mi)
+            tl.debug_barrier()
+            row = g_unary + (b * T + t) * N
+            _normalize_node(row, tl.sum(total, axis=0), g, gs, ge, t == 0, False, N, r, BLOCK)
             tl.debug_barrier()
 
 
@@ -146,24 +203,25 @@ def _launch(name: str, kernel, chain: Chain, *args, **meta) -> None:
 
 
 @torch.no_grad()
-def viterbi_path(chain: Chain) -> Tensor:
-    """(B, T) best labeling (-1 beyond each length and on infeasible rows)."""
+def viterbi(chain: Chain) -> tuple[Tensor, Tensor]:
+    """The best score (B,) float64 and labeling (B, T) (-1 beyond each length and on infeasible
+    rows), in one launch."""
     B, T, N = chain.shape
     dev = chain.unary.device
     ring = torch.empty(B, 2, N, dtype=torch.float64, device=dev)
     bp = torch.empty(B, T, N, dtype=torch.int16 if N <= 32767 else torch.int32, device=dev)
-    path = torch.full((B, T), -1, dtype=torch.long, device=dev)
+    path = torch.empty(B, T, dtype=torch.long, device=dev)
     best = torch.empty(B, dtype=torch.float64, device=dev)
     _launch("chain_viterbi", _forward_kernel, chain, chain.start, chain.end, chain.lengths, ring, bp, path,
             best, ROWS=2, VITERBI=True)
-    return path
+    return best, path
 
 
 def _forward(chain: Chain) -> tuple[Tensor, Tensor]:
     """logZ (B,) and alpha (B, T, N), both float64."""
     B, T, N = chain.shape
     dev = chain.unary.device
-    alpha = torch.full((B, T, N), NEG_INF, dtype=torch.float64, device=dev)
+    alpha = torch.empty(B, T, N, dtype=torch.float64, device=dev)  # rows past each length unused
     logz = torch.empty(B, dtype=torch.float64, device=dev)
     unused = torch.empty(1, dtype=torch.long, device=dev)  # no backpointers nor path
     _launch("chain_log_partition", _forward_kernel, chain, chain.start, chain.end, chain.lengths, alpha,
@@ -172,25 +230,23 @@ def _forward(chain: Chain) -> tuple[Tensor, Tensor]:
 
 
 def _backward(chain: Chain, logz: Tensor, alpha: Tensor, g: Tensor, edges: bool = True):
-    """(grad unary, grad transitions or None, grad end), float64, for upstream g (B,) float64.
+    """(grad unary, grad transitions or None, grad start, grad end), float64, for upstream g (B,)
+    float64, in one launch (and a sum over the batch for shared transitions).
 
     Node marginals are renormalized per position, so they sum to one exactly (as on CPU): at large
     magnitudes exp(alpha + beta - logZ) carries the cancellation error of its exponent."""
     B, T, N = chain.shape
     dev = chain.unary.device
-    g_unary = torch.zeros(B, T, N, dtype=torch.float64, device=dev)
+    g_unary = torch.empty(B, T, N, dtype=torch.float64, device=dev)
     shape = (B, N, N) if chain.shared else (B, max(T - 1, 0), N, N)
-    g_trans = torch.zeros(shape if edges else (1,), dtype=torch.float64, device=dev)
+    g_trans = torch.empty(shape if edges else (1,), dtype=torch.float64, device=dev)
+    g_start, g_end = torch.empty(2, B, N, dtype=torch.float64, device=dev)
     ring = torch.empty(B, 2, N, dtype=torch.float64, device=dev)
     _launch("chain_backward", _backward_kernel, chain, chain.end, chain.lengths, alpha, logz, ring, g_unary,
-            g_trans, g, EDGES=edges)
-    total = g_unary.sum(-1, keepdim=True)  # g * (sum of the marginals, 1 up to rounding)
-    g_unary = torch.where(total != 0, g_unary * (g.view(B, 1, 1) / torch.where(total != 0, total, 1.0)), 0.0)
-    last = (chain.lengths - 1).clamp(min=0).view(B, 1, 1).expand(B, 1, N)
-    g_end = g_unary.gather(1, last).squeeze(1)
+            g_trans, g_start, g_end, g, EDGES=edges)
     if not edges:
-        return g_unary, None, g_end
-    return g_unary, g_trans.sum(0) if chain.shared else g_trans, g_end
+        return g_unary, None, g_start, g_end
+    return g_unary, g_trans.sum(0) if chain.shared else g_trans, g_start, g_end
 
 
 @torch.no_grad()
@@ -214,6 +270,5 @@ def log_partition_forward(chain: Chain) -> tuple[Tensor, tuple[Tensor]]:
 
 def log_partition_backward(chain: Chain, logz: Tensor, state, g: Tensor) -> tuple[Tensor, ...]:
     """Gradients w.r.t. unary, transitions, start and end (input dtype) for upstream g (B,) float64."""
-    g_unary, g_trans, g_end = _backward(chain, logz, state[0], g)
     dtype = chain.unary.dtype
-    return g_unary.to(dtype), g_trans.to(dtype), g_unary[:, 0].to(dtype), g_end.to(dtype)
+    return tuple(x.to(dtype) for x in _backward(chain, logz, state[0], g))

@@ -99,6 +99,8 @@ def check_chain(
     call the unary scores (``"emissions"`` for :class:`structtorch.LinearChainCRF`)."""
     unary = check_unary(unary, name)
     B, T, N = unary.shape
+    if start is None and end is None:
+        start, end = unary.new_zeros(2, B, N)  # one fill for both (contiguous rows)
     return Chain(
         unary=unary.contiguous(),
         transitions=_check_transitions(transitions, B, T, N, unary, name),

@@ -70,14 +70,6 @@ def expectations_chain(chain: Chain) -> tuple[Tensor, list[Tensor], list[Tensor]
     return value, grads, parts
 
 
-def _score_paths(chain: Chain, path: Tensor) -> Tensor:
-    """Differentiable scores of DP-returned paths in the input dtype; -inf where the path is all -1
-    (infeasible)."""
-    feasible = (path[:, :1] >= 0).all(1) | (chain.lengths == 0)
-    scores = torch.where(feasible, labeling_score(chain, path.clamp(min=0)), NEG_INF)
-    return _cast_guarded(chain, scores, "the Viterbi score")
-
-
 def _cast_guarded(chain: Chain, scores: Tensor, what: str, feasible=None) -> Tensor:
     """(B,) scores in the accumulation dtype, checked for overflow (see :func:`_torch.guard`)
     and cast to the input dtype."""
@@ -120,8 +112,8 @@ def viterbi(
 
 def viterbi_chain(chain: Chain) -> tuple[Tensor, Tensor]:
     """:func:`viterbi` of a validated :class:`Chain`."""
-    path = _ops.viterbi(chain)
-    return _score_paths(chain, path), path
+    score, path = _ops.viterbi(chain)
+    return _cast_guarded(chain, score, "the Viterbi score"), path
 
 
 @mixed_precision

@@ -85,7 +85,7 @@ class _ChainStructure(_LabelStructure):
         c = self.chain.map(accumulate)  # the loss is added in double on CPU
         shifted = type(c)(c.unary.detach() + label_loss.to(c.unary.dtype), c.transitions.detach(),
                           c.start.detach(), c.end.detach(), c.lengths)
-        return _chain_ops.viterbi(shifted)
+        return _chain_ops.viterbi(shifted)[1]
 
     def tables(self, target: Tensor, weights: Tensor, K: int, negate: bool) -> Tables:
         c = self.chain

@@ -1,0 +1,117 @@
+"""Counting what a call would launch on a GPU, without a GPU.
+
+On CUDA every ATen operator that computes is a kernel launch (5-10 us each), and a few of them
+(``item``, ``nonzero``, ``bool(tensor)``, ...) wait for the device: a host sync. :func:`device_ops`
+runs a function under :mod:`torch.profiler` and counts, among the operators it calls, the leaves
+of the call tree that would launch a kernel, the Triton launches (structtorch labels them
+``structtorch::triton::<kernel>``), and the syncs. Run on CPU tensors on the "triton" backend in
+Triton's interpreter (``TRITON_INTERPRET=1`` before Triton is imported), it shows the CUDA path's
+launches and syncs on any machine; the tests hold every public call to a budget with it.
+
+Not counted: operators that only make views or metadata (``view``, ``expand``, ``slice``, ...),
+allocations (``empty``), conversions that return their input, and whatever runs inside a Triton
+launch (the interpreter's copies of the kernel's arguments).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+__all__ = ["DeviceOps", "device_ops", "SYNC_OPS"]
+
+TRITON_PREFIX = "structtorch::triton::"
+
+SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::item", "aten::is_nonzero", "aten::nonzero",
+                      "aten::nonzero_static", "aten::tolist", "aten::equal"})
+"""Operators that copy a device value to the host (a sync on CUDA)."""
+
+_FREE = frozenset({
+    # views and metadata
+    "aten::view", "aten::_unsafe_view", "aten::as_strided", "aten::expand", "aten::expand_as",
+    "aten::slice", "aten::select", "aten::unsqueeze", "aten::squeeze", "aten::permute",
+    "aten::transpose", "aten::t", "aten::alias", "aten::detach", "aten::detach_", "aten::lift_fresh",
+    "aten::unbind", "aten::split", "aten::split_with_sizes", "aten::chunk", "aten::narrow",
+    "aten::reshape", "aten::flatten", "aten::unflatten", "aten::view_as", "aten::diagonal",
+    "aten::movedim", "aten::numpy_T", "aten::unfold", "aten::_reshape_alias", "aten::real",
+    "aten::resolve_conj", "aten::resolve_neg", "aten::_conj", "aten::conj", "aten::result_type",
+    "aten::requires_grad_", "aten::set_", "aten::resize_", "aten::_has_compatible_shallow_copy_type",
+    "aten::is_same_size", "aten::size", "aten::stride", "aten::dim", "aten::numel",
+    # allocations without a kernel
+    "aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
+    "aten::new_empty_strided",
+    # conversions that return their input when nothing changes
+    "aten::to", "aten::contiguous", "aten::type_as",
+})
+
+
+@dataclass
+class DeviceOps:
+    """What a call ran: ``ops`` (leaf operators that would each launch a kernel on a GPU, besides
+    the Triton launches), ``launches`` (Triton launches) and ``syncs`` (host syncs), each with its
+    per-name counts in ``names``, ``kernels`` and ``sync_names``."""
+
+    ops: int = 0
+    launches: int = 0
+    syncs: int = 0
+    names: collections.Counter = field(default_factory=collections.Counter)
+    kernels: collections.Counter = field(default_factory=collections.Counter)
+    sync_names: collections.Counter = field(default_factory=collections.Counter)
+
+
+def _has_ancestor(event: Any, test: Callable[[str], bool]) -> bool:
+    parent = event.cpu_parent
+    while parent is not None:
+        if test(parent.name):
+            return True
+        parent = parent.cpu_parent
+    return False
+
+
+def _is_leaf(event: Any) -> bool:
+    return not any(c.name.startswith("aten::") for c in event.cpu_children)
+
+
+def device_ops(fn: Callable[[], Any]) -> DeviceOps:
+    """Count what ``fn()`` launches and syncs (see the module docstring).
+
+    Parameters
+    ----------
+    fn : callable
+        Called once with no arguments, under the profiler.
+
+    Returns
+    -------
+    DeviceOps
+        The counts. A sync operator counts once as a sync (an ``item`` and the
+        ``_local_scalar_dense`` it calls are one), and as an op too when it is a leaf.
+
+    Examples
+    --------
+    >>> import torch, structtorch as st
+    >>> counts = device_ops(lambda: st.viterbi(torch.randn(2, 5, 3), torch.randn(3, 3)))
+    >>> counts.syncs >= 0
+    True
+    """
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    out = DeviceOps()
+    for event in prof.events():
+        name = event.name
+        if name.startswith(TRITON_PREFIX):
+            out.launches += 1
+            out.kernels[name.removeprefix(TRITON_PREFIX)] += 1
+            continue
+        if not name.startswith("aten::") or _has_ancestor(event, lambda n: n.startswith(TRITON_PREFIX)):
+            continue
+        if name in SYNC_OPS and not _has_ancestor(event, SYNC_OPS.__contains__):
+            out.syncs += 1
+            out.sync_names[name] += 1
+        if name not in _FREE and _is_leaf(event):
+            out.ops += 1
+            out.names[name] += 1
+    return out
