@@ -21,6 +21,8 @@ from torch import Tensor
 from torch._C._functorch import get_unwrapped as _unwrap
 from torch._C._functorch import is_functorch_wrapped_tensor as _is_wrapped
 
+from . import _backend
+
 LengthsLike = Tensor | Sequence[int] | None
 FLOAT_DTYPES = (torch.float32, torch.float64)
 
@@ -95,8 +97,11 @@ def validation_enabled() -> bool:
 def on_host(x: Tensor) -> bool:
     """Whether value checks on ``x`` may read it on the host: CPU tensors outside ``torch.compile``
     tracing; elsewhere they are asynchronous assertions, which a compiled graph keeps (see
-    :class:`set_validation`)."""
-    return x.device.type == "cpu" and not torch.compiler.is_compiling()
+    :class:`set_validation`). CPU tensors on the "triton" backend (Triton's interpreter) take the
+    GPU's path, so that the interpreter shows what runs on a GPU."""
+    if x.device.type != "cpu" or torch.compiler.is_compiling():
+        return False
+    return _backend.backend_for(x) != "triton"  # Triton's interpreter takes the GPU's path
 
 
 def plain(x: Tensor) -> Tensor:
@@ -240,27 +245,34 @@ def check_labels(labels: object, mask: Tensor, N: int, name: str = "labels") -> 
 
     Entries beyond each length are ignored (returned as 0).
     """
-    B, T = mask.shape
+    labels = check_label_tensor(labels, tuple(mask.shape), mask.device, name)
+    if _VALIDATION["on"]:
+        bad = mask & ((labels < 0) | (labels >= N))
+        if not on_host(bad):
+            require(~bad.any(), f"{name} must lie in [0, N) = [0, {N}) within each length")
+        elif bool(plain(bad).any()):
+            b, t = (int(i) for i in plain(bad).nonzero()[0].tolist()[-2:])
+            raise ValueError(
+                f"{name} must lie in [0, N) = [0, {N}) within each length; {name}[{b}, {t}] = "
+                f"{int(plain(labels)[..., b, t].flatten()[0])}"
+            )
+    return torch.where(mask, labels.long(), torch.zeros((), dtype=torch.long, device=labels.device))
+
+
+def check_label_tensor(labels: object, shape: tuple[int, int], device: torch.device,
+                       name: str = "labels") -> Tensor:
+    """``labels`` as a contiguous (B, T) int64 tensor on ``device``, or a TypeError/ValueError: the
+    checks of :func:`check_labels` that read no values."""
+    B, T = shape
     if not isinstance(labels, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape (B, T) = ({B}, {T})")
     if labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
         raise TypeError(f"{name} must be an integer tensor of shape (B, T) = ({B}, {T}), got {labels.dtype}")
     if labels.shape != (B, T):
         raise ValueError(f"{name} must have shape (B, T) = ({B}, {T}), got {_fmt(labels.shape)}")
-    if labels.device != mask.device:
-        raise ValueError(f"{name} is on {labels.device} but unary is on {mask.device}; use one device")
-    bad = mask & ((labels < 0) | (labels >= N))
-    if not _VALIDATION["on"]:
-        pass
-    elif not on_host(bad):
-        require(~bad.any(), f"{name} must lie in [0, N) = [0, {N}) within each length")
-    elif bool(plain(bad).any()):
-        b, t = (int(i) for i in plain(bad).nonzero()[0].tolist()[-2:])
-        raise ValueError(
-            f"{name} must lie in [0, N) = [0, {N}) within each length; {name}[{b}, {t}] = "
-            f"{int(plain(labels)[..., b, t].flatten()[0])}"
-        )
-    return torch.where(mask, labels.long(), torch.zeros((), dtype=torch.long, device=labels.device))
+    if labels.device != device:
+        raise ValueError(f"{name} is on {labels.device} but unary is on {device}; use one device")
+    return labels.long().contiguous()
 
 
 def _finite_magnitude(xs: Sequence[Tensor]) -> float:

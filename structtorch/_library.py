@@ -38,8 +38,11 @@ def vmap_rule(op, rule: Callable) -> None:
 def save_for_backward(ctx, inputs: tuple, output: tuple) -> None:
     """``setup_context`` of the autograd Functions over a (result, *state) operator: saves the
     tensor inputs (None kept) and the outputs, keeps the trailing non-tensor arguments (the
-    backend's name, scalars) as ``ctx.options``, and marks the state non-differentiable."""
+    backend's name, scalars) as ``ctx.options``, and marks the state non-differentiable. Gradients
+    are not materialized (no zeros are made for the state): the result's gradient is None when
+    the result is unused."""
     first = next((i for i, x in enumerate(inputs) if isinstance(x, (str, float, int))), len(inputs))
     ctx.options = inputs[first:]
     ctx.save_for_backward(*inputs[:first], *output)
     ctx.mark_non_differentiable(*output[1:])
+    ctx.set_materialize_grads(False)

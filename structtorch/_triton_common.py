@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 NEG = tl.constexpr(float("-inf"))  # in kernels; NEG_INF on the host
+POS = tl.constexpr(float("inf"))
 PROFILER_PREFIX = "structtorch::triton::"
 
 

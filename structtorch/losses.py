@@ -14,9 +14,10 @@ from typing import Any, Protocol
 from torch import Tensor, nn
 
 from ._checks import LengthsLike
-from ._numerics import negative_log_likelihood, reduce_batch
+from ._numerics import reduce_batch
 from ._precision import mixed_precision
-from .chain import log_partition, path_score
+from .chain.layout import check_chain
+from .chain.linear import nll_chain
 from .distributions import ChainDistribution, SemiMarkovDistribution
 from .lossaug.spec import RESCALINGS, HLike
 from .semimarkov.plif import SegmentPLiF
@@ -205,7 +206,11 @@ def chain_nll(unary: Tensor, transitions: Tensor, labels: Tensor, *, start: Tens
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-    kw = {"start": start, "end": end, "lengths": lengths}
-    nll = negative_log_likelihood(log_partition(unary, transitions, **kw),
-                                  path_score(unary, transitions, labels, **kw))
-    return reduce_batch(nll, reduction)
+    return reduce_batch(_chain_nll(unary, transitions, labels, start, end, lengths), reduction)
+
+
+@mixed_precision
+def _chain_nll(unary: Tensor, transitions: Tensor, labels: Tensor, start: Tensor | None, end: Tensor | None,
+               lengths: LengthsLike) -> Tensor:
+    """(B,) logZ - score(labels) in the accumulation dtype, cast once (see :func:`nll_chain`)."""
+    return nll_chain(check_chain(unary, transitions, start, end, lengths), labels)

@@ -8,7 +8,9 @@ of the call tree that would launch a kernel, the Triton launches (structtorch la
 Triton's interpreter (``TRITON_INTERPRET=1`` before Triton is imported), it shows the CUDA path's
 launches and syncs on any machine; the tests hold every public call to a budget with it.
 
-Not counted: operators that only make views or metadata (``view``, ``expand``, ``slice``, ...),
+An operator that calls others (``sum`` calling ``fill_``, ``mul`` converting a Python scalar)
+counts as the kernels of the operators it calls, so each launch counts once. Not counted:
+operators that only make views or metadata (``view``, ``expand``, ``slice``, ...),
 allocations (``empty``), conversions that return their input, and whatever runs inside a Triton
 launch (the interpreter's copies of the kernel's arguments).
 """
@@ -72,8 +74,15 @@ def _has_ancestor(event: Any, test: Callable[[str], bool]) -> bool:
     return False
 
 
+def _works(event: Any) -> bool:
+    """Whether ``event`` or an operator it calls would launch a kernel."""
+    own = event.name.startswith("aten::") and event.name not in _FREE
+    return own or any(_works(c) for c in event.cpu_children)
+
+
 def _is_leaf(event: Any) -> bool:
-    return not any(c.name.startswith("aten::") for c in event.cpu_children)
+    """An operator that would launch a kernel of its own: none of the operators it calls would."""
+    return not any(_works(c) for c in event.cpu_children)
 
 
 def device_ops(fn: Callable[[], Any]) -> DeviceOps:

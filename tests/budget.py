@@ -1,7 +1,8 @@
 """The public calls whose GPU launches and host syncs are held to a budget, as functions of the
 sequence length T (test_launch_budget.py asserts the budgets; benchmarks/launches.py prints the
 table). Each entry builds small inputs and returns a closure running one call (forward and
-backward where the name says so)."""
+backward where the name says so, as ``torch.autograd.grad``: a training step that sets the
+gradients to None, as ``optimizer.zero_grad()`` does, accumulates nothing)."""
 
 from __future__ import annotations
 
@@ -116,7 +117,7 @@ def _crf_nll(T):
     u, _, lengths = _chain(T, grad=True)
     mask = torch.arange(T) < lengths[:, None]
     tags = _target(T)
-    return lambda: crf(u, tags, mask).sum().backward()
+    return lambda: _backward(crf(u, tags, mask), u, *crf.parameters())
 
 
 def _crf_decode(T):
@@ -130,7 +131,7 @@ def _hinge_slack(T):
     u, a, lengths = _chain(T, grad=True)
     loss = st.StructuredHingeLoss(rescaling="slack")
     target = _target(T)
-    return lambda: loss(u, a, target, lengths=lengths).sum().backward()
+    return lambda: _backward(loss(u, a, target, lengths=lengths), u, a)
 
 
 CALLS: dict[str, Callable[[int], Callable[[], object]]] = {

@@ -31,12 +31,15 @@ def _gpu_signatures():
         seq = dict(unary=x, trans=x, start=x, end=x, lengths="*i64")
         for shared in (True, False):
             for viterbi in (True, False):
-                sig = {**seq, "alpha": f64, "bp": "*i16" if viterbi else "*i64", "path": "*i64", "out": f64, "T": i,
-                       "N": i, "ROWS": i}
-                yield "chain forward", chain._forward_kernel, sig, dict(VITERBI=viterbi, SHARED=shared, BLOCK=16)
+                sig = {**seq, "alpha": f64, "bp": "*i16" if viterbi else "*i64", "path": "*i64", "out": f64,
+                       "labels": "*i64", "nll": f64, "T": i, "N": i, "ROWS": i}
+                for gold in (False,) if viterbi else (False, True):
+                    yield "chain forward", chain._forward_kernel, sig, dict(VITERBI=viterbi, GOLD=gold, SHARED=shared,
+                                                                            BLOCK=16)
             for edges in (True, False):
-                yield "chain backward", chain._backward_kernel, _chain_backward(x), dict(SHARED=shared, EDGES=edges,
-                                                                                        BLOCK=16)
+                for gold in (False, True):
+                    yield "chain backward", chain._backward_kernel, _chain_backward(x), dict(
+                        SHARED=shared, EDGES=edges, GOLD=gold, BLOCK=16)
             sig = {**seq, "target": "*i64", "weights": "*i64", "ring": f64, "bp": "*u8", "best": f64, "last": "*i64",
                    "T": i, "N": i, "K1": i}
             yield "hamming table", hamming._table_kernel, sig, dict(SHARED=shared, BLOCK_K=16, BLOCK_J=16)
@@ -57,9 +60,11 @@ def _gpu_signatures():
     x = "*fp32"  # the largest tiles the wrappers pick (N >= 64: chain tiles of 64 x 64)
     for viterbi in (True, False):
         sig = dict(unary=x, trans=x, start=x, end=x, lengths="*i64", alpha=f64, bp="*i16" if viterbi else "*i64",
-                   path="*i64", out=f64, T=i, N=i, ROWS=i)
-        yield "chain forward (64)", chain._forward_kernel, sig, dict(VITERBI=viterbi, SHARED=True, BLOCK=64)
-    yield "chain backward (64)", chain._backward_kernel, _chain_backward(x), dict(SHARED=False, EDGES=True, BLOCK=64)
+                   path="*i64", out=f64, labels="*i64", nll=f64, T=i, N=i, ROWS=i)
+        yield "chain forward (64)", chain._forward_kernel, sig, dict(VITERBI=viterbi, GOLD=not viterbi, SHARED=True,
+                                                                     BLOCK=64)
+    yield "chain backward (64)", chain._backward_kernel, _chain_backward(x), dict(SHARED=False, EDGES=True,
+                                                                                 GOLD=True, BLOCK=64)
     sig = dict(bp="*u8", lengths="*i64", target="*i64", weights="*i64", chosen="*i64", last="*i64", path="*i64",
                broken="*i8", T=i, N=i, K1=i)
     yield "hamming backtrack", hamming._backtrack_kernel, sig, {}
@@ -69,7 +74,7 @@ def _chain_backward(x: str) -> dict:
     """The chain backward kernel's signature for inputs of pointer type ``x``."""
     f64 = "*fp64"
     return dict(unary=x, trans=x, end=x, lengths="*i64", alpha=f64, logz=f64, ring=f64, g_unary=f64, g_trans=f64,
-                g_start=f64, g_end=f64, grad=f64, T="i32", N="i32")
+                g_start=f64, g_end=f64, grad=f64, grad_stride="i32", labels="*i64", T="i32", N="i32")
 
 
 def main() -> int:

@@ -66,6 +66,7 @@ def _backward(chain: Chain, logz: Tensor, factors: tuple[Tensor, Tensor, Tensor]
               edges: bool = True):
     """(grad unary, grad transitions or None) for upstream gradient g (B,) in double."""
     alpha, p, m = factors
+    g = g.contiguous()
     r, f = row_normalize(chain.transitions)  # recomputed rather than kept alive between passes
     ft = f.transpose(-1, -2).contiguous()
     g_unary, s_edge, q_edge, exact, beta = chain_ops().logz_backward(

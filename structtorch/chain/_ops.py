@@ -56,6 +56,16 @@ def _log_partition_backward_fake(grad, unary, transitions, start, end, lengths, 
     return tuple(torch.empty_like(x) for x in (unary, transitions, start, end))
 
 
+def _nll_forward_fake(unary, transitions, start, end, lengths, labels, backend):
+    B = unary.shape[0]
+    logz, state = _log_partition_forward_fake(unary, transitions, start, end, lengths, backend)
+    return unary.new_empty(B, dtype=torch.float64), logz, state
+
+
+def _nll_backward_fake(grad, unary, transitions, start, end, lengths, labels, logz, state, backend):
+    return tuple(torch.empty_like(x) for x in (unary, transitions, start, end))
+
+
 def _marginals_fake(unary, transitions, start, end, lengths, backend):
     return torch.empty_like(unary)
 
@@ -100,7 +110,27 @@ def log_partition_backward(grad: Tensor, unary: Tensor, transitions: Tensor, sta
             grads = torch.autograd.grad(ref, inputs, grad.to(ref.dtype), allow_unused=True)
         pairs = zip(grads, inputs, strict=True)
         return tuple(torch.zeros_like(x) if g is None else g.to(x.dtype) for g, x in pairs)
-    return kernel_module(backend).log_partition_backward(chain, logz, state, grad.double().contiguous())
+    return kernel_module(backend).log_partition_backward(chain, logz, state, grad.double())
+
+
+@operator("chain_nll", _nll_forward_fake)
+def nll_forward(unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor, lengths: Tensor,
+                labels: Tensor, backend: str) -> tuple[Tensor, Tensor, list[Tensor]]:
+    """logZ - score(labels) (B,) float64 (+inf on infeasible rows), logZ and the saved factors, from
+    a backend that fuses the CRF loss (its module has ``nll_forward``)."""
+    chain = Chain(unary, transitions, start, end, lengths)
+    loss, logz, state = kernel_module(backend).nll_forward(chain, labels)
+    return loss, logz, list(state)
+
+
+@operator("chain_nll_backward", _nll_backward_fake)
+def nll_backward(grad: Tensor, unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor,
+                 lengths: Tensor, labels: Tensor, logz: Tensor, state: list[Tensor],
+                 backend: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Gradients of logZ - score(labels) (upstream ``grad`` (B,)) w.r.t. unary, transitions, start
+    and end: the marginals minus the labeling's indicators."""
+    chain = Chain(unary, transitions, start, end, lengths)
+    return kernel_module(backend).nll_backward(chain, labels, logz, state, grad.double())
 
 
 @operator("chain_marginals", _marginals_fake)
@@ -159,6 +189,8 @@ class LogPartition(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad, *_):
+        if grad is None:
+            return (None,) * 6
         unary, transitions, start, end, lengths, logz, *state = ctx.saved_tensors
         if torch.is_grad_enabled():  # double backward, torch.func: differentiate the recursion
             chain = Chain(unary, transitions, start, end, lengths)
@@ -175,6 +207,63 @@ class LogPartition(torch.autograd.Function):
         logz, *state = LogPartition.apply(*args, backend_of(chain))
         V = info.batch_size
         return (logz.view(V, -1), *(s.view(V, -1, *s.shape[1:]) for s in state)), (0,) * (1 + len(state))
+
+
+class NegativeLogLikelihood(torch.autograd.Function):
+    """logZ - score(labels) (float64 (B,)) on a backend that fuses it; outputs (nll, logZ, *state)."""
+
+    setup_context = staticmethod(save_for_backward)
+
+    @staticmethod
+    def forward(unary, transitions, start, end, lengths, labels, backend):
+        nll, logz, state = nll_forward(unary, transitions, start, end, lengths, labels, backend)
+        return nll, logz, *state
+
+    @staticmethod
+    def backward(ctx, grad, *_):
+        if grad is None:
+            return (None,) * 7
+        unary, transitions, start, end, lengths, labels, _nll, logz, *state = ctx.saved_tensors
+        needs = ctx.needs_input_grad[:4]
+        if torch.is_grad_enabled():  # double backward, torch.func: differentiate the recursion
+            chain = Chain(unary, transitions, start, end, lengths)
+            logz_grads = _torch.double_backward(chain, needs, grad)
+            inside = torch.arange(labels.shape[1], device=labels.device) < lengths[:, None]
+            path = torch.where(inside, labels, -1)
+            gold = _torch.indicator_grads(path, lengths, grad, unary.shape[2], chain.shared)
+            pairs = zip(logz_grads, gold, strict=True)
+            grads = tuple(None if a is None else a - b.to(a.dtype) for a, b in pairs)
+        else:
+            args = (unary, transitions, start, end, lengths, labels, logz, state, *ctx.options)
+            grads = nll_backward(grad, *args)
+        return (*(g if need else None for g, need in zip(grads, needs, strict=True)), None, None, None)
+
+    @staticmethod
+    def vmap(info, in_dims, unary, transitions, start, end, lengths, labels, backend):
+        V = info.batch_size
+        chain = fold_vmapped(V, in_dims[:5], unary, transitions, start, end, lengths)
+        labels = _lead(labels, in_dims[5], V).reshape(chain.shape[0], -1)
+        loss, logz, *state = nll(chain, labels, backend)
+        outs = (loss.view(V, -1), logz.view(V, -1), *(s.view(V, -1, *s.shape[1:]) for s in state))
+        return outs, (0,) * len(outs)
+
+
+FUSED_NLL = ("triton",)
+"""The backends whose module fuses the CRF loss (``nll_forward``, ``nll_backward``); a name, not a
+module lookup, so that ``torch.compile`` traces the choice."""
+
+
+def fuses_nll(chain: Chain) -> bool:
+    """Whether the chain's backend computes the CRF loss logZ - score in one fused operator."""
+    return backend_of(chain) in FUSED_NLL
+
+
+def nll(chain: Chain, labels: Tensor, backend: str | None = None) -> tuple[Tensor, ...]:
+    """(logZ - score(labels) (B,) float64, differentiable; logZ; saved factors) of a canonical chain
+    on a backend that fuses it (:func:`fuses_nll`); ``labels`` (B, T) int64, any value beyond each
+    length."""
+    return NegativeLogLikelihood.apply(chain.unary, chain.transitions, chain.start, chain.end, chain.lengths,
+                                       labels, backend or backend_of(chain))
 
 
 class Marginals(torch.autograd.Function):

@@ -74,7 +74,7 @@ def viterbi(chain: Chain) -> tuple[Tensor, Tensor]:
     best = final.gather(1, last.unsqueeze(1)).squeeze(1)
     path = backtrack(bps, last, lengths, T)
     best = torch.where(lengths > 0, best, torch.zeros_like(best))
-    path[best == NEG_INF] = -1
+    path = torch.where((best == NEG_INF)[:, None], -1, path)  # no nonzero (a host sync)
     return best, path
 
 

@@ -26,8 +26,15 @@ import torch
 from torch import Tensor, nn
 
 from .. import _expectations
-from .._checks import LengthsLike, cast_checked, check_labels, forbidden_pattern
-from .._numerics import NEG_INF, accumulate
+from .._checks import (
+    LengthsLike,
+    cast_checked,
+    check_label_tensor,
+    check_labels,
+    forbidden_pattern,
+    validation_enabled,
+)
+from .._numerics import NEG_INF, accumulate, negative_log_likelihood
 from .._precision import mixed_precision
 from . import _ops, _torch
 from .layout import Chain, check_chain, labeling_score
@@ -49,6 +56,24 @@ def log_prob_chain(chain: Chain, labels: Tensor, logz: Tensor, name: str = "labe
     (computed once by the caller), ``labels`` are checked here, as ``name``."""
     labels = check_labels(labels, chain.mask(), chain.shape[2], name=name)
     return _expectations.log_prob(labeling_score(chain, labels), logz, chain.unary.dtype, chain.potentials)
+
+
+def nll_chain(chain: Chain, labels: Tensor, name: str = "labels") -> Tensor:
+    """The CRF loss logZ - score(labels) (B,) of a validated :class:`Chain`, taken in the
+    accumulation dtype and cast once; +inf where the labeling or the whole row is infeasible (zero
+    gradient on infeasible rows). ``labels`` (B, T) are checked here, as ``name``. On a backend that
+    fuses it (Triton) one launch forward and one backward; elsewhere logZ and the labeling's score."""
+    if _ops.fuses_nll(chain):
+        if validation_enabled():
+            labels = check_labels(labels, chain.mask(), chain.shape[2], name=name)
+        else:  # the kernels clamp every label they read
+            labels = check_label_tensor(labels, chain.shape[:2], chain.unary.device, name)
+        loss, logz, *_ = _ops.nll(chain, labels)
+        _torch.guard(chain, logz, "the log-partition")
+    else:
+        wide = chain.map(accumulate)
+        loss = negative_log_likelihood(log_partition_chain(wide), path_score_chain(wide, labels, name=name))
+    return cast_checked(loss, chain.unary.dtype, "the negative log-likelihood", chain.potentials)
 
 
 def expectations_chain(chain: Chain) -> tuple[Tensor, list[Tensor], list[Tensor]]:
@@ -236,7 +261,7 @@ def _kbest_paths(chain: Chain, k: int) -> tuple[Tensor, Tensor]:
             prev = bps[t - 1].reshape(B, N * k).gather(1, cur)  # prev = label * k + rank
             cur = torch.where(inside, prev, cur)
     valid = torch.where((lengths == 0)[:, None], first, best > NEG_INF)
-    paths[~valid] = -1
+    paths = torch.where(valid[..., None], paths, -1)  # no nonzero (a host sync)
     return paths, valid
 
 

@@ -83,7 +83,7 @@ def _window_path(flat: Tensor, lengths: Tensor, order: int, N: int) -> Tensor:
         if t > 0:
             oldest = bps[t - 1].gather(1, cur.unsqueeze(1)).squeeze(1).long()
             cur = torch.where(inside, oldest * (S // N) + cur // N, cur)
-    path[~feasible] = -1
+    path = torch.where(feasible[:, None], path, -1)  # no nonzero (a host sync)
     return path
 
 

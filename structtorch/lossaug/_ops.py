@@ -35,18 +35,19 @@ def _fake(first, *rest):
 
 
 def _loss(gold: Tensor, weights: Tensor, htab: Opt, cost: Opt, intercept: Opt, slope: Opt,
-          affine_from_htab: bool, rescaling: str, algorithm: str) -> tuple[LossSpec, Tensor, str]:
+          affine_from_htab: bool, nonnegative: bool, rescaling: str,
+          algorithm: str) -> tuple[LossSpec, Tensor, str]:
     """The operators' trailing arguments: the target's detached score (B,), the fields of a
     :class:`LossSpec` and the algorithm's name."""
     affine = None if intercept is None else (intercept, slope)
-    return LossSpec(rescaling, weights, htab, cost, affine, affine_from_htab), gold, algorithm
+    return LossSpec(rescaling, weights, htab, cost, affine, affine_from_htab, nonnegative), gold, algorithm
 
 
 def _loss_arguments(spec: LossSpec, gold: Tensor, algorithm: str) -> tuple:
     """The arguments of :func:`_loss` for ``spec``."""
     intercept, slope = spec.affine if spec.affine is not None else (None, None)
-    return (gold, spec.weights, spec.htab, spec.cost, intercept, slope, spec.affine_from_htab, spec.rescaling,
-            algorithm)
+    flags = (spec.affine_from_htab, spec.nonnegative)
+    return (gold, spec.weights, spec.htab, spec.cost, intercept, slope, *flags, spec.rescaling, algorithm)
 
 
 _LOSS_PARAMETERS = tuple(inspect.signature(_loss).parameters.values())

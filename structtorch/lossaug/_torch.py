@@ -111,8 +111,7 @@ def window_tables(
                 step = weights[:, t] * (label != target[:, t])
                 cur = torch.where(inside, oldest * R + cur // N, cur)
                 cur_k = torch.where(inside, cur_k - step, cur_k)
-        path[k < 0] = -1
-        return path
+        return torch.where((k < 0)[:, None], -1, path)  # no nonzero (a host sync)
 
     return Tables(best, backtrack)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .._checks import _fmt, check_finite
+from .._checks import _fmt, check_finite, on_host
 
 HLike = Callable[[Tensor], Tensor] | Tensor | None
 RESCALINGS = ("margin", "slack")
@@ -29,7 +29,10 @@ class LossSpec:
     cost : (B, T, N) per-position label costs (a decomposable margin loss), else None.
     affine : (intercept (B,), slope (B,)) when the loss folds into unary scores, else None.
     affine_from_htab : whether ``affine`` is still to be read off ``htab`` (margin rescaling with
-        a table): a data-dependent test, done by :meth:`resolved` where the search runs.
+        a custom h on the host): a data-dependent test, done by :meth:`resolved` where the search
+        runs. On a GPU (no host reads) a custom h takes the table, exact for any h.
+    nonnegative : whether h is known to be non-negative (h = identity), so that slack rescaling
+        needs no minimum table.
     """
 
     rescaling: str
@@ -38,12 +41,14 @@ class LossSpec:
     cost: Tensor | None
     affine: tuple[Tensor, Tensor] | None
     affine_from_htab: bool = False
+    nonnegative: bool = False
 
     def resolved(self) -> LossSpec:
         """The spec with ``affine`` decided."""
         if not self.affine_from_htab:
             return self
-        return LossSpec(self.rescaling, self.weights, self.htab, self.cost, _affine(self.htab))
+        return LossSpec(self.rescaling, self.weights, self.htab, self.cost, _affine(self.htab),
+                        nonnegative=self.nonnegative)
 
     @property
     def K(self) -> int:
@@ -173,10 +178,13 @@ def resolve_loss(h: HLike, rescaling: str, weights: Tensor | None, cost: Tensor 
             raise ValueError("cost needs rescaling='margin', h=None and weights=None")
         return LossSpec(rescaling, mask.long(), None, _cost(cost, target, mask, ref), None)
     w, integral = _weights(weights, mask, ref)
-    identity_fold = (torch.zeros(B, dtype=torch.float64, device=ref.device),
-                     torch.ones(B, dtype=torch.float64, device=ref.device))
+
+    def identity_fold() -> tuple[Tensor, Tensor]:  # h = identity: intercept 0, slope 1
+        ones = torch.ones(B, dtype=torch.float64, device=ref.device)
+        return ones.new_zeros(()).expand(B), ones
+
     if rescaling == "margin" and h is None and algorithm != "hamming" and weights is not None:
-        return LossSpec(rescaling, w, None, None, identity_fold)  # no count table needed
+        return LossSpec(rescaling, w, None, None, identity_fold())  # no count table needed
     if not integral:
         raise ValueError(
             "weights must be non-negative integers for slack rescaling, a custom h or "
@@ -190,4 +198,8 @@ def resolve_loss(h: HLike, rescaling: str, weights: Tensor | None, cost: Tensor 
         )
     K = int(K)
     htab = _h_table(h, K, B, ref, "T+1" if weights is None else "K+1")
-    return LossSpec(rescaling, w, htab, None, None, affine_from_htab=rescaling == "margin")
+    if h is None:  # the identity: affine and non-negative, known without reading the table
+        return LossSpec(rescaling, w, htab, None, identity_fold() if rescaling == "margin" else None,
+                        nonnegative=True)
+    # a custom h: whether it is affine is read off the table where that reads no device value
+    return LossSpec(rescaling, w, htab, None, None, affine_from_htab=rescaling == "margin" and on_host(htab))

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from .._backend import kernel_module
-from .._checks import check_target_score
+from .._checks import check_target_score, on_host
 from .._numerics import NEG_INF, accumulate
 from ..chain import _ops as _chain_ops
 from ..chain.layout import labeling_score
@@ -143,7 +143,7 @@ def _table_path(model: _Structure, spec: LossSpec, target: Tensor, gold: Tensor)
     g = gold.detach().double().unsqueeze(1)
     cand = torch.where(feasible, htab * (1 + top.best - g), NEG_INF)
     low = None
-    if bool((feasible & (htab < 0)).any()):
+    if not spec.nonnegative and (not on_host(htab) or bool((feasible & (htab < 0)).any())):
         low = model.tables(target, spec.weights, K, negate=True)
         low_value = torch.where(low.best > NEG_INF, htab * (1 - low.best - g), NEG_INF)
         cand = torch.where(htab < 0, low_value, cand)

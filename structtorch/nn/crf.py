@@ -16,11 +16,19 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor, nn
 
-from .._checks import LengthsLike, _fmt, cast_checked, check_lengths, plain
-from .._numerics import NEG_INF, accumulate, negative_log_likelihood, reduce_batch
+from .._checks import (
+    LengthsLike,
+    _fmt,
+    check_lengths,
+    on_host,
+    plain,
+    require,
+    validation_enabled,
+)
+from .._numerics import NEG_INF, reduce_batch
 from .._precision import mixed_precision
 from ..chain.layout import check_chain
-from ..chain.linear import kbest_chain, log_partition_chain, marginals_chain, path_score_chain, viterbi_chain
+from ..chain.linear import kbest_chain, log_partition_chain, marginals_chain, nll_chain, viterbi_chain
 
 if TYPE_CHECKING:
     from ..distributions import ChainDistribution
@@ -34,24 +42,23 @@ Constraints = Tensor | tuple[Tensor, Tensor, Tensor] | Sequence[Tensor] | None
 @dataclass
 class _Batch:
     """Emissions (B, T, N) moved so that each sequence starts at position 0, and how to move
-    per-position results back (``first`` (B,) is each row's first position, None when all are 0)."""
+    per-position results back: ``index`` (B, T) holds, at aligned position t < length, the original
+    position (a permutation of each row; None when every row already starts at 0)."""
 
     emissions: Tensor
     lengths: Tensor
-    first: Tensor | None
+    index: Tensor | None
     tags: Tensor | None = None
 
     def align(self, x: Tensor, fill: float | int) -> Tensor:
         """Per-position results (B, T, ...) back at the rows' original positions (``fill`` elsewhere)."""
-        if self.first is None:
+        if self.index is None:
             return x
         T = x.shape[1]
-        t = torch.arange(T, device=x.device)
-        src = t - self.first[:, None]  # original position t holds aligned position t - first
-        inside = (src >= 0) & (src < self.lengths[:, None])
+        inside = torch.arange(T, device=x.device) < self.lengths[:, None]
         shape = inside.shape + (1,) * (x.dim() - 2)
-        moved = x.gather(1, src.clamp(0, T - 1).view(shape).expand_as(x))
-        return torch.where(inside.view(shape), moved, torch.full((), fill, dtype=x.dtype, device=x.device))
+        kept = torch.where(inside.view(shape), x, torch.full((), fill, dtype=x.dtype, device=x.device))
+        return torch.empty_like(kept).scatter_(1, self.index.view(shape).expand_as(kept), kept)
 
 
 class LinearChainCRF(nn.Module):
@@ -104,7 +111,15 @@ class LinearChainCRF(nn.Module):
         self.register_buffer("allowed", allowed)
         self.register_buffer("allowed_start", first)
         self.register_buffer("allowed_end", last)
+        self._note_constraints()
+        self.register_load_state_dict_post_hook(lambda module, _: module._note_constraints())
         self.reset_parameters()
+
+    def _note_constraints(self) -> None:
+        """Whether any transition, start or end is forbidden, read once (at construction and when a
+        state dict is loaded), so that an unconstrained CRF spends no device op on masking."""
+        masks = (self.allowed, self.allowed_start, self.allowed_end)
+        self._constrained = not all(bool(b.all()) for b in masks)
 
     @classmethod
     def from_pytorch_crf(cls, crf: nn.Module, **kwargs) -> LinearChainCRF:
@@ -122,11 +137,15 @@ class LinearChainCRF(nn.Module):
             nn.init.uniform_(p, -self.init_scale, self.init_scale)
 
     def extra_repr(self) -> str:
-        constrained = ", constrained" if not bool(self.allowed.all()) else ""
+        constrained = ", constrained" if self._constrained else ""
         return f"num_labels={self.num_labels}, batch_first={self.batch_first}{constrained}"
 
     def scores(self) -> tuple[Tensor, Tensor, Tensor]:
-        """(transitions (N, N), start (N,), end (N,)) with -inf where the constraints forbid."""
+        """(transitions (N, N), start (N,), end (N,)) with -inf where the constraints forbid (the
+        constraints are read when the module is built or a state dict is loaded)."""
+        if not self._constrained:
+            return self.transitions, self.start, self.end
+
         def masked(x: Tensor, ok: Tensor) -> Tensor:
             return torch.where(ok, x, torch.full((), NEG_INF, dtype=x.dtype, device=x.device))
 
@@ -161,14 +180,13 @@ class LinearChainCRF(nn.Module):
             return _Batch(emissions, check_lengths(lengths, B, T, emissions.device), None, tags)
         if lengths is not None:
             raise ValueError("give mask or lengths, not both")
-        lengths, first = _check_mask(mask, B, T, emissions.device, self._layout())
-        if first is None:
+        lengths, index = _check_mask(mask, B, T, emissions.device, self._layout())
+        if index is None:
             return _Batch(emissions, lengths, None, tags)
-        t = (torch.arange(T, device=emissions.device) + first[:, None]).clamp(max=max(T - 1, 0))
-        moved = emissions.gather(1, t.unsqueeze(2).expand(B, T, self.num_labels))
+        moved = emissions.gather(1, index.unsqueeze(2).expand(B, T, self.num_labels))
         if isinstance(tags, Tensor) and tags.shape == (B, T):
-            tags = tags.gather(1, t)
-        return _Batch(moved, lengths, first, tags)
+            tags = tags.gather(1, index)
+        return _Batch(moved, lengths, index, tags)
 
     def _layout(self, last: str | None = None) -> str:
         dims = "(B, T" if self.batch_first else "(T, B"
@@ -316,7 +334,8 @@ def _check_constraints(constraints: Constraints, N: int) -> tuple[Tensor, Tensor
 
 def _check_mask(mask: object, B: int, T: int, device: torch.device,
                 layout: str) -> tuple[Tensor, Tensor | None]:
-    """(lengths (B,), first position (B,) or None when every row starts at 0) of a (B, T) mask."""
+    """(lengths (B,), index (B, T) or None when every row starts at 0) of a (B, T) mask: ``index``
+    lists each row's masked-in positions first, in order (a stable sort, one op, no host read)."""
     if not isinstance(mask, Tensor) or mask.dtype not in (torch.bool, torch.uint8):
         raise TypeError(f"mask must be a bool (or uint8) tensor of shape {layout}; pass integer lengths "
                         "as lengths=...")
@@ -327,20 +346,27 @@ def _check_mask(mask: object, B: int, T: int, device: torch.device,
         raise ValueError(f"mask is on {mask.device} but emissions is on {device}; use one device")
     mask = mask.bool()
     lengths = mask.sum(1)
-    first = mask.long().argmax(1) * (lengths > 0) if T else lengths.clone()
-    t = torch.arange(T, device=device)
-    run = (t >= first[:, None]) & (t < (first + lengths)[:, None])
-    if mask.device.type == "cpu" and not torch.compiler.is_compiling():
-        bad = plain(run != mask).any(-1)
+
+    def index() -> Tensor:
+        return torch.sort(mask.view(torch.uint8), dim=1, descending=True, stable=True).indices
+
+    def run() -> Tensor:  # the mask of one contiguous run per row
+        first = mask.view(torch.uint8).argmax(1) if T else lengths  # 0 on all-False rows
+        t = torch.arange(T, device=device)
+        return (t >= first[:, None]) & (t < (first + lengths)[:, None])
+
+    if not on_host(mask):  # no host reads: always move the rows
+        if validation_enabled():
+            require(run() == mask, "mask must hold one contiguous run per row")
+        return lengths, index()
+    if validation_enabled():
+        bad = plain(run() != mask).any(-1)
         if bool(bad.any()):
             b = int(bad.nonzero()[0, 0])
             raise ValueError(f"mask must hold one contiguous run of True per row (left or right padding); "
                              f"row {b} is {plain(mask)[b].int().tolist()}")
-        shifted = bool(plain(first).any())
-    else:
-        torch._assert_async((run == mask).all(), "structtorch: mask must hold one contiguous run per row")
-        shifted = True
-    return lengths, first if shifted else None
+    shifted = T and bool(plain(~mask[:, 0] & (lengths > 0)).any())
+    return lengths, index() if shifted else None
 
 
 @mixed_precision
@@ -353,12 +379,7 @@ def _on_chain(fn, emissions: Tensor, transitions: Tensor, start: Tensor, end: Te
 @mixed_precision
 def _negative_log_likelihood(unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor, labels: Tensor,
                              lengths: Tensor) -> Tensor:
-    """(B,) logZ - score(labels), both in the accumulation precision, cast once."""
+    """(B,) logZ - score(labels), both in the accumulation precision, cast once (+inf stays: a
+    labeling with probability 0, or no valid labeling at all)."""
     chain = check_chain(unary, transitions, start, end, lengths, name="emissions")
-    wide = chain.map(accumulate)
-    logz = log_partition_chain(wide)
-    gold = path_score_chain(wide, labels, name="tags")
-    # +inf stays (a labeling with probability 0, or no valid labeling at all); a finite NLL beyond
-    # the dtype's range raises
-    nll = negative_log_likelihood(logz, gold)
-    return cast_checked(nll, unary.dtype, "the negative log-likelihood", "emissions")
+    return nll_chain(chain, labels, name="tags")

@@ -152,6 +152,8 @@ class LogPartition(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad, *_):
+        if grad is None:
+            return (None,) * 13
         saved = ctx.saved_tensors
         tensors, logz, state = saved[:10], saved[10], list(saved[11:])
         low, high, backend = ctx.options
