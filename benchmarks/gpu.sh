@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One run on a GPU machine gives every GPU figure: the CUDA tests, then benchmarks/gpu.py (every DP
-# against the peers). Under 6 minutes on one GPU. The machine needs torch with CUDA, Triton, pytest,
-# hypothesis and numpy; the peers travel as wheels in .gpu-wheels/ (`make gpu-wheels` fetches them;
-# without them their columns say "not installed"). Results go to $OUT (default benchmarks/out/).
+# against the peers). Under 6 minutes on one GPU when warm; each step has its own timeout, and the
+# script exits non-zero naming every step that failed or timed out. The machine needs torch with
+# CUDA, Triton, pytest, hypothesis and numpy; the peers travel as wheels in .gpu-wheels/ (`make
+# gpu-wheels` fetches them; without them their columns say "not installed"). Results go to $OUT
+# (default benchmarks/out/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-benchmarks/out}
@@ -13,6 +15,28 @@ if compgen -G ".gpu-wheels/*.whl" >/dev/null; then
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
 python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
-timeout 180 python -m pytest -q -p no:cacheprovider tests/test_cuda.py 2>&1 | tee "$OUT/cuda_tests.log"
-timeout 240 python benchmarks/gpu.py --budget 0.3 2>&1 | tee "$OUT/gpu_bench.md"
-timeout 90 python benchmarks/neural.py --device cuda 2>&1 | tee "$OUT/neural.md"
+FAILED=()
+# step NAME SECONDS LOG COMMAND...: run one step with its own timeout (sized for a cold start: the
+# C++ build and the Triton compiles happen on first use), log it, and say loudly how it ended.
+step() {
+    local name=$1 seconds=$2 log=$3
+    shift 3
+    timeout "$seconds" "$@" 2>&1 | tee "$OUT/$log"
+    local rc=${PIPESTATUS[0]}
+    if [ "$rc" -eq 124 ]; then
+        echo "STEP TIMED OUT after ${seconds}s: $name" | tee -a "$OUT/steps.txt"
+        FAILED+=("$name")
+    elif [ "$rc" -ne 0 ]; then
+        echo "STEP FAILED (exit $rc): $name" | tee -a "$OUT/steps.txt"
+        FAILED+=("$name")
+    else
+        echo "step ok: $name" | tee -a "$OUT/steps.txt"
+    fi
+}
+step "CUDA tests" 300 cuda_tests.log python -m pytest -q -p no:cacheprovider tests/test_cuda.py
+step "GPU benchmark" 300 gpu_bench.md python benchmarks/gpu.py --budget 0.3
+step "neural tagger" 150 neural.md python benchmarks/neural.py --device cuda
+if [ ${#FAILED[@]} -ne 0 ]; then
+    echo "gpu.sh: ${#FAILED[@]} step(s) did not finish: ${FAILED[*]}" >&2
+    exit 1
+fi

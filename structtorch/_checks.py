@@ -12,8 +12,10 @@ reported as inf or as an infeasible -inf.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
+import threading
 from collections.abc import Callable, Sequence
 
 import torch
@@ -67,7 +69,12 @@ class set_validation:  # noqa: N801 - used like a function, as torch's context m
     labels out of range, results that overflow) read tensor values: while on, on CPU tensors they
     raise a ValueError naming the first bad entry, and on other devices they run as asynchronous
     device assertions (``torch._assert_async``: no host synchronization; the error surfaces at the
-    next synchronization). While off they do not run at all, so bad values give undefined results
+    next synchronization). On the "triton" backend a public call counts the bad entries of all its
+    checked tensors on the device and makes one assertion at its end, whose message lists the
+    checks made (:class:`one_assertion`). As always in CUDA, a failed device assertion leaves the
+    CUDA context unusable: to find the entry, run the same call on CPU tensors, where the checks
+    raise a ValueError naming the argument and the index. While off they do not run at all, so
+    bad values give undefined results
     (the compiled kernels still bound-check every index they read). Usable as a plain call (for the
     process) or as a context manager (for a block), like :class:`structtorch.use_backend`.
 
@@ -112,6 +119,55 @@ def plain(x: Tensor) -> Tensor:
     return x
 
 
+_BATCH = threading.local()
+
+
+class one_assertion:  # noqa: N801 - used like a function, as torch's context managers are
+    """Within it (a public call), the value checks that take the GPU's path on the "triton"
+    backend count the bad entries of every checked tensor into one counter (a Triton launch per
+    tensor, nothing read on the host) and make one device assertion at the end, whose message
+    lists the checks made. Nested uses join the outermost one. Also a decorator."""
+
+    def __enter__(self) -> one_assertion:
+        self._outer = getattr(_BATCH, "state", None) is None
+        if self._outer:
+            _BATCH.state = {"flag": None, "messages": []}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self._outer:
+            return
+        state, _BATCH.state = _BATCH.state, None
+        if state["flag"] is not None and exc[0] is None:
+            checks = "; ".join(dict.fromkeys(state["messages"]))
+            message = f"structtorch: a value check failed ({checks}); run it on CPU tensors to see where"
+            torch._assert_async(state["flag"][0] == 0, message)
+
+    def __call__(self, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with one_assertion():
+                return fn(*args, **kwargs)
+        return wrapper
+
+
+def _counted(x: Tensor, kind: str, message: str, **params) -> bool:
+    """Count the bad entries of ``x`` (see :mod:`structtorch._triton_checks`) into the open
+    :class:`one_assertion`'s counter; False (nothing done) outside one, under ``torch.compile``
+    or off the "triton" backend, where the caller asserts on its own."""
+    state = getattr(_BATCH, "state", None)
+    if state is None or torch.compiler.is_compiling() or _backend.backend_for(x) != "triton":
+        return False
+    from . import _triton_checks
+
+    x = plain(x)
+    if state["flag"] is None:
+        state["flag"] = _triton_checks.new_flag(x.device)
+    _triton_checks.count_bad(state["flag"], x, kind, **params)
+    state["messages"].append(message)
+    return True
+
+
 def require(ok: Tensor, message: str) -> None:
     """An asynchronous device assertion that ``ok`` (a bool tensor) holds everywhere, while value
     checks are on; for tensors that are not on the CPU, and under ``torch.compile`` (on CPU
@@ -151,7 +207,9 @@ def check_values(name: str, x: Tensor, *, posinf: bool = False) -> None:
         return None
     what = "NaN" if posinf else "NaN or +inf"
     if not on_host(x):
-        return require(~_bad_values(x, posinf).any(), f"{name} contains {what}")
+        if not _counted(x, "nan" if posinf else "values", f"{name} contains {what}"):
+            require(~_bad_values(x, posinf).any(), f"{name} contains {what}")
+        return None
     x = plain(x)
     bad = _bad_values(x, posinf)
     if bool(bad.any()):
@@ -172,7 +230,9 @@ def check_finite(name: str, x: Tensor, hint: str = "") -> None:
     if not _VALIDATION["on"]:
         return
     if not on_host(x):
-        return require(torch.isfinite(x).all(), f"{name} must be finite{hint}")
+        if not _counted(x, "finite", f"{name} must be finite{hint}"):
+            require(torch.isfinite(x).all(), f"{name} must be finite{hint}")
+        return None
     x = plain(x)
     if not bool(torch.isfinite(x).all()):
         idx = tuple(int(i) for i in (~torch.isfinite(x)).nonzero()[0].tolist())
@@ -221,7 +281,9 @@ def check_lengths(lengths: LengthsLike, B: int, T: int, device: torch.device,
     if not B or not _VALIDATION["on"]:
         pass
     elif not on_host(lengths):
-        require(((lengths >= 0) & (lengths <= T)).all(), f"lengths must lie in [0, T] = [0, {T}]")
+        message = f"lengths must lie in [0, T] = [0, {T}]"
+        if not _counted(lengths, "range", message, lo=0, hi=T):
+            require(((lengths >= 0) & (lengths <= T)).all(), message)
     elif bool((plain(lengths) < 0).any()) or bool((plain(lengths) > T).any()):
         raise ValueError(
             f"lengths must lie in [0, T] = [0, {T}], got min {int(lengths.min())} "
@@ -259,6 +321,18 @@ def check_labels(labels: object, mask: Tensor, N: int, name: str = "labels") -> 
     return torch.where(mask, labels.long(), torch.zeros((), dtype=torch.long, device=labels.device))
 
 
+def check_label_values(labels: Tensor, lengths: Tensor, N: int, name: str = "labels") -> None:
+    """The value check of :func:`check_labels` on a (B, T) int64 tensor from
+    :func:`check_label_tensor`, with the row lengths (B,) instead of a mask; entries beyond each
+    length are not cleaned (the kernels that read them clamp them)."""
+    if not _VALIDATION["on"]:
+        return
+    T = labels.shape[-1]
+    message = f"{name} must lie in [0, N) = [0, {N}) within each length"
+    if on_host(labels) or not _counted(labels, "labels", message, lo=0, hi=N - 1, lengths=lengths, T=T):
+        check_labels(labels, torch.arange(T, device=labels.device) < lengths[:, None], N, name)
+
+
 def check_label_tensor(labels: object, shape: tuple[int, int], device: torch.device,
                        name: str = "labels") -> Tensor:
     """``labels`` as a contiguous (B, T) int64 tensor on ``device``, or a TypeError/ValueError: the
@@ -294,7 +368,9 @@ def guard_overflow(result: Tensor, potentials: Sequence[Tensor], terms: int, fea
     if not _VALIDATION["on"]:
         return result
     if not on_host(result):
-        require(~(torch.isnan(result) | torch.isposinf(result)).any(), _overflow(what, result.dtype, names))
+        message = _overflow(what, result.dtype, names)
+        if not _counted(result, "values", message):
+            require(~(torch.isnan(result) | torch.isposinf(result)).any(), message)
         return result
     bad = ~torch.isfinite(plain(result))
     if not bool(bad.any()):
@@ -314,7 +390,8 @@ def cast_checked(x: Tensor, dtype: torch.dtype, what: str, names: str) -> Tensor
     """``x`` (computed in a wider dtype) cast to ``dtype``, or a ValueError where a finite entry
     becomes infinite in the cast (values that are already infinite keep their meaning)."""
     out = x.to(dtype)
-    if not _VALIDATION["on"]:
+    narrows = x.is_floating_point() and torch.finfo(dtype).max < torch.finfo(x.dtype).max
+    if not _VALIDATION["on"] or not narrows:  # a cast that does not narrow cannot overflow
         return out
     overflowed = (torch.isfinite(x) & ~torch.isfinite(out)).any()
     if not on_host(x):

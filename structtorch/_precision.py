@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
-from ._checks import cast_checked
+from ._checks import cast_checked, one_assertion
 
 __all__ = ["HALF_DTYPES", "mixed_precision", "map_tensors", "widen"]
 
@@ -104,7 +104,7 @@ def mixed_precision(fn: F) -> F:
     def wrapper(*args, **kwargs):
         device = _device_of(args, kwargs)
         (args, kwargs), result = widen((args, kwargs))
-        with _no_autocast(device):
+        with _no_autocast(device), one_assertion():
             out = fn(*args, **kwargs)
         if result is None:
             return out

@@ -9,10 +9,11 @@ Triton's interpreter (``TRITON_INTERPRET=1`` before Triton is imported), it show
 launches and syncs on any machine; the tests hold every public call to a budget with it.
 
 An operator that calls others (``sum`` calling ``fill_``, ``mul`` converting a Python scalar)
-counts as the kernels of the operators it calls, so each launch counts once. Not counted:
-operators that only make views or metadata (``view``, ``expand``, ``slice``, ...),
-allocations (``empty``), conversions that return their input, and whatever runs inside a Triton
-launch (the interpreter's copies of the kernel's arguments).
+counts as the kernels of the operators it calls, so each launch counts once. A device assertion
+(``torch._assert_async``) counts as one op and no sync, as on a GPU. Not counted: operators that
+only make views or metadata (``view``, ``expand``, ``slice``, ...), allocations (``empty``),
+conversions that return their input, and whatever runs inside a Triton launch (the interpreter's
+copies of the kernel's arguments).
 """
 
 from __future__ import annotations
@@ -65,6 +66,14 @@ class DeviceOps:
     sync_names: collections.Counter = field(default_factory=collections.Counter)
 
 
+ASSERT = "aten::_assert_async"
+
+
+def _uncounted(name: str) -> bool:
+    """Inside a Triton launch (the interpreter's work) or a device assertion (its CPU read)."""
+    return name.startswith(TRITON_PREFIX) or name == ASSERT
+
+
 def _has_ancestor(event: Any, test: Callable[[str], bool]) -> bool:
     parent = event.cpu_parent
     while parent is not None:
@@ -76,13 +85,13 @@ def _has_ancestor(event: Any, test: Callable[[str], bool]) -> bool:
 
 def _works(event: Any) -> bool:
     """Whether ``event`` or an operator it calls would launch a kernel."""
-    own = event.name.startswith("aten::") and event.name not in _FREE
+    own = event.name.startswith("aten::") and event.name not in _FREE and not _uncounted(event.name)
     return own or any(_works(c) for c in event.cpu_children)
 
 
 def _is_leaf(event: Any) -> bool:
     """An operator that would launch a kernel of its own: none of the operators it calls would."""
-    return not any(_works(c) for c in event.cpu_children)
+    return not any(_works(c) for c in event.cpu_children if not _uncounted(c.name))
 
 
 def device_ops(fn: Callable[[], Any]) -> DeviceOps:
@@ -115,7 +124,11 @@ def device_ops(fn: Callable[[], Any]) -> DeviceOps:
             out.launches += 1
             out.kernels[name.removeprefix(TRITON_PREFIX)] += 1
             continue
-        if not name.startswith("aten::") or _has_ancestor(event, lambda n: n.startswith(TRITON_PREFIX)):
+        if not name.startswith("aten::") or _has_ancestor(event, _uncounted):
+            continue
+        if name == ASSERT:  # one asynchronous kernel on a GPU (on CPU it reads its flag at once)
+            out.ops += 1
+            out.names[name] += 1
             continue
         if name in SYNC_OPS and not _has_ancestor(event, SYNC_OPS.__contains__):
             out.syncs += 1

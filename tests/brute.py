@@ -125,6 +125,24 @@ def brute_best(rows):
     return best, min(ties, key=lambda y: tuple(reversed(y)))
 
 
+def brute_edge_marginals(inst, b):
+    """(node (T, N), edge (T-1, N, N)) marginals of row b by enumeration; zeros when infeasible."""
+    rows = enumerate_row(inst, b)
+    T, N = inst.unary.shape[1:]
+    logz = brute_logsumexp([s for _, s in rows])
+    edge = np.zeros((max(T - 1, 0), N, N))
+    node = np.zeros((T, N))
+    if logz == -np.inf:
+        return node, edge
+    for y, s in rows:
+        p = np.exp(s - logz)
+        for t, j in enumerate(y):
+            node[t, j] += p
+        for t in range(len(y) - 1):
+            edge[t, y[t], y[t + 1]] += p
+    return node, edge
+
+
 def pad(y, T: int) -> list[int]:
     return list(y) + [-1] * (T - len(y))
 

@@ -8,7 +8,11 @@ Triton has no ahead-of-time compile API.
 
 from __future__ import annotations
 
+import re
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import triton
 
@@ -63,11 +67,17 @@ def _gpu_signatures():
                    path="*i64", out=f64, labels="*i64", nll=f64, T=i, N=i, ROWS=i)
         yield "chain forward (64)", chain._forward_kernel, sig, dict(VITERBI=viterbi, GOLD=not viterbi, SHARED=True,
                                                                      BLOCK=64)
-    yield "chain backward (64)", chain._backward_kernel, _chain_backward(x), dict(SHARED=False, EDGES=True,
-                                                                                 GOLD=True, BLOCK=64)
+    tile = chain.BACKWARD_TILE
+    yield f"chain backward ({tile})", chain._backward_kernel, _chain_backward(x), dict(SHARED=False, EDGES=True,
+                                                                                      GOLD=True, BLOCK=tile)
     sig = dict(bp="*u8", lengths="*i64", target="*i64", weights="*i64", chosen="*i64", last="*i64", path="*i64",
                broken="*i8", T=i, N=i, K1=i)
     yield "hamming backtrack", hamming._backtrack_kernel, sig, {}
+    from structtorch import _triton_checks as checks
+
+    for kind, x in [(0, "*fp32"), (0, "*fp64"), (1, "*fp64"), (2, "*fp32"), (3, "*i64"), (4, "*i64")]:
+        sig = dict(x=x, n=i, flag="*i32", lo=i, hi=i, lengths=x if kind < 4 else "*i64", T=i)
+        yield "value checks", checks._check_kernel, sig, dict(KIND=kind, BLOCK=checks.BLOCK)
 
 
 def _chain_backward(x: str) -> dict:
@@ -77,17 +87,47 @@ def _chain_backward(x: str) -> dict:
                 g_start=f64, g_end=f64, grad=f64, grad_stride="i32", labels="*i64", T="i32", N="i32")
 
 
+def resources(cubin: bytes) -> dict[str, int]:
+    """Registers (REG), stack and local memory (STACK, LOCAL: spills) per thread of a compiled
+    kernel, from ``cuobjdump --dump-resource-usage`` (shipped with Triton); {} without it."""
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if not tool.exists():
+        return {}
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    return {k: int(v) for k, v in re.findall(r"\b(REG|STACK|LOCAL):(\d+)", out)}
+
+
+FLOAT64_SCALARS = {"low", "high", "scale"}  # the segment PLiFs' bounds: float64, as on CPU
+
+
+def scalar_types_ok(kernel) -> bool:
+    """Whether the float scalars meant as float64 are annotated so (the JIT types a Python float as
+    fp32 otherwise, where the interpreter keeps float64: a difference no CPU test could see)."""
+    return all(p.annotation == "fp64" for p in kernel.params if p.name in FLOAT64_SCALARS)
+
+
 def main() -> int:
-    failures = []
+    failures, spills = [], []
     for name, kernel, signature, constexprs in _gpu_signatures():
         sig = {**signature, **{k: "constexpr" for k in constexprs}}
         try:
-            triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=constexprs),
-                           target=GPUTarget("cuda", 90, 32))
-            print("ok  ", name, constexprs)
+            compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=constexprs),
+                                      target=GPUTarget("cuda", 90, 32))
         except Exception as exc:  # noqa: BLE001 - every compile error is a finding
             failures.append(name)
             print("FAIL", name, constexprs, str(exc)[-1500:])
+            continue
+        if not scalar_types_ok(kernel):
+            failures.append(name)
+            print("FAIL", name, "float64 scalars typed fp32 by the JIT: annotate them tl.float64")
+        use = resources(compiled.asm["cubin"])
+        if use.get("LOCAL", 0) or use.get("STACK", 0):
+            spills.append(name)
+        print("ok  ", name, constexprs, " ".join(f"{k}={v}" for k, v in use.items()))
+    print(f"spills: {len(spills)} of the variants", sorted(set(spills)))
     return 1 if failures else 0
 
 

@@ -6,6 +6,8 @@ recorded here."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from budget import CALLS
@@ -41,6 +43,7 @@ OVER = {"kbest", "sample", "window_viterbi", "loss_augmented margin", "loss_augm
         "semimarkov_sample", "semimarkov_loss_augmented", "StructuredHingeLoss slack fwd+bwd"}
 
 
+@functools.cache
 def _count(name: str, T: int, validate: bool):
     with use_backend("triton"), st.set_validation(validate):
         fn = CALLS[name](T)
@@ -49,10 +52,12 @@ def _count(name: str, T: int, validate: bool):
 
 
 # still reading a device value on the host (issue 23)
-SYNCS = {"semimarkov_kbest", "semimarkov_sample", "semimarkov_loss_augmented", "window_loss_augmented"}
+SYNCS: set[str] = set()
 
-# validation still runs its checks one by one (issue 23: one fused check per call)
-VALIDATION_OVER = set(CALLS)
+# validation still costs more than 10 ops or grows with T: the CRF's contiguous-mask check, the
+# checks of the loss arguments, the PyTorch loops (issue 23)
+VALIDATION_OVER = set(CALLS) - {"viterbi", "log_partition fwd+bwd", "marginals", "semimarkov_viterbi",
+                                 "semimarkov_log_partition fwd+bwd"}
 
 
 def _cases(over: set[str]) -> list:
@@ -79,7 +84,7 @@ def test_no_host_sync(name):
 
 @pytest.mark.parametrize("name", _cases(VALIDATION_OVER))
 def test_validation_costs_a_constant(name):
-    off, short, long = _count(name, 11, False), _count(name, 5, True), _count(name, 11, True)
+    off, short, long = _count(name, 11, False), _count(name, 5, True), _count(name, 11, True)  # cached
     assert short.ops == long.ops, (short.names, long.names)
     assert long.ops <= off.ops + 10, (long.names, off.names)
 
@@ -89,3 +94,5 @@ def test_the_counter_sees_syncs_and_ops():
     counts = device_ops(lambda: (x * 2).sum().item())
     assert counts.ops == 3 and counts.syncs == 1  # mul, sum, _local_scalar_dense
     assert device_ops(lambda: x.view(2, 3).t()).ops == 0
+    asserted = device_ops(lambda: torch._assert_async(x.sum() > 0))  # asynchronous on a GPU
+    assert asserted.syncs == 0 and asserted.names["aten::_assert_async"] == 1

@@ -6,6 +6,7 @@ the profiler ranges the kernels run in, never by patching them."""
 
 from __future__ import annotations
 
+import ast
 import collections
 import contextlib
 import os
@@ -64,13 +65,16 @@ def test_float32_inputs_accumulate_in_float64():
 
 @contextlib.contextmanager
 def launches():
-    """Count the Triton launches in the block, by kernel ("chain_viterbi", "semimarkov_backward",
-    ...): the ``structtorch::triton::<kernel>`` ranges that a running profiler records."""
+    """Count the dynamic programs' Triton launches in the block, by kernel ("chain_viterbi",
+    "semimarkov_backward", ...): the ``structtorch::triton::<kernel>`` ranges that a running
+    profiler records (the value checks' own launches, "check_values", aside: test_launch_budget
+    counts everything)."""
     counts = collections.Counter()
     prefix = "structtorch::triton::"
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         yield counts
-    counts.update(e.name.removeprefix(prefix) for e in prof.events() if e.name.startswith(prefix))
+    names = (e.name.removeprefix(prefix) for e in prof.events() if e.name.startswith(prefix))
+    counts.update(name for name in names if name != "check_values")
 
 
 @pytest.mark.parametrize("T", [3, 12])
@@ -203,3 +207,8 @@ def test_kernels_compile_for_a_gpu():
     if proc.returncode == 3:
         pytest.skip(proc.stdout.strip())
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    # register spills (stack or local memory per thread, read from the cubins): none but the one
+    # still to tune (issue 23); a kernel that starts spilling fails here
+    spilling = next(line for line in proc.stdout.splitlines() if line.startswith("spills:"))
+    known = {"semi backward"}
+    assert set(ast.literal_eval(spilling.split(" variants ", 1)[1])) <= known, spilling

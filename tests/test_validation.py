@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import use_backend
 
 import structtorch as st
 from structtorch import _checks
@@ -48,6 +49,16 @@ def _bad_inputs():
 def test_device_checks_are_async_assertions(as_device, case):
     call, message = _bad_inputs()[case]
     with pytest.raises(RuntimeError, match="structtorch: " + message):  # _assert_async raises at once on CPU
+        call()
+
+
+@pytest.mark.parametrize("case", list(_bad_inputs()))
+def test_triton_backend_checks_as_on_a_gpu(case):
+    """On the triton backend (Triton's interpreter here) the checks take the GPU's path: the bad
+    entries of each checked tensor are counted on the device and one assertion, listing the
+    checks made, ends the call."""
+    call, message = _bad_inputs()[case]
+    with use_backend("triton"), pytest.raises(RuntimeError, match=message):
         call()
 
 

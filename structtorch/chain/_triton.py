@@ -39,6 +39,10 @@ from .._triton_common import load_tile as _tile
 from . import _torch
 from .layout import Chain
 
+BACKWARD_TILE = 16
+"""The backward's largest label tile: it holds two float64 tiles (scores and edge marginals), which
+spill registers on sm_90 at 32 x 32 and 64 x 64 (``tests/compile_kernels.py`` reads the cubins)."""
+
 
 @triton.jit
 def _init_alpha(out, unary, start, b, T, N, rj, BLOCK: tl.constexpr):
@@ -233,11 +237,12 @@ def _backward_kernel(unary, trans, end, lengths, alpha, logz, ring, g_unary, g_t
             y_next = y
 
 
-def _launch(name: str, kernel, chain: Chain, *args, **meta) -> None:
-    """One launch of ``kernel``, one program per sequence, on ``chain``'s tensors and ``args``."""
+def _launch(name: str, kernel, chain: Chain, *args, tile: int = 64, **meta) -> None:
+    """One launch of ``kernel``, one program per sequence, on ``chain``'s tensors and ``args``,
+    with label tiles of at most ``tile``."""
     B, T, N = chain.shape
     launch(name, kernel, (B,), chain.unary, chain.transitions, *args, T, N, SHARED=chain.shared,
-           BLOCK=block(N), **meta)
+           BLOCK=block(N, tile), **meta)
 
 
 @torch.no_grad()
@@ -287,7 +292,7 @@ def _backward(chain: Chain, logz: Tensor, alpha: Tensor, g: Tensor, edges: bool 
     gold = labels is not None
     outputs = (g_unary, g_trans, g_start, g_end)
     _launch("chain_backward", _backward_kernel, chain, chain.end, chain.lengths, alpha, logz, ring, *outputs,
-            g, g.stride(0), labels if gold else chain.lengths, EDGES=edges, GOLD=gold)
+            g, g.stride(0), labels if gold else chain.lengths, tile=BACKWARD_TILE, EDGES=edges, GOLD=gold)
     if not edges:
         return g_unary, None, g_start, g_end
     return g_unary, g_trans.sum(0) if chain.shared else g_trans, g_start, g_end

@@ -30,9 +30,9 @@ from .._checks import (
     LengthsLike,
     cast_checked,
     check_label_tensor,
+    check_label_values,
     check_labels,
     forbidden_pattern,
-    validation_enabled,
 )
 from .._numerics import NEG_INF, accumulate, negative_log_likelihood
 from .._precision import mixed_precision
@@ -64,10 +64,8 @@ def nll_chain(chain: Chain, labels: Tensor, name: str = "labels") -> Tensor:
     gradient on infeasible rows). ``labels`` (B, T) are checked here, as ``name``. On a backend that
     fuses it (Triton) one launch forward and one backward; elsewhere logZ and the labeling's score."""
     if _ops.fuses_nll(chain):
-        if validation_enabled():
-            labels = check_labels(labels, chain.mask(), chain.shape[2], name=name)
-        else:  # the kernels clamp every label they read
-            labels = check_label_tensor(labels, chain.shape[:2], chain.unary.device, name)
+        labels = check_label_tensor(labels, chain.shape[:2], chain.unary.device, name)
+        check_label_values(labels, chain.lengths, chain.shape[2], name)  # the kernels clamp what they read
         loss, logz, *_ = _ops.nll(chain, labels)
         _torch.guard(chain, logz, "the log-partition")
     else:

@@ -21,6 +21,7 @@ from .._checks import (
     _fmt,
     check_lengths,
     on_host,
+    one_assertion,
     plain,
     require,
     validation_enabled,
@@ -199,6 +200,7 @@ class LinearChainCRF(nn.Module):
 
     # -- the loss -------------------------------------------------------------------------------
 
+    @one_assertion()
     def forward(self, emissions: Tensor, tags: Tensor, mask: Tensor | None = None, *,
                 lengths: LengthsLike = None, reduction: str = "none") -> Tensor:
         """Negative log-likelihood -log p(tags | emissions): a loss (>= 0).
@@ -243,6 +245,7 @@ class LinearChainCRF(nn.Module):
 
     # -- inference ------------------------------------------------------------------------------
 
+    @one_assertion()
     def decode(self, emissions: Tensor, mask: Tensor | None = None, *, lengths: LengthsLike = None,
                k: int | None = None) -> tuple[Tensor, Tensor]:
         """Best labeling (Viterbi), or the k best with ``k``.
@@ -263,6 +266,7 @@ class LinearChainCRF(nn.Module):
         paths = batch.align(paths.transpose(1, 2), -1)  # (B, T, k)
         return scores, paths.transpose(1, 2) if self.batch_first else paths.transpose(0, 1)
 
+    @one_assertion()
     def log_partition(self, emissions: Tensor, mask: Tensor | None = None, *,
                       lengths: LengthsLike = None) -> Tensor:
         """log Z (B,): log of the sum over all (valid) labelings of exp(score)."""
@@ -270,6 +274,7 @@ class LinearChainCRF(nn.Module):
         trans, start, end = self.scores()
         return _on_chain(log_partition_chain, batch.emissions, trans, start, end, batch.lengths)
 
+    @one_assertion()
     def marginals(self, emissions: Tensor, mask: Tensor | None = None, *, lengths: LengthsLike = None,
                   edges: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """Node marginals p(y_t = j) (B, T, N), 0 outside each sequence; with ``edges`` also the

@@ -122,6 +122,15 @@ def terms_with_incoming(sm: SemiMarkov, F: Tensor, e: int, incoming: list[Tensor
     return terms.reshape(terms.shape + (1,) * (stacked.dim() - 3)) + stacked
 
 
+def mark_segments(starts: Tensor, seg_label: Tensor, active: Tensor, s: Tensor, label: Tensor) -> None:
+    """In place, where ``active`` (...,): ``starts[..., s] = True`` and ``seg_label[..., s] = label``
+    (starts, seg_label (..., T)), by gather and scatter: no ``nonzero`` (a host sync on a GPU)."""
+    idx = s.clamp(0, starts.shape[-1] - 1).unsqueeze(-1)
+    on = active.unsqueeze(-1)
+    starts.scatter_(-1, idx, starts.gather(-1, idx) | on)
+    seg_label.scatter_(-1, idx, torch.where(on, label.unsqueeze(-1), seg_label.gather(-1, idx)))
+
+
 def fill_labels(starts: Tensor, seg_label: Tensor, inside: Tensor) -> Tensor:
     """Per-position labels (..., T) from the labels written at segment starts; -1 outside."""
     T = starts.shape[-1]

@@ -77,9 +77,9 @@ def _max_length(b, e, n, mn, forb, boundary, T, S, N):
 
 @triton.jit
 def _forward_kernel(content, forb, length, boundary, segment, trans, start, end, lengths, tracks, plif,
-                    alpha, inc, arg_d, arg_m, out, labels, starts, T, S, N, P, low, high, scale,
-                    VITERBI: tl.constexpr, HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr,
-                    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
+                    alpha, inc, arg_d, arg_m, out, labels, starts, T, S, N, P, low: tl.float64,
+                    high: tl.float64, scale: tl.float64, VITERBI: tl.constexpr, HAS_SEGMENT: tl.constexpr,
+                    HAS_PLIF: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
     L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
     rn = tl.arange(0, BLOCK_N)
@@ -141,7 +141,8 @@ def _add(ptr, value, mask):
 @triton.jit
 def _backward_kernel(grad, logz, alpha, inc, content, forb, length, boundary, segment, trans, start, end,
                      lengths, tracks, plif, gamma, delta, diff, g_length, g_boundary, g_segment, g_trans,
-                     g_start, g_end, t_diff, g_plif, T, S, N, P, low, high, scale, HAS_SEGMENT: tl.constexpr,
+                     g_start, g_end, t_diff, g_plif, T, S, N, P, low: tl.float64, high: tl.float64,
+                     scale: tl.float64, HAS_SEGMENT: tl.constexpr,
                      HAS_PLIF: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
     L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated

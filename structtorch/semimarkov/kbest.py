@@ -9,7 +9,7 @@ from torch import Tensor
 from .._checks import LengthsLike, cast_checked, check_int
 from .._numerics import NEG_INF
 from .._precision import mixed_precision
-from ._torch import POTENTIALS, detached64, fill_labels, guard, terms_with_incoming
+from ._torch import POTENTIALS, detached64, fill_labels, guard, mark_segments, terms_with_incoming
 from .layout import SemiMarkov, check_semimarkov, semimarkov_score
 
 __all__ = ["semimarkov_kbest"]
@@ -97,12 +97,10 @@ def _kbest_structures(sm: SemiMarkov, k: int) -> tuple[Tensor, Tensor, Tensor]:
     e_cur = lengths[:, None].expand(B, k).clone()
     active = valid & (e_cur > 0)
     seg_label = torch.full((B, k, T), -1, dtype=torch.long, device=dev)
-    while bool(active.any()):  # one segment per structure and step, from the last
+    for _ in range(T):  # one segment per structure and step, from the last (at most T segments)
         bp = alpha_bps[rows, e_cur, label, rank]
         s = e_cur - (bp // k + 1)
-        b, j = active.nonzero(as_tuple=True)
-        starts[b, j, s[b, j]] = True
-        seg_label[b, j, s[b, j]] = label[b, j]
+        mark_segments(starts, seg_label, active, s, label)
         bp = inc_bps[rows, s.clamp(min=0), label, bp % k]
         label = torch.where(active, bp // k, label)
         rank = torch.where(active, bp % k, rank)

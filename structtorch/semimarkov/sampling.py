@@ -9,7 +9,7 @@ from torch import Tensor
 from .._checks import LengthsLike, check_generator, check_int
 from .._numerics import NEG_INF, gumbel_argmax, safe_logsumexp
 from .._precision import mixed_precision
-from ._torch import detached64, fill_labels, terms_with_incoming
+from ._torch import detached64, fill_labels, mark_segments, terms_with_incoming
 from .layout import SemiMarkov, check_semimarkov
 
 __all__ = ["semimarkov_sample"]
@@ -92,9 +92,7 @@ def sample_semimarkov(sm: SemiMarkov, n: int, generator: torch.Generator | None)
         terms = terms_with_incoming(sm, F, e, incoming)  # (B, D, N)
         d = gumbel_argmax(terms.transpose(1, 2)[rows, label], generator) + 1  # (n, B) in [1, D]
         s = e - d
-        i, b = here.nonzero(as_tuple=True)
-        starts[i, b, s[i, b]] = True
-        seg_label[i, b, s[i, b]] = label[i, b]
+        mark_segments(starts, seg_label, here, s, label)
         before = alphas[rows, s.clamp(min=0)] + trans.t()[label]  # (n, B, N): label m of the segment before
         label = torch.where(here & (s > 0), gumbel_argmax(before, generator), label)
         e_cur = torch.where(here, s, e_cur)

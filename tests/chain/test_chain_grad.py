@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from brute import brute_logsumexp, enumerate_row, instances
+from brute import brute_edge_marginals, enumerate_row, instances
 from hypothesis import given
 
 import structtorch as st
@@ -60,23 +60,6 @@ def test_viterbi_gradient_is_path_indicator(backend, inst):
             torch.testing.assert_close(grad_or_zero(x), fold_boundary(per_row, x))
 
 
-def brute_edge_marginals(inst, b):
-    rows = enumerate_row(inst, b)
-    T, N = inst.unary.shape[1:]
-    logz = brute_logsumexp([s for _, s in rows])
-    edge = np.zeros((max(T - 1, 0), N, N))
-    node = np.zeros((T, N))
-    if logz == -np.inf:
-        return node, edge
-    for y, s in rows:
-        p = np.exp(s - logz)
-        for t, j in enumerate(y):
-            node[t, j] += p
-        for t in range(len(y) - 1):
-            edge[t, y[t], y[t + 1]] += p
-    return node, edge
-
-
 @given(inst=instances())
 def test_log_partition_gradient_is_marginals(backend, inst):
     u, A, s, e = leaf(inst.unary), leaf(inst.transitions), leaf(inst.start), leaf(inst.end)
@@ -115,7 +98,8 @@ def test_gradcheck_log_partition(backend, shared):
     e = torch.randn(B, N, dtype=torch.float64, requires_grad=True)
     lengths = torch.tensor([5, 2, 1])
     f = lambda u, A, s, e: st.log_partition(u, A, start=s, end=e, lengths=lengths)  # noqa: E731
-    assert torch.autograd.gradcheck(f, (u, A, s, e))
+    with st.set_validation(False):  # many forward calls on valid inputs; the checks are tested elsewhere
+        assert torch.autograd.gradcheck(f, (u, A, s, e))
 
 
 def test_gradcheck_marginals(backend):
@@ -126,8 +110,9 @@ def test_gradcheck_marginals(backend):
     A_masked = torch.tensor([[0.0, float("-inf"), 0.0]] * 3, dtype=torch.float64)
     lengths = torch.tensor([4, 3])
     f = lambda u, A: st.marginals(u, A + A_masked, lengths=lengths)  # noqa: E731
-    assert torch.autograd.gradcheck(f, (u, A))
-    assert torch.autograd.gradgradcheck(lambda u: st.log_partition(u, A.detach(), lengths=lengths), (u,))
+    with st.set_validation(False):  # many forward calls on valid inputs; the checks are tested elsewhere
+        assert torch.autograd.gradcheck(f, (u, A))
+        assert torch.autograd.gradgradcheck(lambda u: st.log_partition(u, A.detach(), lengths=lengths), (u,))
 
 
 def test_kbest_scores_are_differentiable():

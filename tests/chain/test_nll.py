@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from brute import brute_logsumexp, enumerate_row, instances
+from brute import brute_edge_marginals, brute_logsumexp, enumerate_row, instances
 from chain.test_chain_grad import fold_boundary, grad_or_zero, leaf
 from hypothesis import given
 from hypothesis import strategies as hst
@@ -26,18 +26,11 @@ def _brute(inst, b, y):
     """(nll, node (T, N), edge (T-1, N, N)): logZ - score(y) and its gradient w.r.t. unary and
     per-position transitions, by enumeration."""
     rows = enumerate_row(inst, b)
-    T, N = inst.unary.shape[1:]
     logz = brute_logsumexp([s for _, s in rows])
     gold = dict(rows)[tuple(y)]
-    node, edge = np.zeros((T, N)), np.zeros((max(T - 1, 0), N, N))
+    node, edge = brute_edge_marginals(inst, b)
     if logz == -np.inf:
         return np.inf, node, edge
-    for z, s in rows:
-        p = np.exp(s - logz)
-        for t, j in enumerate(z):
-            node[t, j] += p
-        for t in range(len(z) - 1):
-            edge[t, z[t], z[t + 1]] += p
     for t, j in enumerate(y):
         node[t, j] -= 1
     for t in range(len(y) - 1):
@@ -101,4 +94,5 @@ def test_gradcheck_nll(backend):
     labels = torch.randint(0, N, (B, T))
     lengths = torch.tensor([4, 2, 0])
     f = lambda u, A, s: st.train.chain_nll(u, A, labels, start=s, lengths=lengths, reduction="none")  # noqa: E731
-    assert torch.autograd.gradcheck(f, (u, A, s))
+    with st.set_validation(False):  # many forward calls on valid inputs; the checks are tested elsewhere
+        assert torch.autograd.gradcheck(f, (u, A, s))
