@@ -74,7 +74,9 @@ class LinearChainCRF(nn.Module):
         pytorch-crf's default; per-position outputs then come back time-first too.
     constraints : Tensor (N, N) bool or (allowed, allowed_start, allowed_end), optional
         Allowed transitions (and first/last tags), e.g. ``allowed_transitions("BIO", tags)``; the
-        others score -inf, so only valid sequences are trained on and decoded. Stored as buffers.
+        others score -inf, so only valid sequences are trained on and decoded. Stored as buffers,
+        read once when the module is built and when a state dict is loaded (change them by
+        loading a state dict, not in place).
     init_scale : float
         Transition, start and end scores start uniform in [-init_scale, init_scale].
 

@@ -301,3 +301,16 @@ def test_errors_name_emissions_and_tags_without_rewriting():
     with pytest.raises(ValueError, match=r"emissions contains NaN at index \(0, 1, 2\)"):
         crf.log_partition(torch.zeros(1, 4, 3).index_put_((torch.tensor(0), torch.tensor(1), torch.tensor(2)),
                                                           torch.tensor(float("nan"))))
+
+
+def test_constraints_follow_a_loaded_state_dict():
+    """The constraints are read once, at construction and when a state dict is loaded: a CRF built
+    without them decodes under them after loading a constrained CRF's state."""
+    tags = ["O", "B-X", "I-X"]
+    constrained = st.LinearChainCRF(3, constraints=st.allowed_transitions("BIO", tags))
+    plain = st.LinearChainCRF(3)
+    emissions = torch.tensor([[[0.0, 0.0, 5.0], [0.0, 0.0, 5.0]]])  # I-X first: forbidden by BIO
+    assert plain.decode(emissions)[1][0, 0] == 2
+    plain.load_state_dict(constrained.state_dict())
+    assert "constrained" in repr(plain)
+    assert plain.decode(emissions)[1][0, 0] != 2
