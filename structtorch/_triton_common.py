@@ -26,9 +26,10 @@ import torch
 import triton
 import triton.language as tl
 
+from .profiling import TRITON_PREFIX
+
 NEG = tl.constexpr(float("-inf"))  # in kernels; NEG_INF on the host
 POS = tl.constexpr(float("inf"))
-PROFILER_PREFIX = "structtorch::triton::"
 
 
 def block(n: int, most: int = 64) -> int:
@@ -40,7 +41,7 @@ def launch(name: str, kernel, grid: tuple, *args, **meta) -> None:
     """``kernel[grid](*args, **meta)``; under a running profiler inside a record_function range
     named ``structtorch::triton::<name>`` (the kernels' launches are counted by these ranges)."""
     if torch.autograd._profiler_enabled():
-        with torch.autograd.profiler.record_function(PROFILER_PREFIX + name):
+        with torch.autograd.profiler.record_function(TRITON_PREFIX + name):
             kernel[grid](*args, **meta)
     else:
         kernel[grid](*args, **meta)
