@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # One run on a GPU machine gives every GPU figure: the CUDA tests, then benchmarks/gpu.py (every DP
-# against the peers). Under 6 minutes on one GPU when warm; each step has its own timeout, and the
+# against its PyTorch loops and the peers, timed with CUDA events with value checks off and on, and a
+# structured training step eager against its CUDA-graph replay; a peer or capture that fails is a
+# note or a cell, not the end of the run), then the neural tagger. Meant to take under 6 minutes on
+# one GPU when warm (--budget 0.3 s of repeats per case); each step has its own timeout, and the
 # script exits non-zero naming every step that failed or timed out. The machine needs torch with
 # CUDA, Triton, pytest, hypothesis and numpy; the peers travel as wheels in .gpu-wheels/ (`make
 # gpu-wheels` fetches them; without them their columns say "not installed"). Results go to $OUT

@@ -10,11 +10,15 @@ Backends
 ``"triton"``
     Fused Triton kernels, one launch per call, for CUDA tensors; with ``TRITON_INTERPRET=1`` set
     before Triton is imported, also for CPU tensors (Triton's interpreter: slow, for tests). They
-    cover what the compiled kernels cover, and the semi-Markov log-partition with segment PLiFs.
+    cover what the compiled kernels cover, the semi-Markov log-partition with segment PLiFs,
+    k-best lists, sampling, order-l window Viterbi, segmentation scores, and the whole
+    loss-augmented search of the unweighted Hamming loss with h the identity (chains and windows:
+    margin and slack; segmentations: margin); few long chains run parallel-in-time kernels.
 ``"torch"``
     The batched PyTorch loops of each structure's ``_torch.py``: the reference, and the path on
-    every other device. k-best lists, order-l windows, sampling, the semi-Markov Hamming tables,
-    the gradient of the marginals and double backward run these loops on every backend.
+    every other device. Weighted or custom losses of the semi-Markov and window searches, the
+    gradient of the marginals and double backward run these loops on every backend (the compiled
+    backend also for k-best lists, sampling and windows).
 
 By default CPU tensors use ``"compiled"`` (``"torch"`` when the kernels did not build), CUDA
 tensors ``"triton"`` when Triton is installed, and everything else ``"torch"``. The choice can be

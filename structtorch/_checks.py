@@ -70,8 +70,8 @@ class set_validation:  # noqa: N801 - used like a function, as torch's context m
     raise a ValueError naming the first bad entry, and on other devices they run as asynchronous
     device assertions (``torch._assert_async``: no host synchronization; the error surfaces at the
     next synchronization). On the "triton" backend a public call counts the bad entries of all its
-    checked tensors on the device and makes one assertion at its end, whose message lists the
-    checks made (:class:`one_assertion`). As always in CUDA, a failed device assertion leaves the
+    checked tensors on the device in one launch and makes one assertion at its end, whose message
+    lists the checks made (:class:`one_assertion`). As always in CUDA, a failed device assertion leaves the
     CUDA context unusable: to find the entry, run the same call on CPU tensors, where the checks
     raise a ValueError naming the argument and the index. While off they do not run at all, so
     bad values give undefined results
@@ -124,24 +124,29 @@ _BATCH = threading.local()
 
 class one_assertion:  # noqa: N801 - used like a function, as torch's context managers are
     """Within it (a public call), the value checks that take the GPU's path on the "triton"
-    backend count the bad entries of every checked tensor into one counter (a Triton launch per
-    tensor, nothing read on the host) and make one device assertion at the end, whose message
-    lists the checks made. Nested uses join the outermost one. Also a decorator."""
+    backend are collected, and at the end one Triton launch (for up to
+    :data:`structtorch._triton_checks.SLOTS` checked tensors) counts the bad entries of them all
+    into one counter, nothing read on the host, followed by one device assertion whose message
+    lists the checks made. The checks see the tensors as they are at the end of the call (inputs,
+    which the call does not modify). Nested uses join the outermost one. Also a decorator."""
 
     def __enter__(self) -> one_assertion:
         self._outer = getattr(_BATCH, "state", None) is None
         if self._outer:
-            _BATCH.state = {"flag": None, "messages": []}
+            _BATCH.state = {"checks": [], "messages": []}
         return self
 
     def __exit__(self, *exc) -> None:
         if not self._outer:
             return
         state, _BATCH.state = _BATCH.state, None
-        if state["flag"] is not None and exc[0] is None:
+        if state["checks"] and exc[0] is None:
+            from . import _triton_checks
+
+            flag = _triton_checks.count_all(state["checks"])
             checks = "; ".join(dict.fromkeys(state["messages"]))
             message = f"structtorch: a value check failed ({checks}); run it on CPU tensors to see where"
-            torch._assert_async(state["flag"][0] == 0, message)
+            torch._assert_async(flag[0] == 0, message)
 
     def __call__(self, fn: Callable) -> Callable:
         @functools.wraps(fn)
@@ -152,18 +157,14 @@ class one_assertion:  # noqa: N801 - used like a function, as torch's context ma
 
 
 def _counted(x: Tensor, kind: str, message: str, **params) -> bool:
-    """Count the bad entries of ``x`` (see :mod:`structtorch._triton_checks`) into the open
-    :class:`one_assertion`'s counter; False (nothing done) outside one, under ``torch.compile``
-    or off the "triton" backend, where the caller asserts on its own."""
+    """Add the check of ``x`` (a kind of :mod:`structtorch._triton_checks`) to the open
+    :class:`one_assertion`, which counts the bad entries of all its checks at its end; False
+    (nothing done) outside one, under ``torch.compile`` or off the "triton" backend, where the
+    caller asserts on its own."""
     state = getattr(_BATCH, "state", None)
     if state is None or torch.compiler.is_compiling() or _backend.backend_for(x) != "triton":
         return False
-    from . import _triton_checks
-
-    x = plain(x)
-    if state["flag"] is None:
-        state["flag"] = _triton_checks.new_flag(x.device)
-    _triton_checks.count_bad(state["flag"], x, kind, **params)
+    state["checks"].append((plain(x), kind, params))
     state["messages"].append(message)
     return True
 

@@ -1,9 +1,12 @@
 """Numerics shared by every dynamic program and backend: the -inf constant, the accumulation
 precision, a log-sum-exp that survives all -inf rows, a categorical draw (samplers), backtracking,
 small index dtypes, the double-backward helper of the compiled autograd Functions, the negative
-log-likelihood of infeasible rows and the batch reduction of losses."""
+log-likelihood of infeasible rows, the batch reduction of losses, and zero tensors from one fill."""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -43,6 +46,22 @@ def gumbel_argmax(logits: Tensor, generator: torch.Generator | None) -> Tensor:
     return torch.where(logits == NEG_INF, NEG_INF, logits - noise.log()).argmax(-1)
 
 
+def inverse_cdf(logits: Tensor, u: Tensor) -> Tensor:
+    """One index per row of ``logits`` (..., K), drawn with probabilities softmax(logits) by the
+    inverse CDF at ``u`` (...) in [0, 1): the first index whose running probability passes u (the
+    last index of positive probability if rounding leaves u unpassed); 0 on all -inf rows. The
+    Triton samplers draw the same way from the same uniforms."""
+    top = logits.amax(-1, keepdim=True)
+    top = torch.where(top == NEG_INF, 0.0, top)
+    p = torch.where(logits == NEG_INF, 0.0, torch.exp(logits - top))
+    p = p / p.sum(-1, keepdim=True).clamp(min=torch.finfo(p.dtype).tiny)
+    positive = p > 0
+    hit = (p.cumsum(-1) > u.unsqueeze(-1)) & positive
+    index = torch.arange(logits.shape[-1], device=logits.device)
+    last = torch.where(positive, index, 0).amax(-1)
+    return torch.where(hit.any(-1), hit.int().argmax(-1), last)
+
+
 def grads_through(reference: Tensor, inputs: tuple[Tensor, ...], needs: tuple[bool, ...],
                   grad: Tensor) -> tuple[Tensor | None, ...]:
     """Gradients of ``reference`` (a differentiable re-computation) w.r.t. the ``inputs`` that
@@ -75,3 +94,11 @@ def reduce_batch(x: Tensor, reduction: str) -> Tensor:
     if reduction == "mean":
         return x.sum() / max(x.numel(), 1)
     return x.sum() if reduction == "sum" else x
+
+
+def zeroed(shapes: Sequence[tuple[int, ...]], dtype: torch.dtype, device: torch.device) -> list[Tensor]:
+    """Zero tensors of the given shapes, contiguous views of one buffer: one device op for all
+    (default potentials, the outputs a kernel accumulates into)."""
+    sizes = [math.prod(shape) for shape in shapes]
+    flat = torch.zeros(sum(sizes), dtype=dtype, device=device)
+    return [part.view(shape) for part, shape in zip(flat.split(sizes), shapes, strict=True)]

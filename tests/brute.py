@@ -340,3 +340,18 @@ def multicut_problems(draw, max_nodes=6, complete=False):
             edges = all_pairs(V)[:1]
     rng = np.random.default_rng(draw(st.integers(0, 2**31)))
     return V, edges, torch.tensor(rng.normal(size=len(edges))), torch.tensor(rng.normal(size=len(edges)))
+
+
+def check_kbest(got_scores, got_structs, lookup, k, tol):
+    """Scores equal the k best enumerated ones (``lookup``: structure -> score; -inf padded), each
+    structure scores what is reported and valid structures are distinct."""
+    expected = sorted((s for s in lookup.values() if s > -np.inf), reverse=True)[:k]
+    expected += [-np.inf] * (k - len(expected))
+    np.testing.assert_allclose(got_scores, expected, atol=tol)
+    seen = set()
+    for score, struct in zip(got_scores, got_structs, strict=True):
+        if score == -np.inf:
+            continue
+        assert struct not in seen
+        seen.add(struct)
+        assert np.isclose(lookup[struct], score, atol=tol)

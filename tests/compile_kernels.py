@@ -8,6 +8,7 @@ Triton has no ahead-of-time compile API.
 
 from __future__ import annotations
 
+import itertools
 import re
 import subprocess
 import sys
@@ -16,12 +17,18 @@ from pathlib import Path
 
 import triton
 
+from structtorch._triton_common import block
+
 try:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 except ImportError:
     print("this Triton has no ahead-of-time compile API")
     sys.exit(3)
+
+
+NS = (2, 8, 16, 32, 64, 128, 1024)
+"""The label counts whose tiles are compiled (issue 23): block(N) is 16, 32 or 64."""
 
 
 def _gpu_signatures():
@@ -44,29 +51,52 @@ def _gpu_signatures():
                 for gold in (False, True):
                     yield "chain backward", chain._backward_kernel, _chain_backward(x), dict(
                         SHARED=shared, EDGES=edges, GOLD=gold, BLOCK=16)
+            for tile in sorted({16, chain.KBEST_TILE}):
+                yield f"chain kbest ({tile})", chain._kbest_kernel, _chain_kbest(x), dict(SHARED=shared, BLOCK=tile)
+            yield "chain sample (16)", chain._sample_kernel, _chain_sample(x), dict(SHARED=shared, BLOCK=16)
+        for bp in ("*i16", "*i32"):
+            for tiles in ((16, 16), (16, 64), (64, 64)):
+                sig = dict(scores=x, lengths="*i64", ring="*fp64", bp=bp, path="*i64", out="*fp64", T=i, N=i, S=i,
+                           step=i, s_stride=i, DIGITS=i)
+                yield f"chain window {tiles}", chain._window_kernel, sig, dict(BLOCK_O=tiles[0], BLOCK_S=tiles[1])
             sig = {**seq, "target": "*i64", "weights": "*i64", "ring": f64, "bp": "*u8", "best": f64, "last": "*i64",
                    "T": i, "N": i, "K1": i}
             yield "hamming table", hamming._table_kernel, sig, dict(SHARED=shared, BLOCK_K=16, BLOCK_J=16)
-        inputs = dict(content=x, forb="*i64", length=x, boundary=x, segment=x, trans=x, start=x, end=x,
-                      lengths="*i64")
+        inputs = dict(content=x, length=x, boundary=x, segment=x, trans=x, start=x, end=x, lengths="*i64")
         for viterbi in (True, False):
             for segment in (True, False):
                 sig = {**inputs, "tracks": x, "plif": x, "alpha": f64, "inc": f64, "arg_d": "*i32", "arg_m": "*i32",
-                       "out": f64, "labels": "*i64", "starts": "*i8", "T": i, "S": i, "N": i, "P": i, "low": "fp64",
-                       "high": "fp64", "scale": "fp64"}
-                yield "semi forward", semi._forward_kernel, sig, dict(
-                    VITERBI=viterbi, HAS_SEGMENT=segment, HAS_PLIF=viterbi, BLOCK_D=16, BLOCK_N=16)
+                       "out": f64, "labels": "*i64", "starts": "*i1", "target": "*i64", "target_starts": "*i1",
+                       "gold": f64, "count": "*i64", "T": i, "S": i, "N": i, "P": i, "low": "fp64", "high": "fp64",
+                       "scale": "fp64"}
+                for loss in (False, True) if viterbi else (False,):
+                    yield "semi forward", semi._forward_kernel, sig, dict(
+                        VITERBI=viterbi, HAS_SEGMENT=segment, HAS_PLIF=viterbi and not loss, LOSS=loss, BLOCK_D=16,
+                        BLOCK_N=16)
+                sig = {**inputs, "tracks": x, "plif": x, "labels": "*i64", "starts": "*i1", "out": f64, "T": i,
+                       "S": i, "N": i, "P": i, "low": "fp64", "high": "fp64", "scale": "fp64"}
+                yield "semi score", semi._score_kernel, sig, dict(HAS_SEGMENT=segment, HAS_PLIF=viterbi)
             sig = dict(grad=f64, logz=f64, alpha=f64, inc=f64, **inputs, tracks=x, plif=x, gamma=f64, delta=f64,
-                       diff=f64, g_length=f64, g_boundary=f64, g_segment=f64, g_trans=f64, g_start=f64, g_end=f64,
-                       t_diff=f64, g_plif=f64, T=i, S=i, N=i, P=i, low="fp64", high="fp64", scale="fp64")
+                       g_content=f64, g_length=f64, g_boundary=f64, g_segment=f64, g_trans=f64, g_start=f64,
+                       g_end=f64, g_tracks=f64, g_plif=f64, T=i, S=i, N=i, P=i, low="fp64", high="fp64",
+                       scale="fp64")
             yield "semi backward", semi._backward_kernel, sig, dict(HAS_SEGMENT=viterbi, HAS_PLIF=not viterbi,
                                                                     BLOCK_D=16, BLOCK_N=16)
-    x = "*fp32"  # the largest tiles the wrappers pick (N >= 64: chain tiles of 64 x 64)
-    for viterbi in (True, False):
-        sig = dict(unary=x, trans=x, start=x, end=x, lengths="*i64", alpha=f64, bp="*i16" if viterbi else "*i64",
-                   path="*i64", out=f64, labels="*i64", nll=f64, T=i, N=i, ROWS=i)
-        yield "chain forward (64)", chain._forward_kernel, sig, dict(VITERBI=viterbi, GOLD=not viterbi, SHARED=True,
-                                                                     BLOCK=64)
+            out = dict(labels="*i64", starts="*i1")
+            sig = {**inputs, "alpha": f64, "inc": f64, "uniforms": f64, **out, "B": i, "T": i, "S": i, "N": i}
+            yield "semi sample", semi._sample_kernel, sig, dict(HAS_SEGMENT=viterbi, BLOCK_D=16, BLOCK_N=16)
+            sig = {**inputs, "alpha": f64, "alpha_bp": "*i32", "inc": f64, "inc_bp": "*i32", "scores": f64, **out,
+                   "T": i, "S": i, "N": i, "K": i}
+            yield "semi kbest", semi._kbest_kernel, sig, dict(HAS_SEGMENT=viterbi, BLOCK_D=16, BLOCK_N=16)
+    x = "*fp32"  # every tile the wrappers pick for N in NS (chain: block(N) up to 64 x 64)
+    for tile in sorted({block(n) for n in NS} - {16}):
+        for viterbi in (True, False):
+            sig = dict(unary=x, trans=x, start=x, end=x, lengths="*i64", alpha=f64,
+                       bp="*i16" if viterbi else "*i64", path="*i64", out=f64, labels="*i64", nll=f64, T=i, N=i,
+                       ROWS=i)
+            yield f"chain forward ({tile})", chain._forward_kernel, sig, dict(
+                VITERBI=viterbi, GOLD=not viterbi, SHARED=True, BLOCK=tile)
+        yield f"chain sample ({tile})", chain._sample_kernel, _chain_sample(x), dict(SHARED=True, BLOCK=tile)
     tile = chain.BACKWARD_TILE
     yield f"chain backward ({tile})", chain._backward_kernel, _chain_backward(x), dict(SHARED=False, EDGES=True,
                                                                                       GOLD=True, BLOCK=tile)
@@ -75,9 +105,89 @@ def _gpu_signatures():
     yield "hamming backtrack", hamming._backtrack_kernel, sig, {}
     from structtorch import _triton_checks as checks
 
-    for kind, x in [(0, "*fp32"), (0, "*fp64"), (1, "*fp64"), (2, "*fp32"), (3, "*i64"), (4, "*i64")]:
-        sig = dict(x=x, n=i, flag="*i32", lo=i, hi=i, lengths=x if kind < 4 else "*i64", T=i)
-        yield "value checks", checks._check_kernel, sig, dict(KIND=kind, BLOCK=checks.BLOCK)
+    slots = [(0, "*fp32"), (0, "*fp64"), (1, "*fp64"), (2, "*fp32"), (3, "*i64"), (4, "*i64"), (5, "*i1"),
+             (6, "*i64")]
+    for first in range(0, len(slots), checks.SLOTS):  # every kind in some slot; unused slots last
+        group = slots[first:first + checks.SLOTS]
+        group += [(-1, "*i32")] * (checks.SLOTS - len(group))
+        sig = {"flag": "*i32"}
+        for s, (kind, x) in enumerate(group):
+            sig |= {f"x{s}": x, f"n{s}": i, f"lo{s}": i, f"hi{s}": i, f"lengths{s}": x if kind < 4 else "*i64",
+                    f"T{s}": i}
+        kinds = {f"KIND{s}": kind for s, (kind, _) in enumerate(group)}
+        yield "value checks", checks._checks_kernel, sig, dict(**kinds, BLOCK=checks.BLOCK)
+    yield from _chain_scan()
+
+
+def _chain_scan():
+    """The chunked (parallel-in-time) chain kernels: every constexpr combination at 16-label tiles,
+    and the largest tiles the wrappers pick (N >= 64) in fp32."""
+    from structtorch.chain import _triton_scan as scan
+
+    i, f64 = "i32", "*fp64"
+    dims = dict(T=i, N=i, C=i, S=i)
+    for x, tiles in (("*fp64", (16,)), ("*fp32", (16, 64))):
+        for shared in (True, False):
+            for viterbi, gold in ((True, False), (False, False), (False, True)):
+                for tile in tiles:
+                    sig = dict(unary=x, trans=x, start=x, lengths="*i64", labels="*i64", prod=f64, partial=f64, **dims)
+                    yield f"chain scan products ({tile})", scan._product_kernel, sig, dict(
+                        SHARED=shared, VITERBI=viterbi, GOLD=gold, BLOCK=min(tile, scan.PRODUCT_TILE))
+                    sig = dict(unary=x, trans=x, end=x, lengths="*i64", vec=f64, bp="*i16" if viterbi else "*i32",
+                               maps="*i32", last="*i32", out=f64, labels="*i64", partial=f64, nll=f64, **dims)
+                    yield f"chain scan inside ({tile})", scan._inside_kernel, sig, dict(
+                        SHARED=shared, VITERBI=viterbi, GOLD=gold, BLOCK=tile)
+                    if shared and not gold:
+                        sig = dict(unary=x, start=x, lengths="*i64", prod=f64, vec=f64, **dims)
+                        yield f"chain scan boundaries ({tile})", scan._boundary_kernel, sig, dict(VITERBI=viterbi,
+                                                                                                  BLOCK=tile)
+            sig = dict(unary=x, trans=x, end=x, lengths="*i64", prod=f64, bounds=f64, ring=f64, **dims)
+            for tile in tiles:
+                yield "chain scan beta boundaries", scan._beta_boundary_kernel, sig, dict(
+                    SHARED=shared, BLOCK=min(tile, scan.BETA_TILE))
+            sig = dict(unary=x, trans=x, end=x, lengths="*i64", alpha=f64, logz=f64, bounds=f64, ring=f64, g_unary=f64,
+                       g_trans=f64, g_start=f64, g_end=f64, grad=f64, grad_stride=i, labels="*i64", **dims)
+            for edges, gold in ((True, False), (False, False), (True, True)):
+                yield "chain scan backward", scan._backward_chunk_kernel, sig, dict(
+                    SHARED=shared, EDGES=edges, GOLD=gold, BLOCK=scan.BACKWARD_TILE)
+    yield "chain scan ends", scan._ends_kernel, dict(lengths="*i64", bp="*i16", maps="*i32", last="*i32", out=f64,
+                                                     ends="*i32", **dims), {}
+    for tile in (16, 64):
+        sig = dict(lengths="*i64", bp="*i16", ends="*i32", out=f64, path="*i64", **dims)
+        yield f"chain scan walk ({tile})", scan._walk_kernel, sig, dict(BLOCK=tile)
+
+
+def _fused_hamming_signatures():
+    """The fused Hamming searches of ``lossaug/_triton.py`` (unweighted, h the identity)."""
+    from structtorch.lossaug import _triton as hamming
+
+    i, f64 = "i32", "*fp64"
+    out = dict(value=f64, path="*i64", count="*i64", scale=f64, gold=f64)
+    for x in ("*fp32", "*fp64"):
+        seq = dict(unary=x, trans=x, start=x, end=x, lengths="*i64")
+        for shared in (True, False):
+            sig = {**seq, "target": "*i64", "ring": f64, "bp": "*u8", "best": f64, "last": "*i64", "T": i, "N": i,
+                   "K1": i}
+            yield "unweighted table", hamming._unweighted_table_kernel, sig, dict(SHARED=shared, BLOCK_K=16,
+                                                                                   BLOCK_J=32)
+            for tile in (16, 64):
+                sig = {**seq, "target": "*i64", "ring": f64, "bp": "*i16", **out, "T": i, "N": i}
+                yield "hamming fold", hamming._fold_kernel, sig, dict(SHARED=shared, BLOCK=max(32, tile))
+                for margin in (True, False):
+                    sig = {**seq, "target": "*i64", "bp": "*u8", "best": f64, "last": "*i64", **out, "T": i, "N": i,
+                           "K1": i}
+                    yield "hamming choose", hamming._choose_kernel, sig, dict(MARGIN=margin, SHARED=shared,
+                                                                            BLOCK_K=tile, BLOCK=tile)
+            sig = dict(path="*i64", target="*i64", lengths="*i64", grad=f64, grad_stride=i, scale=f64, g_unary=f64,
+                       g_trans=f64, g_start=f64, g_end=f64, T=i, N=i)
+            yield "hamming indicators", hamming._indicator_kernel, sig, dict(SHARED=shared, BLOCK=64, TILE=16)
+        for tile in (16, 64):
+            sig = dict(scores=x, lengths="*i64", target="*i64", ring=f64, bp="*i16", **out, T=i, N=i, S=i, P=i,
+                       ORDER=i)
+            yield "window fold", hamming._window_fold_kernel, sig, dict(BLOCK=tile)
+        sig = dict(path="*i64", target="*i64", lengths="*i64", grad=x, grad_stride=i, scale=f64, g_scores=f64, T=i,
+                   N=i, S=i, P=i)
+        yield "window indicators", hamming._window_indicator_kernel, sig, dict(BLOCK=64)
 
 
 def _chain_backward(x: str) -> dict:
@@ -85,6 +195,18 @@ def _chain_backward(x: str) -> dict:
     f64 = "*fp64"
     return dict(unary=x, trans=x, end=x, lengths="*i64", alpha=f64, logz=f64, ring=f64, g_unary=f64, g_trans=f64,
                 g_start=f64, g_end=f64, grad=f64, grad_stride="i32", labels="*i64", T="i32", N="i32")
+
+
+def _chain_kbest(x: str) -> dict:
+    """The chain k-best kernel's signature for inputs of pointer type ``x``."""
+    return dict(unary=x, trans=x, start=x, end=x, lengths="*i64", top="*fp64", bp="*i32", scores="*fp64",
+                codes="*i32", path="*i64", K="i32", T="i32", N="i32")
+
+
+def _chain_sample(x: str) -> dict:
+    """The chain sampling kernel's signature for inputs of pointer type ``x``."""
+    return dict(trans=x, end=x, lengths="*i64", alpha="*fp64", noise="*fp64", out="*i64", B="i32", T="i32",
+                N="i32")
 
 
 def resources(cubin: bytes) -> dict[str, int]:
@@ -103,15 +225,17 @@ def resources(cubin: bytes) -> dict[str, int]:
 FLOAT64_SCALARS = {"low", "high", "scale"}  # the segment PLiFs' bounds: float64, as on CPU
 
 
-def scalar_types_ok(kernel) -> bool:
+def scalar_types_ok(kernel, signature: dict) -> bool:
     """Whether the float scalars meant as float64 are annotated so (the JIT types a Python float as
-    fp32 otherwise, where the interpreter keeps float64: a difference no CPU test could see)."""
-    return all(p.annotation == "fp64" for p in kernel.params if p.name in FLOAT64_SCALARS)
+    fp32 otherwise, where the interpreter keeps float64: a difference no CPU test could see);
+    pointers of those names are not scalars."""
+    scalars = {name for name in FLOAT64_SCALARS if not signature.get(name, "").startswith("*")}
+    return all(p.annotation == "fp64" for p in kernel.params if p.name in scalars)
 
 
 def main() -> int:
     failures, spills = [], []
-    for name, kernel, signature, constexprs in _gpu_signatures():
+    for name, kernel, signature, constexprs in itertools.chain(_gpu_signatures(), _fused_hamming_signatures()):
         sig = {**signature, **{k: "constexpr" for k in constexprs}}
         try:
             compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=constexprs),
@@ -120,7 +244,7 @@ def main() -> int:
             failures.append(name)
             print("FAIL", name, constexprs, str(exc)[-1500:])
             continue
-        if not scalar_types_ok(kernel):
+        if not scalar_types_ok(kernel, signature):
             failures.append(name)
             print("FAIL", name, "float64 scalars typed fp32 by the JIT: annotate them tl.float64")
         use = resources(compiled.asm["cubin"])

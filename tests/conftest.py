@@ -50,9 +50,31 @@ def use_backend(name: str):
         yield
 
 
+INTERPRETED_EXAMPLES = 20
+"""Hypothesis examples per property on the triton backend in Triton's interpreter (about a
+hundred times slower than the other backends), in the default profile; every other backend, and
+the "thorough" profile, draw the profile's count."""
+
+
+@contextlib.contextmanager
+def _fewer_examples(test, name: str):
+    """While the test runs on ``name``: at most INTERPRETED_EXAMPLES hypothesis examples when it is
+    the interpreted triton backend (hypothesis reads the settings off the test when it is called)."""
+    current = getattr(test, "_hypothesis_internal_use_settings", None)
+    interpreted = name == "triton" and os.environ.get("TRITON_INTERPRET") == "1"
+    if current is None or not interpreted or current.max_examples <= INTERPRETED_EXAMPLES:
+        yield
+        return
+    test._hypothesis_internal_use_settings = settings(current, max_examples=INTERPRETED_EXAMPLES)
+    try:
+        yield
+    finally:
+        test._hypothesis_internal_use_settings = current
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request):
-    with use_backend(request.param):
+    with use_backend(request.param), _fewer_examples(request.function, request.param):
         yield request.param
 
 

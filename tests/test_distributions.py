@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from brute import brute, brute_logsumexp, enumerate_row, instances, problems, tensors
+from brute import check_kbest as _check_kbest
 from conftest import use_backend
 from hypothesis import given
 from hypothesis import strategies as st_
@@ -29,21 +30,6 @@ def dp_backend(request):
 def _entropy(scores: np.ndarray, logz: float) -> float:
     p = np.exp(scores[scores > NEG_INF] - logz)
     return float(-(p * (scores[scores > NEG_INF] - logz)).sum())
-
-
-def _check_kbest(got_scores, got_structs, lookup, k, tol):
-    """Scores equal the k best enumerated ones (``lookup``: structure -> score; -inf padded), each
-    structure scores what is reported and valid structures are distinct."""
-    expected = sorted((s for s in lookup.values() if s > NEG_INF), reverse=True)[:k]
-    expected += [NEG_INF] * (k - len(expected))
-    np.testing.assert_allclose(got_scores, expected, atol=tol)
-    seen = set()
-    for score, struct in zip(got_scores, got_structs, strict=True):
-        if score == NEG_INF:
-            continue
-        assert struct not in seen
-        seen.add(struct)
-        assert np.isclose(lookup[struct], score, atol=tol)
 
 
 # ------------------------------------------------------------------------------------------------

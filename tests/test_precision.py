@@ -62,8 +62,8 @@ def test_chain_dps(backend, offset, grad):
     assert_f32_close(st.log_partition(u, trans, lengths=lengths), st.log_partition(u64, t64, lengths=lengths))
     marg = st.marginals(u, trans, lengths=lengths)
     assert (marg.double() - st.marginals(u64, t64, lengths=lengths)).abs().max() < 1e-6
-    scores, paths = st.kbest(u, trans, 4, lengths=lengths)
-    ref_scores, ref_paths = st.kbest(u64, t64, 4, lengths=lengths)
+    scores, paths = st.kbest(u, trans, 2, lengths=lengths)  # k = 2: a runner-up, at a quarter of k = 4's cost
+    ref_scores, ref_paths = st.kbest(u64, t64, 2, lengths=lengths)
     assert torch.equal(paths, ref_paths)
     assert_f32_close(scores, ref_scores)
     assert torch.equal(scores[:, 0], score)

@@ -89,6 +89,17 @@ def test_launches_per_call_do_not_grow_with_T(T):
             assert counts == expected[name], (name, counts)
 
 
+@pytest.mark.parametrize("T", [3, 12])
+def test_kbest_sample_and_windows_are_one_kernel_each(T):
+    """k-best and order-l windows: one launch; sampling: the log-partition's forward and the sampler."""
+    u, a, lengths = _chain(2, T, 3)
+    windows = torch.randn(2, T, 3, 3, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(T))
+    with use_backend("triton"):
+        assert launches(lambda: st.kbest(u, a, 4, lengths=lengths)) == {"chain_kbest": 1}
+        assert launches(lambda: st.sample(u, a, 3, lengths=lengths)) == {"chain_log_partition": 1, "chain_sample": 1}
+        assert launches(lambda: st.window_viterbi(windows, lengths=lengths)) == {"chain_window_viterbi": 1}
+
+
 def _semimarkov(B, T, N, S, seed=0, segment=False, plif=False):
     g = torch.Generator().manual_seed(seed)
 
@@ -111,7 +122,7 @@ def _semimarkov(B, T, N, S, seed=0, segment=False, plif=False):
 
 @pytest.mark.parametrize("B, T, N, S, segment, plif", [
     (3, 7, 3, 3, False, False), (3, 9, 2, 4, True, False), (2, 8, 3, 20, False, True),
-    (4, 6, 20, 3, True, False), (2, 5, 40, 2, False, False), (2, 70, 2, 70, False, False)])
+    (4, 6, 20, 3, True, False), (2, 5, 40, 2, False, False), (2, 36, 2, 36, False, False)])  # > 2 tiles of 16
 def test_semimarkov_triton_matches_compiled(B, T, N, S, segment, plif):
     content, trans, kw = _semimarkov(B, T, N, S, segment=segment, plif=plif)
     out = {}
@@ -205,8 +216,9 @@ def test_kernels_compile_for_a_gpu():
     if proc.returncode == 3:
         pytest.skip(proc.stdout.strip())
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    # register spills (stack or local memory per thread, read from the cubins): none but the one
-    # still to tune (issue 23); a kernel that starts spilling fails here
+    # register spills (stack or local memory per thread, read from the cubins): none but those
+    # still to tune (issue 23: the semi-Markov backward's 48 B with segment scores, 16 B in one of
+    # the four sampling variants); a kernel that starts spilling fails here
     spilling = next(line for line in proc.stdout.splitlines() if line.startswith("spills:"))
-    known = {"semi backward"}
+    known = {"semi backward", "semi sample"}
     assert set(ast.literal_eval(spilling.split(" variants ", 1)[1])) <= known, spilling

@@ -108,6 +108,24 @@ def test_valid_inputs_pass_the_device_checks(as_device):
     assert torch.equal(st.viterbi(u, a)[1], ref[1])
 
 
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_contiguous_masks_pass_the_device_checks(as_device, backend):
+    """Runs anywhere in a row, full and empty rows: no false alarm from the run counter."""
+    crf = st.LinearChainCRF(3)
+    u = torch.randn(4, 5, 3)
+    mask = torch.tensor([[0, 1, 1, 0, 0], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0], [0, 0, 0, 0, 1]], dtype=torch.bool)
+    with use_backend(backend):
+        _, paths = crf.decode(u, mask)
+    assert torch.equal(paths >= 0, mask)
+
+
+def test_a_mask_with_two_runs_fails_the_device_check():
+    crf = st.LinearChainCRF(3)
+    mask = torch.tensor([[1, 0, 1], [0, 0, 0]], dtype=torch.bool)
+    with use_backend("triton"), pytest.raises(RuntimeError, match="mask must hold one contiguous run per row"):
+        crf.decode(torch.randn(2, 3, 3), mask)
+
+
 def test_segment_plif_checks_follow_the_switch(as_device):
     """Review finding: the PLiF finiteness checks read the tensors on the host whatever the switch."""
     tracks = torch.zeros(1, 3, 2)
@@ -117,3 +135,20 @@ def test_segment_plif_checks_follow_the_switch(as_device):
         st.semimarkov_viterbi(torch.zeros(1, 3, 2), torch.zeros(2, 2), max_len=2, segment_plif=plif)
     with st.set_validation(False):
         st.semimarkov_viterbi(torch.zeros(1, 3, 2), torch.zeros(2, 2), max_len=2, segment_plif=plif)
+
+
+@pytest.mark.parametrize("labels, starts, message", [
+    ([[0, 1, 1, 1]], [[1, 0, 1, 0]], "change inside a segment"),  # 0 -> 1 without a start
+    ([[0, 0, 0, 1]], [[1, 0, 0, 1]], "longer than max_len = 2"),  # a segment of 3
+    ([[0, 0, 1, 1]], [[1, 0, 1, 0]], None),  # valid
+])
+def test_segmentation_checks_are_counted_on_the_device(labels, starts, message):
+    """On the triton backend the target segmentation's checks are one count on the device."""
+    c, A = torch.zeros(1, 4, 2), torch.zeros(2, 2)
+    labels, starts = torch.tensor(labels), torch.tensor(starts, dtype=torch.bool)
+    with use_backend("triton"):
+        if message is None:
+            st.semimarkov_loss_augmented(c, A, labels, starts, max_len=2)
+        else:
+            with pytest.raises(RuntimeError, match=message):
+                st.semimarkov_loss_augmented(c, A, labels, starts, max_len=2)

@@ -2,7 +2,8 @@
 
 The kernels run the two sequential recursions (alpha forward, beta backward) in double; all other
 work (row-normalized exponentials of the transitions, node and edge marginals, the shared-
-transition gradient as one matrix product) is done here with vectorized tensor ops.
+transition gradient as one matrix product) is done here with vectorized tensor ops. k-best lists,
+sampling and order-l windows run the PyTorch recursions of ``_torch.py`` in double.
 """
 
 from __future__ import annotations
@@ -109,3 +110,21 @@ def log_partition_backward(chain: Chain, logz: Tensor, state, g: Tensor) -> tupl
     last = (chain.lengths - 1).clamp(min=0)[:, None, None].expand(-1, 1, chain.unary.shape[2])
     g_end = g_unary.gather(1, last).squeeze(1)
     return g_unary, g_trans.to(chain.unary.dtype), g_unary[:, 0].contiguous(), g_end
+
+
+def kbest(chain: Chain, k: int) -> tuple[Tensor, Tensor]:
+    """The k best scores (B, k) float64 and labelings (B, k, T) by the k-list recursion of
+    ``_torch.py`` in double (there is no compiled k-best kernel)."""
+    return _torch.kbest(chain.map(torch.Tensor.double), k)
+
+
+def sample(chain: Chain, noise: Tensor) -> Tensor:
+    """(n, B, T) labelings drawn with ``noise`` (n, B, T, N), the logarithms of Exp(1) draws, by
+    the backward sampling of ``_torch.py`` in double (there is no compiled sampler)."""
+    return _torch.sample(chain.map(torch.Tensor.double), noise)
+
+
+def window_viterbi(scores: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """The best score (B,) float64 and labeling (B, T) of window scores by the DP of ``_torch.py``
+    in double (there is no compiled window kernel)."""
+    return _torch.window_viterbi(scores.double(), lengths)

@@ -40,6 +40,20 @@ def kernel_module(backend: str):
     return _backend.kernel_module(backend, __package__)
 
 
+def kernels_for(chain: Chain, backend: str):
+    """The module whose Viterbi, log-partition (and backward), CRF loss and marginals run ``chain``
+    on a kernel ``backend``: :func:`kernel_module`, except few long sequences on "triton", which
+    take the parallel-in-time kernels (:mod:`structtorch.chain._triton_scan`, the same contracts;
+    its ``use_scan`` decides from the shape alone)."""
+    module = kernel_module(backend)
+    if backend == "triton" and min(chain.shape[:2]) > 0:
+        from . import _triton_scan
+
+        if _triton_scan.use_scan(*chain.shape):
+            return _triton_scan
+    return module
+
+
 def _viterbi_fake(unary, transitions, start, end, lengths, backend):
     B, T = unary.shape[:2]
     return unary.new_empty(B, dtype=torch.float64), unary.new_empty(B, T, dtype=torch.long)
@@ -66,6 +80,21 @@ def _nll_backward_fake(grad, unary, transitions, start, end, lengths, labels, lo
     return tuple(torch.empty_like(x) for x in (unary, transitions, start, end))
 
 
+def _kbest_fake(unary, transitions, start, end, lengths, k, backend):
+    B, T = unary.shape[:2]
+    return unary.new_empty(B, k, dtype=torch.float64), unary.new_empty(B, k, T, dtype=torch.long)
+
+
+def _sample_fake(unary, transitions, start, end, lengths, noise, backend):
+    n, B, T = noise.shape[:3]
+    return unary.new_empty(n, B, T, dtype=torch.long)
+
+
+def _window_viterbi_fake(scores, lengths, backend):
+    B, T = scores.shape[:2]
+    return scores.new_empty(B, dtype=torch.float64), scores.new_empty(B, T, dtype=torch.long)
+
+
 def _marginals_fake(unary, transitions, start, end, lengths, backend):
     return torch.empty_like(unary)
 
@@ -83,7 +112,43 @@ def viterbi_forward(unary: Tensor, transitions: Tensor, start: Tensor, end: Tens
     if backend == "torch":
         score, path = _torch.viterbi(chain.map(accumulate))
         return score.double(), path
-    return kernel_module(backend).viterbi(chain)
+    return kernels_for(chain, backend).viterbi(chain)
+
+
+@operator("chain_kbest", _kbest_fake)
+def kbest_forward(unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor, lengths: Tensor, k: int,
+                  backend: str) -> tuple[Tensor, Tensor]:
+    """The k best scores (B, k) float64, descending (0 then -inf on empty rows, -inf in missing
+    entries) and labelings (B, k, T) int64 (-1 beyond each length and in missing entries); ties
+    as :func:`structtorch.chain._torch.kbest` breaks them."""
+    chain = Chain(unary, transitions, start, end, lengths)
+    if backend == "torch":
+        scores, paths = _torch.kbest(chain.map(accumulate), k)
+        return scores.double(), paths
+    return kernel_module(backend).kbest(chain, k)
+
+
+@operator("chain_sample", _sample_fake)
+def sample_forward(unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor, lengths: Tensor,
+                   noise: Tensor, backend: str) -> Tensor:
+    """(n, B, T) int64 labelings drawn by forward filtering, backward sampling with ``noise``
+    (n, B, T, N) float64, the logarithms of Exp(1) draws (see :func:`structtorch.chain._torch.sample`):
+    -1 beyond each length and on infeasible rows."""
+    chain = Chain(unary, transitions, start, end, lengths)
+    if backend == "torch":
+        return _torch.sample(chain.map(accumulate), noise)
+    return kernel_module(backend).sample(chain, noise)
+
+
+@operator("chain_window_viterbi", _window_viterbi_fake)
+def window_viterbi_forward(scores: Tensor, lengths: Tensor, backend: str) -> tuple[Tensor, Tensor]:
+    """The best score (B,) float64 (0 on empty rows, -inf on infeasible ones) and labeling (B, T)
+    int64 (-1 beyond each length and on infeasible rows) of window scores (B, T) + (N,) * (l + 1),
+    T >= 1 (see :func:`structtorch.chain._torch.window_viterbi`)."""
+    if backend == "torch":
+        best, path = _torch.window_viterbi(accumulate(scores), lengths)
+        return best.double(), path
+    return kernel_module(backend).window_viterbi(scores, lengths)
 
 
 @operator("chain_log_partition", _log_partition_forward_fake)
@@ -93,7 +158,7 @@ def log_partition_forward(unary: Tensor, transitions: Tensor, start: Tensor, end
     chain = Chain(unary, transitions, start, end, lengths)
     if backend == "torch":
         return _torch.log_partition(chain.map(accumulate)).double(), []
-    logz, state = kernel_module(backend).log_partition_forward(chain)
+    logz, state = kernels_for(chain, backend).log_partition_forward(chain)
     return logz, list(state)
 
 
@@ -110,7 +175,7 @@ def log_partition_backward(grad: Tensor, unary: Tensor, transitions: Tensor, sta
             grads = torch.autograd.grad(ref, inputs, grad.to(ref.dtype), allow_unused=True)
         pairs = zip(grads, inputs, strict=True)
         return tuple(torch.zeros_like(x) if g is None else g.to(x.dtype) for g, x in pairs)
-    return kernel_module(backend).log_partition_backward(chain, logz, state, grad.double())
+    return kernels_for(chain, backend).log_partition_backward(chain, logz, state, grad.double())
 
 
 @operator("chain_nll", _nll_forward_fake)
@@ -119,7 +184,7 @@ def nll_forward(unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor, 
     """logZ - score(labels) (B,) float64 (+inf on infeasible rows), logZ and the saved factors, from
     a backend that fuses the CRF loss (its module has ``nll_forward``)."""
     chain = Chain(unary, transitions, start, end, lengths)
-    loss, logz, state = kernel_module(backend).nll_forward(chain, labels)
+    loss, logz, state = kernels_for(chain, backend).nll_forward(chain, labels)
     return loss, logz, list(state)
 
 
@@ -130,14 +195,15 @@ def nll_backward(grad: Tensor, unary: Tensor, transitions: Tensor, start: Tensor
     """Gradients of logZ - score(labels) (upstream ``grad`` (B,)) w.r.t. unary, transitions, start
     and end: the marginals minus the labeling's indicators."""
     chain = Chain(unary, transitions, start, end, lengths)
-    return kernel_module(backend).nll_backward(chain, labels, logz, state, grad.double())
+    return kernels_for(chain, backend).nll_backward(chain, labels, logz, state, grad.double())
 
 
 @operator("chain_marginals", _marginals_fake)
 def marginals_forward(unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor, lengths: Tensor,
                       backend: str) -> Tensor:
     """(B, T, N) node marginals (input dtype) from a kernel backend's ``node_marginals``."""
-    marg = kernel_module(backend).node_marginals(Chain(unary, transitions, start, end, lengths))
+    chain = Chain(unary, transitions, start, end, lengths)
+    marg = kernels_for(chain, backend).node_marginals(chain)
     return marg.to(unary.dtype)
 
 
@@ -341,3 +407,85 @@ def viterbi(chain: Chain) -> tuple[Tensor, Tensor]:
     :func:`viterbi_forward`)."""
     return Viterbi.apply(chain.unary, chain.transitions, chain.start, chain.end, chain.lengths,
                          backend_of(chain))
+
+
+class KBest(torch.autograd.Function):
+    """The k best scores (float64 (B, k), from the kernel) and labelings of a chain; each score's
+    gradient is the indicator of its labeling."""
+
+    @staticmethod
+    def forward(unary, transitions, start, end, lengths, k, backend):
+        return kbest_forward(unary, transitions, start, end, lengths, k, backend)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        unary, transitions = inputs[:2]
+        ctx.save_for_backward(output[1], inputs[4])
+        ctx.shapes = unary.shape[2], transitions.dim() == 2, tuple(x.dtype for x in inputs[:4])
+        ctx.mark_non_differentiable(output[1])
+
+    @staticmethod
+    def backward(ctx, grad, _):
+        paths, lengths = ctx.saved_tensors
+        N, shared, dtypes = ctx.shapes
+        B, k, T = paths.shape
+        flat = _torch.indicator_grads(paths.reshape(B * k, T), lengths.repeat_interleave(k),
+                                      grad.reshape(B * k), N, shared)
+        grads = (g if shared and i == 1 else g.view(B, k, *g.shape[1:]).sum(1) for i, g in enumerate(flat))
+        needs = ctx.needs_input_grad[:4]
+        pairs = zip(grads, dtypes, needs, strict=True)
+        return (*(g.to(d) if need else None for g, d, need in pairs), None, None, None)
+
+    @staticmethod
+    def vmap(info, in_dims, unary, transitions, start, end, lengths, k, backend):
+        V = info.batch_size
+        chain = fold_vmapped(V, in_dims[:5], unary, transitions, start, end, lengths)
+        scores, paths = kbest(chain, k)
+        return (scores.view(V, -1, k), paths.view(V, -1, k, chain.shape[1])), (0, 0)
+
+
+def kbest(chain: Chain, k: int) -> tuple[Tensor, Tensor]:
+    """The k best scores (B, k) float64, differentiable, and labelings (B, k, T) of a canonical
+    chain (see :func:`kbest_forward`)."""
+    return KBest.apply(chain.unary, chain.transitions, chain.start, chain.end, chain.lengths, k,
+                       backend_of(chain))
+
+
+def sample(chain: Chain, noise: Tensor) -> Tensor:
+    """(n, B, T) labelings of a canonical chain drawn with ``noise`` (n, B, T, N) float64, the
+    logarithms of Exp(1) draws (see :func:`sample_forward`); not differentiable."""
+    return sample_forward(chain.unary, chain.transitions, chain.start, chain.end, chain.lengths, noise,
+                          backend_of(chain))
+
+
+class WindowViterbi(torch.autograd.Function):
+    """The best score (float64 (B,), from the kernel) and labeling of window scores; the score's
+    gradient is the indicator of the labeling's windows."""
+
+    @staticmethod
+    def forward(scores, lengths, backend):
+        return window_viterbi_forward(scores, lengths, backend)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output[1], inputs[1])
+        ctx.shape, ctx.dtype = inputs[0].shape, inputs[0].dtype
+        ctx.mark_non_differentiable(output[1])
+
+    @staticmethod
+    def backward(ctx, grad, _):
+        path, lengths = ctx.saved_tensors
+        return _torch.window_indicator_grads(path, lengths, grad, ctx.shape).to(ctx.dtype), None, None
+
+    @staticmethod
+    def vmap(info, in_dims, scores, lengths, backend):
+        V = info.batch_size
+        scores, lengths = _lead(scores, in_dims[0], V), _lead(lengths, in_dims[1], V)
+        best, path = window_viterbi(scores.reshape(-1, *scores.shape[2:]), lengths.reshape(-1))
+        return (best.view(V, -1), path.view(V, -1, path.shape[1])), (0, 0)
+
+
+def window_viterbi(scores: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """The best score (B,) float64, differentiable, and labeling (B, T) of window scores (B, T) +
+    (N,) * (l + 1) with T >= 1 (see :func:`window_viterbi_forward`)."""
+    return WindowViterbi.apply(scores, lengths, _backend.backend_for(scores))

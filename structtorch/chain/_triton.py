@@ -1,6 +1,6 @@
 """Linear-chain dynamic programs as fused Triton kernels ("triton" backend).
 
-One launch per call, one program per sequence: the program runs the whole recursion over time
+One launch per call (sampling: two), one program per sequence: the program runs the whole recursion over time
 for its row, tiled over labels (``BLOCK`` x ``BLOCK`` tiles of the transition matrix, so any N
 compiles), in float64 whatever the input dtype, as the compiled CPU kernels do:
 
@@ -8,7 +8,17 @@ compiles), in float64 whatever the input dtype, as the compiled CPU kernels do:
   runs max-plus with backpointers (int16 when N <= 32767) and the backtrace; the log-partition
   runs the same recursion by online log-sum-exp per tile, storing alpha;
 - the backward: beta by the same recursion run backwards, node marginals, and edge marginals
-  (per position, or summed over time per sequence for shared transitions).
+  (per position, or summed over time per sequence for shared transitions);
+- k-best: the k-list Viterbi of ``_torch.kbest`` (the K best scores per label, each with the code
+  ``label * K + rank`` of its predecessor), the final list and the backtrace of its K paths;
+- sampling: after the log-partition's forward, one program per sample and sequence draws the
+  labels backwards by the exponential race of ``_torch.sample`` on noise drawn by the caller;
+- order-l windows: Viterbi over the N^l states of ``_torch.window_dp`` (window scores read in
+  place, order 0 as order 1 with a zero stride over the previous label).
+
+Few long sequences (B too small to fill a GPU, T long) take the parallel-in-time kernels of
+:mod:`structtorch.chain._triton_scan` instead (chosen by ``_ops.kernels_for``), for Viterbi, the
+log-partition, its backward, the CRF loss and marginals (the same contracts).
 
 The tile loop and the reductions come from :mod:`structtorch._triton_common`.
 
@@ -27,6 +37,7 @@ from torch import Tensor
 from .._triton_common import (
     NEG,
     POS,
+    argmax_update,
     block,
     close,
     launch,
@@ -42,6 +53,12 @@ from .layout import Chain
 BACKWARD_TILE = 16
 """The backward's largest label tile: it holds two float64 tiles (scores and edge marginals), which
 spill registers on sm_90 at 32 x 32 and 64 x 64 (``tests/compile_kernels.py`` reads the cubins)."""
+
+KBEST_TILE = 16
+"""The k-best kernel's largest label tile: it holds a float64 tile of candidates and an int32 tile
+of their codes, which spill registers on sm_90 at 32 x 32 (``tests/compile_kernels.py``)."""
+
+NO_CODE = tl.constexpr(2**31 - 1)  # above every candidate's code i * k + rank
 
 
 @triton.jit
@@ -148,6 +165,47 @@ def _normalize_node(row, total, g, first, last, is_first, is_last, y, N, r, BLOC
 
 
 @triton.jit
+def _backward_step(unary, A, G, nxt, dst, al, g_unary, labels, y_next, b, t, T, N, g, lz, gs, ge, r,
+                   BLOCK: tl.constexpr, SHARED: tl.constexpr, EDGES: tl.constexpr, GOLD: tl.constexpr):
+    """One step of the backward at position t < L - 1: beta[t] into ``dst`` from beta[t + 1] in
+    ``nxt``; the node marginals of t (renormalized) into g_unary and, with EDGES, the edge
+    marginals (t, t + 1) into ``G`` (added to it when SHARED), scaled by g; with GOLD minus the
+    indicators of the labels (``y_next`` the label at t + 1). Returns the label at t."""
+    total = tl.zeros([BLOCK], tl.float64)
+    y = _label(labels, b, T, N, t) if GOLD else 0
+    for i0 in range(0, N, BLOCK):
+        i = i0 + r
+        mi = i < N
+        a = tl.load(al + t * N + i, mask=mi, other=NEG)
+        m = tl.full([BLOCK], NEG, tl.float64)
+        acc = tl.zeros([BLOCK], tl.float64)
+        for j0 in range(0, N, BLOCK):
+            j = j0 + r
+            mj = j < N
+            u = tl.load(unary + (b * T + t + 1) * N + j, mask=mj, other=NEG).to(tl.float64)
+            v = _tile(A, i, mi, j, mj, N) + (u + tl.load(nxt + j, mask=mj, other=NEG))[None, :]
+            m, acc = lse_update(m, acc, v, 1)
+            if EDGES:
+                tile = mi[:, None] & mj[None, :]
+                edge = g * tl.exp(a[:, None] + v - lz)
+                if GOLD:
+                    edge -= tl.where((i == y)[:, None] & (j == y_next)[None, :], g, 0.0)
+                if SHARED:
+                    edge += tl.load(G + i[:, None] * N + j[None, :], mask=tile, other=0.0)
+                tl.store(G + i[:, None] * N + j[None, :], edge, mask=tile)
+        beta = lse_finish(m, acc)
+        tl.store(dst + i, beta, mask=mi)
+        node = tl.where(mi, g * tl.exp(a + beta - lz), 0.0)
+        total += node
+        tl.store(g_unary + (b * T + t) * N + i, node, mask=mi)
+    tl.debug_barrier()
+    row = g_unary + (b * T + t) * N
+    _normalize_node(row, tl.sum(total, axis=0), g, gs, ge, t == 0, False, y, N, r, BLOCK, GOLD)
+    tl.debug_barrier()
+    return y
+
+
+@triton.jit
 def _backward_kernel(unary, trans, end, lengths, alpha, logz, ring, g_unary, g_trans, g_start, g_end, grad,
                      grad_stride, labels, T, N, SHARED: tl.constexpr, EDGES: tl.constexpr, GOLD: tl.constexpr,
                      BLOCK: tl.constexpr):
@@ -203,38 +261,228 @@ def _backward_kernel(unary, trans, end, lengths, alpha, logz, ring, g_unary, g_t
                 G = g_trans + b * N * N  # this sequence's edge marginals, summed over time
             else:
                 G = transitions_at(g_trans, b, T, N, t + 1, SHARED)
-            total = tl.zeros([BLOCK], tl.float64)
-            y = _label(labels, b, T, N, t) if GOLD else 0
+            y_next = _backward_step(unary, A, G, nxt, dst, al, g_unary, labels, y_next, b, t, T, N, g, lz, gs,
+                                    ge, r, BLOCK, SHARED, EDGES, GOLD)
+
+
+@triton.jit
+def _lex_max(best, code, v, c):
+    """Fold a (BLOCK, BLOCK) tile of candidates ``v`` with codes ``c`` (reduced over axis 0) into
+    the running (best, code): the largest score, then the smallest code."""
+    m = tl.max(v, axis=0)
+    mc = tl.min(tl.where(v == m[None, :], c, NO_CODE), axis=0)
+    better = (m > best) | ((m == best) & (mc < code))
+    return tl.where(better, m, best), tl.where(better, mc, code)
+
+
+@triton.jit
+def _select(prev, A, a_row, a_col, M, dst, bp, add, N, K, r, BLOCK: tl.constexpr, ADD: tl.constexpr):
+    """The K best candidates ``prev[i, q] + A[i * a_row + j * a_col]`` over (i, q) in (N, K) for
+    every j < M, tile by tile, in the order (score descending, code i * K + q ascending): their
+    scores into dst[j, :] (plus add[j] when ADD) and their codes into bp[j, :]. Round q takes the
+    best candidate ranked after round q - 1's; it has rank p <= q in ``prev[i]`` (each list is
+    sorted, so the p = 0..q of a pair (i, j) precede its p > q, and q rounds took at most q of them):
+    O(N K^2 / 2) candidates per label and step."""
+    for j0 in range(0, M, BLOCK):
+        j = j0 + r
+        mj = j < M
+        extra = tl.zeros([BLOCK], tl.float64)
+        if ADD:
+            extra = tl.load(add + j, mask=mj, other=0.0).to(tl.float64)
+        above = tl.full([BLOCK], POS, tl.float64)  # round q - 1's pick
+        above_code = tl.full([BLOCK], -1, tl.int32)
+        for q in range(0, K):
+            best = tl.full([BLOCK], NEG, tl.float64)
+            code = tl.full([BLOCK], NO_CODE, tl.int32)
             for i0 in range(0, N, BLOCK):
                 i = i0 + r
                 mi = i < N
-                a = tl.load(al + t * N + i, mask=mi, other=NEG)
-                m = tl.full([BLOCK], NEG, tl.float64)
-                acc = tl.zeros([BLOCK], tl.float64)
-                for j0 in range(0, N, BLOCK):
-                    j = j0 + r
-                    mj = j < N
-                    u = tl.load(unary + (b * T + t + 1) * N + j, mask=mj, other=NEG).to(tl.float64)
-                    v = _tile(A, i, mi, j, mj, N) + (u + tl.load(nxt + j, mask=mj, other=NEG))[None, :]
-                    m, acc = lse_update(m, acc, v, 1)
-                    if EDGES:
-                        tile = mi[:, None] & mj[None, :]
-                        edge = g * tl.exp(a[:, None] + v - lz)
-                        if GOLD:
-                            edge -= tl.where((i == y)[:, None] & (j == y_next)[None, :], g, 0.0)
-                        if SHARED:
-                            edge += tl.load(G + i[:, None] * N + j[None, :], mask=tile, other=0.0)
-                        tl.store(G + i[:, None] * N + j[None, :], edge, mask=tile)
-                beta = lse_finish(m, acc)
-                tl.store(dst + i, beta, mask=mi)
-                node = tl.where(mi, g * tl.exp(a + beta - lz), 0.0)
-                total += node
-                tl.store(g_unary + (b * T + t) * N + i, node, mask=mi)
+                tile = tl.load(A + i[:, None] * a_row + j[None, :] * a_col, mask=mi[:, None] & mj[None, :],
+                               other=NEG).to(tl.float64)
+                for p in range(0, q + 1):
+                    v = tl.load(prev + i * K + p, mask=mi, other=NEG)[:, None] + tile
+                    c = (i * K + p).to(tl.int32)[:, None] + tl.zeros([BLOCK, BLOCK], tl.int32)
+                    after = (v < above[None, :]) | ((v == above[None, :]) & (c > above_code[None, :]))
+                    ok = mi[:, None] & after
+                    best, code = _lex_max(best, code, tl.where(ok, v, NEG), tl.where(ok, c, NO_CODE))
+            tl.store(dst + j * K + q, best + extra, mask=mj)
+            tl.store(bp + j * K + q, code, mask=mj)
+            above, above_code = best, code
+
+
+@triton.jit
+def _kbest_kernel(unary, trans, start, end, lengths, top, bp, scores, codes, path, K, T, N,
+                  SHARED: tl.constexpr, BLOCK: tl.constexpr):
+    """The k-list Viterbi of ``_torch.kbest``, one program per sequence: ``top`` (B, 2, N, K) a
+    ring of the K best scores per label, ``bp`` (B, T, N, K) int32 the code ``label * K + rank``
+    of each entry's predecessor; the final list's scores into ``scores`` (B, K) (0 then -inf on
+    empty rows, -inf in missing entries) and codes into ``codes`` (B, K); the K paths backtraced
+    into ``path`` (B, K, T), -1 beyond the length and in missing entries."""
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N K may pass 2^31
+    L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
+    r = tl.arange(0, BLOCK)
+    ring = top + b * 2 * N * K
+    if L > 0:
+        for j0 in range(0, N, BLOCK):
+            j = j0 + r
+            mj = j < N
+            first = (tl.load(start + b * N + j, mask=mj, other=NEG).to(tl.float64)
+                     + tl.load(unary + b * T * N + j, mask=mj, other=NEG).to(tl.float64))
+            for q in range(0, K):
+                tl.store(ring + j * K + q, tl.where(q == 0, first, NEG), mask=mj)
+        tl.debug_barrier()
+        for t in range(1, L):
+            A = transitions_at(trans, b, T, N, t, SHARED)
+            at = (b * T + t) * N
+            _select(ring + ((t - 1) % 2) * N * K, A, N, 1, N, ring + (t % 2) * N * K, bp + at * K, unary + at,
+                    N, K, r, BLOCK, True)
             tl.debug_barrier()
-            row = g_unary + (b * T + t) * N
-            _normalize_node(row, tl.sum(total, axis=0), g, gs, ge, t == 0, False, y, N, r, BLOCK, GOLD)
+        # the final list: end as an (N, 1) matrix
+        last = ring + ((L - 1) % 2) * N * K
+        _select(last, end + b * N, 1, 0, 1, scores + b * K, codes + b * K, end, N, K, r, BLOCK, False)
+        tl.debug_barrier()
+    for q0 in range(0, K, BLOCK):
+        q = q0 + r
+        mq = q < K
+        score = tl.load(scores + b * K + q, mask=mq & (L > 0), other=NEG)
+        score = tl.where(L > 0, score, tl.where(q == 0, 0.0, NEG))  # an empty row: one empty labeling
+        tl.store(scores + b * K + q, score, mask=mq)
+        valid = mq & (score > NEG) & (L > 0)
+        code = tl.load(codes + b * K + q, mask=valid, other=0)
+        out = path + (b * K + q) * T
+        for s in range(0, L):
+            t = L - 1 - s
+            label = code // K
+            tl.store(out + t, label.to(tl.int64), mask=valid)
+            code = tl.load(bp + ((b * T + t) * N + label) * K + code % K, mask=valid & (t > 0), other=0)
+        first = tl.where(valid, L, 0)  # -1 from here on
+        for t0 in range(0, T, BLOCK):
+            t = t0 + r
+            tile = mq[:, None] & (t < T)[None, :] & (t[None, :] >= first[:, None])
+            tl.store(out[:, None] + t[None, :], tl.full([BLOCK, BLOCK], -1, tl.int64), mask=tile)
+
+
+@triton.jit
+def _race(best, arg, logits, noise, k, mk, k0):
+    """Fold ``logits[k] - noise[k]`` (-inf where the logit is) into the running (max, first
+    argmax): the exponential race of ``_torch._race``."""
+    v = tl.where(logits == NEG, NEG, logits - tl.load(noise + k, mask=mk, other=0.0))
+    return argmax_update(best, arg, tl.where(mk, v, NEG), k0, 0)
+
+
+@triton.jit
+def _sample_kernel(trans, end, lengths, alpha, noise, out, B, T, N, SHARED: tl.constexpr,
+                   BLOCK: tl.constexpr):
+    """Backward sampling of ``_torch.sample``, one program per (sample s, sequence b) (program
+    s * B + b): from the forward scores ``alpha`` (B, T, N) float64 and ``noise`` (n, B, T, N)
+    (the logarithms of Exp(1) draws), the labels of ``out[s, b]`` (T,), -1 beyond the length and
+    on infeasible rows."""
+    pid = tl.program_id(0).to(tl.int64)  # 64-bit offsets: n B T N may pass 2^31
+    b = pid % B
+    L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
+    r = tl.arange(0, BLOCK)
+    al = alpha + b * T * N
+    eps = noise + pid * T * N
+    row = out + pid * T
+    first = tl.zeros([], tl.int64)  # -1 from here on
+    if L > 0:
+        best = tl.full([], NEG, tl.float64)
+        y = tl.zeros([], tl.int32)
+        for j0 in range(0, N, BLOCK):
+            j = j0 + r
+            mj = j < N
+            final = tl.load(al + (L - 1) * N + j, mask=mj, other=NEG) + tl.load(end + b * N + j, mask=mj,
+                                                                              other=NEG).to(tl.float64)
+            best, y = _race(best, y, final, eps + (L - 1) * N, j, mj, j0)
+        if best > NEG:  # a feasible row
+            first = L
+            tl.store(row + L - 1, y.to(tl.int64))
+            for s in range(0, L - 1):
+                t = L - 2 - s
+                A = transitions_at(trans, b, T, N, t + 1, SHARED)
+                best = tl.full([], NEG, tl.float64)
+                nxt = y
+                for i0 in range(0, N, BLOCK):
+                    i = i0 + r
+                    mi = i < N
+                    logits = tl.load(al + t * N + i, mask=mi, other=NEG) + tl.load(A + i * N + nxt, mask=mi,
+                                                                                 other=NEG).to(tl.float64)
+                    best, y = _race(best, y, logits, eps + t * N, i, mi, i0)
+                tl.store(row + t, y.to(tl.int64))
+    for t0 in range(0, T, BLOCK):
+        t = t0 + r
+        tl.store(row + t, tl.full([BLOCK], -1, tl.int64), mask=(t < T) & (t >= first))
+
+
+@triton.jit
+def _reverse_digits(x, N, DIGITS):
+    """``x`` with its DIGITS base-N digits in reverse order: a state index (oldest label most
+    significant) from its rank in newest-label-first order, and back."""
+    y = x * 0
+    for _ in range(0, DIGITS):
+        y = y * N + x % N
+        x = x // N
+    return y
+
+
+@triton.jit
+def _window_kernel(scores, lengths, ring, bp, path, out, T, N, S, step, s_stride, DIGITS,
+                   BLOCK_O: tl.constexpr, BLOCK_S: tl.constexpr):
+    """Viterbi over the S = N^l states of ``_torch.window_dp``, one program per sequence: the
+    window score of state s followed by label j at position t is ``scores[(b * T + t) * step +
+    s * s_stride + j]`` (order 0: s_stride 0). ``ring`` (B, 2, S) float64, ``bp`` (B, T, S) the
+    first maximal oldest label; ``out[b]`` the best score (0 on empty rows, -inf on infeasible
+    ones), ``path`` (B, T) the labeling, -1 beyond the length and on infeasible rows."""
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T S N may pass 2^31
+    L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
+    ro = tl.arange(0, BLOCK_O)
+    rs = tl.arange(0, BLOCK_S)
+    al = ring + b * 2 * S
+    R = S // N  # states per oldest label
+    result = tl.full([], 0.0, tl.float64)
+    if L > 0:
+        for s0 in range(0, S, BLOCK_S):  # position 0: labels before the start read as 0
+            s = s0 + rs
+            g0 = tl.load(scores + b * T * step + s, mask=s < N, other=NEG).to(tl.float64)
+            tl.store(al + s, g0, mask=s < S)
+        tl.debug_barrier()
+        for t in range(1, L):
+            src = al + ((t - 1) % 2) * S
+            g = scores + (b * T + t) * step
+            for s0 in range(0, S, BLOCK_S):  # new state s = rest * N + j
+                s = s0 + rs
+                ms = s < S
+                best = tl.full([BLOCK_S], NEG, tl.float64)
+                arg = tl.zeros([BLOCK_S], tl.int32)
+                for o0 in range(0, N, BLOCK_O):
+                    o = o0 + ro
+                    prev = o[:, None] * R + (s // N)[None, :]  # the state (o, rest)
+                    m = (o < N)[:, None] & ms[None, :]
+                    cand = tl.load(src + prev, mask=m, other=NEG) + tl.load(
+                        g + prev.to(tl.int64) * s_stride + (s % N)[None, :], mask=m, other=NEG).to(tl.float64)
+                    best, arg = argmax_update(best, arg, cand, o0, 0)
+                tl.store(al + (t % 2) * S + s, best, mask=ms)
+                tl.store(bp + (b * T + t) * S + s, arg.to(bp.dtype.element_ty), mask=ms)
             tl.debug_barrier()
-            y_next = y
+        top = al + ((L - 1) % 2) * S
+        result = tl.full([], NEG, tl.float64)
+        rank = tl.zeros([], tl.int32)
+        for m0 in range(0, S, BLOCK_S):  # the first maximal state in newest-label-first order
+            m = m0 + rs
+            v = tl.load(top + _reverse_digits(m, N, DIGITS), mask=m < S, other=NEG)
+            result, rank = argmax_update(result, rank, v, m0, 0)
+        if result > NEG:
+            cur = _reverse_digits(rank, N, DIGITS)
+            for u in range(0, L):
+                t = L - 1 - u
+                tl.store(path + b * T + t, (cur % N).to(tl.int64))
+                oldest = tl.load(bp + (b * T + t) * S + cur, mask=t > 0, other=0).to(tl.int32)
+                cur = tl.where(t > 0, oldest * R + cur // N, cur)
+    first = tl.where(result > NEG, L, 0)  # -1 from here on
+    for t0 in range(0, T, BLOCK_S):
+        t = t0 + rs
+        tl.store(path + b * T + t, tl.full([BLOCK_S], -1, tl.int64), mask=(t < T) & (t >= first))
+    tl.store(out + b, result)
 
 
 def _launch(name: str, kernel, chain: Chain, *args, tile: int = 64, **meta) -> None:
@@ -335,3 +583,50 @@ def nll_backward(chain: Chain, labels: Tensor, logz: Tensor, state, g: Tensor) -
     upstream g (B,) float64: the marginals minus the labeling's indicators, in one launch."""
     dtype = chain.unary.dtype
     return tuple(x.to(dtype) for x in _backward(chain, logz, state[0], g, labels=labels))
+
+
+@torch.no_grad()
+def kbest(chain: Chain, k: int) -> tuple[Tensor, Tensor]:
+    """The k best scores (B, k) float64 and labelings (B, k, T) (see ``_ops.kbest_forward``), in
+    one launch."""
+    B, T, N = chain.shape
+    dev = chain.unary.device
+    top = torch.empty(B, 2, N, k, dtype=torch.float64, device=dev)
+    bp = torch.empty(B, T, N, k, dtype=torch.int32, device=dev)
+    scores = torch.empty(B, k, dtype=torch.float64, device=dev)
+    codes = torch.empty(B, k, dtype=torch.int32, device=dev)
+    paths = torch.empty(B, k, T, dtype=torch.long, device=dev)
+    _launch("chain_kbest", _kbest_kernel, chain, chain.start, chain.end, chain.lengths, top, bp, scores,
+            codes, paths, k, tile=KBEST_TILE)
+    return scores, paths
+
+
+@torch.no_grad()
+def sample(chain: Chain, noise: Tensor) -> Tensor:
+    """(n, B, T) labelings drawn with ``noise`` (n, B, T, N) float64, the logarithms of Exp(1)
+    draws (see ``_ops.sample_forward``): the log-partition's forward, then one program per sample
+    and sequence."""
+    n, B, T, N = noise.shape
+    _, alpha, _ = _forward(chain)
+    out = torch.empty(n, B, T, dtype=torch.long, device=noise.device)
+    launch("chain_sample", _sample_kernel, (n * B,), chain.transitions, chain.end, chain.lengths, alpha,
+           noise, out, B, T, N, SHARED=chain.shared, BLOCK=block(N))
+    return out
+
+
+@torch.no_grad()
+def window_viterbi(scores: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """The best score (B,) float64 and labeling (B, T) of window scores (B, T) + (N,) * (l + 1),
+    contiguous, T >= 1 (see ``_ops.window_viterbi_forward``), in one launch."""
+    B, T, N = scores.shape[:3]
+    order = scores.dim() - 3
+    S = N ** max(order, 1)
+    dev = scores.device
+    ring = torch.empty(B, 2, S, dtype=torch.float64, device=dev)
+    bp = torch.empty(B, T, S, dtype=torch.int16 if N <= 32767 else torch.int32, device=dev)
+    path = torch.empty(B, T, dtype=torch.long, device=dev)
+    best = torch.empty(B, dtype=torch.float64, device=dev)
+    step, s_stride = (N, 0) if order == 0 else (S * N, N)  # order 0: the previous label is ignored
+    launch("chain_window_viterbi", _window_kernel, (B,), scores, lengths, ring, bp, path, best, T, N, S, step,
+           s_stride, max(order, 1), BLOCK_O=block(N), BLOCK_S=block(S))
+    return best, path

@@ -10,12 +10,16 @@ label i at position t followed by label j at t + 1; it is (N, N) shared by all p
 (``_triton.py``); on the "torch" backend, elsewhere or without a compiler, the batched PyTorch
 loops of ``_torch.py``. On CPU every path accumulates in
 float64 whatever the input dtype; results come back in the input dtype, and a result beyond its
-range raises a ValueError (see :func:`structtorch._checks.guard_overflow`). ``kbest`` runs its
-k-list recursion in PyTorch on every backend.
+range raises a ValueError (see :func:`structtorch._checks.guard_overflow`). ``kbest`` is one
+Triton kernel on the triton backend and the k-list recursion of ``_torch.py`` on the others.
 
 Tie-breaking of :func:`viterbi`: among optimal labelings the returned one is the smallest in
 reverse lexicographic order: the smallest possible last label, then the smallest possible label
-before it, and so on (every backpointer takes the first maximal index).
+before it, and so on (every backpointer takes the first maximal index). :func:`kbest` ranks the
+candidates of each step and the final list by score, then by (label, rank) of the predecessor,
+the smallest first (see :func:`structtorch.chain._torch.kbest`): where sums are exact, labelings
+of equal score come in the same reverse lexicographic order, the first being :func:`viterbi`'s.
+Its scores are the DP's own sums, so they are sorted exactly, on every backend alike.
 """
 
 from __future__ import annotations
@@ -227,42 +231,6 @@ def path_score_chain(chain: Chain, labels: Tensor, name: str = "labels") -> Tens
     return _cast_guarded(chain, labeling_score(chain, labels), "the path score", feasible)
 
 
-def _kbest_paths(chain: Chain, k: int) -> tuple[Tensor, Tensor]:
-    """k best distinct labelings by a k-list Viterbi.
-
-    Returns ``paths`` (B, k, T) and ``valid`` (B, k) bool; invalid entries (fewer than k feasible
-    labelings) have paths -1.
-    """
-    unary, lengths = chain.unary, chain.lengths
-    B, T, N = unary.shape
-    first = torch.arange(k, device=unary.device) == 0
-    paths = torch.full((B, k, T), -1, dtype=torch.long, device=unary.device)
-    if T == 0:
-        return paths, first.expand(B, k)
-    alpha = unary.new_full((B, N, k), NEG_INF)
-    alpha[:, :, 0] = chain.start + unary[:, 0]
-    bps = []
-    for t, block in enumerate(_torch.step_blocks(chain), start=1):
-        # cand[b, j, i * k + r] = alpha[b, i, r] + block[b, i, j]
-        cand = (alpha.unsqueeze(2) + block.unsqueeze(-1)).permute(0, 2, 1, 3).reshape(B, N, N * k)
-        vals, idx = cand.topk(k, dim=2)
-        bps.append(idx)
-        alpha = torch.where((t < lengths)[:, None, None], vals + unary[:, t, :, None], alpha)
-    final = (alpha + chain.end.unsqueeze(2)).reshape(B, N * k)
-    best, code = final.topk(k, dim=1)  # code = label * k + rank
-    cur = code
-    for t in range(T - 1, -1, -1):
-        cur = torch.where((lengths - 1 == t)[:, None], code, cur)
-        inside = (t < lengths)[:, None]
-        paths[:, :, t] = torch.where(inside, cur // k, -1)
-        if t > 0:
-            prev = bps[t - 1].reshape(B, N * k).gather(1, cur)  # prev = label * k + rank
-            cur = torch.where(inside, prev, cur)
-    valid = torch.where((lengths == 0)[:, None], first, best > NEG_INF)
-    paths = torch.where(valid[..., None], paths, -1)  # no nonzero (a host sync)
-    return paths, valid
-
-
 @mixed_precision
 def kbest(
     unary: Tensor,
@@ -290,25 +258,9 @@ def kbest_chain(chain: Chain, k: int) -> tuple[Tensor, Tensor]:
     k = int(k)
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    B, T, N = chain.shape
-    with torch.no_grad():
-        paths, valid = _kbest_paths(chain.map(accumulate), k)
-    flat = paths.reshape(B * k, T)
-    rep = Chain(
-        unary=chain.unary.repeat_interleave(k, 0),
-        transitions=chain.transitions if chain.shared else chain.transitions.repeat_interleave(k, 0),
-        start=chain.start.repeat_interleave(k, 0),
-        end=chain.end.repeat_interleave(k, 0),
-        lengths=chain.lengths.repeat_interleave(k, 0),
-    )
-    scores = labeling_score(rep, flat.clamp(min=0)).reshape(B, k)
-    # -inf in a valid entry, or no best labeling for a feasible row, is an overflow (guard_overflow)
-    first = torch.arange(k, device=scores.device) == 0
-    checked = torch.where(valid, scores, torch.where(first, NEG_INF, 0.0))
-    scores = torch.where(valid, _cast_guarded(chain, checked, "a k-best score"), NEG_INF)
-    # re-rank: the recomputed sums may differ from the DP's by rounding on near-ties
-    order = scores.detach().argsort(dim=1, descending=True, stable=True)
-    return scores.gather(1, order), paths.gather(1, order.unsqueeze(2).expand(B, k, T))
+    scores, paths = _ops.kbest(chain, k)
+    _torch.guard(chain, scores[:, 0], "a k-best score")  # the later scores are not above the first
+    return cast_checked(scores, chain.unary.dtype, "a k-best score", chain.potentials), paths
 
 
 class Viterbi(nn.Module):

@@ -2,8 +2,9 @@
 
 A joint feature map that is additively decomposable of order l (Definition 1 of Bauer et al.,
 2014) scores a labeling as sum_t g_t(y_{t-l}, ..., y_t). The dynamic program runs over states
-(y_{t-l+1}, ..., y_t), N^l of them, in O(T N^(l+1)) time. It runs in PyTorch on every backend
-(accumulating in float64 on CPU).
+(y_{t-l+1}, ..., y_t), N^l of them, in O(T N^(l+1)) time: one Triton kernel on the triton backend,
+the PyTorch loop of ``_torch.window_viterbi`` on the others (accumulating in float64 on CPU). The
+score is the DP's own sum, differentiable (the indicator of the path's windows).
 """
 
 from __future__ import annotations
@@ -22,8 +23,12 @@ from .._checks import (
     guard_overflow,
 )
 from .._deprecated import deprecated_alias
-from .._numerics import NEG_INF, accumulate, small_index_dtype
+from .._numerics import NEG_INF, accumulate
 from .._precision import mixed_precision
+from . import _ops, _torch
+from ._torch import _newest_first, window_indices  # noqa: F401 - _newest_first: lossaug's import
+
+_window_indices = window_indices  # the names lossaug imports
 
 __all__ = ["window_viterbi", "window_score", "viterbi_window"]
 
@@ -42,49 +47,10 @@ def _check_scores(scores: object) -> tuple[Tensor, int, int]:
     return check_float("scores", scores), scores.dim() - 3, N
 
 
-def _window_indices(path: Tensor, order: int, N: int) -> Tensor:
-    """(B, T) flat index of (y_{t-l}, ..., y_t) per position, labels before the start read as 0."""
-    padded = torch.cat([path.new_zeros(path.shape[0], order), path.clamp(min=0)], dim=1)
-    windows = padded.unfold(1, order + 1, 1)  # (B, T, l + 1)
-    weights = N ** torch.arange(order, -1, -1, device=path.device)
-    return (windows * weights).sum(-1)
-
-
-def _newest_first(order: int, N: int, device: torch.device) -> Tensor:
-    """The N^order state indices (oldest label most significant) in newest-label-first order."""
-    idx = torch.arange(N**order, device=device).view((N,) * order)
-    return idx.permute(*reversed(range(order))).reshape(-1)
-
-
-@torch.no_grad()
 def _window_path(flat: Tensor, lengths: Tensor, order: int, N: int) -> Tensor:
-    """Best path for flat scores (B, T, N^l, N) = g_t[(y_{t-l}..y_{t-1}), y_t], l = order >= 1."""
-    B, T, S, _ = flat.shape
-    path = torch.full((B, T), -1, dtype=torch.long, device=flat.device)
-    if T == 0:
-        return path
-    alpha = flat.new_full((B, S), NEG_INF)  # state = (y_{t-l+1}, ..., y_t), oldest most significant
-    alpha[:, :N] = flat[:, 0, 0]
-    bps = []
-    for t in range(1, T):
-        cand = (alpha.unsqueeze(2) + flat[:, t]).view(B, N, S // N, N)  # (B, y_{t-l}, rest, y_t)
-        bp = cand.argmax(1)
-        new = cand.gather(1, bp.unsqueeze(1)).squeeze(1).reshape(B, S)
-        bps.append(bp.reshape(B, S).to(small_index_dtype(N)))
-        alpha = torch.where((t < lengths)[:, None], new, alpha)
-    newest_first = _newest_first(order, N, flat.device)
-    final = newest_first[alpha[:, newest_first].argmax(1)]
-    feasible = alpha.gather(1, final.unsqueeze(1)).squeeze(1) > NEG_INF
-    cur = final
-    for t in range(T - 1, -1, -1):
-        cur = torch.where(lengths - 1 == t, final, cur)
-        inside = t < lengths
-        path[:, t] = torch.where(inside, cur % N, -1)
-        if t > 0:
-            oldest = bps[t - 1].gather(1, cur.unsqueeze(1)).squeeze(1).long()
-            cur = torch.where(inside, oldest * (S // N) + cur // N, cur)
-    path = torch.where(feasible[:, None], path, -1)  # no nonzero (a host sync)
-    return path
+    """Best path (B, T) for flat scores (B, T, N^l, N) = g_t[(y_{t-l}..y_{t-1}), y_t], l = order >= 1
+    (see :func:`structtorch.chain._torch.window_dp`)."""
+    return _torch.window_dp(flat, lengths, order)[1]
 
 
 @mixed_precision
@@ -109,24 +75,18 @@ def window_viterbi(scores: Tensor, *, lengths: LengthsLike = None) -> tuple[Tens
         Best labeling, -1 beyond each length and on infeasible rows. Ties go to the first maximal
         index of every backpointer, as in :func:`structtorch.viterbi`.
     """
-    scores, order, N = _check_scores(scores)
+    scores = _check_scores(scores)[0]
     B, T = scores.shape[:2]
     lengths = check_lengths(lengths, B, T, scores.device)
     if T == 0:
         empty = torch.empty(B, 0, dtype=torch.long, device=scores.device)
         return _window_score(scores, empty, lengths), empty
-    if order == 0:  # solved as order 1 with windows that ignore the previous label
-        flat = scores.unsqueeze(2).expand(B, T, N, N)
-    else:
-        flat = scores.reshape(B, T, N**order, N)
-    path = _window_path(accumulate(flat.detach()), lengths, max(order, 1), N)
+    best, path = _ops.window_viterbi(scores.contiguous(), lengths)
 
     def feasible() -> Tensor:
-        pattern = _window_path(forbidden_pattern(flat), lengths, max(order, 1), N)
-        return (pattern[:, :1] >= 0).all(1) | (lengths == 0)
+        return _torch.window_viterbi(forbidden_pattern(scores), lengths)[0] > NEG_INF
 
-    total = guard_overflow(_window_score(scores, path, lengths, exact=True), (scores,), T, feasible,
-                           "the Viterbi score", "scores")
+    total = guard_overflow(best, (scores,), T, feasible, "the Viterbi score", "scores")
     return cast_checked(total, scores.dtype, "the Viterbi score", "scores"), path
 
 
@@ -178,7 +138,7 @@ def _window_score(scores: Tensor, path: Tensor, lengths: Tensor, *, exact: bool 
     if T == 0:
         return scores.flatten(1).sum(1).to(dtype)
     inside = torch.arange(T, device=scores.device) < lengths[:, None]
-    picked = scores.reshape(B, T, N ** (order + 1)).gather(2, _window_indices(path, order, N).unsqueeze(2))
+    picked = scores.reshape(B, T, N ** (order + 1)).gather(2, window_indices(path, order, N).unsqueeze(2))
     total = torch.where(inside, accumulate(picked.squeeze(2)), 0.0).sum(1).to(dtype)
     feasible = (path[:, :1] >= 0).all(1) | (lengths == 0)
     return torch.where(feasible, total, NEG_INF)

@@ -3,7 +3,8 @@
 Rooms, as in every structure package: ``chain`` and ``semimarkov`` (the public functions),
 ``spec`` (the loss in canonical form and the checks of its arguments), ``structures`` (the generic
 search and the structures it runs on), ``_torch`` (the Hamming-count tables, the reference loops),
-``_cpu`` and ``_triton`` (the chains' tables as kernels) and ``_ops`` (the searches as operators).
+``_cpu`` and ``_triton`` (the chains' tables as kernels; on Triton the whole search of the unweighted
+Hamming loss, value and tie rule included) and ``_ops`` (the searches as operators).
 """
 
 from .chain import (

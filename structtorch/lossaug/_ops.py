@@ -9,6 +9,12 @@ recomputed from the potentials along it (:func:`solve`).
 Every operator takes the structure's tensors (the first one (B, T, N, ...)) and the target, then
 the same trailing loss arguments (see :func:`_loss`): one decorator, :func:`loss_operator`, builds
 each from a function that rebuilds the structure from its tensors.
+
+The fused searches of linear and order-l chains (``structtorch::chain_hamming_search``,
+``structtorch::window_hamming_search`` and their backwards, on the "triton" backend, see
+:func:`fused_search`) read no value on the host: the kernels return the value too, and
+:class:`FusedSearch` and :class:`FusedWindowSearch` make it differentiable (the gradient: the
+indicators of the found labeling minus the target's, scaled).
 """
 
 from __future__ import annotations
@@ -19,9 +25,12 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from .._backend import kernel_module
 from .._checks import cast_checked, guard_overflow
 from .._library import operator
+from ..chain._torch import indicator_grads
 from ..chain.layout import Chain
+from ..chain.window import _window_indices
 from ..semimarkov.layout import SemiMarkov
 from ..semimarkov.plif import SegmentPLiF
 from .spec import LossSpec
@@ -120,3 +129,161 @@ def solve(model: _Structure, spec: LossSpec, target: Tensor, N: int, algorithm: 
     guard_overflow(value, (), 0, lambda: None, "the loss-augmented value", names)  # +inf, NaN
     value = cast_checked(value, dtype, "the loss-augmented value", names)
     return value, struct, spec.count(model.labels(struct), target)
+
+
+FUSED = ("triton",)
+"""The backends whose lossaug module runs the whole chain search (``fold_search``, ``table_search``,
+``indicator_backward``); a name, not a module lookup, so that ``torch.compile`` traces the choice."""
+
+
+def _search_fake(unary, transitions, start, end, lengths, target, rescaling, table):
+    B, T = unary.shape[:2]
+    value, scale, gold = (unary.new_empty(B, dtype=torch.float64) for _ in range(3))
+    return value, unary.new_empty(B, T, dtype=torch.long), unary.new_empty(B, dtype=torch.long), scale, gold
+
+
+def _search_backward_fake(grad, path, target, lengths, scale, N, shared):
+    B, T = path.shape
+    trans = (N, N) if shared else (B, max(T - 1, 0), N, N)
+    return (path.new_empty(B, T, N, dtype=torch.float64), path.new_empty(trans, dtype=torch.float64),
+            path.new_empty(B, N, dtype=torch.float64), path.new_empty(B, N, dtype=torch.float64))
+
+
+@operator("chain_hamming_search", _search_fake)
+def chain_hamming_search(unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor, lengths: Tensor,
+                         target: Tensor, rescaling: str,
+                         table: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(value, path, count, scale, gold) of the unweighted Hamming loss, h the identity, on the
+    "triton" backend (see ``lossaug/_triton.py``): through the table when ``table`` (slack rescaling
+    needs it), else by the folded Viterbi (margin only)."""
+    chain = Chain(unary, transitions, start, end, lengths)
+    module = kernel_module("triton", __package__)
+    if table:
+        return module.table_search(chain, target, rescaling == "margin")
+    return module.fold_search(chain, target)
+
+
+@operator("chain_hamming_search_backward", _search_backward_fake)
+def chain_hamming_search_backward(grad: Tensor, path: Tensor, target: Tensor, lengths: Tensor, scale: Tensor,
+                                  N: int, shared: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """float64 gradients of unary, transitions ((N, N) when ``shared``), start and end of
+    ``grad * scale * (s(path) - s(target))``."""
+    module = kernel_module("triton", __package__)
+    return module.indicator_backward(path, target, lengths, grad, scale, N, shared)
+
+
+class FusedSearch(torch.autograd.Function):
+    """(value (B,) float64, path, count, scale, gold) of :func:`chain_hamming_search`; the value's
+    gradient is ``scale`` times the indicators of the path minus those of the target (zero where the
+    target was kept)."""
+
+    @staticmethod
+    def forward(unary, transitions, start, end, lengths, target, rescaling, table):
+        return chain_hamming_search(unary, transitions, start, end, lengths, target, rescaling, table)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output[1], inputs[5], inputs[4], output[3])
+        ctx.dtypes = tuple(x.dtype for x in inputs[:4])
+        ctx.N, ctx.shared = inputs[0].shape[2], inputs[1].dim() == 2
+        ctx.mark_non_differentiable(*output[1:])
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx, grad, *_):
+        needs = ctx.needs_input_grad[:4]
+        if grad is None:
+            return (None,) * 8
+        path, target, lengths, scale = ctx.saved_tensors
+        if torch.is_grad_enabled():  # double backward: differentiable in grad
+            g = grad * scale
+            inside = torch.arange(path.shape[1], device=path.device) < lengths[:, None]
+            found = indicator_grads(path, lengths, g, ctx.N, ctx.shared)
+            gold = indicator_grads(torch.where(inside, target, -1), lengths, g, ctx.N, ctx.shared)
+            grads = tuple(a - b for a, b in zip(found, gold, strict=True))
+        else:
+            grads = chain_hamming_search_backward(grad, path, target, lengths, scale, ctx.N, ctx.shared)
+        pairs = zip(grads, ctx.dtypes, needs, strict=True)
+        return (*(g.to(d) if need else None for g, d, need in pairs), None, None, None, None)
+
+
+def fused_search(chain: Chain, target: Tensor, rescaling: str, table: bool) -> tuple[Tensor, ...]:
+    """(value (B,) float64, differentiable; path (B, T); count (B,) int64; gold (B,) float64) of
+    the unweighted Hamming loss with h the identity, on a backend in :data:`FUSED` (T > 0, B > 0);
+    ``target`` (B, T) int64, read inside each length."""
+    value, path, count, _, gold = FusedSearch.apply(chain.unary, chain.transitions, chain.start, chain.end,
+                                                    chain.lengths, target, rescaling, table)
+    return value, path, count, gold
+
+
+def _window_search_fake(scores, lengths, target):
+    return _search_fake(scores, None, None, None, lengths, target, "margin", False)
+
+
+@operator("window_hamming_search", _window_search_fake)
+def window_hamming_search(scores: Tensor, lengths: Tensor,
+                          target: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(value, path, count, scale, gold) of margin rescaling with the unweighted Hamming loss on an
+    order-l chain (``scores`` (B, T) + (N,) * (l + 1)), on the "triton" backend, by the folded
+    Viterbi."""
+    module = kernel_module("triton", __package__)
+    return module.window_fold_search(scores, scores.dim() - 3, lengths, target)
+
+
+def _window_backward_fake(grad, path, target, lengths, scale, shape):
+    return path.new_empty(shape, dtype=torch.float64)
+
+
+@operator("window_hamming_search_backward", _window_backward_fake)
+def window_hamming_search_backward(grad: Tensor, path: Tensor, target: Tensor, lengths: Tensor, scale: Tensor,
+                                   shape: list[int]) -> Tensor:
+    """The float64 gradient of ``grad * scale * (s(path) - s(target))`` w.r.t. the window scores
+    of shape ``shape``."""
+    module = kernel_module("triton", __package__)
+    return module.window_indicator_backward(path, target, lengths, grad, scale, tuple(shape))
+
+
+def _window_indicators(path: Tensor, lengths: Tensor, g: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """g (B,) times the window indicators of ``path`` (B, T) inside each length, as a tensor of
+    ``shape`` (differentiable in g)."""
+    B, T, N = shape[:3]
+    order = len(shape) - 3
+    inside = torch.arange(T, device=path.device) < lengths[:, None]
+    weight = torch.where(inside, g[:, None], 0.0)
+    index = _window_indices(path, order, N)
+    return g.new_zeros(B, T, N ** (order + 1)).scatter(2, index[..., None], weight[..., None]).view(shape)
+
+
+class FusedWindowSearch(torch.autograd.Function):
+    """(value (B,) float64, path, count, scale, gold) of :func:`window_hamming_search`; the value's
+    gradient is ``scale`` times the window indicators of the path minus the target's."""
+
+    @staticmethod
+    def forward(scores, lengths, target):
+        return window_hamming_search(scores, lengths, target)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output[1], inputs[2], inputs[1], output[3])
+        ctx.shape, ctx.dtype = list(inputs[0].shape), inputs[0].dtype
+        ctx.mark_non_differentiable(*output[1:])
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx, grad, *_):
+        if grad is None or not ctx.needs_input_grad[0]:
+            return None, None, None
+        path, target, lengths, scale = ctx.saved_tensors
+        if torch.is_grad_enabled():  # double backward: differentiable in grad
+            g, shape = grad * scale, tuple(ctx.shape)
+            found, gold = (_window_indicators(x, lengths, g, shape) for x in (path, target))
+            result = found - gold
+        else:
+            result = window_hamming_search_backward(grad, path, target, lengths, scale, ctx.shape)
+        return result.to(ctx.dtype), None, None
+
+
+def fused_window_search(scores: Tensor, lengths: Tensor, target: Tensor) -> tuple[Tensor, ...]:
+    """:func:`fused_search` for an order-l chain (margin rescaling only)."""
+    value, path, count, _, gold = FusedWindowSearch.apply(scores, lengths, target)
+    return value, path, count, gold

@@ -1,11 +1,23 @@
-"""The Hamming-count table (Bauer et al. 2014, Algorithm 1) for linear chains as Triton kernels
-("triton" backend).
+"""Loss-augmented inference for linear chains (and order-l chains) as Triton kernels ("triton"
+backend).
 
-One program per sequence runs the table L_t[j][k] (the best prefix score ending in label j at t with
-weighted Hamming count k) over time, in (count x label) tiles with a loop over the previous label,
-in float64, with uint8/int16 backpointers; a second launch backtracks the chosen count of every
-row. Ties as in the compiled kernel: the first maximal previous label, then the first maximal last
+The Hamming-count table (Bauer et al. 2014, Algorithm 1): one program per sequence runs the table
+L_t[j][k] (the best prefix score ending in label j at t with weighted Hamming count k) over time, in
+(count x label) tiles with a loop over the previous label, in float64, with uint8/int16
+backpointers; a second launch backtracks the chosen count of every row (:func:`chain_tables`).
+Ties as in the compiled kernel: the first maximal previous label, then the first maximal last
 label.
+
+The whole search of the Hamming loss (unweighted, h the identity) without the host
+(:func:`fold_search`, :func:`table_search`): one launch runs Viterbi on the scores with the loss
+folded in (margin rescaling), or the table and then a second one picks the best count (first
+maximal), backtracks it and settles the result; every row then scores the target and the found
+labeling, keeps the target where it attains the maximum (a zero subgradient) and writes the value,
+the labeling (-1 beyond each length), the count and the value's slope in the found labeling's
+score. :func:`indicator_backward` turns that slope into the gradients (the indicators of the found
+labeling minus the target's) in one launch. :func:`window_fold_search` and
+:func:`window_indicator_backward` do the same for margin rescaling on order-l chains (Viterbi over
+the N^l states of the last l labels, as ``chain.window._window_path``).
 """
 
 from __future__ import annotations
@@ -16,21 +28,49 @@ import triton.language as tl
 from torch import Tensor
 
 from .._numerics import NEG_INF
-from .._triton_common import NEG, argmax_update, block, launch, transitions_at
+from .._triton_common import NEG, argmax_update, block, close, launch, transition_step, transitions_at
+from ..chain._triton import _gold_score
 from ..chain.layout import Chain
 from ._torch import Tables
 
 
 @triton.jit
+def _weight(weights, b, T, t, WEIGHTED: tl.constexpr):
+    """The Hamming weight of position t of row b: weights[b, t], or 1 (unweighted)."""
+    if WEIGHTED:
+        return tl.load(weights + b * T + t)
+    return tl.full([], 1, tl.int64)
+
+
+@triton.jit
 def _table_kernel(unary, trans, start, end, lengths, target, weights, ring, bp, best, last, T, N, K1,
                   SHARED: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_J: tl.constexpr):
+    """The table with position weights ``weights`` (B, T) int64."""
+    _table(unary, trans, start, end, lengths, target, weights, ring, bp, best, last, T, N, K1, SHARED,
+           BLOCK_K, BLOCK_J, True)
+
+
+@triton.jit
+def _unweighted_table_kernel(unary, trans, start, end, lengths, target, ring, bp, best, last, T, N, K1,
+                             SHARED: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_J: tl.constexpr):
+    """The table of the unweighted Hamming count (K1 = T + 1)."""
+    _table(unary, trans, start, end, lengths, target, target, ring, bp, best, last, T, N, K1, SHARED,
+           BLOCK_K, BLOCK_J, False)
+
+
+@triton.jit
+def _table(unary, trans, start, end, lengths, target, weights, ring, bp, best, last, T, N, K1,
+           SHARED: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_J: tl.constexpr, WEIGHTED: tl.constexpr):
+    """One program's table: best[b, k] and the last label last[b, k] for every count k, the
+    backpointers in ``bp`` (B, T, N, K1); counts weighted by ``weights`` when WEIGHTED, else 1 per
+    mistake."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
     L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
     rk = tl.arange(0, BLOCK_K)
     rj = tl.arange(0, BLOCK_J)
     buf = ring + b * 2 * N * K1
     if L > 0:
-        w0 = tl.load(weights + b * T)
+        w0 = _weight(weights, b, T, 0, WEIGHTED)
         y0 = tl.load(target + b * T)
         for j0 in range(0, N, BLOCK_J):
             j = j0 + rj
@@ -45,7 +85,7 @@ def _table_kernel(unary, trans, start, end, lengths, target, weights, ring, bp, 
                 tl.store(buf + j[None, :] * K1 + k[:, None], value, mask=tile)
         tl.debug_barrier()
         for t in range(1, L):
-            wt = tl.load(weights + b * T + t)
+            wt = _weight(weights, b, T, t, WEIGHTED)
             yt = tl.load(target + b * T + t)
             src = buf + ((t - 1) % 2) * N * K1
             dst = buf + (t % 2) * N * K1
@@ -132,3 +172,455 @@ def chain_tables(chain: Chain, target: Tensor, weights: Tensor, K: int) -> Table
         return torch.where((broken.bool() | (k < 0)).unsqueeze(1), -1, path)
 
     return Tables(best, backtrack)
+
+
+@triton.jit
+def _mistakes(path, target, b, L, T, r, BLOCK: tl.constexpr):
+    """The Hamming count of ``path[b, :L]`` against ``target[b, :L]`` (int64)."""
+    count = tl.full([], 0, tl.int64)
+    for t0 in range(0, L, BLOCK):
+        t = t0 + r
+        m = t < L
+        p = tl.load(path + b * T + t, mask=m, other=0)
+        y = tl.load(target + b * T + t, mask=m, other=0)
+        count += tl.sum(tl.where(m & (p != y), 1, 0).to(tl.int64), axis=0)
+    return count
+
+
+@triton.jit
+def _settle(target, path, value, count, scale, gold_out, b, L, T, gold, found, found_ok,
+            MARGIN: tl.constexpr, BLOCK: tl.constexpr):
+    """With the found labeling in ``path[b, :L]`` (when ``found_ok``), its score ``found`` and the
+    target's ``gold``: the two values, h the identity (margin: s(y') + H - s(y); slack:
+    H (1 + s(y') - s(y))); keeps the target where it attains the maximum; writes the value, the
+    labeling (-1 beyond L), its count, the slope of the value in s(y') (0 for the target) and the
+    target's score."""
+    r = tl.arange(0, BLOCK)
+    H = _mistakes(path, target, b, L, T, r, BLOCK)
+    delta = H.to(tl.float64)
+    if MARGIN:
+        v_found = found + delta - gold
+        v_truth = gold + 0.0 - gold
+        slope = tl.full([], 1.0, tl.float64)
+    else:
+        v_found = delta * (1.0 + found - gold)
+        v_truth = 0.0 * (1.0 + gold - gold)
+        slope = delta
+    v_found = tl.where(found_ok, v_found, NEG)
+    keep = v_truth >= v_found  # ties: the target itself (a zero subgradient)
+    tl.debug_barrier()
+    for t0 in range(0, T, BLOCK):
+        t = t0 + r
+        mt = t < T
+        inside = t < L
+        p = tl.load(path + b * T + t, mask=mt & inside, other=-1)
+        y = tl.load(target + b * T + t, mask=mt & inside, other=-1)
+        p = tl.where(keep, y, tl.where(found_ok, p, -1))
+        tl.store(path + b * T + t, tl.where(inside, p, -1), mask=mt)
+    tl.store(value + b, tl.where(keep, v_truth, v_found))
+    tl.store(count + b, tl.where(keep | (~found_ok), 0, H))
+    tl.store(scale + b, tl.where(keep, 0.0, slope))
+    tl.store(gold_out + b, gold)
+
+
+@triton.jit
+def _settle_chain(unary, trans, start, end, target, path, value, count, scale, gold_out, b, L, T, N, found_ok,
+                  MARGIN: tl.constexpr, SHARED: tl.constexpr, BLOCK: tl.constexpr):
+    """:func:`_settle` with the chain's scores of the target and of the found labeling."""
+    tl.debug_barrier()  # the backtrack's scalar stores, read back below
+    gold = _gold_score(unary, trans, start, end, target, b, L, T, N, SHARED)
+    found = _gold_score(unary, trans, start, end, path, b, L, T, N, SHARED)
+    _settle(target, path, value, count, scale, gold_out, b, L, T, gold, found, found_ok, MARGIN, BLOCK)
+
+
+@triton.jit
+def _loss_row(add, unary, target, b, T, N, t, r, BLOCK: tl.constexpr):
+    """add[j] = unary[b, t, j] + (j != target[b, t]) in float64: step t's scores with the Hamming
+    loss folded in."""
+    y = tl.load(target + b * T + t)
+    for j0 in range(0, N, BLOCK):
+        j = j0 + r
+        mj = j < N
+        u = tl.load(unary + (b * T + t) * N + j, mask=mj, other=NEG).to(tl.float64)
+        tl.store(add + j, u + tl.where(j != y, 1.0, 0.0).to(tl.float64), mask=mj)
+
+
+@triton.jit
+def _fold_kernel(unary, trans, start, end, lengths, target, ring, bp, value, path, count, scale, gold, T, N,
+                 SHARED: tl.constexpr, BLOCK: tl.constexpr):
+    """Margin rescaling with the Hamming loss: Viterbi on unary + (label != target) (ties: the first
+    maximal previous label, then the first maximal last label), then :func:`_settle`. ``ring``
+    (B, 3, N): two rows of prefix scores and the current step's scores."""
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
+    L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
+    r = tl.arange(0, BLOCK)
+    al = ring + b * 3 * N
+    add = al + 2 * N
+    best = tl.full([], 0.0, tl.float64)
+    if L > 0:
+        _loss_row(add, unary, target, b, T, N, 0, r, BLOCK)
+        tl.debug_barrier()
+        for j0 in range(0, N, BLOCK):
+            j = j0 + r
+            mj = j < N
+            first = tl.load(start + b * N + j, mask=mj, other=NEG).to(tl.float64)
+            tl.store(al + j, first + tl.load(add + j, mask=mj, other=NEG), mask=mj)
+        tl.debug_barrier()
+        for t in range(1, L):
+            _loss_row(add, unary, target, b, T, N, t, r, BLOCK)
+            tl.debug_barrier()
+            A = transitions_at(trans, b, T, N, t, SHARED)
+            at = (b * T + t) * N
+            src, dst = al + ((t - 1) % 2) * N, al + (t % 2) * N
+            transition_step(src, A, dst, bp + at, add, N, r, BLOCK, True, True)
+            tl.debug_barrier()
+        best, label = close(al + ((L - 1) % 2) * N, end + b * N, N, r, BLOCK, True)
+        if best > NEG:
+            for s in range(0, L - 1):
+                t = L - 1 - s
+                tl.store(path + b * T + t, label.to(tl.int64))
+                label = tl.load(bp + (b * T + t) * N + label).to(tl.int32)
+            tl.store(path + b * T, label.to(tl.int64))
+    _settle_chain(unary, trans, start, end, target, path, value, count, scale, gold, b, L, T, N, best > NEG,
+                  True, SHARED, BLOCK)
+
+
+@triton.jit
+def _choose_kernel(unary, trans, start, end, lengths, target, bp, best, last, value, path, count, scale, gold,
+                   T, N, K1, MARGIN: tl.constexpr, SHARED: tl.constexpr, BLOCK_K: tl.constexpr,
+                   BLOCK: tl.constexpr):
+    """After :func:`_table_kernel` (unweighted): the first count k maximizing best[k] + k (margin) or
+    k (1 + best[k] - s(y)) (slack) over the feasible ones, its labeling backtracked, then
+    :func:`_settle`."""
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
+    L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
+    found_ok = L >= 0
+    if L > 0:
+        g = _gold_score(unary, trans, start, end, target, b, L, T, N, SHARED)
+        rk = tl.arange(0, BLOCK_K)
+        top = tl.full([], NEG, tl.float64)
+        k = tl.full([], 0, tl.int32)
+        for k0 in range(0, K1, BLOCK_K):
+            kk = k0 + rk
+            score = tl.load(best + b * K1 + kk, mask=kk < K1, other=NEG)
+            h = kk.to(tl.float64)
+            if MARGIN:
+                cand = score + h
+            else:
+                cand = h * (1.0 + score - g)
+            top, k = argmax_update(top, k, tl.where(score > NEG, cand, NEG), k0, 0)
+        found_ok = top > NEG
+        if found_ok:
+            kb = k.to(tl.int64)
+            j = tl.load(last + b * K1 + kb).to(tl.int32)
+            for s in range(0, L - 1):
+                t = L - 1 - s
+                tl.store(path + b * T + t, j.to(tl.int64))
+                i = tl.load(bp + ((b * T + t) * N + j) * K1 + tl.maximum(kb, 0)).to(tl.int32)
+                kb = kb - tl.where(j != tl.load(target + b * T + t), 1, 0)
+                j = i
+            tl.store(path + b * T, j.to(tl.int64))
+    _settle_chain(unary, trans, start, end, target, path, value, count, scale, gold, b, L, T, N, found_ok,
+                  MARGIN, SHARED, BLOCK)
+
+
+def _outputs(B: int, T: int, dev: torch.device) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Uninitialized (value, path, count, scale, gold) of a search: the kernels write every entry."""
+    value, scale, gold = (torch.empty(B, dtype=torch.float64, device=dev) for _ in range(3))  # no aliases
+    path = torch.empty(B, T, dtype=torch.long, device=dev)
+    return value, path, torch.empty(B, dtype=torch.long, device=dev), scale, gold
+
+
+def fold_search(chain: Chain, target: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Margin rescaling with the (unweighted) Hamming loss in one launch.
+
+    Parameters
+    ----------
+    chain : Chain
+        Canonical potentials (B, T, N), T > 0.
+    target : Tensor (B, T) int64
+        The target labels (read inside each length only).
+
+    Returns
+    -------
+    value : Tensor (B,) float64
+        max over y' of s(y') + H(y, y') - s(y).
+    path : Tensor (B, T) int64
+        The maximizer (the target where it attains the maximum), -1 beyond each length.
+    count : Tensor (B,) int64
+        H(y, path).
+    scale : Tensor (B,) float64
+        d value / d s(path): 1, or 0 where the target was kept.
+    gold : Tensor (B,) float64
+        s(y).
+    """
+    B, T, N = chain.shape
+    dev = chain.unary.device
+    out = _outputs(B, T, dev)
+    ring = torch.empty(B, 3, N, dtype=torch.float64, device=dev)  # two rows of scores, one of step scores
+    # tiles of at least 32 labels: with 16 and shared float64 transitions sm_90 puts 8 B on the stack
+    bp = torch.empty(B, T, N, dtype=torch.int16 if N <= 32767 else torch.int32, device=dev)
+    launch("lossaug_fold", _fold_kernel, (B,), chain.unary, chain.transitions, chain.start, chain.end,
+           chain.lengths, target, ring, bp, *out, T, N, SHARED=chain.shared, BLOCK=max(32, block(N)))
+    return out
+
+
+def table_search(chain: Chain, target: Tensor, margin: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Margin or slack rescaling with the (unweighted) Hamming loss, h the identity, through the
+    table (K = T) in two launches; the returns as for :func:`fold_search` (``scale``: 1 (margin) or
+    H (slack), 0 where the target was kept)."""
+    B, T, N = chain.shape
+    K1, dev = T + 1, chain.unary.device
+    ring = torch.empty(B, 2, N, K1, dtype=torch.float64, device=dev)
+    bp = torch.empty(B, T, N, K1, dtype=torch.uint8 if N <= 256 else torch.int16, device=dev)
+    best = torch.empty(B, K1, dtype=torch.float64, device=dev)  # written on non-empty rows, read there only
+    last = torch.empty(B, K1, dtype=torch.long, device=dev)
+    launch("hamming_table", _unweighted_table_kernel, (B,), chain.unary, chain.transitions, chain.start,
+           chain.end, chain.lengths, target, ring, bp, best, last, T, N, K1, SHARED=chain.shared,
+           BLOCK_K=block(K1), BLOCK_J=block(N, 32))
+    out = _outputs(B, T, dev)
+    launch("hamming_choose", _choose_kernel, (B,), chain.unary, chain.transitions, chain.start, chain.end,
+           chain.lengths, target, bp, best, last, *out, T, N, K1, MARGIN=margin, SHARED=chain.shared,
+           BLOCK_K=block(K1), BLOCK=block(T))
+    return out
+
+
+@triton.jit
+def _pair_step(path, target, b, T, t, i, j, g, inside):
+    """The (i, j) tile of g times the indicator of the step t - 1 -> t of ``path[b]`` minus that of
+    ``target[b]`` (0 unless ``inside``)."""
+    found = inside & (i == tl.load(path + b * T + t - 1)) & (j == tl.load(path + b * T + t))
+    gold = inside & (i == tl.load(target + b * T + t - 1)) & (j == tl.load(target + b * T + t))
+    return tl.where(found, g, 0.0) - tl.where(gold, g, 0.0)
+
+
+@triton.jit
+def _indicator_kernel(path, target, lengths, grad, grad_stride, scale, g_unary, g_trans, g_start, g_end, T, N,
+                      SHARED: tl.constexpr, BLOCK: tl.constexpr, TILE: tl.constexpr):
+    """g = grad[b] * scale[b] times the indicators of ``path[b]`` minus those of ``target[b]``
+    inside each length: every entry of the row's gradients is written (0 elsewhere); shared
+    transitions get the row's (N, N) sum over time."""
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
+    L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
+    g = tl.load(grad + b * grad_stride).to(tl.float64) * tl.load(scale + b)
+    r = tl.arange(0, BLOCK)
+    for t in range(0, T):
+        inside = t < L
+        p = tl.load(path + b * T + t)
+        y = tl.load(target + b * T + t)
+        for j0 in range(0, N, BLOCK):
+            j = j0 + r
+            mj = j < N
+            v = tl.where(inside & (j == p), g, 0.0) - tl.where(inside & (j == y), g, 0.0)
+            tl.store(g_unary + (b * T + t) * N + j, v, mask=mj)
+            if t == 0:
+                tl.store(g_start + b * N + j, v, mask=mj)
+    last = tl.maximum(L - 1, 0)
+    p_end = tl.load(path + b * T + last)
+    y_end = tl.load(target + b * T + last)
+    for j0 in range(0, N, BLOCK):
+        j = j0 + r
+        mj = j < N
+        v = tl.where((L > 0) & (j == p_end), g, 0.0) - tl.where((L > 0) & (j == y_end), g, 0.0)
+        tl.store(g_end + b * N + j, v, mask=mj)
+    q = tl.arange(0, TILE)
+    for i0 in range(0, N, TILE):
+        i = (i0 + q)[:, None]
+        for j0 in range(0, N, TILE):
+            j = (j0 + q)[None, :]
+            tile = (i < N) & (j < N)
+            if SHARED:
+                acc = tl.zeros([TILE, TILE], tl.float64)
+                for step in range(1, L):
+                    acc += _pair_step(path, target, b, T, step, i, j, g, step < L)
+                tl.store(g_trans + (b * N + i) * N + j, acc, mask=tile)
+            else:
+                for pos in range(1, T):
+                    v = _pair_step(path, target, b, T, pos, i, j, g, pos < L)
+                    tl.store(g_trans + ((b * (T - 1) + pos - 1) * N + i) * N + j, v, mask=tile)
+
+
+def indicator_backward(path: Tensor, target: Tensor, lengths: Tensor, grad: Tensor, scale: Tensor, N: int,
+                       shared: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The gradients of ``scale * (s(path) - s(target))`` times ``grad`` (B,), in one launch (and a
+    sum over the batch for shared transitions).
+
+    Parameters
+    ----------
+    path, target : Tensor (B, T) int64
+        Labelings, read inside each length (``path`` is -1 beyond it).
+    lengths : Tensor (B,) int64
+    grad, scale : Tensor (B,)
+    N : int
+    shared : bool
+        Whether the transitions are one (N, N) matrix (else (B, T-1, N, N)).
+
+    Returns
+    -------
+    tuple of Tensor
+        float64 gradients of unary (B, T, N), transitions ((N, N) or (B, T-1, N, N)), start (B, N)
+        and end (B, N).
+    """
+    B, T = path.shape
+    dev = path.device
+    g_unary = torch.empty(B, T, N, dtype=torch.float64, device=dev)
+    g_trans = torch.empty((B, N, N) if shared else (B, max(T - 1, 0), N, N), dtype=torch.float64, device=dev)
+    g_start, g_end = torch.empty(2, B, N, dtype=torch.float64, device=dev)
+    launch("lossaug_indicators", _indicator_kernel, (B,), path, target, lengths, grad, grad.stride(0), scale,
+           g_unary, g_trans, g_start, g_end, T, N, SHARED=shared, BLOCK=block(N), TILE=block(N, 16))
+    return g_unary, g_trans.sum(0) if shared else g_trans, g_start, g_end
+
+
+@triton.jit
+def _window_score(scores, labels, b, L, T, N, S, P):
+    """The score of ``labels[b, :L]`` (clamped into [0, N)) under window scores (B, T, P, N) (P = 1:
+    order 0), labels before the start read as 0, in float64 (0 when L = 0)."""
+    score = tl.full([], 0.0, tl.float64)
+    prev = tl.full([], 0, tl.int64)  # (y_{t-l}, ..., y_{t-1}), oldest most significant
+    for t in range(0, L):
+        y = tl.minimum(tl.maximum(tl.load(labels + b * T + t), 0), N - 1)
+        score += tl.load(scores + ((b * T + t) * P + prev % P) * N + y).to(tl.float64)
+        prev = (prev * N + y) % S
+    return score
+
+
+@triton.jit
+def _newest_first(m, N, ORDER):
+    """The state (oldest label most significant) at position ``m`` of the newest-first order."""
+    state = m * 0
+    for _ in range(0, ORDER):
+        state = state * N + m % N
+        m = m // N
+    return state
+
+
+@triton.jit
+def _window_fold_kernel(scores, lengths, target, ring, bp, value, path, count, scale, gold, T, N, S, P, ORDER,
+                        BLOCK: tl.constexpr):
+    """Margin rescaling with the Hamming loss on an order-l chain (``ORDER`` = max(l, 1), S = N^ORDER
+    states (y_{t-l+1}, ..., y_t)): Viterbi over the window scores plus (y_t != target) (ties: the
+    first maximal oldest label, then the first maximal state in newest-first order), as
+    ``chain.window._window_path`` on the folded scores, then :func:`_settle`."""
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
+    L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
+    r = tl.arange(0, BLOCK)
+    al = ring + b * 2 * S
+    R = S // N
+    top = tl.full([], 0.0, tl.float64)
+    if L > 0:
+        y0 = tl.load(target + b * T)
+        for s0 in range(0, S, BLOCK):
+            s = s0 + r
+            first = s < N  # the labels before the start are 0
+            g = tl.load(scores + b * T * P * N + s, mask=first, other=NEG).to(tl.float64)
+            tl.store(al + s, g + tl.where(s != y0, 1.0, 0.0).to(tl.float64), mask=s < S)
+        tl.debug_barrier()
+        for t in range(1, L):
+            yt = tl.load(target + b * T + t)
+            src = al + ((t - 1) % 2) * S
+            dst = al + (t % 2) * S
+            for s0 in range(0, S, BLOCK):
+                s = s0 + r  # the new state (rest, j)
+                ms = s < S
+                rest = s // N
+                j = s % N
+                loss = tl.where(j != yt, 1.0, 0.0).to(tl.float64)
+                best = tl.full([BLOCK], NEG, tl.float64)
+                arg = tl.zeros([BLOCK], tl.int32)
+                for o in range(0, N):
+                    prev = o * R + rest
+                    w = tl.load(scores + ((b * T + t) * P + prev % P) * N + j, mask=ms, other=NEG)
+                    cand = tl.load(src + prev, mask=ms, other=NEG) + (w.to(tl.float64) + loss)
+                    better = cand > best  # strict: the first maximal oldest label wins ties
+                    best = tl.where(better, cand, best)
+                    arg = tl.where(better, o, arg)
+                tl.store(dst + s, best, mask=ms)
+                tl.store(bp + (b * T + t) * S + s, arg.to(bp.dtype.element_ty), mask=ms)
+            tl.debug_barrier()
+        fin = al + ((L - 1) % 2) * S
+        top = tl.full([], NEG, tl.float64)
+        pick = tl.full([], 0, tl.int32)
+        for m0 in range(0, S, BLOCK):
+            m = m0 + r
+            v = tl.load(fin + _newest_first(m, N, ORDER), mask=m < S, other=NEG)
+            top, pick = argmax_update(top, pick, v, m0, 0)
+        if top > NEG:
+            cur = _newest_first(pick.to(tl.int64), N, ORDER)
+            for q in range(0, L - 1):
+                t = L - 1 - q
+                tl.store(path + b * T + t, cur % N)
+                oldest = tl.load(bp + (b * T + t) * S + cur).to(tl.int64)
+                cur = oldest * R + cur // N
+            tl.store(path + b * T, cur % N)
+    tl.debug_barrier()  # the backtrack's scalar stores, read back below
+    g_target = _window_score(scores, target, b, L, T, N, S, P)
+    found = _window_score(scores, path, b, L, T, N, S, P)
+    _settle(target, path, value, count, scale, gold, b, L, T, g_target, found, top > NEG, True, BLOCK)
+
+
+def window_fold_search(scores: Tensor, order: int, lengths: Tensor,
+                       target: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """:func:`fold_search` for a chain of order l (margin rescaling, the unweighted Hamming loss).
+
+    Parameters
+    ----------
+    scores : Tensor (B, T) + (N,) * (l + 1)
+        Window scores (T > 0), as for :func:`structtorch.window_viterbi`.
+    order : int
+        l.
+    lengths : Tensor (B,) int64
+    target : Tensor (B, T) int64
+
+    Returns
+    -------
+    tuple of Tensor
+        (value, path, count, scale, gold) as :func:`fold_search` returns them.
+    """
+    B, T, N = scores.shape[:3]
+    dev = scores.device
+    states = max(order, 1)
+    S = N**states
+    out = _outputs(B, T, dev)
+    ring = torch.empty(B, 2, S, dtype=torch.float64, device=dev)
+    bp = torch.empty(B, T, S, dtype=torch.int16 if N <= 32767 else torch.int32, device=dev)
+    launch("lossaug_window_fold", _window_fold_kernel, (B,), scores.contiguous(), lengths, target, ring, bp,
+           *out, T, N, S, N**order, states, BLOCK=block(max(S, T)))
+    return out
+
+
+@triton.jit
+def _window_indicator_kernel(path, target, lengths, grad, grad_stride, scale, g_scores, T, N, S, P,
+                             BLOCK: tl.constexpr):
+    """g = grad[b] * scale[b] times the indicators of the windows of ``path[b]`` minus those of
+    ``target[b]`` inside each length, into every entry of the row's (T, P * N) gradient."""
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
+    L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
+    g = tl.load(grad + b * grad_stride).to(tl.float64) * tl.load(scale + b)
+    r = tl.arange(0, BLOCK)
+    W = P * N
+    found = tl.full([], 0, tl.int64)
+    gold = tl.full([], 0, tl.int64)
+    for t in range(0, T):
+        inside = t < L
+        p = tl.minimum(tl.maximum(tl.load(path + b * T + t), 0), N - 1)
+        y = tl.minimum(tl.maximum(tl.load(target + b * T + t), 0), N - 1)
+        at_found = (found % P) * N + p
+        at_gold = (gold % P) * N + y
+        for k0 in range(0, W, BLOCK):
+            k = k0 + r
+            v = tl.where(inside & (k == at_found), g, 0.0) - tl.where(inside & (k == at_gold), g, 0.0)
+            tl.store(g_scores + (b * T + t) * W + k, v, mask=k < W)
+        found = (found * N + p) % S
+        gold = (gold * N + y) % S
+
+
+def window_indicator_backward(path: Tensor, target: Tensor, lengths: Tensor, grad: Tensor, scale: Tensor,
+                              shape: tuple[int, ...]) -> Tensor:
+    """The float64 gradient (``shape``, the window scores' (B, T) + (N,) * (l + 1)) of
+    ``grad * scale * (s(path) - s(target))``, ``grad`` and ``scale`` (B,), in one launch."""
+    B, T, N = shape[:3]
+    order = len(shape) - 3
+    g_scores = torch.empty(shape, dtype=torch.float64, device=path.device)
+    launch("lossaug_window_indicators", _window_indicator_kernel, (B,), path, target, lengths, grad,
+           grad.stride(0), scale, g_scores, T, N, N ** max(order, 1), N**order, BLOCK=block(N ** (order + 1)))
+    return g_scores

@@ -14,6 +14,11 @@ unary scores and runs plain Viterbi in O(T N^2) instead.
 The returned ``value`` is recomputed from the potentials along the returned path, so its
 gradient is the exact subgradient: indicator(y') - indicator(y) for margin rescaling, scaled by
 h(H(y, y')) for slack rescaling.
+
+On the "triton" backend the unweighted Hamming loss with h the identity (both rescalings on linear
+chains, margin rescaling on order-l chains) runs whole in Triton kernels (``_triton.py``): the
+search, the scores of both labelings, the tie rule and the value, then the indicators in the
+backward, with no value read on the host and a number of device ops that does not grow with T.
 """
 
 from __future__ import annotations
@@ -21,13 +26,24 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._checks import LengthsLike, check_labels, check_lengths
+from .. import _backend
+from .._checks import (
+    LengthsLike,
+    cast_checked,
+    check_label_tensor,
+    check_label_values,
+    check_labels,
+    check_lengths,
+    check_target_score,
+    guard_overflow,
+)
 from .._deprecated import deprecated_alias
 from .._precision import mixed_precision
+from ..chain import _ops as _chain_ops
 from ..chain.layout import Chain, check_chain
 from ..chain.window import _check_scores
-from ._ops import solve
-from .spec import HLike, resolve_loss
+from ._ops import FUSED, fused_search, fused_window_search, solve
+from .spec import ALGORITHMS, RESCALINGS, HLike, resolve_loss
 from .structures import _ChainStructure, _WindowStructure
 
 __all__ = ["loss_augmented", "window_loss_augmented", "loss_augmented_chain", "loss_augmented_viterbi",
@@ -99,10 +115,51 @@ def loss_augmented_chain(chain: Chain, target: Tensor, *, h: HLike = None, resca
                          algorithm: str = "auto") -> tuple[Tensor, Tensor, Tensor]:
     """:func:`loss_augmented` on an already validated :class:`Chain` (the target and the
     loss arguments are checked here)."""
+    if _fuses(chain, h, rescaling, weights, cost, algorithm):
+        return _fused(chain, target, rescaling, algorithm)
     mask = chain.mask()
     target = check_labels(target, mask, chain.shape[2], name="target")
     spec = resolve_loss(h, rescaling, weights, cost, target, mask, chain.unary, algorithm)
     return solve(_ChainStructure(chain, target), spec, target, chain.shape[2], algorithm, chain.unary.dtype)
+
+
+def _fuses(chain: Chain, h: HLike, rescaling: str, weights: Tensor | None, cost: Tensor | None,
+           algorithm: str) -> bool:
+    """Whether the chain's backend runs the whole search (:data:`FUSED`): the unweighted Hamming
+    loss with h the identity, on a non-empty batch of non-empty chains (every other case, and every
+    bad loss argument, takes :func:`solve`)."""
+    B, T, _ = chain.shape
+    plain = h is None and weights is None and cost is None and B > 0 and T > 0
+    valid = rescaling in RESCALINGS and algorithm in ALGORITHMS
+    valid = valid and (rescaling, algorithm) != ("slack", "viterbi")
+    return plain and valid and _chain_ops.backend_of(chain) in FUSED
+
+
+def _fused(chain: Chain, target: Tensor, rescaling: str, algorithm: str) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`loss_augmented_chain` by the backend's kernels: nothing read on the host, a constant
+    number of device ops (the table for slack rescaling or ``algorithm="hamming"``, else the folded
+    Viterbi)."""
+    target = _checked_target(target, chain.unary, chain.lengths)
+    table = rescaling == "slack" or algorithm == "hamming"
+    value, path, count, gold = fused_search(chain, target, rescaling, table)
+    return _checked_value(value, gold, chain.unary.dtype), path, count
+
+
+def _checked_target(target: object, ref: Tensor, lengths: Tensor) -> Tensor:
+    """``target`` as a (B, T) int64 tensor, its labels checked in [0, N) inside each length (a
+    counted check: nothing read on the host); ``ref`` (B, T, N, ...) gives the shape and device."""
+    target = check_label_tensor(target, tuple(ref.shape[:2]), ref.device, "target")
+    check_label_values(target, lengths, ref.shape[2], "target")  # the kernels clamp what they read
+    return target
+
+
+def _checked_value(value: Tensor, gold: Tensor, dtype: torch.dtype) -> Tensor:
+    """The kernels' value (B,) float64 cast to ``dtype``, after the checks of :func:`solve` (a target
+    score of -inf, an overflow) on the target's score ``gold`` (B,) and on the value."""
+    check_target_score(gold)
+    names = "the potentials or the loss"
+    guard_overflow(value, (), 0, lambda: None, "the loss-augmented value", names)  # +inf, NaN
+    return cast_checked(value, dtype, "the loss-augmented value", names)
 
 
 @mixed_precision
@@ -125,11 +182,23 @@ def window_loss_augmented(
     scores, order, N = _check_scores(scores)
     B, T = scores.shape[:2]
     lengths = check_lengths(lengths, B, T, scores.device)
+    plain = h is None and weights is None and cost is None and B > 0 and T > 0
+    plain = plain and rescaling == "margin" and algorithm in ("auto", "viterbi")
+    if plain and _backend.backend_for(scores) in FUSED:
+        return _fused_window(scores, lengths, target)
     mask = torch.arange(T, device=scores.device) < lengths[:, None]
     target = check_labels(target, mask, N, name="target")
     spec = resolve_loss(h, rescaling, weights, cost, target, mask, scores.new_zeros(B, T, N), algorithm)
     model = _WindowStructure(scores, order, N, lengths, target)
     return solve(model, spec, target, N, algorithm, scores.dtype)
+
+
+def _fused_window(scores: Tensor, lengths: Tensor, target: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`window_loss_augmented` by the backend's kernel (margin rescaling, the unweighted
+    Hamming loss): nothing read on the host, a constant number of device ops."""
+    target = _checked_target(target, scores, lengths)
+    value, path, count, gold = fused_window_search(scores, lengths, target)
+    return _checked_value(value, gold, scores.dtype), path, count
 
 
 loss_augmented_viterbi = deprecated_alias(loss_augmented, "loss_augmented_viterbi", "loss_augmented")

@@ -18,9 +18,11 @@ from torch import Tensor
 
 from .._checks import LengthsLike
 from .._precision import mixed_precision
+from ..semimarkov import _ops as _semimarkov_ops
 from ..semimarkov.layout import SemiMarkov, check_segmentation, check_semimarkov
 from ..semimarkov.plif import SegmentPLiF
 from ._ops import solve
+from .chain import _checked_value
 from .spec import HLike, resolve_loss
 from .structures import _SemiMarkovStructure, decode
 
@@ -83,6 +85,8 @@ def loss_augmented_semimarkov(sm: SemiMarkov, target_labels: Tensor, target_star
     """:func:`semimarkov_loss_augmented` on already validated :class:`SemiMarkov` potentials (the
     target and the loss arguments are checked here)."""
     labels, starts = check_target(target_labels, target_starts, sm)
+    if _fuses(sm, h, rescaling, weights, algorithm):
+        return _fused(sm, labels, starts)
     B, T, _, N = sm.shape
     mask = torch.arange(T, device=labels.device) < sm.lengths[:, None]
     spec = resolve_loss(h, rescaling, weights, None, labels, mask, sm.content, algorithm)
@@ -90,3 +94,20 @@ def loss_augmented_semimarkov(sm: SemiMarkov, target_labels: Tensor, target_star
     value, struct, count = solve(model, spec, labels, N, algorithm, sm.content.dtype)
     out_labels, out_starts = decode(struct, N)
     return value, out_labels, out_starts, count
+
+
+def _fuses(sm: SemiMarkov, h: HLike, rescaling: str, weights: Tensor | None, algorithm: str) -> bool:
+    """Whether the backend's kernels run the whole search (``semimarkov._ops.OPTIONAL``): margin
+    rescaling of the unweighted Hamming loss with h the identity, on a non-empty batch of
+    non-empty sequences (every other case, and every bad loss argument, takes ``solve``)."""
+    B, T, _, _ = sm.shape
+    plain = h is None and weights is None and rescaling == "margin" and algorithm in ("auto", "viterbi")
+    return plain and B > 0 and T > 0 and _semimarkov_ops.has_kernel(sm, "loss_augmented")
+
+
+def _fused(sm: SemiMarkov, labels: Tensor, starts: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`loss_augmented_semimarkov` by the backend's kernels (the target's score, then the
+    Viterbi with the Hamming loss folded into the content and the tie rule): nothing read on the
+    host, a constant number of device ops."""
+    value, found, found_starts, count, gold = _semimarkov_ops.loss_augmented(sm, labels, starts)
+    return _checked_value(value, gold, sm.content.dtype), found, found_starts, count

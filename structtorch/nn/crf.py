@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from .._checks import (
     LengthsLike,
+    _counted,
     _fmt,
     check_lengths,
     on_host,
@@ -363,8 +364,9 @@ def _check_mask(mask: object, B: int, T: int, device: torch.device,
         return (t >= first[:, None]) & (t < (first + lengths)[:, None])
 
     if not on_host(mask):  # no host reads: always move the rows
-        if validation_enabled():
-            require(run() == mask, "mask must hold one contiguous run per row")
+        message = "mask must hold one contiguous run per row"
+        if validation_enabled() and not _counted(mask, "runs", message, lengths=lengths, T=T):
+            require(run() == mask, message)
         return lengths, index()
     if validation_enabled():
         bad = plain(run() != mask).any(-1)

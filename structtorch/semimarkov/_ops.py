@@ -15,9 +15,9 @@ from torch import Tensor
 
 from .. import _backend
 from .._library import operator, save_for_backward
-from .._numerics import grads_through
+from .._numerics import NEG_INF, grads_through
 from . import _torch
-from .layout import SemiMarkov
+from .layout import SemiMarkov, semimarkov_score
 from .plif import SegmentPLiF
 
 Opt = Tensor | None
@@ -36,6 +36,16 @@ def backend_of(sm: SemiMarkov) -> str:
     if sm.shape[1] == 0:
         return "torch"
     return _backend.backend_for(sm.content)
+
+
+OPTIONAL = {"score": ("triton",), "kbest": ("triton",), "sample": ("triton",), "loss_augmented": ("triton",)}
+"""The backends whose kernel modules have each optional algorithm (elsewhere the PyTorch code
+runs); a name, not a module lookup, so that ``torch.compile`` traces the choice."""
+
+
+def has_kernel(sm: SemiMarkov, name: str) -> bool:
+    """Whether the backend that runs ``sm`` has a kernel for the optional algorithm ``name``."""
+    return backend_of(sm) in OPTIONAL[name]
 
 
 def _log_partition_backend(backend: str, tracks: Tensor | None) -> str:
@@ -96,7 +106,7 @@ def viterbi_op(content: Tensor, length: Tensor, boundary: Tensor, segment: Opt, 
     sm = _model(content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates, low,
                 high)
     best, labels, starts = (_module(backend) or _torch).viterbi_segmentation(sm)
-    return best.double(), labels.clone(), starts.clone()
+    return best.double(), labels, starts
 
 
 @operator("semimarkov_log_partition", _forward_op_fake)
@@ -132,7 +142,7 @@ def backward_op(grad: Tensor, content: Tensor, length: Tensor, boundary: Tensor,
         g = grad.double().contiguous()
         grads = list(_module(backend).log_partition_backward(_model(*args), logz, state, g))
         grads += [None] * (9 - len(grads))  # no segment PLiF: no track or ordinate gradients
-    return [content.new_zeros(0) if x is None else (torch.zeros_like(x) if g is None else g)
+    return [content.new_empty(0) if x is None else (torch.zeros_like(x) if g is None else g)
             for g, x in zip(grads, _differentiable(args), strict=True)]
 
 
@@ -174,7 +184,165 @@ def log_partition(sm: SemiMarkov) -> Tensor:
     return LogPartition.apply(*_args(sm), backend_of(sm))[0]
 
 
-def viterbi(sm: SemiMarkov) -> tuple[Tensor, Tensor, Tensor]:
-    """(best (B,) float64, labels (B, T), starts (B, T)) of canonical potentials."""
+_SHARED = (4, 9)  # transitions and ordinates among the tensors of _args: not per sequence
+
+
+def _indicators(ctx, tensors: list, labels: Tensor, starts: Tensor, weights: Tensor) -> tuple:
+    """The gradients w.r.t. the differentiable inputs among ``tensors`` (those of :func:`_args`)
+    of the sum over k of weights[:, k] (B, k) times the scores of the segmentations (labels,
+    starts) (B, k, T) (:func:`structtorch.semimarkov._torch.indicator_grads`, the k segmentations
+    of each sequence scored as a batch of B k), None where not needed."""
+    B, k, T = labels.shape
+    repeated = [x if x is None or i in _SHARED else x.repeat_interleave(k, 0) for i, x in enumerate(tensors)]
+    grads = _torch.indicator_grads(_model(*repeated, *ctx.options[:2]), labels.reshape(B * k, T),
+                                   starts.reshape(B * k, T), weights.reshape(B * k))
+    out = []
+    for g, x, need, i in zip(grads, _differentiable(tensors), _differentiable(ctx.needs_input_grad),
+                             _differentiable(range(10)), strict=True):
+        if need and g is not None and i not in _SHARED:
+            g = g.view(B, k, *g.shape[1:]).sum(1)
+        out.append(g.to(x.dtype) if need and g is not None else None)
+    return (*out[:7], None, *out[7:])
+
+
+def _scores_backward(ctx, grad: Tensor) -> tuple:
+    """The backward of :class:`Viterbi`, :class:`KBest` and :class:`Score`: the gradient of each
+    score is the indicator of its segmentation, zero where the score is -inf."""
+    *tensors, scores, labels, starts = ctx.saved_tensors
+    B, T = labels.shape[0], labels.shape[-1]
+    shape = (B, scores.numel() // max(B, 1), T)
+    weights = torch.where(scores > NEG_INF, grad, 0.0).view(shape[:2])
+    return _indicators(ctx, tensors, labels.view(shape), starts.view(shape), weights)
+
+
+class Viterbi(torch.autograd.Function):
+    """The best segmentation's score (float64 (B,), from the kernel), labels and starts; the
+    score's gradient is the indicator of the segmentation (:func:`_scores_backward`)."""
+
+    @staticmethod
+    def forward(content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates, low,
+                high, backend):
+        return viterbi_op(content, length, boundary, segment, transitions, start, end, lengths, tracks,
+                          ordinates, low, high, backend)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:10], *output)
+        ctx.options = inputs[10:12]
+        ctx.mark_non_differentiable(*output[1:])
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx, grad, *_):
+        if grad is None:
+            return (None,) * 13
+        return (*_scores_backward(ctx, grad), None, None, None)
+
+
+class KBest(torch.autograd.Function):
+    """The k best segmentations' scores (float64 (B, k), from the backend's k-best kernel), labels
+    and starts (B, k, T); each score's gradient is the indicator of its segmentation."""
+
+    @staticmethod
+    def forward(content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates, low,
+                high, k, backend):
+        return _module(backend).kbest(_model(content, length, boundary, segment, transitions, start, end,
+                                             lengths, tracks, ordinates, low, high), k)
+
+    setup_context = staticmethod(Viterbi.setup_context)
+
+    @staticmethod
+    def backward(ctx, grad, *_):
+        if grad is None:
+            return (None,) * 14
+        return (*_scores_backward(ctx, grad), None, None, None, None)
+
+
+class Score(torch.autograd.Function):
+    """Scores (float64 (B,)) of given segmentations by the backend's score kernel; each score's
+    gradient is the indicator of its segmentation (:func:`_scores_backward`)."""
+
+    @staticmethod
+    def forward(content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates, low,
+                high, labels, starts, backend):
+        model = _model(content, length, boundary, segment, transitions, start, end, lengths, tracks,
+                       ordinates, low, high)
+        return _module(backend).score(model, labels, starts)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:10], output, inputs[12], inputs[13])
+        ctx.options = inputs[10:12]
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if grad is None:
+            return (None,) * 15
+        return (*_scores_backward(ctx, grad), None, None, None, None, None)
+
+
+def score(sm: SemiMarkov, labels: Tensor, starts: Tensor) -> Tensor:
+    """Scores (B,) of segmentations (labels, starts) (B, T) (trusted inside each length) of
+    canonical potentials, differentiable: the backend's score kernel where it has one (one launch,
+    float64), else :func:`structtorch.semimarkov.layout.semimarkov_score` (the accumulation
+    dtype)."""
+    if not has_kernel(sm, "score"):
+        return semimarkov_score(sm, labels, starts)
     *tensors, low, high = _args(sm)
-    return viterbi_op(*(None if x is None else x.detach() for x in tensors), low, high, backend_of(sm))
+    return Score.apply(*tensors, low, high, labels, starts, backend_of(sm))
+
+
+class LossAugmented(torch.autograd.Function):
+    """(value float64 (B,), labels, starts (B, T), count (B,), the target's score (B,)) of the
+    backend's Hamming-loss-augmented search against the target segmentation (margin rescaling,
+    the unweighted Hamming loss, h the identity; see :data:`OPTIONAL`); the value's gradient is
+    the indicators of the found segmentation minus the target's (zero where the target is kept)."""
+
+    @staticmethod
+    def forward(content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates, low,
+                high, target_labels, target_starts, backend):
+        model = _model(content, length, boundary, segment, transitions, start, end, lengths, tracks,
+                       ordinates, low, high)
+        return _module(backend).loss_augmented(model, target_labels, target_starts)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:10], output[1], output[2], inputs[12], inputs[13])
+        ctx.options = inputs[10:12]
+        ctx.mark_non_differentiable(*output[1:])
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx, grad, *_):
+        if grad is None:
+            return (None,) * 15
+        *tensors, found, found_starts, labels, starts = ctx.saved_tensors
+        both = torch.stack([found, labels], 1), torch.stack([found_starts, starts], 1)
+        grads = _indicators(ctx, tensors, *both, torch.stack([grad, -grad], 1))
+        return (*grads, None, None, None, None, None)
+
+
+def loss_augmented(sm: SemiMarkov, labels: Tensor, starts: Tensor) -> tuple[Tensor, ...]:
+    """(value (B,) float64, differentiable, labels, starts, count, gold) of :class:`LossAugmented`
+    against the checked target segmentation (labels, starts) (B, T)."""
+    *tensors, low, high = _args(sm)
+    return LossAugmented.apply(*tensors, low, high, labels, starts, backend_of(sm))
+
+
+def kbest(sm: SemiMarkov, k: int) -> tuple[Tensor, Tensor, Tensor]:
+    """(scores (B, k) float64, differentiable, labels (B, k, T), starts (B, k, T)) of canonical
+    potentials by the backend's k-best kernel (see :data:`OPTIONAL`)."""
+    *tensors, low, high = _args(sm)
+    return KBest.apply(*tensors, low, high, k, backend_of(sm))
+
+
+def viterbi(sm: SemiMarkov) -> tuple[Tensor, Tensor, Tensor]:
+    """(best (B,) float64, differentiable, labels (B, T), starts (B, T)) of canonical potentials."""
+    return Viterbi.apply(*_args(sm), backend_of(sm))
+
+
+@torch.no_grad()
+def sample(sm: SemiMarkov, n: int, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+    """(labels, starts) (n, B, T) drawn by the backend's sampling kernel (see :data:`OPTIONAL`)."""
+    return _module(backend_of(sm)).sample(sm, n, generator)

@@ -13,8 +13,8 @@ from torch import Tensor
 
 from .._checks import forbidden_pattern, guard_overflow
 from .._numerics import NEG_INF, safe_logsumexp
-from .layout import POTENTIALS, SemiMarkov
-from .plif import plif_interpolate
+from .layout import POTENTIALS, SemiMarkov, segment_layout
+from .plif import _plif_position, plif_interpolate
 
 
 def segment_terms(sm: SemiMarkov, F: Tensor, e: int) -> Tensor:
@@ -149,3 +149,63 @@ def guard(sm: SemiMarkov, result: Tensor, what: str, feasible: Callable[[], Tens
     potentials = [x for x in (sm.content, sm.transitions, sm.length_scores, sm.boundary, sm.segment_scores,
                               sm.start, sm.end) if x is not None] + plif
     return guard_overflow(result, potentials, 5 * sm.shape[1] + 2, feasible, what, POTENTIALS)
+
+
+def indicator_grads(sm: SemiMarkov, labels: Tensor, starts: Tensor, grad: Tensor) -> list[Tensor | None]:
+    """The gradients of the scores of segmentations (labels, starts) (B, T) (trusted), scaled by
+    ``grad`` (B,), w.r.t. content, length scores, boundary, segment scores, transitions, start, end
+    and the segment PLiF's tracks and ordinates (None where absent), in ``grad``'s dtype: the
+    indicators of the segmentation's parts, by scatters (no autograd, so ``torch.compile`` traces
+    it), the PLiF's by its interpolation weights and slope."""
+    B, T, S, N = sm.shape
+    lay = segment_layout(labels, starts, sm.lengths)
+    lab, d = lay.labels, lay.length.clamp(1, S)
+    at_pos = torch.where(lay.inside, grad[:, None], 0.0)
+    at_end = torch.where(lay.ends, grad[:, None], 0.0)
+
+    def onto_labels(weights: Tensor) -> Tensor:  # (B, T) -> (B, T, N) at the labels
+        return grad.new_zeros(B, T, N).scatter_(2, lab.unsqueeze(2), weights.unsqueeze(2))
+
+    length_at = (d - 1) * N + lab
+    g_length = grad.new_zeros(B, S * N).scatter_add_(1, length_at, at_end).view(B, S, N)
+    g_segment = None
+    if sm.segment_scores is not None:
+        g_segment = grad.new_zeros(B, T, S * N).scatter_(2, length_at.unsqueeze(2), at_end.unsqueeze(2))
+        g_segment = g_segment.view(B, T, S, N)
+    prev = torch.cat([lab[:, :1], lab[:, :-1]], 1)
+    steps = torch.where(lay.starts & (lay.t > 0), at_pos, 0.0)
+    g_trans = grad.new_zeros(N * N).index_add_(0, (prev * N + lab).flatten(), steps.flatten()).view(N, N)
+    edge = torch.where(sm.lengths > 0, grad, 0.0).unsqueeze(1)
+    last = lab.gather(1, (sm.lengths - 1).clamp(min=0).unsqueeze(1)) if T else lab.new_zeros(B, 1)
+    first = lab[:, :1] if T else lab.new_zeros(B, 1)
+    g_start = grad.new_zeros(B, N).scatter_(1, first, edge)
+    g_end = grad.new_zeros(B, N).scatter_(1, last, edge)
+    grads = [onto_labels(at_pos), g_length, onto_labels(at_end), g_segment, g_trans, g_start, g_end]
+    return grads + _plif_indicator_grads(sm, lay, at_end)
+
+
+def _plif_indicator_grads(sm: SemiMarkov, lay, at_end: Tensor) -> list[Tensor | None]:
+    """Gradients of a segmentation's segment-PLiF terms (``lay`` its layout, ``at_end`` (B, T) the
+    upstream gradient at each segment's end) w.r.t. the tracks (B, T, N) and the ordinates (N, P):
+    the interpolation weights, and the slope over the segment's length (inside the support, as
+    autograd differentiates the clamp)."""
+    plif = sm.segment_plif
+    if plif is None:
+        return [None, None]
+    B, T, N = sm.content.shape
+    P = plif.ordinates.shape[1]
+    lab = lay.labels
+    dtype = at_end.dtype
+    mean = lay.means(plif.tracks.to(dtype).gather(2, lab.unsqueeze(2)).squeeze(2))  # at the ends
+    left, frac = _plif_position(mean, P, plif.low, plif.high)
+    at = lab * P + left
+    g_ordinates = at_end.new_zeros(N * P).index_add_(0, at.flatten(), (at_end * (1 - frac)).flatten())
+    g_ordinates = g_ordinates.index_add_(0, (at + 1).flatten(), (at_end * frac).flatten()).view(N, P)
+    flat = plif.ordinates.to(dtype).reshape(-1)
+    support = (mean >= plif.low) & (mean <= plif.high)
+    slope = (flat[at + 1] - flat[at]) * ((P - 1) / (plif.high - plif.low)) / lay.length
+    per_end = torch.where(lay.ends & support, at_end * slope, 0.0)
+    per_segment = torch.zeros_like(per_end).scatter_add_(1, lay.segment, per_end)  # one end per segment
+    per_position = torch.where(lay.inside, per_segment.gather(1, lay.segment), 0.0)
+    g_tracks = at_end.new_zeros(B, T, N).scatter_(2, lab.unsqueeze(2), per_position.unsqueeze(2))
+    return [g_tracks, g_ordinates]

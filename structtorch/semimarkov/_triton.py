@@ -4,15 +4,19 @@ One launch per call, one program per sequence, running over segment ends e in or
 the candidate segments [e - d, e) are scored in (BLOCK_D x BLOCK_N) tiles of (length, label): their
 content sums (and the track sums of segment-mean PLiFs) accumulate backwards from e by a cumulative
 sum inside each tile plus a carry between tiles, never as differences of prefix sums. Forbidden
-(-inf) content caps the lengths through ``forb`` (the last forbidden position before each end), as
-in the compiled CPU kernels; everything accumulates in float64.
+(-inf) content makes every segment over it -inf through that sum (the compiled CPU kernels cap the
+lengths instead); everything accumulates in float64.
 
 - one forward kernel for both semirings (``VITERBI``): alpha/inc by max-plus with int32 argmax
   tables (first maximal length, then label) and the backtrace into labels and segment starts, or
   by online log-sum-exp for the log-partition;
 - the backward: delta/gamma by the reverse recursion; every segment's marginal
-  exp(inc[s] + score + gamma[e] - logZ) spread onto content (a difference array, summed on the
-  host), lengths, boundaries, segment scores, transitions, start and end.
+  exp(inc[s] + score + gamma[e] - logZ) spread onto content (a difference array, summed in the
+  kernel's last pass), lengths, boundaries, segment scores, transitions, start and end.
+
+Every output is written by the kernels (labels -1 and starts False beyond each length), so the host
+allocates without filling, and the gradients share one zeroed buffer: a call is one launch and at
+most two other device ops, whatever T.
 
 The label-to-label step, the reductions and the tile helpers come from
 :mod:`structtorch._triton_common`.
@@ -25,10 +29,19 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .._numerics import NEG_INF
-from .._triton_common import NEG, block, close, finish, fold, launch, lse_finish, lse_update, transition_step
+from .._numerics import zeroed
+from .._triton_common import (
+    NEG,
+    close,
+    finish,
+    fold,
+    launch,
+    lse_finish,
+    lse_total,
+    lse_update,
+    transition_step,
+)
 from .._triton_common import load_tile as _tile
-from ._cpu import last_forbidden
 from .layout import SemiMarkov
 
 
@@ -45,13 +58,17 @@ def _plif_value(x, n, mask, plif, P, low, high, scale):
 @triton.jit
 def _segment_tile(b, e, d0, n, mn, dmax, carry, tcarry, content, length, boundary, segment, tracks, plif,
                   T, S, N, P, low, high, scale, rd,
-                  HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr):
+                  HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr, target=None, LOSS: tl.constexpr = False):
     """Scores (without the incoming term) of segments [e - d, e) for d = d0 + 1 + rd and labels n,
-    -inf beyond ``dmax`` (BLOCK_N,); returns (scores, valid, new carry, new track carry)."""
+    -inf beyond ``dmax`` (BLOCK_N,); returns (scores, valid, new carry, new track carry). With
+    LOSS, each position whose label differs from ``target`` (B, T) adds 1 (the Hamming loss)."""
     d = d0 + 1 + rd
     valid = (d[:, None] <= dmax[None, :]) & mn[None, :]
     pos = e - d
     c = tl.load(content + (b * T + pos[:, None]) * N + n[None, :], mask=valid, other=0.0).to(tl.float64)
+    if LOSS:
+        y = tl.load(target + b * T + pos, mask=d <= tl.max(dmax, axis=0), other=0)
+        c += tl.where(valid & (n[None, :] != y[:, None]), 1.0, 0.0)
     v = tl.cumsum(c, axis=0) + carry[None, :]
     carry += tl.sum(c, axis=0)
     v += tl.load(length + (b * S + d[:, None] - 1) * N + n[None, :], mask=valid, other=0.0).to(tl.float64)
@@ -68,18 +85,31 @@ def _segment_tile(b, e, d0, n, mn, dmax, carry, tcarry, content, length, boundar
 
 
 @triton.jit
-def _max_length(b, e, n, mn, forb, boundary, T, S, N):
-    """The longest allowed segment ending at e per label: 0 where the boundary score is -inf."""
-    fb = tl.load(forb + (b * (T + 1) + e) * N + n, mask=mn, other=0)
+def _max_length(b, e, n, mn, boundary, T, S, N):
+    """The longest segment ending at e per label: 0 where the boundary score is -inf."""
     bnd = tl.load(boundary + (b * T + e - 1) * N + n, mask=mn, other=NEG)
-    return tl.where(bnd == NEG, 0, tl.minimum(S, e - (fb + 1)))
+    return tl.where(bnd == NEG, 0, tl.minimum(S, e))
 
 
 @triton.jit
-def _forward_kernel(content, forb, length, boundary, segment, trans, start, end, lengths, tracks, plif,
-                    alpha, inc, arg_d, arg_m, out, labels, starts, T, S, N, P, low: tl.float64,
-                    high: tl.float64, scale: tl.float64, VITERBI: tl.constexpr, HAS_SEGMENT: tl.constexpr,
-                    HAS_PLIF: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
+def _clear_segmentation(labels, starts, T, BLOCK: tl.constexpr):
+    """labels[t] = -1 and starts[t] = False for every position t of one sequence."""
+    r = tl.arange(0, BLOCK)
+    for t0 in range(0, T, BLOCK):
+        t = t0 + r
+        tl.store(labels + t, tl.full([BLOCK], -1, tl.int64), mask=t < T)
+        tl.store(starts + t, tl.zeros([BLOCK], tl.int1), mask=t < T)
+    tl.debug_barrier()
+
+
+@triton.jit
+def _forward_kernel(content, length, boundary, segment, trans, start, end, lengths, tracks, plif,
+                    alpha, inc, arg_d, arg_m, out, labels, starts, target, target_starts, gold, count, T, S,
+                    N, P, low: tl.float64, high: tl.float64, scale: tl.float64, VITERBI: tl.constexpr,
+                    HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr, LOSS: tl.constexpr,
+                    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Viterbi (with LOSS: loss-augmented by the Hamming distance to ``target``, see
+    :func:`_loss_augmented_close`) or the log-partition of one sequence per program."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
     L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
     rn = tl.arange(0, BLOCK_N)
@@ -87,6 +117,10 @@ def _forward_kernel(content, forb, length, boundary, segment, trans, start, end,
     al = alpha + b * (T + 1) * N
     ic = inc + b * (T + 1) * N
     result = tl.full([], 0.0, tl.float64)
+    if VITERBI:  # no segmentation until the backtrace writes one
+        _clear_segmentation(labels + b * T, starts + b * T, T, BLOCK_N)
+    if LOSS:
+        tl.store(count + b, tl.zeros([], tl.int64))
     if L > 0:
         for n0 in range(0, N, BLOCK_N):
             n = n0 + rn
@@ -96,7 +130,7 @@ def _forward_kernel(content, forb, length, boundary, segment, trans, start, end,
             for n0 in range(0, N, BLOCK_N):
                 n = n0 + rn
                 mn = n < N
-                dmax = _max_length(b, e, n, mn, forb, boundary, T, S, N)
+                dmax = _max_length(b, e, n, mn, boundary, T, S, N)
                 carry = tl.zeros([BLOCK_N], tl.float64)
                 tcarry = tl.zeros([BLOCK_N], tl.float64)
                 best = tl.full([BLOCK_N], NEG, tl.float64)
@@ -105,7 +139,7 @@ def _forward_kernel(content, forb, length, boundary, segment, trans, start, end,
                 for d0 in range(0, tl.max(dmax, axis=0), BLOCK_D):
                     v, valid, carry, tcarry = _segment_tile(
                         b, e, d0, n, mn, dmax, carry, tcarry, content, length, boundary, segment, tracks,
-                        plif, T, S, N, P, low, high, scale, rd, HAS_SEGMENT, HAS_PLIF)
+                        plif, T, S, N, P, low, high, scale, rd, HAS_SEGMENT, HAS_PLIF, target, LOSS)
                     d = d0 + 1 + rd
                     v += tl.load(ic + (e - d[:, None]) * N + n[None, :], mask=valid, other=NEG)
                     best, acc, arg = fold(best, acc, arg, v, d0 + 1, VITERBI)  # ties: the shortest
@@ -118,18 +152,52 @@ def _forward_kernel(content, forb, length, boundary, segment, trans, start, end,
                 transition_step(al + e * N, trans, ic + e * N, arg_m + at, ic, N, rn, BLOCK_N, VITERBI, False)
                 tl.debug_barrier()
         result, label = close(al + L * N, end + b * N, N, rn, BLOCK_N, VITERBI)
-        if VITERBI:
+        if LOSS:
+            result = _loss_augmented_close(b, L, T, N, result, label, arg_d, arg_m, labels, starts, target,
+                                           target_starts, gold, count, BLOCK_N)
+        elif VITERBI:
             if result > NEG:
-                stop = L
-                while stop > 0:
-                    d = tl.load(arg_d + (b * (T + 1) + stop) * N + label).to(tl.int64)
-                    first = stop - d
-                    for k in range(first, stop):
-                        tl.store(labels + b * T + k, label.to(tl.int64))
-                    tl.store(starts + b * T + first, 1)
-                    label = tl.load(arg_m + (b * (T + 1) + first) * N + label)
-                    stop = first
+                _backtrace(b, L, T, N, label, arg_d, arg_m, labels, starts, target, False)
     tl.store(out + b, result)
+
+
+@triton.jit
+def _backtrace(b, L, T, N, label, arg_d, arg_m, labels, starts, target, COUNT: tl.constexpr):
+    """Write the best segmentation of [0, L) ending in ``label`` from the argmax tables; with
+    COUNT, return the number of its positions whose label differs from ``target``."""
+    mismatches = tl.zeros([], tl.int64)
+    stop = L
+    while stop > 0:
+        d = tl.load(arg_d + (b * (T + 1) + stop) * N + label).to(tl.int64)
+        first = stop - d
+        for k in range(first, stop):
+            tl.store(labels + b * T + k, label.to(tl.int64))
+            if COUNT:
+                mismatches += (tl.load(target + b * T + k) != label).to(tl.int64)
+        tl.store(starts + b * T + first, 1)
+        label = tl.load(arg_m + (b * (T + 1) + first) * N + label)
+        stop = first
+    return mismatches
+
+
+@triton.jit
+def _loss_augmented_close(b, L, T, N, best, label, arg_d, arg_m, labels, starts, target, target_starts, gold,
+                          count, BLOCK: tl.constexpr):
+    """The loss-augmented value best - gold (best: max of score + Hamming distance; gold: the
+    target's score) and its segmentation, written with its Hamming count; the target itself where
+    it attains the maximum (value <= 0: value 0, count 0, a zero subgradient)."""
+    value = best - tl.load(gold + b)
+    if value > 0:
+        tl.store(count + b, _backtrace(b, L, T, N, label, arg_d, arg_m, labels, starts, target, True))
+    else:
+        r = tl.arange(0, BLOCK)
+        for t0 in range(0, L, BLOCK):
+            t = t0 + r
+            tl.store(labels + b * T + t, tl.load(target + b * T + t, mask=t < L, other=0), mask=t < L)
+            tl.store(starts + b * T + t, tl.load(target_starts + b * T + t, mask=t < L, other=0), mask=t < L)
+        tl.store(count + b, tl.zeros([], tl.int64))
+        value = tl.zeros([], tl.float64)
+    return value
 
 
 @triton.jit
@@ -139,9 +207,9 @@ def _add(ptr, value, mask):
 
 
 @triton.jit
-def _backward_kernel(grad, logz, alpha, inc, content, forb, length, boundary, segment, trans, start, end,
-                     lengths, tracks, plif, gamma, delta, diff, g_length, g_boundary, g_segment, g_trans,
-                     g_start, g_end, t_diff, g_plif, T, S, N, P, low: tl.float64, high: tl.float64,
+def _backward_kernel(grad, logz, alpha, inc, content, length, boundary, segment, trans, start, end,
+                     lengths, tracks, plif, gamma, delta, g_content, g_length, g_boundary, g_segment, g_trans,
+                     g_start, g_end, g_tracks, g_plif, T, S, N, P, low: tl.float64, high: tl.float64,
                      scale: tl.float64, HAS_SEGMENT: tl.constexpr,
                      HAS_PLIF: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
@@ -151,6 +219,7 @@ def _backward_kernel(grad, logz, alpha, inc, content, forb, length, boundary, se
     rn = tl.arange(0, BLOCK_N)
     rd = tl.arange(0, BLOCK_D)
     row = b * (T + 1) * N
+    crow = b * T * N
     if (L > 0) & (lz > NEG) & (g != 0.0):
         for n0 in range(0, N, BLOCK_N):
             n = n0 + rn
@@ -175,9 +244,8 @@ def _backward_kernel(grad, logz, alpha, inc, content, forb, length, boundary, se
                 for d0 in range(0, tl.minimum(S, L - s), BLOCK_D):
                     d = d0 + 1 + rd
                     e = s + d
-                    inside = (d[:, None] <= S) & (e[:, None] <= L) & mn[None, :]
-                    fb = tl.load(forb + (b * (T + 1) + e[:, None]) * N + n[None, :], mask=inside, other=0)
-                    valid = inside & (fb < s)
+                    valid = (d[:, None] <= S) & (e[:, None] <= L) & mn[None, :]
+                    within = valid & (e[:, None] < L)  # the difference array's -mu at e, inside
                     at_end = (b * T + e[:, None] - 1) * N + n[None, :]  # (e - 1, n)
                     at_len = (b * S + d[:, None] - 1) * N + n[None, :]  # (d - 1, n)
                     at_seg = ((b * T + e[:, None] - 1) * S + d[:, None] - 1) * N + n[None, :]
@@ -203,7 +271,7 @@ def _backward_kernel(grad, logz, alpha, inc, content, forb, length, boundary, se
                     top, acc = lse_update(top, acc, term, 0)
                     mu = tl.where(valid, g * tl.exp(into[None, :] + term - lz), 0.0)
                     leaving += tl.sum(mu, axis=0)
-                    _add(diff + row + e[:, None] * N + n[None, :], -mu, valid)
+                    _add(g_content + crow + e[:, None] * N + n[None, :], -mu, within)
                     _add(g_length + at_len, mu, valid)
                     _add(g_boundary + at_end, mu, valid)
                     if HAS_SEGMENT:
@@ -215,11 +283,11 @@ def _backward_kernel(grad, logz, alpha, inc, content, forb, length, boundary, se
                         inside = (mean >= low) & (mean <= high)  # the slope of the clamp, as autograd's
                         c = tl.where(valid & inside, mu * (y1 - y0) * scale / d[:, None].to(tl.float64), 0.0)
                         t_leaving += tl.sum(c, axis=0)
-                        _add(t_diff + row + e[:, None] * N + n[None, :], -c, valid)
+                        _add(g_tracks + crow + e[:, None] * N + n[None, :], -c, within)
                 tl.store(delta + row + s * N + n, lse_finish(top, acc), mask=mn)
-                _add(diff + row + s * N + n, leaving, mn)
+                _add(g_content + crow + s * N + n, leaving, mn)
                 if HAS_PLIF:
-                    _add(t_diff + row + s * N + n, t_leaving, mn)
+                    _add(g_tracks + crow + s * N + n, t_leaving, mn)
             tl.debug_barrier()
             if s > 0:  # gamma[s][m] = lse_n trans[m, n] + delta[s][n]
                 for m0 in range(0, N, BLOCK_N):
@@ -255,19 +323,41 @@ def _backward_kernel(grad, logz, alpha, inc, content, forb, length, boundary, se
             st = tl.load(start + b * N + n, mask=mn, other=NEG).to(tl.float64)
             first = tl.load(delta + row + n, mask=mn, other=NEG)
             tl.store(g_start + b * N + n, g * tl.exp(st + first - lz), mask=mn)
+        tl.debug_barrier()
+        _prefix_sum(g_content + crow, L, N, rn, BLOCK_N)
+        if HAS_PLIF:
+            _prefix_sum(g_tracks + crow, L, N, rn, BLOCK_N)
+
+
+@triton.jit
+def _prefix_sum(x, L, N, r, BLOCK: tl.constexpr):
+    """x[t] = x[0] + ... + x[t] for t < L over a (L, N) difference array (in place), label tiles
+    of BLOCK; positions from L on stay as they are (zero)."""
+    for n0 in range(0, N, BLOCK):
+        n = n0 + r
+        mn = n < N
+        run = tl.zeros([BLOCK], tl.float64)
+        for t in range(0, L):
+            run += tl.load(x + t * N + n, mask=mn, other=0.0)
+            tl.store(x + t * N + n, run, mask=mn)
+
+
+TILE = 16
+"""The (length x label) tile of every semi-Markov kernel, whatever S and N: compiled for sm_90,
+larger tiles (32 x 16 and up, float64 candidates plus the content and track carries) put
+registers on the stack in the forward, backward and k-best kernels (``tests/compile_kernels.py``
+reads the cubins)."""
 
 
 def _meta(sm: SemiMarkov) -> dict:
-    _, _, S, N = sm.shape
     return dict(HAS_SEGMENT=sm.segment_scores is not None, HAS_PLIF=sm.segment_plif is not None,
-                BLOCK_D=block(S), BLOCK_N=block(N, 32))
+                BLOCK_D=TILE, BLOCK_N=TILE)
 
 
 def _inputs(sm: SemiMarkov) -> tuple[Tensor, ...]:
-    """content, forb, length, boundary, segment (or empty), transitions, start, end: contiguous."""
+    """content, length, boundary, segment (or empty), transitions, start, end: contiguous."""
     segment = sm.content.new_empty(0) if sm.segment_scores is None else sm.segment_scores
-    parts = (sm.content, last_forbidden(sm.content), sm.length_scores, sm.boundary, segment, sm.transitions,
-             sm.start, sm.end)
+    parts = (sm.content, sm.length_scores, sm.boundary, segment, sm.transitions, sm.start, sm.end)
     return tuple(x.detach().contiguous() for x in parts)
 
 
@@ -281,72 +371,420 @@ def _plif_args(sm: SemiMarkov) -> tuple:
             (P - 1) / (plif.high - plif.low))
 
 
-def _forward(sm: SemiMarkov, viterbi: bool):
+def _forward(sm: SemiMarkov, viterbi: bool, loss: tuple[Tensor, ...] | None = None) -> tuple[Tensor, ...]:
+    """best or logZ (B,) float64 (0 on empty rows), alpha and inc (B, T+1, N) float64 and, for
+    Viterbi, labels (B, T) int64 and starts (B, T) bool; one launch, nothing filled on the host.
+    ``loss`` (Viterbi only): (target labels, target starts, the target's score (B,) float64, the
+    count (B,) int64 to write), for the Hamming-loss-augmented Viterbi (best is then the value)."""
     B, T, S, N = sm.shape
     dev = sm.content.device
     f64 = dict(dtype=torch.float64, device=dev)
-    alpha = torch.full((B, T + 1, N), NEG_INF, **f64)
-    inc = torch.full((B, T + 1, N), NEG_INF, **f64)
-    arg = torch.zeros((B, T + 1, N) if viterbi else (1,), dtype=torch.int32, device=dev)
-    arg_m = torch.zeros_like(arg)
+    alpha, inc = torch.empty(2, B, T + 1, N, **f64)  # every entry read is written first
+    arg, arg_m = torch.empty((2, B, T + 1, N) if viterbi else (2, 1), dtype=torch.int32, device=dev)
     out = torch.empty(B, **f64)
-    labels = torch.full((B, T), -1, dtype=torch.long, device=dev)
-    starts = torch.zeros(B, T, dtype=torch.int8, device=dev)
+    labels = torch.empty((B, T) if viterbi else (1,), dtype=torch.long, device=dev)
+    starts = torch.empty((B, T) if viterbi else (1,), dtype=torch.bool, device=dev)
     tracks, ordinates, P, low, high, scale = _plif_args(sm)
     name = "semimarkov_viterbi" if viterbi else "semimarkov_log_partition"
+    target = () if loss is None else loss
+    unused = () if target else (labels, starts, out, labels)  # no loss: pointers never read
     launch(name, _forward_kernel, (B,), *_inputs(sm), sm.lengths, tracks, ordinates, alpha, inc, arg, arg_m,
-           out, labels, starts, T, S, N, P, low, high, scale, VITERBI=viterbi, **_meta(sm))
-    return out, alpha, inc, labels, starts.bool()
+           out, labels, starts, *target, *unused, T, S, N, P, low, high, scale, VITERBI=viterbi,
+           LOSS=bool(target), **_meta(sm))
+    return out, alpha, inc, labels, starts
 
 
 @torch.no_grad()
 def viterbi_segmentation(sm: SemiMarkov) -> tuple[Tensor, Tensor, Tensor]:
-    """(best (B,) float64, labels (B, T), starts (B, T)) as the compiled kernel returns them."""
+    """(best (B,) float64, labels (B, T), starts (B, T)) as the compiled kernel returns them (-1
+    labels and no starts beyond each length and on infeasible rows)."""
     best, _, _, labels, starts = _forward(sm, viterbi=True)
-    feasible = (best > NEG_INF).unsqueeze(1)
-    return best, torch.where(feasible, labels, -1), starts & feasible
+    return best, labels, starts
 
 
 def _backward(sm: SemiMarkov, logz: Tensor, alpha: Tensor, inc: Tensor, g: Tensor) -> list[Tensor]:
     B, T, S, N = sm.shape
     f64 = dict(dtype=torch.float64, device=sm.content.device)
-    gamma = torch.full((B, T + 1, N), NEG_INF, **f64)
-    delta = torch.full((B, T + 1, N), NEG_INF, **f64)
-    diff = torch.zeros(B, T + 1, N, **f64)
-    g_length, g_boundary = torch.zeros(B, S, N, **f64), torch.zeros(B, T, N, **f64)
-    has_segment = sm.segment_scores is not None
-    g_segment = torch.zeros((B, T, S, N) if has_segment else (1,), **f64)
-    g_trans, g_start, g_end = torch.zeros(B, N, N, **f64), torch.zeros(B, N, **f64), torch.zeros(B, N, **f64)
+    gamma, delta = torch.empty(2, B, T + 1, N, **f64)  # every entry read is written first
     tracks, ordinates, P, low, high, scale = _plif_args(sm)
-    has_plif = sm.segment_plif is not None
-    t_diff = torch.zeros((B, T + 1, N) if has_plif else (1,), **f64)
-    g_plif = torch.zeros((B, N, P) if has_plif else (1,), **f64)
+    has_segment, has_plif = sm.segment_scores is not None, sm.segment_plif is not None
+    shapes = [(B, T, N), (B, S, N), (B, T, N), (B, T, S, N) if has_segment else (1,), (B, N, N), (B, N),
+              (B, N), (B, T, N) if has_plif else (1,), (B, N, P) if has_plif else (1,)]
+    grads = zeroed(shapes, **f64)  # the kernel accumulates into them, or leaves them zero
     launch("semimarkov_backward", _backward_kernel, (B,), g, logz, alpha, inc, *_inputs(sm), sm.lengths,
-           tracks, ordinates, gamma, delta, diff, g_length, g_boundary, g_segment, g_trans, g_start, g_end,
-           t_diff, g_plif, T, S, N, P, low, high, scale, **_meta(sm))
-    inside = (torch.arange(T, device=diff.device) < sm.lengths[:, None]).unsqueeze(2)
-    grads = [torch.where(inside, diff.cumsum(1)[:, :T], 0.0), g_length, g_boundary,
-             g_segment if has_segment else g_segment.new_zeros(0), g_trans.sum(0), g_start, g_end]
-    if has_plif:
-        grads += [torch.where(inside, t_diff.cumsum(1)[:, :T], 0.0), g_plif.sum(0)]
-    return grads
+           tracks, ordinates, gamma, delta, *grads, T, S, N, P, low, high, scale, **_meta(sm))
+    g_content, g_length, g_boundary, g_segment, g_trans, g_start, g_end, g_tracks, g_plif = grads
+    return [g_content, g_length, g_boundary, g_segment if has_segment else None, g_trans.sum(0), g_start,
+            g_end, *([g_tracks, g_plif.sum(0)] if has_plif else [None, None])]
 
 
 def log_partition_forward(sm: SemiMarkov) -> tuple[Tensor, tuple[Tensor, Tensor]]:
     """logZ (B,) float64 (0 on empty rows) and alpha, inc (B, T+1, N) float64 for the backward
     (see ``semimarkov/_ops.py``); segment PLiFs included."""
     logz, alpha, inc, _, _ = _forward(sm, viterbi=False)
-    return torch.where(sm.lengths > 0, logz, 0.0), (alpha, inc)
+    return logz, (alpha, inc)
 
 
 def log_partition_backward(sm: SemiMarkov, logz: Tensor, state, g: Tensor) -> list[Tensor | None]:
     """Gradients w.r.t. content, length, boundary, segment, transitions, start, end and the segment
     PLiF's tracks and ordinates (input dtype; None where absent) for upstream g (B,) float64."""
-    grads = _backward(sm, logz, *state, g)
-    grads += [None] * (9 - len(grads))  # no PLiF: no track or ordinate gradients
-    if sm.segment_scores is None:
-        grads[3] = None
-    return [None if x is None else x.to(sm.content.dtype) for x in grads]
+    return [None if x is None else x.to(sm.content.dtype) for x in _backward(sm, logz, *state, g)]
+
+
+@triton.jit
+def _inverse_cdf(v, m, mm, total, u, carry, chosen, last):
+    """One tile of an inverse-CDF draw: candidates v at indices m (mask mm) with probabilities
+    exp(v - total); the first index where the running sum passes u (``chosen``, -1 until then),
+    the last index of positive probability (``last``, for a u that rounding leaves unpassed)."""
+    p = tl.where(mm & (v > NEG), tl.exp(v - total), 0.0)
+    run = carry + tl.cumsum(p, axis=0)
+    hit = tl.min(tl.where((run > u) & (p > 0), m, 2147483647), axis=0)
+    chosen = tl.where((chosen < 0) & (hit < 2147483647), hit, chosen)
+    last = tl.maximum(last, tl.max(tl.where(p > 0, m, -1), axis=0))
+    return carry + tl.sum(p, axis=0), chosen, last
+
+
+@triton.jit
+def _draw_label(x, y, stride, N, u, r, BLOCK: tl.constexpr):
+    """A label m drawn with probability proportional to exp(x[m] + y[m * stride]) (float64 x) by
+    the inverse CDF at u; -1 when every candidate is -inf."""
+    top = tl.full([BLOCK], NEG, tl.float64)
+    acc = tl.zeros([BLOCK], tl.float64)
+    for m0 in range(0, N, BLOCK):
+        m = m0 + r
+        mm = m < N
+        v = tl.load(x + m, mask=mm, other=NEG) + tl.load(y + m * stride, mask=mm, other=NEG).to(tl.float64)
+        top, acc = lse_update(top, acc, v[None, :], 0)
+    total = lse_total(top, acc)
+    carry = tl.zeros([], tl.float64)
+    chosen = tl.full([], -1, tl.int32)
+    last = tl.full([], -1, tl.int32)
+    if total > NEG:
+        for m0 in range(0, N, BLOCK):
+            m = m0 + r
+            mm = m < N
+            v = tl.load(x + m, mask=mm, other=NEG) + tl.load(y + m * stride, mask=mm,
+                                                             other=NEG).to(tl.float64)
+            carry, chosen, last = _inverse_cdf(v, m, mm, total, u, carry, chosen, last)
+    return tl.where(chosen < 0, last, chosen)
+
+
+@triton.jit
+def _length_candidates(b, e, d0, label, lanes, dmax, carry, content, length, boundary, segment, ic, T, S, N,
+                       rd, HAS_SEGMENT: tl.constexpr):
+    """Scores of the segments [e - d, e) of one label for d = d0 + 1 + rd, the incoming term
+    included (-inf beyond ``dmax``), and the content carry."""
+    one = lanes == 0  # the label in lane 0 of a label tile
+    n = label + lanes * 0
+    tile, valid, carry, _ = _segment_tile(b, e, d0, n, one, dmax, carry, carry, content, length, boundary,
+                                          segment, content, content, T, S, N, 2, 0.0, 1.0, 1.0, rd,
+                                          HAS_SEGMENT, False)
+    d = d0 + 1 + rd
+    v = tl.max(tile, axis=1) + tl.load(ic + (e - d) * N + label, mask=d <= tl.max(dmax, axis=0), other=NEG)
+    return v, carry
+
+
+@triton.jit
+def _draw_length(b, e, label, content, length, boundary, segment, ic, T, S, N, u, rd,
+                 HAS_SEGMENT: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The length d of the segment ending at e with label ``label``, drawn with probability
+    proportional to exp(score(e - d, e, label) + inc[e - d, label]) by the inverse CDF at u (the
+    label in lane 0 of two: the smallest tile, few registers)."""
+    rn = tl.arange(0, 2)
+    dmax = _max_length(b, e, label + rn * 0, rn == 0, boundary, T, S, N)
+    D = tl.max(dmax, axis=0)
+    top = tl.full([BLOCK_D], NEG, tl.float64)
+    acc = tl.zeros([BLOCK_D], tl.float64)
+    carry = tl.zeros([rn.shape[0]], tl.float64)
+    for d0 in range(0, D, BLOCK_D):
+        v, carry = _length_candidates(b, e, d0, label, rn, dmax, carry, content, length, boundary, segment,
+                                      ic, T, S, N, rd, HAS_SEGMENT)
+        top, acc = lse_update(top, acc, v[None, :], 0)
+    total = lse_total(top, acc)
+    run = tl.zeros([], tl.float64)
+    chosen = tl.full([], -1, tl.int32)
+    last = tl.full([], -1, tl.int32)
+    carry = tl.zeros([rn.shape[0]], tl.float64)
+    for d0 in range(0, D, BLOCK_D):
+        v, carry = _length_candidates(b, e, d0, label, rn, dmax, carry, content, length, boundary, segment,
+                                      ic, T, S, N, rd, HAS_SEGMENT)
+        d = (d0 + 1 + rd).to(tl.int32)
+        run, chosen, last = _inverse_cdf(v, d, rd < D - d0, total, u, run, chosen, last)
+    return tl.where(chosen < 0, last, chosen)
+
+
+@triton.jit
+def _sample_kernel(content, length, boundary, segment, trans, start, end, lengths, alpha, inc, uniforms,
+                   labels, starts, B, T, S, N, HAS_SEGMENT: tl.constexpr, BLOCK_D: tl.constexpr,
+                   BLOCK_N: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)  # sample * B + row
+    b = pid % B
+    L = tl.minimum(tl.load(lengths + b), T)
+    rn = tl.arange(0, BLOCK_N)
+    rd = tl.arange(0, BLOCK_D)
+    out = labels + pid * T
+    first = starts + pid * T
+    _clear_segmentation(out, first, T, BLOCK_N)
+    u = uniforms + pid * (2 * T + 1)
+    al = alpha + b * (T + 1) * N
+    ic = inc + b * (T + 1) * N
+    if L > 0:
+        label = _draw_label(al + L * N, end + b * N, 1, N, tl.load(u), rn, BLOCK_N)
+        e = L
+        k = 1
+        while (e > 0) & (label >= 0):
+            d = _draw_length(b, e, label, content, length, boundary, segment, ic, T, S, N, tl.load(u + k), rd,
+                             HAS_SEGMENT, BLOCK_D)
+            s = e - d
+            for t0 in range(s, e, BLOCK_N):
+                t = t0 + rn
+                tl.store(out + t, label.to(tl.int64) + t * 0, mask=t < e)
+            tl.store(first + s, 1)
+            if s > 0:  # the label of the segment before: alpha[s][m] + trans[m, label]
+                label = _draw_label(al + s * N, trans + label, N, N, tl.load(u + k + 1), rn, BLOCK_N)
+            e = s
+            k += 2
+
+
+@torch.no_grad()
+def sample(sm: SemiMarkov, n: int, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+    """(labels (n, B, T) int64, starts (n, B, T) bool) drawn from the segmentation distribution by
+    forward filtering (the log-partition kernel's alpha and inc) and backward sampling (one program
+    per sample and row, inverse-CDF draws from uniforms made up front): two launches and one op."""
+    B, T, S, N = sm.shape
+    dev = sm.content.device
+    _, alpha, inc, _, _ = _forward(sm, viterbi=False)
+    uniforms = torch.rand(n, B, 2 * T + 1, generator=generator, dtype=torch.float64, device=dev)
+    labels = torch.empty(n, B, T, dtype=torch.long, device=dev)
+    starts = torch.empty(n, B, T, dtype=torch.bool, device=dev)
+    meta = _meta(sm)
+    launch("semimarkov_sample", _sample_kernel, (n * B,), *_inputs(sm), sm.lengths, alpha, inc, uniforms,
+           labels, starts, B, T, S, N, HAS_SEGMENT=meta["HAS_SEGMENT"], BLOCK_D=meta["BLOCK_D"],
+           BLOCK_N=meta["BLOCK_N"])
+    return labels, starts
+
+
+@triton.jit
+def _ranked_after(v, code, prev_v, prev_code):
+    """Whether candidates (v, code) come after (prev_v, prev_code) in the k-best order: higher
+    values first, then smaller codes."""
+    return (v < prev_v) | ((v == prev_v) & (code > prev_code))
+
+
+@triton.jit
+def _take(best, best_code, v, code, prev_v, prev_code, AXIS: tl.constexpr):
+    """Fold a tile of candidates (reduced over AXIS) into the running next entry of a k-best list:
+    the best (value, code) among those ranked after (prev_v, prev_code); -inf candidates never
+    enter."""
+    if AXIS == 0:
+        ok = _ranked_after(v, code, prev_v[None, :], prev_code[None, :]) & (v > NEG)
+    else:
+        ok = _ranked_after(v, code, prev_v[:, None], prev_code[:, None]) & (v > NEG)
+    v = tl.where(ok, v, NEG)
+    top = tl.max(v, axis=AXIS)
+    if AXIS == 0:
+        c = tl.min(tl.where(ok & (v == top[None, :]), code, 2147483647), axis=0)
+    else:
+        c = tl.min(tl.where(ok & (v == top[:, None]), code, 2147483647), axis=1)
+    better = (top > best) | ((top == best) & (top > NEG) & (c < best_code))
+    return tl.where(better, top, best), tl.where(better, c, best_code)
+
+
+@triton.jit
+def _kbest_kernel(content, length, boundary, segment, trans, start, end, lengths, alpha, alpha_bp, inc,
+                  inc_bp, scores, labels, starts, T, S, N, K, HAS_SEGMENT: tl.constexpr,
+                  BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
+    """k-best lists over segment ends: alpha[e, n, :] (code (d - 1) K + rank into inc[e - d, n])
+    and inc[e, n, :] (code m K + rank into alpha[e, m]), each entry by one pass over the candidates
+    ranked after the previous entry; then the k best (label, rank) at the length and their
+    backtraces."""
+    b = tl.program_id(0).to(tl.int64)
+    L = tl.minimum(tl.load(lengths + b), T)
+    rn = tl.arange(0, BLOCK_N)
+    rd = tl.arange(0, BLOCK_D)
+    row = b * (T + 1) * N * K
+    for j in range(0, K):  # no segmentation until a backtrace writes one
+        _clear_segmentation(labels + (b * K + j) * T, starts + (b * K + j) * T, T, BLOCK_N)
+    for n0 in range(0, N, BLOCK_N):  # inc[0, n] = (start[n], -inf, ...)
+        n = n0 + rn
+        mn = n < N
+        first = tl.load(start + b * N + n, mask=mn, other=NEG).to(tl.float64)
+        for r in range(0, K):
+            tl.store(inc + row + n * K + r, tl.where(r == 0, first, NEG), mask=mn)
+    tl.debug_barrier()
+    for e in range(1, L + 1):
+        at = row + e * N * K
+        for n0 in range(0, N, BLOCK_N):
+            n = n0 + rn
+            mn = n < N
+            dmax = _max_length(b, e, n, mn, boundary, T, S, N)
+            prev_v = tl.full([BLOCK_N], float("inf"), tl.float64)
+            prev_c = tl.full([BLOCK_N], -1, tl.int32)
+            for j in range(0, K):
+                best = tl.full([BLOCK_N], NEG, tl.float64)
+                best_c = tl.full([BLOCK_N], 2147483647, tl.int32)
+                carry = tl.zeros([BLOCK_N], tl.float64)
+                for d0 in range(0, tl.max(dmax, axis=0), BLOCK_D):
+                    v, valid, carry, _ = _segment_tile(b, e, d0, n, mn, dmax, carry, carry, content, length,
+                                                       boundary, segment, content, content, T, S, N, 2, 0.0,
+                                                       1.0, 1.0, rd, HAS_SEGMENT, False)
+                    d = d0 + 1 + rd
+                    for r in range(0, K):
+                        at_inc = inc + row + ((e - d[:, None]) * N + n[None, :]) * K + r
+                        cand = v + tl.load(at_inc, mask=valid, other=NEG)
+                        code = ((d[:, None] - 1) * K + r + n[None, :] * 0).to(tl.int32)
+                        best, best_c = _take(best, best_c, cand, code, prev_v, prev_c, 0)
+                tl.store(alpha + at + n * K + j, best, mask=mn)
+                tl.store(alpha_bp + at + n * K + j, best_c, mask=mn)
+                prev_v, prev_c = best, best_c
+        tl.debug_barrier()
+        if e < L:  # inc[e, n, :]: the k best alpha[e, m, q] + trans[m, n]
+            for n0 in range(0, N, BLOCK_N):
+                n = n0 + rn
+                mn = n < N
+                prev_v = tl.full([BLOCK_N], float("inf"), tl.float64)
+                prev_c = tl.full([BLOCK_N], -1, tl.int32)
+                for j in range(0, K):
+                    best = tl.full([BLOCK_N], NEG, tl.float64)
+                    best_c = tl.full([BLOCK_N], 2147483647, tl.int32)
+                    for m0 in range(0, N, BLOCK_N):
+                        m = m0 + rn
+                        mm = m < N
+                        w = _tile(trans, m, mm, n, mn, N)
+                        for q in range(0, K):
+                            a = tl.load(alpha + at + m * K + q, mask=mm, other=NEG)
+                            code = m[:, None] * K + q + n[None, :] * 0
+                            best, best_c = _take(best, best_c, a[:, None] + w, code, prev_v, prev_c, 0)
+                    tl.store(inc + at + n * K + j, best, mask=mn)
+                    tl.store(inc_bp + at + n * K + j, best_c, mask=mn)
+                    prev_v, prev_c = best, best_c
+            tl.debug_barrier()
+    # the k best (label, rank) at the length; an empty row has one segmentation, of score 0
+    prev_v = tl.full([1], float("inf"), tl.float64)
+    prev_c = tl.full([1], -1, tl.int32)
+    for j in range(0, K):
+        top = tl.full([1], NEG, tl.float64)
+        top_c = tl.full([1], 2147483647, tl.int32)
+        if L > 0:
+            for n0 in range(0, N, BLOCK_N):
+                n = n0 + rn
+                mn = n < N
+                en = tl.load(end + b * N + n, mask=mn, other=NEG).to(tl.float64)
+                for r in range(0, K):
+                    v = tl.load(alpha + row + (L * N + n) * K + r, mask=mn, other=NEG) + en
+                    top, top_c = _take(top, top_c, v[:, None], (n * K + r)[:, None], prev_v, prev_c, 0)
+        prev_v, prev_c = top, top_c
+        best = tl.where(L > 0, tl.max(top, axis=0), tl.where(j == 0, 0.0, NEG))
+        best_c = tl.min(top_c, axis=0)
+        tl.store(scores + b * K + j, best)
+        if (L > 0) & (best > NEG):
+            label = best_c // K
+            rank = best_c % K
+            stop = L
+            out = labels + (b * K + j) * T
+            while stop > 0:
+                code = tl.load(alpha_bp + row + (stop * N + label) * K + rank)
+                first = stop - (code // K + 1)
+                for t0 in range(first, stop, BLOCK_N):
+                    t = t0 + rn
+                    tl.store(out + t, label.to(tl.int64) + t * 0, mask=t < stop)
+                tl.store(starts + (b * K + j) * T + first, 1)
+                if first > 0:
+                    back = tl.load(inc_bp + row + (first * N + label) * K + code % K)
+                    label = back // K
+                    rank = back % K
+                stop = first
+
+
+@torch.no_grad()
+def kbest(sm: SemiMarkov, k: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The k best segmentations: scores (B, k) float64 (descending, -inf where fewer exist),
+    labels (B, k, T) int64 (-1 outside) and starts (B, k, T) bool, in one launch."""
+    B, T, S, N = sm.shape
+    dev = sm.content.device
+    shape = (B, T + 1, N, k)
+    alpha, inc = torch.empty(2, *shape, dtype=torch.float64, device=dev)
+    alpha_bp, inc_bp = torch.empty(2, *shape, dtype=torch.int32, device=dev)
+    scores = torch.empty(B, k, dtype=torch.float64, device=dev)
+    labels = torch.empty(B, k, T, dtype=torch.long, device=dev)
+    starts = torch.empty(B, k, T, dtype=torch.bool, device=dev)
+    meta = _meta(sm)
+    launch("semimarkov_kbest", _kbest_kernel, (B,), *_inputs(sm), sm.lengths, alpha, alpha_bp, inc, inc_bp,
+           scores, labels, starts, T, S, N, k, HAS_SEGMENT=meta["HAS_SEGMENT"], BLOCK_D=meta["BLOCK_D"],
+           BLOCK_N=meta["BLOCK_N"])
+    return scores, labels, starts
+
+
+@triton.jit
+def _score_kernel(content, length, boundary, segment, trans, start, end, lengths, tracks, plif, labels,
+                  starts, out, T, S, N, P, low: tl.float64, high: tl.float64, scale: tl.float64,
+                  HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr):
+    """The score of one segmentation per sequence (labels, starts (B, T), trusted inside each
+    length), position by position: content, a transition where a segment starts, and at each
+    segment's end its length, boundary, segment score and the PLiF of its track mean (summed
+    over the segment as it grows, never a difference of prefix sums); then start and end."""
+    b = tl.program_id(0).to(tl.int64)
+    L = tl.minimum(tl.load(lengths + b), T)
+    total = tl.zeros([], tl.float64)
+    if L > 0:
+        first = tl.load(labels + b * T)
+        prev = first
+        begin = tl.zeros([], tl.int64)
+        track = tl.zeros([], tl.float64)
+        for t in range(0, L):
+            y = tl.load(labels + b * T + t)
+            new = (t == 0) | (tl.load(starts + b * T + t).to(tl.int32) != 0)
+            total += tl.load(trans + prev * N + y, mask=new & (t > 0), other=0.0).to(tl.float64)
+            begin = tl.where(new, t, begin)
+            total += tl.load(content + (b * T + t) * N + y).to(tl.float64)
+            if HAS_PLIF:
+                track = tl.where(new, 0.0, track) + tl.load(tracks + (b * T + t) * N + y).to(tl.float64)
+            after = tl.load(starts + b * T + t + 1, mask=t + 1 < T, other=1).to(tl.int32)
+            closes = (t + 1 >= L) | (after != 0)  # the segment ends at t
+            d = t - begin + 1
+            total += tl.load(length + (b * S + d - 1) * N + y, mask=closes, other=0.0).to(tl.float64)
+            total += tl.load(boundary + (b * T + t) * N + y, mask=closes, other=0.0).to(tl.float64)
+            if HAS_SEGMENT:
+                at = ((b * T + t) * S + d - 1) * N + y
+                total += tl.load(segment + at, mask=closes, other=0.0).to(tl.float64)
+            if HAS_PLIF:
+                mean = track / d.to(tl.float64)
+                pos = (tl.minimum(tl.maximum(mean, low), high) - low) * scale
+                left = tl.minimum(pos.to(tl.int32), P - 2)
+                y0 = tl.load(plif + y * P + left, mask=closes, other=0.0).to(tl.float64)
+                y1 = tl.load(plif + y * P + left + 1, mask=closes, other=0.0).to(tl.float64)
+                total += tl.where(closes, y0 + (pos - left) * (y1 - y0), 0.0)
+            prev = y
+        total += tl.load(start + b * N + first).to(tl.float64) + tl.load(end + b * N + prev).to(tl.float64)
+    tl.store(out + b, total)
+
+
+@torch.no_grad()
+def loss_augmented(sm: SemiMarkov, labels: Tensor, starts: Tensor) -> tuple[Tensor, ...]:
+    """Margin rescaling with the unweighted Hamming loss (h the identity) against the target
+    segmentation (labels, starts) (B, T): value (B,) float64 (max over z of s(z) + H(z) minus the
+    target's score, 0 where the target attains it), the maximizing segmentation's labels and starts
+    (the target's where it attains it), its count (B,) int64 and the target's score (B,) float64.
+    Two launches: the target's score, then the Viterbi with the loss folded in and the tie rule."""
+    gold = score(sm, labels, starts)
+    count = torch.empty_like(sm.lengths)
+    loss = (labels.contiguous(), starts.contiguous(), gold, count)
+    value, _, _, found, found_starts = _forward(sm, True, loss)
+    return value, found, found_starts, count, gold
+
+
+@torch.no_grad()
+def score(sm: SemiMarkov, labels: Tensor, starts: Tensor) -> Tensor:
+    """(B,) float64 scores of segmentations (labels, starts) (B, T) (trusted inside each length;
+    anything beyond), in one launch."""
+    B, T, S, N = sm.shape
+    out = torch.empty(B, dtype=torch.float64, device=sm.content.device)
+    tracks, ordinates, P, low, high, scale = _plif_args(sm)
+    meta = _meta(sm)
+    launch("semimarkov_score", _score_kernel, (B,), *_inputs(sm), sm.lengths, tracks, ordinates,
+           labels.contiguous(), starts.contiguous(), out, T, S, N, P, low, high, scale,
+           HAS_SEGMENT=meta["HAS_SEGMENT"], HAS_PLIF=meta["HAS_PLIF"])
+    return out
 
 
 SEGMENT_PLIF_LOG_PARTITION = True

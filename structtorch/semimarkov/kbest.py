@@ -9,6 +9,7 @@ from torch import Tensor
 from .._checks import LengthsLike, cast_checked, check_int
 from .._numerics import NEG_INF
 from .._precision import mixed_precision
+from . import _ops
 from ._torch import POTENTIALS, detached64, fill_labels, guard, mark_segments, terms_with_incoming
 from .layout import SemiMarkov, check_semimarkov, semimarkov_score
 
@@ -112,7 +113,12 @@ def _kbest_structures(sm: SemiMarkov, k: int) -> tuple[Tensor, Tensor, Tensor]:
 
 def kbest_semimarkov(sm: SemiMarkov, k: int) -> tuple[Tensor, Tensor, Tensor]:
     """Scores (B, k), labels (B, k, T), starts (B, k, T) of canonical potentials (see
-    :func:`semimarkov_kbest`)."""
+    :func:`semimarkov_kbest`): the backend's k-best kernel where it has one (scores from the
+    kernel, differentiated as the scores of their segmentations), else the loop above."""
+    if _ops.has_kernel(sm, "kbest") and sm.shape[0] and sm.segment_plif is None:
+        scores, labels, starts = _ops.kbest(sm, k)
+        guard(sm, scores[:, 0], "a k-best score")  # an overflow shows in the best (raises or asserts)
+        return cast_checked(scores, sm.content.dtype, "a k-best score", POTENTIALS), labels, starts
     labels, starts, valid = _kbest_structures(sm, k)
     B, T, S, N = sm.shape
 

@@ -23,10 +23,12 @@ import torch
 from torch import Tensor
 
 from .._checks import (
+    _counted,
     _fmt,
     check_finite,
     check_float,
-    check_labels,
+    check_label_tensor,
+    check_label_values,
     check_lengths,
     check_unary,
     on_host,
@@ -34,7 +36,7 @@ from .._checks import (
     require,
     validation_enabled,
 )
-from .._numerics import NEG_INF, accumulate
+from .._numerics import NEG_INF, accumulate, zeroed
 from .plif import SegmentPLiF, check_support, plif_interpolate
 
 __all__ = ["SemiMarkov", "check_semimarkov", "check_segmentation", "semimarkov_score", "SegmentLayout",
@@ -138,22 +140,25 @@ def check_semimarkov(content, transitions, max_len, length_scores, boundary, seg
     # with a max_len meant as "unbounded" (defaults are built at S' directly)
     used = max(1, min(S, T))
 
-    def optional(name, x, shapes, default_shape):
-        if x is None:
-            return content.new_zeros(default_shape)
-        x = check_float(name, x, content, "content")
-        if x.shape not in shapes:
-            wanted = " or ".join(_fmt(s) for s in shapes)
-            raise ValueError(f"{name} must have shape {wanted}, got {_fmt(x.shape)}")
-        return x.expand(default_shape) if x.shape != default_shape else x
+    given = {"length_scores": length_scores, "boundary": boundary, "start": start, "end": end}
+    shapes = {"length_scores": (B, used, N), "boundary": (B, T, N), "start": (B, N), "end": (B, N)}
+    absent = [name for name, x in given.items() if x is None]
+    defaults = dict(zip(absent, zeroed([shapes[name] for name in absent], content.dtype, content.device),
+                        strict=True))  # one fill for every absent potential
 
-    if length_scores is None:
-        length_scores = content.new_zeros(B, used, N)
-    else:
-        length_scores = optional("length_scores", length_scores, [(S, N), (B, S, N)], (B, S, N))[:, :used]
-    boundary = optional("boundary", boundary, [(B, T, N)], (B, T, N))
-    start = optional("start", start, [(N,), (B, N)], (B, N))
-    end = optional("end", end, [(N,), (B, N)], (B, N))
+    def optional(name, allowed, full):
+        if given[name] is None:
+            return defaults[name]
+        x = check_float(name, given[name], content, "content")
+        if x.shape not in allowed:
+            wanted = " or ".join(_fmt(s) for s in allowed)
+            raise ValueError(f"{name} must have shape {wanted}, got {_fmt(x.shape)}")
+        return x.expand(full) if x.shape != full else x
+
+    length_scores = optional("length_scores", [(S, N), (B, S, N)], (B, S, N))[:, :used]
+    boundary = optional("boundary", [(B, T, N)], (B, T, N))
+    start = optional("start", [(N,), (B, N)], (B, N))
+    end = optional("end", [(N,), (B, N)], (B, N))
     if segment_scores is not None:
         segment_scores = check_float("segment_scores", segment_scores, content, "content")
         if segment_scores.shape != (B, T, S, N):
@@ -185,8 +190,11 @@ def check_segmentation(labels: object, starts: object, sm: SemiMarkov, names: tu
     """
     labels_name, starts_name, whole = names
     B, T, S, N = sm.shape
-    inside = torch.arange(T, device=sm.content.device) < sm.lengths[:, None]
-    labels = check_labels(labels, inside, N, name=labels_name)
+    t = torch.arange(T, device=sm.content.device)
+    inside = t < sm.lengths[:, None]
+    labels = check_label_tensor(labels, (B, T), sm.content.device, labels_name)
+    check_label_values(labels, sm.lengths, N, labels_name)  # counted on the device where it can be
+    labels = labels * inside  # 0 beyond each length
     if not isinstance(starts, Tensor) or starts.dtype != torch.bool:
         raise TypeError(f"{starts_name} must be a bool tensor of shape (B, T) = ({B}, {T})")
     if starts.shape != (B, T):
@@ -194,9 +202,13 @@ def check_segmentation(labels: object, starts: object, sm: SemiMarkov, names: tu
     if starts.device != labels.device:
         raise ValueError(f"{starts_name} is on {starts.device} but content is on {labels.device}; "
                          "use one device")
-    t = torch.arange(T, device=labels.device)
     starts = (starts | (t == 0)) & inside
     if not validation_enabled() or not T:
+        return labels, starts
+    message = (f"{labels_name} change inside a segment (no {starts_name} there), or {whole} has a segment "
+               f"longer than max_len = {S}")
+    if not on_host(starts) and _counted(labels * 2 + starts, "segmentation", message, lo=S,
+                                        lengths=sm.lengths, T=T):
         return labels, starts
     changes = inside[:, 1:] & (labels[:, 1:] != labels[:, :-1]) & ~starts[:, 1:]
     seg_start = torch.where(starts, t, 0).cummax(1).values

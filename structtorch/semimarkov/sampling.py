@@ -7,8 +7,9 @@ import torch
 from torch import Tensor
 
 from .._checks import LengthsLike, check_generator, check_int
-from .._numerics import NEG_INF, gumbel_argmax, safe_logsumexp
+from .._numerics import NEG_INF, inverse_cdf, safe_logsumexp
 from .._precision import mixed_precision
+from . import _ops
 from ._torch import detached64, fill_labels, mark_segments, terms_with_incoming
 from .layout import SemiMarkov, check_semimarkov
 
@@ -51,8 +52,11 @@ def semimarkov_sample(
     Notes
     -----
     The last segment's label is drawn from the forward scores at the length, then its length;
-    then the label of the segment before, and so on: one segment per chain per step of a loop over
-    segment ends (T steps), every sample and row at once. O(T (B S N + B N^2 + n B (S + N))) time
+    then the label of the segment before, and so on, each by the inverse CDF of one uniform (2 T + 1
+    uniforms per sample and row, drawn at once from ``generator``; every backend maps them to the
+    same segmentations, up to rounding at the boundaries between them). On the Triton backend
+    one program per sample and row walks back segment by segment; elsewhere one step of a loop
+    over segment ends handles every sample and row at once. O(T (B S N + B N^2 + n B (S + N))) time
     beyond the forward pass.
     """
     sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
@@ -63,7 +67,10 @@ def semimarkov_sample(
 @torch.no_grad()
 def sample_semimarkov(sm: SemiMarkov, n: int, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
     """(labels, starts), each (n, B, T), drawn from the segmentation distribution of canonical
-    potentials (see :func:`semimarkov_sample`)."""
+    potentials (see :func:`semimarkov_sample`): the backend's sampler where it has one (the
+    Triton kernels), else the loop below."""
+    if _ops.has_kernel(sm, "sample") and sm.shape[0] and n:
+        return _ops.sample(sm, n, generator)
     sm = detached64(sm)
     B, T, S, N = sm.shape
     dev = sm.content.device
@@ -71,6 +78,7 @@ def sample_semimarkov(sm: SemiMarkov, n: int, generator: torch.Generator | None)
     starts = torch.zeros((n, B, T), dtype=torch.bool, device=dev)
     if T == 0 or B == 0:
         return labels, starts
+    uniforms = torch.rand(n, B, 2 * T + 1, generator=generator, dtype=torch.float64, device=dev)
     F = sm.forbidden_counts()
     trans = sm.transitions
     alpha = [sm.start.new_full((B, N), NEG_INF)]  # alpha[e][b, n]: segmentations of [0, e) ending in n
@@ -83,18 +91,24 @@ def sample_semimarkov(sm: SemiMarkov, n: int, generator: torch.Generator | None)
     final = alphas.gather(1, lengths.view(B, 1, 1).expand(B, 1, N)).squeeze(1) + sm.end
     feasible = (lengths > 0) & (final > NEG_INF).any(1)
     rows = torch.arange(B, device=dev).expand(n, B)
-    label = gumbel_argmax(final.expand(n, B, N), generator)  # (n, B): the label of the segment ending at e
+
+    def draw(logits: Tensor, k: Tensor) -> Tensor:  # (n, B, K) with uniform number k (n, B)
+        return inverse_cdf(logits, uniforms.gather(2, k.unsqueeze(2)).squeeze(2))
+
+    k = torch.zeros(n, B, dtype=torch.long, device=dev)  # uniform 0, then two per segment
+    label = draw(final.expand(n, B, N), k)  # (n, B): the label of the segment ending at e
     e_cur = lengths.expand(n, B).clone()
     active = feasible.expand(n, B).clone()
     seg_label = torch.full((n, B, T), -1, dtype=torch.long, device=dev)
     for e in range(T, 0, -1):
         here = active & (e_cur == e)
         terms = terms_with_incoming(sm, F, e, incoming)  # (B, D, N)
-        d = gumbel_argmax(terms.transpose(1, 2)[rows, label], generator) + 1  # (n, B) in [1, D]
+        d = draw(terms.transpose(1, 2)[rows, label], k + 1) + 1  # (n, B) in [1, D]
         s = e - d
         mark_segments(starts, seg_label, here, s, label)
         before = alphas[rows, s.clamp(min=0)] + trans.t()[label]  # (n, B, N): label m of the segment before
-        label = torch.where(here & (s > 0), gumbel_argmax(before, generator), label)
+        label = torch.where(here & (s > 0), draw(before, k + 2), label)
+        k = torch.where(here, k + 2, k)
         e_cur = torch.where(here, s, e_cur)
         active = active & ~(here & (s == 0))
     inside = torch.arange(T, device=dev) < lengths[:, None]

@@ -11,7 +11,6 @@ CUDA tensors the Triton kernels (``_triton.py``, segment PLiFs included in both 
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 from .. import _expectations
@@ -81,8 +80,7 @@ def semimarkov_viterbi(
 def viterbi_semimarkov(sm: SemiMarkov) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`semimarkov_viterbi` of a validated :class:`SemiMarkov`."""
     best, labels, starts = _ops.viterbi(sm)
-    score = _score(sm, labels, starts).to(sm.content.dtype)
-    return guard(sm, torch.where(best > NEG_INF, score, NEG_INF), "the Viterbi score"), labels, starts
+    return guard(sm, best.to(sm.content.dtype), "the Viterbi score"), labels, starts
 
 
 @mixed_precision
@@ -122,7 +120,7 @@ def log_prob_semimarkov(sm: SemiMarkov, labels: Tensor, starts: Tensor, logz: Te
     """(B,) log-probability score - logZ of checked segmentations (see :func:`check_segmentation`)
     of a validated :class:`SemiMarkov`, in float64 and cast once; ``logz`` is
     :func:`log_partition_semimarkov` with ``accumulated``."""
-    return _expectations.log_prob(_score(sm, labels, starts), logz, sm.content.dtype, POTENTIALS)
+    return _expectations.log_prob(_ops.score(sm, labels, starts), logz, sm.content.dtype, POTENTIALS)
 
 
 def expectations_semimarkov(sm: SemiMarkov, segments: bool) -> tuple[Tensor, list[Tensor], list[Tensor]]:
@@ -177,7 +175,7 @@ def semimarkov_score(
 def score_semimarkov(sm: SemiMarkov, labels: Tensor, starts: Tensor) -> Tensor:
     """:func:`semimarkov_score` of checked segmentations (see :func:`check_segmentation`) of a
     validated :class:`SemiMarkov`."""
-    score = _score(sm, labels, starts)
+    score = _ops.score(sm, labels, starts)
 
     def feasible() -> Tensor:  # the segmentation uses no -inf entry
         return _score(sm.map(forbidden_pattern), labels, starts) > NEG_INF

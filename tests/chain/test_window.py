@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from brute import pad
+from conftest import use_backend
 from hypothesis import given
 from hypothesis import strategies as st_
 
@@ -39,13 +40,14 @@ def brute_window(scores: np.ndarray, L: int, order: int):
     seed=st_.integers(0, 2**31),
     data=st_.data(),
 )
-def test_viterbi_window_matches_enumeration(order, B, T, N, integer, p_inf, seed, data):
+def test_viterbi_window_matches_enumeration(backend, order, B, T, N, integer, p_inf, seed, data):
     rng = np.random.default_rng(seed)
     shape = (B, T) + (N,) * (order + 1)
     x = rng.integers(-2, 3, size=shape).astype(float) if integer else rng.normal(size=shape)
     x[rng.random(shape) < p_inf] = -np.inf
     lengths = torch.tensor(data.draw(st_.lists(st_.integers(0, T), min_size=B, max_size=B)))
-    scores = torch.tensor(x, requires_grad=True)
+    dtype = torch.float32 if integer and data.draw(st_.booleans()) else torch.float64  # float32: exact sums
+    scores = torch.tensor(x, dtype=dtype, requires_grad=True)
     score, path = st.window_viterbi(scores, lengths=lengths)
     score_value = score.detach()
     assert score.shape == (B,) and path.shape == (B, T)
@@ -63,7 +65,8 @@ def test_viterbi_window_matches_enumeration(order, B, T, N, integer, p_inf, seed
         indicator = np.zeros(x.shape[1:])
         for t in range(L):
             indicator[(t,) + tuple(y[t - order + k] if t - order + k >= 0 else 0 for k in range(order + 1))] += 1
-        np.testing.assert_array_equal(scores.grad[b].numpy(), indicator)
+        np.testing.assert_array_equal(scores.grad[b].double().numpy(), indicator)
+    assert score.dtype == dtype
     # window_score of random labelings against the explicit sum (-inf where a window is forbidden)
     labels = torch.tensor(rng.integers(0, N, size=(B, T)))
     got = st.window_score(scores.detach(), labels, lengths)
@@ -75,7 +78,7 @@ def test_viterbi_window_matches_enumeration(order, B, T, N, integer, p_inf, seed
             got[b].item() == -np.inf and any(x[b][w] == -np.inf for w in windows))
 
 
-def test_order_one_window_equals_viterbi():
+def test_order_one_window_equals_viterbi(backend):
     torch.manual_seed(0)
     u = torch.randn(4, 7, 3, dtype=torch.float64)
     A = torch.randn(3, 3, dtype=torch.float64)
@@ -89,7 +92,31 @@ def test_order_one_window_equals_viterbi():
     torch.testing.assert_close(s1, s2)
 
 
-def test_ignored_prestart_axes_do_not_matter():
+@pytest.mark.parametrize("order", [0, 1, 2])
+def test_window_viterbi_equals_the_torch_backend(backend, order):
+    """Gaussian scores with -inf entries, an empty and an infeasible row: the same score (the DP's
+    own sum), path and gradient, bit for bit, and the same under vmap."""
+    g = torch.Generator().manual_seed(order)
+    x = torch.randn((3, 4, 5) + (3,) * (order + 1), generator=g, dtype=torch.float64)
+    x[torch.rand(x.shape, generator=g) < 0.2] = float("-inf")
+    x[2, :, 1] = float("-inf")  # rows 8-11 below: no window at position 1
+    x = x.reshape((12, 5) + (3,) * (order + 1))
+    lengths = torch.tensor([5, 3, 0, 1] * 3)
+    results = []
+    for name in (backend, "torch"):
+        with use_backend(name):
+            scores = x.clone().requires_grad_()
+            best, path = st.window_viterbi(scores, lengths=lengths)
+            (grad,) = torch.autograd.grad(torch.where(best > float("-inf"), best, 0.0).sum(), scores)
+            with st.set_validation(False):  # the host-side overflow check reads values: not under vmap
+                batched = torch.func.vmap(lambda s: st.window_viterbi(s, lengths=lengths[:4]))(x.view(3, 4, *x.shape[1:]))
+            results.append((best.detach(), path, grad, batched[0].reshape(12), batched[1].reshape(12, 5)))
+    for got, want in zip(*results, strict=True):
+        assert torch.equal(got, want)
+    assert results[0][0][2] == 0 and results[0][0][8] == float("-inf") and (results[0][1][8] == -1).all()
+
+
+def test_ignored_prestart_axes_do_not_matter(backend):
     """Entries with a nonzero pre-start label are never read."""
     g = torch.zeros(1, 3, 2, 2, 2)
     g[0, 0, 1] = -1000.0  # y_{-2} = 1: ignored
@@ -118,7 +145,7 @@ def test_viterbi_window_bad_lengths():
 
 
 @pytest.mark.parametrize("order", [1, 2, 3])
-def test_window_ties_follow_viterbi_rule(order):
+def test_window_ties_follow_viterbi_rule(backend, order):
     """All-tied windows except a penalty on the all-zero tail: the answer is reverse-lex smallest."""
     N, T = 2, order + 2
     g = torch.zeros((1, T) + (N,) * (order + 1))

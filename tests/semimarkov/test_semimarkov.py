@@ -5,11 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from brute import brute, problems, tensors
+from brute import brute, check_kbest, problems, tensors
+from conftest import use_backend
 from hypothesis import assume, given
 from hypothesis import strategies as st_
 
 import structtorch as st
+from structtorch.semimarkov.layout import check_semimarkov
+from structtorch.semimarkov.layout import semimarkov_score as reference_score
 
 
 def call(fn, p, S, lengths):
@@ -102,6 +105,73 @@ def test_viterbi_gradient_is_segment_indicator():
     torch.testing.assert_close(length.grad, expected_len)
 
 
+@given(problem=problems())
+def test_viterbi_gradient_is_the_score_gradient_of_its_segmentation(backend, problem):
+    """Every input, segment PLiF included: the kernel's score differentiates as the score of the
+    segmentation it returns (zero on infeasible rows)."""
+    p, S, lengths, _ = problem
+    content, trans, kw = tensors(p)
+    plif = kw["segment_plif"]
+    inputs = [x for x in (content, trans, *(kw[k] for k in ("length_scores", "boundary", "segment_scores",
+                                                              "start", "end")),
+                          *(() if plif is None else (plif.tracks, plif.ordinates))) if x is not None]
+    for x in inputs:
+        x.requires_grad_()
+    score, labels, starts = st.semimarkov_viterbi(content, trans, max_len=S, lengths=lengths, **kw)
+    weights = torch.arange(1.0, len(lengths) + 1, dtype=torch.float64)
+    got = torch.autograd.grad((score.nan_to_num(neginf=0.0) * weights).sum(), inputs, allow_unused=True)
+    feasible = score > float("-inf")
+    reference = st.semimarkov_score(content, trans, torch.where(feasible[:, None], labels, 0).clamp(min=0),
+                                    starts, max_len=S, lengths=torch.where(feasible, lengths, 0), **kw)
+    want = torch.autograd.grad((reference * weights).sum(), inputs, allow_unused=True)
+    for g, w, x in zip(got, want, inputs, strict=True):
+        torch.testing.assert_close(torch.zeros_like(x) if g is None else g,
+                                   torch.zeros_like(x) if w is None else w)
+
+
+@given(problem=problems(), k=st_.integers(1, 4))
+def test_kbest_matches_enumeration(backend, problem, k):
+    """Scores, distinct segmentations, -1/False padding, and each score's gradient: the indicator
+    of its segmentation."""
+    p, S, lengths, _ = problem
+    p = {**p, "plif": None}  # no segment PLiFs in the k-best
+    content, trans, kw = tensors(p)
+    kw.pop("segment_plif")
+    B, T, N = content.shape
+    content.requires_grad_()
+    scores, labels, starts = st.semimarkov_kbest(content, trans, k, max_len=S, lengths=lengths, **kw)
+    assert scores.shape == (B, k) and labels.shape == starts.shape == (B, k, T)
+    for b in range(B):
+        L = int(lengths[b])
+        rows = brute(p, b, L, S, N)
+        check_kbest(scores[b].tolist(), [(tuple(x[:L].tolist()), tuple(y[:L].tolist()))
+                                         for x, y in zip(labels[b], starts[b], strict=True)],
+                    {(r[0], r[1]): r[2] for r in rows}, k, 1e-8)
+        assert (labels[b, :, L:] == -1).all() and not starts[b, :, L:].any()
+        missing = scores[b] == float("-inf")
+        assert (labels[b, missing] == -1).all() and not starts[b, missing].any()
+    weights = torch.rand(B, k, dtype=torch.float64)
+    (grad,) = torch.autograd.grad((scores.nan_to_num(neginf=0.0) * weights).sum(), content, allow_unused=True)
+    one_hot = torch.nn.functional.one_hot(labels.clamp(min=0), N).double() * (labels >= 0).unsqueeze(3)
+    want = (one_hot * torch.where(scores > float("-inf"), weights, 0.0)[:, :, None, None]).sum(1)
+    torch.testing.assert_close(torch.zeros_like(content) if grad is None else grad, want)
+
+
+@given(problem=problems(), seed=st_.integers(0, 2**31))
+def test_samples_are_the_same_on_every_backend(backend, problem, seed):
+    """Every backend maps the generator's uniforms to the same segmentations (the torch backend's
+    frequencies are tested against enumeration in test_distributions.py)."""
+    p, S, lengths, _ = problem
+    content, trans, kw = tensors({**p, "plif": None})
+    kw.pop("segment_plif")
+    got = st.semimarkov_sample(content, trans, 3, max_len=S, lengths=lengths, **kw,
+                               generator=torch.Generator().manual_seed(seed))
+    with use_backend("torch"):
+        want = st.semimarkov_sample(content, trans, 3, max_len=S, lengths=lengths, **kw,
+                                    generator=torch.Generator().manual_seed(seed))
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
 @pytest.mark.parametrize(
     "kwargs, exc, message",
     [
@@ -165,7 +235,9 @@ def test_gradcheck_compiled_log_partition():
 
 @given(problem=problems(), rescaling=st_.sampled_from(["margin", "slack"]), h_kind=st_.sampled_from(["id", "table"]),
        seed=st_.integers(0, 2**31))
-def test_loss_augmented_matches_enumeration(problem, rescaling, h_kind, seed):
+def test_loss_augmented_matches_enumeration(backend, problem, rescaling, h_kind, seed):
+    """Value, segmentation and count against enumeration on every backend; the value's gradient
+    is h(H) (1 for margin rescaling) times the found segmentation's indicators minus the target's."""
     p, S, lengths, integer = problem
     B, T, N = p["content"].shape
     rng = np.random.default_rng(seed)
@@ -182,9 +254,19 @@ def test_loss_augmented_matches_enumeration(problem, rescaling, h_kind, seed):
     table = rng.integers(-3, 4, size=T + 1).astype(float)
     h_fn = (lambda k: k) if h_kind == "id" else (lambda k: table[k])
     content, trans, kw = tensors(p)
+    content.requires_grad_()
     value, out_labels, out_starts, hamming = st.semimarkov_loss_augmented(
         content, trans, labels, starts, max_len=S, h=None if h_kind == "id" else torch.tensor(table),
         rescaling=rescaling, lengths=lengths, **kw)
+    sm = check_semimarkov(content, trans, S, kw["length_scores"], kw["boundary"], kw["segment_scores"],
+                          kw["start"], kw["end"], lengths, kw["segment_plif"])
+    weight = torch.ones(B, dtype=torch.float64) if rescaling == "margin" else torch.tensor(
+        [float(h_fn(int(k))) for k in hamming])
+    reference = weight * (reference_score(sm, out_labels.clamp(min=0), out_starts)
+                          - reference_score(sm, labels, starts))
+    (got,) = torch.autograd.grad(value.sum(), content)
+    (want,) = torch.autograd.grad(reference.sum(), content)
+    torch.testing.assert_close(got, want)
     for b in range(B):
         L = int(lengths[b])
         rows = brute(p, b, L, S, N)
@@ -277,8 +359,9 @@ def test_semimarkov_arguments_need_max_len():
 
 
 @given(problem=problems(), data=st_.data())
-def test_public_semimarkov_score_matches_enumeration(problem, data):
-    """st.semimarkov_score on raw potentials equals the enumerated score of any segmentation."""
+def test_public_semimarkov_score_matches_enumeration(backend, problem, data):
+    """st.semimarkov_score on raw potentials equals the enumerated score of any segmentation, on
+    every backend, and differentiates as the PyTorch reference."""
     p, S, lengths, _ = problem
     B, T, N = p["content"].shape
     labels = torch.zeros(B, T, dtype=torch.long)
@@ -291,12 +374,20 @@ def test_public_semimarkov_score_matches_enumeration(problem, data):
         labels[b, :L], starts[b, :L] = torch.tensor(lab, dtype=torch.long), torch.tensor(sta, dtype=torch.bool)
         expected.append(score)
     content, trans, kw = tensors(p)
+    content.requires_grad_()
     got = st.semimarkov_score(content, trans, labels, starts, max_len=S, lengths=lengths, **kw)
     for b in range(B):
         if expected[b] == -np.inf:
             assert got[b] == float("-inf")
         else:
             assert np.isclose(got[b].item(), expected[b], atol=1e-9)
+    finite = torch.isfinite(got)
+    assume(bool(finite.any()))
+    (grad,) = torch.autograd.grad(got[finite].sum(), content)
+    sm = check_semimarkov(content, trans, S, kw["length_scores"], kw["boundary"], kw["segment_scores"],
+                          kw["start"], kw["end"], lengths, kw["segment_plif"])
+    (want,) = torch.autograd.grad(reference_score(sm, labels, starts)[finite].sum(), content)
+    torch.testing.assert_close(grad, want)
 
 
 def test_public_semimarkov_score_validates_the_segmentation():
