@@ -235,11 +235,14 @@ def scalar_types_ok(kernel, signature: dict) -> bool:
 
 def main() -> int:
     failures, spills = [], []
+    from structtorch.semimarkov import _triton as semi
+
+    warps = {"semi backward": semi.BACKWARD_WARPS}  # as the wrappers launch them (else Triton's 4)
     for name, kernel, signature, constexprs in itertools.chain(_gpu_signatures(), _fused_hamming_signatures()):
         sig = {**signature, **{k: "constexpr" for k in constexprs}}
         try:
             compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=constexprs),
-                                      target=GPUTarget("cuda", 90, 32))
+                                      target=GPUTarget("cuda", 90, 32), options={"num_warps": warps.get(name, 4)})
         except Exception as exc:  # noqa: BLE001 - every compile error is a finding
             failures.append(name)
             print("FAIL", name, constexprs, str(exc)[-1500:])

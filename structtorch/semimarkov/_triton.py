@@ -348,6 +348,10 @@ larger tiles (32 x 16 and up, float64 candidates plus the content and track carr
 registers on the stack in the forward, backward and k-best kernels (``tests/compile_kernels.py``
 reads the cubins)."""
 
+BACKWARD_WARPS = 2
+"""Warps of the backward kernel: with 4 (Triton's default) its segment-score variant puts 48 B of
+registers on the stack on sm_90, with 2 nothing (a 16 x 16 tile is 4 entries per thread)."""
+
 
 def _meta(sm: SemiMarkov) -> dict:
     return dict(HAS_SEGMENT=sm.segment_scores is not None, HAS_PLIF=sm.segment_plif is not None,
@@ -412,7 +416,8 @@ def _backward(sm: SemiMarkov, logz: Tensor, alpha: Tensor, inc: Tensor, g: Tenso
               (B, N), (B, T, N) if has_plif else (1,), (B, N, P) if has_plif else (1,)]
     grads = zeroed(shapes, **f64)  # the kernel accumulates into them, or leaves them zero
     launch("semimarkov_backward", _backward_kernel, (B,), g, logz, alpha, inc, *_inputs(sm), sm.lengths,
-           tracks, ordinates, gamma, delta, *grads, T, S, N, P, low, high, scale, **_meta(sm))
+           tracks, ordinates, gamma, delta, *grads, T, S, N, P, low, high, scale, num_warps=BACKWARD_WARPS,
+           **_meta(sm))
     g_content, g_length, g_boundary, g_segment, g_trans, g_start, g_end, g_tracks, g_plif = grads
     return [g_content, g_length, g_boundary, g_segment if has_segment else None, g_trans.sum(0), g_start,
             g_end, *([g_tracks, g_plif.sum(0)] if has_plif else [None, None])]
