@@ -1,7 +1,8 @@
 """Numerics shared by every dynamic program and backend: the -inf constant, the accumulation
-precision, a log-sum-exp that survives all -inf rows, a categorical draw (samplers), backtracking,
-small index dtypes, the double-backward helper of the compiled autograd Functions, the negative
-log-likelihood of infeasible rows, the batch reduction of losses, and zero tensors from one fill."""
+precision, a log-sum-exp that survives all -inf rows, a categorical draw by the inverse CDF
+(samplers), backtracking, small index dtypes, the double-backward helper of the compiled autograd
+Functions, the negative log-likelihood of infeasible rows, the batch reduction of losses, and zero
+tensors from one fill."""
 
 from __future__ import annotations
 
@@ -37,13 +38,6 @@ def negative_log_likelihood(logz: Tensor, gold: Tensor) -> Tensor:
     structure, the target included, has probability 0), with a zero gradient there."""
     infeasible = logz == NEG_INF
     return torch.where(infeasible, float("inf"), logz - torch.where(infeasible, 0.0, gold))
-
-
-def gumbel_argmax(logits: Tensor, generator: torch.Generator | None) -> Tensor:
-    """One index per row of ``logits`` (..., K), drawn with probabilities softmax(logits): the
-    argmax of logits - log(E) with E ~ Exp(1) i.i.d. (the exponential race, i.e. Gumbel-max)."""
-    noise = torch.empty_like(logits, memory_format=torch.contiguous_format).exponential_(generator=generator)
-    return torch.where(logits == NEG_INF, NEG_INF, logits - noise.log()).argmax(-1)
 
 
 def inverse_cdf(logits: Tensor, u: Tensor) -> Tensor:

@@ -417,12 +417,7 @@ class KBest(torch.autograd.Function):
     def forward(unary, transitions, start, end, lengths, k, backend):
         return kbest_forward(unary, transitions, start, end, lengths, k, backend)
 
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        unary, transitions = inputs[:2]
-        ctx.save_for_backward(output[1], inputs[4])
-        ctx.shapes = unary.shape[2], transitions.dim() == 2, tuple(x.dtype for x in inputs[:4])
-        ctx.mark_non_differentiable(output[1])
+    setup_context = staticmethod(Viterbi.setup_context)  # saves the paths and lengths alike
 
     @staticmethod
     def backward(ctx, grad, _):
