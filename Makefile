@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 # are tested. Override with e.g. `make TORCH_SPEC="torch torchvision" test`.
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: demo test docs bench lint clean gpu-wheels
+.PHONY: demo test docs bench lint clean gpu-wheels triton36
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,8 +34,14 @@ gpu-wheels: $(VENV)/.installed
 	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d .gpu-wheels \
 		torch-struct pytorch-crf flash-semicrf
 
+# every Triton kernel compiled ahead of time for sm_90 with Triton 3.6 (the GPU machine's; CI's test
+# compiles with the Triton the venv has): installed beside the venv, not into it
+triton36: $(VENV)/.installed
+	$(PY) -m pip install -q --no-deps --target .triton36 triton==3.6.0
+	env -u TRITON_INTERPRET PYTHONPATH=.triton36 TRITON_CACHE_DIR=.triton36/cache $(PY) tests/compile_kernels.py
+
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check structtorch tests examples benchmarks
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache .triton36

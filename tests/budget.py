@@ -42,6 +42,12 @@ def _marginals(T):
     return lambda: st.marginals(u, a, lengths=lengths)
 
 
+def _marginals_backward(T):
+    u, a, lengths = _chain(T, grad=True)
+    weights = torch.randn(B, T, N, dtype=torch.float64, generator=torch.Generator().manual_seed(T))
+    return lambda: _backward((st.marginals(u, a, lengths=lengths) * weights), u, a)
+
+
 def _kbest(T):
     u, a, lengths = _chain(T)
     return lambda: st.kbest(u, a, 3, lengths=lengths)
@@ -138,6 +144,7 @@ CALLS: dict[str, Callable[[int], Callable[[], object]]] = {
     "viterbi": _viterbi,
     "log_partition fwd+bwd": _log_partition,
     "marginals": _marginals,
+    "marginals fwd+bwd": _marginals_backward,
     "kbest": _kbest,
     "sample": _sample,
     "window_viterbi": _window_viterbi,

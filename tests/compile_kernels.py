@@ -51,6 +51,9 @@ def _gpu_signatures():
                 for gold in (False, True):
                     yield "chain backward", chain._backward_kernel, _chain_backward(x), dict(
                         SHARED=shared, EDGES=edges, GOLD=gold, BLOCK=16)
+            sig = dict(unary=x, trans=x, end=x, lengths="*i64", alpha=f64, logz=f64, grad=f64, dalpha=f64, ring=f64,
+                       g_unary=f64, g_trans=f64, g_start=f64, g_end=f64, T=i, N=i)
+            yield "chain marginals backward", chain._hvp_kernel, sig, dict(SHARED=shared, BLOCK=chain.BACKWARD_TILE)
             for tile in sorted({16, chain.KBEST_TILE}):
                 yield f"chain kbest ({tile})", chain._kbest_kernel, _chain_kbest(x), dict(SHARED=shared, BLOCK=tile)
             yield "chain sample (16)", chain._sample_kernel, _chain_sample(x), dict(SHARED=shared, BLOCK=16)
@@ -235,9 +238,13 @@ def scalar_types_ok(kernel, signature: dict) -> bool:
 
 def main() -> int:
     failures, spills = [], []
+    from structtorch.chain import _triton as chain
     from structtorch.semimarkov import _triton as semi
 
-    warps = {"semi backward": semi.BACKWARD_WARPS}  # as the wrappers launch them (else Triton's 4)
+    warps = {"semi backward": semi.BACKWARD_WARPS, "semi sample": semi.SAMPLE_WARPS,  # as the wrappers launch
+             "chain forward": chain.FORWARD_WARPS, "chain backward": chain.BACKWARD_WARPS,  # them (else 4)
+             f"chain backward ({chain.BACKWARD_TILE})": chain.BACKWARD_WARPS,
+             "chain window (64, 64)": chain.WINDOW_WARPS}  # as the wrappers launch them (else Triton's 4)
     for name, kernel, signature, constexprs in itertools.chain(_gpu_signatures(), _fused_hamming_signatures()):
         sig = {**signature, **{k: "constexpr" for k in constexprs}}
         try:

@@ -41,6 +41,7 @@ def test_training_on_own_data_loads_no_generator():
 
 @pytest.mark.parametrize("module", [
     "structtorch.losses", "structtorch.nn.hsm", "structtorch.learn.solvers.bcfw", "structtorch.learn.bcfw",
+    "structtorch.learn.solvers.cutting_plane",
     "structtorch.learn.train", "structtorch.learn.losses", "structtorch.learn.task", "structtorch.sequence_data",
     "structtorch.schemes", "structtorch.metrics", "structtorch.data.conll", "structtorch.data.tagging",
 ])
@@ -73,5 +74,5 @@ def test_old_paths_name_the_same_objects():
     assert tagging.TaggingData is sequence_data.SequenceData
     for name in ("to_bio", "encode_tags", "decode_tags"):
         assert getattr(conll, name) is getattr(data, name) is getattr(schemes, name)
-    assert set(train.SOLVERS) == {"subgradient", "bcfw"}
+    assert set(train.SOLVERS) == {"subgradient", "bcfw", "cutting_plane"}
 

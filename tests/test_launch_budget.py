@@ -21,6 +21,7 @@ BUDGETS = {
     "viterbi": 6,
     "log_partition fwd+bwd": 8,
     "marginals": 6,
+    "marginals fwd+bwd": 10,
     "kbest": 10,
     "sample": 10,
     "window_viterbi": 10,

@@ -99,7 +99,7 @@ def _marginals_fake(unary, transitions, start, end, lengths, backend):
     return torch.empty_like(unary)
 
 
-def _marginals_backward_fake(grad, unary, transitions, start, end, lengths):
+def _marginals_backward_fake(grad, unary, transitions, start, end, lengths, backend):
     return tuple(torch.empty_like(x) for x in (unary, transitions, start, end))
 
 
@@ -207,11 +207,19 @@ def marginals_forward(unary: Tensor, transitions: Tensor, start: Tensor, end: Te
     return marg.to(unary.dtype)
 
 
+MARGINALS_BACKWARD = ("triton",)
+"""The backends with a kernel for the backward of the marginals (elsewhere the PyTorch recursion
+is differentiated); a name, not a module lookup, so that ``torch.compile`` traces the choice."""
+
+
 @operator("chain_marginals_backward", _marginals_backward_fake)
 def marginals_backward(grad: Tensor, unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor,
-                       lengths: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                       lengths: Tensor, backend: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Gradients of the node marginals (upstream ``grad`` (B, T, N)) w.r.t. unary, transitions,
-    start and end, through the PyTorch recursion in the accumulation precision."""
+    start and end: the Hessian of logZ times ``grad``, by the backend's kernel (see
+    :data:`MARGINALS_BACKWARD`) or through the PyTorch recursion in the accumulation precision."""
+    if backend in MARGINALS_BACKWARD:
+        return kernel_module(backend).marginals_backward(Chain(unary, transitions, start, end, lengths), grad)
     inputs = tuple(x.detach().requires_grad_() for x in (unary, transitions, start, end))
     with torch.enable_grad():
         marg = _torch.marginals_through(Chain(*inputs, lengths))
@@ -333,9 +341,10 @@ def nll(chain: Chain, labels: Tensor, backend: str | None = None) -> tuple[Tenso
 
 
 class Marginals(torch.autograd.Function):
-    """Node marginals (B, T, N) of a kernel backend, differentiable: the backward differentiates
-    the PyTorch recursion in the accumulation precision (an operator, so that ``torch.compile``
-    traces it whole; with ``create_graph``, as for double backward, the recursion itself)."""
+    """Node marginals (B, T, N) of a kernel backend, differentiable: the backward is an operator
+    (so that ``torch.compile`` traces it whole), the Hessian-vector product of the backend's kernel
+    or the PyTorch recursion differentiated in the accumulation precision; with ``create_graph``,
+    as for double backward, the recursion itself."""
 
     @staticmethod
     def forward(unary, transitions, start, end, lengths, backend):
@@ -344,6 +353,7 @@ class Marginals(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(*inputs[:5])
+        ctx.backend = inputs[5]
 
     @staticmethod
     def backward(ctx, grad):
@@ -353,7 +363,7 @@ class Marginals(torch.autograd.Function):
             marg = _torch.marginals_through(Chain(unary, transitions, start, end, lengths))
             grads = grads_through(marg, (unary, transitions, start, end), needs, grad.to(marg.dtype))
         else:
-            grads = marginals_backward(grad, unary, transitions, start, end, lengths)
+            grads = marginals_backward(grad, unary, transitions, start, end, lengths, ctx.backend)
         return (*(g if need else None for g, need in zip(grads, needs, strict=True)), None, None)
 
 

@@ -58,6 +58,19 @@ KBEST_TILE = 16
 """The k-best kernel's largest label tile: it holds a float64 tile of candidates and an int32 tile
 of their codes, which spill registers on sm_90 at 32 x 32 (``tests/compile_kernels.py``)."""
 
+FORWARD_WARPS = 2
+"""Warps of the forward kernel at the 16-label tile (N <= 16; larger tiles take Triton's 4): a
+16 x 16 tile is 4 entries per thread. With 4, Triton 3.6 (not 3.8) puts 16 B of its float64
+log-partition on the stack on sm_90 (``tests/compile_kernels.py``)."""
+
+BACKWARD_WARPS = 8
+"""Warps of the backward kernel: with 4, Triton 3.6 puts 8-16 B of the CRF-loss variant on the
+stack on sm_90, with 8 neither 3.6 nor 3.8 does."""
+
+WINDOW_WARPS = 8
+"""Warps of the window kernel at its largest (64 x 64) tiles: with 4, Triton 3.6 puts 800 B on the
+stack on sm_90 (255 registers), with 8 nothing; smaller tiles take Triton's 4."""
+
 NO_CODE = tl.constexpr(2**31 - 1)  # above every candidate's code i * k + rank
 
 
@@ -145,6 +158,45 @@ def _fill_zero(ptr, lo, hi, r, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _zero_gradients(g_unary, g_trans, g_start, g_end, b, L, live, T, N, r, BLOCK: tl.constexpr,
+                    SHARED: tl.constexpr, EDGES: tl.constexpr):
+    """Zeros where sequence b's gradients get no value: g_unary from position L on (from 0 when
+    not ``live``), g_trans (with EDGES: all of a shared (N, N) block, which is accumulated into,
+    else from step L - 1 on), g_start and g_end when not ``live``; then a barrier."""
+    first = tl.where(live, L, 0)
+    _fill_zero(g_unary + b * T * N, first * N, T * N, r, BLOCK)
+    if EDGES:
+        if SHARED:
+            _fill_zero(g_trans + b * N * N, 0, N * N, r, BLOCK)
+        else:
+            steps = tl.maximum(T - 1, 0)
+            _fill_zero(g_trans + b * steps * N * N, tl.maximum(first - 1, 0) * N * N, steps * N * N, r, BLOCK)
+    if not live:
+        _fill_zero(g_start + b * N, 0, N, r, BLOCK)
+        _fill_zero(g_end + b * N, 0, N, r, BLOCK)
+    tl.debug_barrier()
+
+
+@triton.jit
+def _beta_candidates(unary, A, nxt, b, t, T, N, i, mi, j, mj):
+    """The (BLOCK, BLOCK) tile A[i, j] + unary[b, t + 1, j] + beta[t + 1][j] (``nxt``) in float64:
+    what beta[t][i] sums over j."""
+    u = tl.load(unary + (b * T + t + 1) * N + j, mask=mj, other=NEG).to(tl.float64)
+    return _tile(A, i, mi, j, mj, N) + (u + tl.load(nxt + j, mask=mj, other=NEG))[None, :]
+
+
+@triton.jit
+def _store_node(row, first, last, is_first, is_last, j, mj, v):
+    """row[j] = v, and first[j] / last[j] = v at the first / last position (start and end
+    gradients)."""
+    tl.store(row + j, v, mask=mj)
+    if is_first:
+        tl.store(first + j, v, mask=mj)
+    if is_last:
+        tl.store(last + j, v, mask=mj)
+
+
+@triton.jit
 def _normalize_node(row, total, g, first, last, is_first, is_last, y, N, r, BLOCK: tl.constexpr,
                     GOLD: tl.constexpr):
     """Rescale the node marginals ``row`` (N,) so that they sum to g exactly (0 where they sum to
@@ -157,11 +209,7 @@ def _normalize_node(row, total, g, first, last, is_first, is_last, y, N, r, BLOC
         v = tl.load(row + j, mask=mj, other=0.0) * scale
         if GOLD:
             v -= tl.where(j == y, g, 0.0)
-        tl.store(row + j, v, mask=mj)
-        if is_first:
-            tl.store(first + j, v, mask=mj)
-        if is_last:
-            tl.store(last + j, v, mask=mj)
+        _store_node(row, first, last, is_first, is_last, j, mj, v)
 
 
 @triton.jit
@@ -182,8 +230,7 @@ def _backward_step(unary, A, G, nxt, dst, al, g_unary, labels, y_next, b, t, T, 
         for j0 in range(0, N, BLOCK):
             j = j0 + r
             mj = j < N
-            u = tl.load(unary + (b * T + t + 1) * N + j, mask=mj, other=NEG).to(tl.float64)
-            v = _tile(A, i, mi, j, mj, N) + (u + tl.load(nxt + j, mask=mj, other=NEG))[None, :]
+            v = _beta_candidates(unary, A, nxt, b, t, T, N, i, mi, j, mj)
             m, acc = lse_update(m, acc, v, 1)
             if EDGES:
                 tile = mi[:, None] & mj[None, :]
@@ -222,19 +269,8 @@ def _backward_kernel(unary, trans, end, lengths, alpha, logz, ring, g_unary, g_t
     al = alpha + b * T * N
     buf = ring + b * 2 * N
     live = (L > 0) & (lz > NEG) & (g != 0.0)
-    first = tl.where(live, L, 0)  # positions from here on get zeros
-    _fill_zero(g_unary + b * T * N, first * N, T * N, r, BLOCK)
-    if EDGES:
-        if SHARED:
-            _fill_zero(g_trans + b * N * N, 0, N * N, r, BLOCK)
-        else:
-            steps = tl.maximum(T - 1, 0)
-            _fill_zero(g_trans + b * steps * N * N, tl.maximum(first - 1, 0) * N * N, steps * N * N, r, BLOCK)
+    _zero_gradients(g_unary, g_trans, g_start, g_end, b, L, live, T, N, r, BLOCK, SHARED, EDGES)
     gs, ge = g_start + b * N, g_end + b * N
-    if not live:
-        _fill_zero(gs, 0, N, r, BLOCK)
-        _fill_zero(ge, 0, N, r, BLOCK)
-    tl.debug_barrier()
     if live:
         top = buf + ((L - 1) % 2) * N
         total = tl.zeros([BLOCK], tl.float64)
@@ -263,6 +299,136 @@ def _backward_kernel(unary, trans, end, lengths, alpha, logz, ring, g_unary, g_t
                 G = transitions_at(g_trans, b, T, N, t + 1, SHARED)
             y_next = _backward_step(unary, A, G, nxt, dst, al, g_unary, labels, y_next, b, t, T, N, g, lz, gs,
                                     ge, r, BLOCK, SHARED, EDGES, GOLD)
+
+
+@triton.jit
+def _tangent_forward(unary, A, al, dal, grad, b, t, T, N, r, BLOCK: tl.constexpr):
+    """dalpha[t][j] = grad[t][j] + sum over i of p(y_{t-1} = i | y_t = j, prefix) dalpha[t-1][i]
+    (the forward tangent of alpha in the direction ``grad``; 0 where alpha[t][j] is -inf)."""
+    for j0 in range(0, N, BLOCK):
+        j = j0 + r
+        mj = j < N
+        at = tl.load(al + t * N + j, mask=mj, other=NEG)
+        u = tl.load(unary + (b * T + t) * N + j, mask=mj, other=NEG).to(tl.float64)
+        base = u - tl.where(at == NEG, POS, at)  # -inf where the state is unreachable: no weight
+        acc = tl.zeros([BLOCK], tl.float64)
+        for i0 in range(0, N, BLOCK):
+            i = i0 + r
+            mi = i < N
+            prev = tl.load(al + (t - 1) * N + i, mask=mi, other=NEG)
+            w = tl.exp(prev[:, None] + _tile(A, i, mi, j, mj, N) + base[None, :])
+            acc += tl.sum(w * tl.load(dal + (t - 1) * N + i, mask=mi, other=0.0)[:, None], axis=0)
+        g = tl.load(grad + (b * T + t) * N + j, mask=mj, other=0.0)
+        tl.store(dal + t * N + j, tl.where(at == NEG, 0.0, g + acc), mask=mj)
+
+
+@triton.jit
+def _hvp_node(row, al, dal, beta, dbeta, lz, dlz, t, first, last, is_first, is_last, N, r,
+              BLOCK: tl.constexpr):
+    """row[i] = mu[t][i] (dalpha[t][i] + dbeta[t][i] - dlogZ), the derivative of the node marginal;
+    copied into ``first`` / ``last`` (the start and end gradients) at the first / last position."""
+    for i0 in range(0, N, BLOCK):
+        i = i0 + r
+        mi = i < N
+        a = tl.load(al + t * N + i, mask=mi, other=NEG)
+        mu = tl.exp(a + tl.load(beta + i, mask=mi, other=NEG) - lz)
+        v = tl.where(mu > 0.0, mu * (tl.load(dal + t * N + i, mask=mi, other=0.0)
+                                     + tl.load(dbeta + i, mask=mi, other=0.0) - dlz), 0.0)
+        _store_node(row, first, last, is_first, is_last, i, mi, v)
+
+
+@triton.jit
+def _hvp_backward_step(unary, A, G, al, dal, grad, nxt, dnxt, dst, ddst, b, t, T, N, lz, dlz, r,
+                       BLOCK: tl.constexpr, SHARED: tl.constexpr):
+    """beta[t] and its tangent dbeta[t] (into ``dst``, ``ddst``) from those of t + 1 (``nxt``,
+    ``dnxt``) by an online softmax-weighted mean over j; the derivative of the edge marginals
+    (t, t + 1) into ``G`` (added to it when SHARED)."""
+    for i0 in range(0, N, BLOCK):
+        i = i0 + r
+        mi = i < N
+        a = tl.load(al + t * N + i, mask=mi, other=NEG)
+        da = tl.load(dal + t * N + i, mask=mi, other=0.0)
+        m = tl.full([BLOCK], NEG, tl.float64)
+        s = tl.zeros([BLOCK], tl.float64)
+        ws = tl.zeros([BLOCK], tl.float64)
+        for j0 in range(0, N, BLOCK):
+            j = j0 + r
+            mj = j < N
+            v = _beta_candidates(unary, A, nxt, b, t, T, N, i, mi, j, mj)
+            w = tl.load(grad + (b * T + t + 1) * N + j, mask=mj, other=0.0)
+            w += tl.load(dnxt + j, mask=mj, other=0.0)
+            new = tl.maximum(m, tl.max(v, axis=1))
+            safe = tl.where(new == NEG, 0.0, new)
+            p = tl.exp(v - safe[:, None])
+            scale = tl.exp(m - safe)
+            m, s, ws = new, s * scale + tl.sum(p, axis=1), ws * scale + tl.sum(p * w[None, :], axis=1)
+            tile = mi[:, None] & mj[None, :]
+            edge = tl.exp(a[:, None] + v - lz)
+            edge = tl.where(edge > 0.0, edge * (da[:, None] + w[None, :] - dlz), 0.0)
+            if SHARED:
+                edge += tl.load(G + i[:, None] * N + j[None, :], mask=tile, other=0.0)
+            tl.store(G + i[:, None] * N + j[None, :], edge, mask=tile)
+        tl.store(dst + i, lse_finish(m, s), mask=mi)
+        tl.store(ddst + i, tl.where(s > 0.0, ws / tl.where(s > 0.0, s, 1.0), 0.0), mask=mi)
+
+
+@triton.jit
+def _hvp_kernel(unary, trans, end, lengths, alpha, logz, grad, dalpha, ring, g_unary, g_trans, g_start, g_end,
+                T, N, SHARED: tl.constexpr, BLOCK: tl.constexpr):
+    """The backward of the node marginals: for the upstream ``grad`` (B, T, N) float64, the Hessian
+    of logZ times it (the derivative of the marginals in the direction ``grad`` of the unary
+    potentials), by forward-mode tangents of alpha (``dalpha`` (B, T, N)) and beta (``ring`` (B, 4,
+    N): beta and its tangent, two rows each). Outputs as for ``_backward_kernel`` (every entry
+    written; zeros beyond the length and on rows without mass)."""
+    b = tl.program_id(0).to(tl.int64)
+    L = tl.minimum(tl.load(lengths + b), T)
+    lz = tl.load(logz + b)
+    r = tl.arange(0, BLOCK)
+    al = alpha + b * T * N
+    dal = dalpha + b * T * N
+    buf = ring + b * 4 * N
+    live = (L > 0) & (lz > NEG)
+    _zero_gradients(g_unary, g_trans, g_start, g_end, b, L, live, T, N, r, BLOCK, SHARED, True)
+    gs, ge = g_start + b * N, g_end + b * N
+    if live:
+        for j0 in range(0, N, BLOCK):  # dalpha[0] = grad[0] where alpha[0] is finite
+            j = j0 + r
+            mj = j < N
+            g = tl.load(grad + b * T * N + j, mask=mj, other=0.0)
+            tl.store(dal + j, tl.where(tl.load(al + j, mask=mj, other=NEG) == NEG, 0.0, g), mask=mj)
+        tl.debug_barrier()
+        for t in range(1, L):
+            A = transitions_at(trans, b, T, N, t, SHARED)
+            _tangent_forward(unary, A, al, dal, grad, b, t, T, N, r, BLOCK)
+            tl.debug_barrier()
+        top, dtop = buf + ((L - 1) % 2) * 2 * N, buf + ((L - 1) % 2) * 2 * N + N
+        dlz = tl.full([], 0.0, tl.float64)
+        for j0 in range(0, N, BLOCK):  # beta[L - 1] = end, its tangent 0; dlogZ = E[sum of grad]
+            j = j0 + r
+            mj = j < N
+            e = tl.load(end + b * N + j, mask=mj, other=NEG).to(tl.float64)
+            tl.store(top + j, e, mask=mj)
+            tl.store(dtop + j, tl.zeros([BLOCK], tl.float64), mask=mj)
+            mu = tl.exp(tl.load(al + (L - 1) * N + j, mask=mj, other=NEG) + e - lz)
+            da = tl.load(dal + (L - 1) * N + j, mask=mj, other=0.0)
+            dlz += tl.sum(tl.where(mu > 0.0, mu * da, 0.0), axis=0)
+        tl.debug_barrier()
+        _hvp_node(g_unary + (b * T + L - 1) * N, al, dal, top, dtop, lz, dlz, L - 1, gs, ge, L == 1, True, N,
+                  r, BLOCK)
+        tl.debug_barrier()
+        for s in range(0, L - 1):
+            t = L - 2 - s
+            nxt, dst = buf + ((t + 1) % 2) * 2 * N, buf + (t % 2) * 2 * N
+            if SHARED:
+                G = g_trans + b * N * N
+            else:
+                G = transitions_at(g_trans, b, T, N, t + 1, SHARED)
+            _hvp_backward_step(unary, transitions_at(trans, b, T, N, t + 1, SHARED), G, al, dal, grad, nxt,
+                               nxt + N, dst, dst + N, b, t, T, N, lz, dlz, r, BLOCK, SHARED)
+            tl.debug_barrier()
+            _hvp_node(g_unary + (b * T + t) * N, al, dal, dst, dst + N, lz, dlz, t, gs, ge, t == 0, False, N,
+                      r, BLOCK)
+            tl.debug_barrier()
 
 
 @triton.jit
@@ -493,6 +659,11 @@ def _launch(name: str, kernel, chain: Chain, *args, tile: int = 64, **meta) -> N
            BLOCK=block(N, tile), **meta)
 
 
+def _forward_warps(N: int) -> int:
+    """Warps of the forward kernel for N labels (see :data:`FORWARD_WARPS`)."""
+    return FORWARD_WARPS if block(N) == 16 else 4
+
+
 @torch.no_grad()
 def viterbi(chain: Chain) -> tuple[Tensor, Tensor]:
     """The best score (B,) float64 and labeling (B, T) (-1 beyond each length and on infeasible
@@ -504,7 +675,7 @@ def viterbi(chain: Chain) -> tuple[Tensor, Tensor]:
     path = torch.empty(B, T, dtype=torch.long, device=dev)
     best = torch.empty(B, dtype=torch.float64, device=dev)
     _launch("chain_viterbi", _forward_kernel, chain, chain.start, chain.end, chain.lengths, ring, bp, path,
-            best, path, best, ROWS=2, VITERBI=True, GOLD=False)
+            best, path, best, ROWS=2, VITERBI=True, GOLD=False, num_warps=_forward_warps(N))
     return best, path
 
 
@@ -518,7 +689,8 @@ def _forward(chain: Chain, labels: Tensor | None = None) -> tuple[Tensor, Tensor
     unused = torch.empty(1, dtype=torch.long, device=dev)  # no backpointers nor path
     gold = labels is not None
     _launch("chain_log_partition", _forward_kernel, chain, chain.start, chain.end, chain.lengths, alpha,
-            unused, unused, logz, labels if gold else unused, nll, ROWS=T, VITERBI=False, GOLD=gold)
+            unused, unused, logz, labels if gold else unused, nll, ROWS=T, VITERBI=False, GOLD=gold,
+            num_warps=_forward_warps(N))
     return logz, alpha, nll if gold else None
 
 
@@ -540,7 +712,8 @@ def _backward(chain: Chain, logz: Tensor, alpha: Tensor, g: Tensor, edges: bool 
     gold = labels is not None
     outputs = (g_unary, g_trans, g_start, g_end)
     _launch("chain_backward", _backward_kernel, chain, chain.end, chain.lengths, alpha, logz, ring, *outputs,
-            g, g.stride(0), labels if gold else chain.lengths, tile=BACKWARD_TILE, EDGES=edges, GOLD=gold)
+            g, g.stride(0), labels if gold else chain.lengths, tile=BACKWARD_TILE, EDGES=edges, GOLD=gold,
+            num_warps=BACKWARD_WARPS)
     if not edges:
         return g_unary, None, g_start, g_end
     return g_unary, g_trans.sum(0) if chain.shared else g_trans, g_start, g_end
@@ -586,6 +759,27 @@ def nll_backward(chain: Chain, labels: Tensor, logz: Tensor, state, g: Tensor) -
 
 
 @torch.no_grad()
+def marginals_backward(chain: Chain, grad: Tensor) -> tuple[Tensor, ...]:
+    """Gradients of the node marginals w.r.t. unary, transitions, start and end (input dtype) for
+    the upstream ``grad`` (B, T, N): the log-partition's forward, then one launch of forward-mode
+    tangents (the Hessian of logZ times ``grad``; and a sum over the batch for shared transitions)."""
+    B, T, N = chain.shape
+    dev = chain.unary.device
+    logz, alpha, _ = _forward(chain)
+    dalpha = torch.empty(B, T, N, dtype=torch.float64, device=dev)
+    g_unary = torch.empty(B, T, N, dtype=torch.float64, device=dev)
+    shape = (B, N, N) if chain.shared else (B, max(T - 1, 0), N, N)
+    g_trans = torch.empty(shape, dtype=torch.float64, device=dev)
+    g_start, g_end = torch.empty(2, B, N, dtype=torch.float64, device=dev)
+    ring = torch.empty(B, 4, N, dtype=torch.float64, device=dev)
+    _launch("chain_marginals_backward", _hvp_kernel, chain, chain.end, chain.lengths, alpha, logz,
+            grad.to(torch.float64).contiguous(), dalpha, ring, g_unary, g_trans, g_start, g_end,
+            tile=BACKWARD_TILE)
+    grads = (g_unary, g_trans.sum(0) if chain.shared else g_trans, g_start, g_end)
+    return tuple(x.to(chain.unary.dtype) for x in grads)
+
+
+@torch.no_grad()
 def kbest(chain: Chain, k: int) -> tuple[Tensor, Tensor]:
     """The k best scores (B, k) float64 and labelings (B, k, T) (see ``_ops.kbest_forward``), in
     one launch."""
@@ -628,5 +822,6 @@ def window_viterbi(scores: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
     best = torch.empty(B, dtype=torch.float64, device=dev)
     step, s_stride = (N, 0) if order == 0 else (S * N, N)  # order 0: the previous label is ignored
     launch("chain_window_viterbi", _window_kernel, (B,), scores, lengths, ring, bp, path, best, T, N, S, step,
-           s_stride, max(order, 1), BLOCK_O=block(N), BLOCK_S=block(S))
+           s_stride, max(order, 1), BLOCK_O=block(N), BLOCK_S=block(S),
+           num_warps=WINDOW_WARPS if min(block(N), block(S)) == 64 else 4)
     return best, path

@@ -1,5 +1,5 @@
 """Training of structured models: :func:`fit` (any torch optimizer, block-coordinate Frank-Wolfe,
-or any registered solver) and :func:`evaluate`.
+cutting planes or any registered solver) and :func:`evaluate`.
 
 The learning layer sits on top of the library: the model/loss adapter is
 :class:`structtorch.learn.task.Task`, the solvers are registered in
@@ -192,7 +192,7 @@ def fit(
     solver: str = "subgradient",
     solver_options: Mapping[str, Any] | None = None,
 ) -> History:
-    """Train ``model`` on ``loss`` over ``train_data`` by (sub)gradient steps or by BCFW.
+    """Train ``model`` on ``loss`` over ``train_data`` by (sub)gradient steps, BCFW or cutting planes.
 
     Parameters
     ----------
@@ -247,16 +247,23 @@ def fit(
         Seeds the shuffling, identically on every process.
     scheduler : torch.optim.lr_scheduler.LRScheduler, optional
         Stepped once after every epoch.
-    solver : {"subgradient", "bcfw"} or another name registered in :mod:`structtorch.learn.solvers`
+    solver : {"subgradient", "bcfw", "cutting_plane"} or a name in :mod:`structtorch.learn.solvers`
         "bcfw": block-coordinate Frank-Wolfe on the dual of the margin-rescaled structural SVM
-        (:mod:`structtorch.learn.solvers.bcfw`), for models linear in their parameters
-        (:class:`structtorch.LinearChainPotentials`, :class:`structtorch.nn.sparse.SparseFeaturePotentials`)
-        with ``C`` or ``l2`` > 0; it takes no optimizer or scheduler, and one epoch is one pass of
-        n block steps.
+        (:mod:`structtorch.learn.solvers.bcfw`); "cutting_plane": 1-slack or n-slack cutting
+        planes for any :class:`structtorch.StructuredHingeLoss` (margin or slack rescaling,
+        :mod:`structtorch.learn.solvers.cutting_plane`). Both need models linear in their
+        parameters (:class:`structtorch.LinearChainPotentials`,
+        :class:`structtorch.nn.sparse.SparseFeaturePotentials`, structures built from them, ...)
+        and ``C`` or ``l2`` > 0, take no optimizer or scheduler, and stop once the duality gap is
+        at most ``tol``. One BCFW epoch is n block steps; one cutting-plane epoch is one dual QP
+        and one pass of the oracle.
     solver_options : dict, optional
-        BCFW options: ``tol`` (stop when the duality gap is below it; default 0: run all epochs),
-        ``averaging`` (default True), ``line_search`` (default True), ``batch_size`` of the gap
-        computation (default 256).
+        BCFW: ``tol`` (default 0: run all epochs), ``averaging`` (default True), ``line_search``
+        (default True), ``batch_size`` of the gap computation (default 256). Cutting planes:
+        ``variant`` ("one_slack", default, or "n_slack"), ``tol`` (absolute, default 1e-3),
+        ``inactive`` (iterations a plane may stay unused before it is dropped, default 50),
+        ``batch_size`` of the oracle pass (default 256), ``margin`` (n_slack: the violation a
+        plane needs to enter, default ``tol``).
 
     Returns
     -------
@@ -265,7 +272,8 @@ def fit(
         with ``objective=False``), ``train_loss`` (mean over the epoch's batches of loss + penalty,
         on this process), ``time`` (cumulative seconds of training steps, without the objective
         and validation passes) and ``val_<metric>``; BCFW records ``objective`` (the primal),
-        ``dual``, ``gap`` and ``time``.
+        ``dual``, ``gap`` and ``time``; cutting planes also ``constraints`` (the working set's
+        size), ``oracle_calls`` (sequences, cumulative) and ``qp_time``.
     """
     check_int("epochs", epochs, 0)
     check_int("batch_size", batch_size, 1)

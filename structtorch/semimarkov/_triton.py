@@ -352,6 +352,10 @@ BACKWARD_WARPS = 2
 """Warps of the backward kernel: with 4 (Triton's default) its segment-score variant puts 48 B of
 registers on the stack on sm_90, with 2 nothing (a 16 x 16 tile is 4 entries per thread)."""
 
+SAMPLE_WARPS = 8
+"""Warps of the sampling kernel: with 4 or 2 its float64 variant without segment scores puts 16 B
+on the stack on sm_90 (at 80 registers), with 8 nothing (94 registers)."""
+
 
 def _meta(sm: SemiMarkov) -> dict:
     return dict(HAS_SEGMENT=sm.segment_scores is not None, HAS_PLIF=sm.segment_plif is not None,
@@ -565,7 +569,7 @@ def sample(sm: SemiMarkov, n: int, generator: torch.Generator | None) -> tuple[T
     meta = _meta(sm)
     launch("semimarkov_sample", _sample_kernel, (n * B,), *_inputs(sm), sm.lengths, alpha, inc, uniforms,
            labels, starts, B, T, S, N, HAS_SEGMENT=meta["HAS_SEGMENT"], BLOCK_D=meta["BLOCK_D"],
-           BLOCK_N=meta["BLOCK_N"])
+           BLOCK_N=meta["BLOCK_N"], num_warps=SAMPLE_WARPS)
     return labels, starts
 
 

@@ -102,6 +102,53 @@ def test_gradcheck_log_partition(backend, shared):
         assert torch.autograd.gradcheck(f, (u, A, s, e))
 
 
+def _covariances(inst, b, weights):
+    """By enumeration, for row b: Cov(indicator, s(y)) of every node, edge, first and last label,
+    where s(y) = sum_t weights[t, y_t] (the gradient of sum(marginals * weights))."""
+    rows = enumerate_row(inst, b)
+    T, N = inst.unary.shape[1:]
+    L = int(inst.lengths[b])
+    node, edge = np.zeros((T, N)), np.zeros((max(T - 1, 0), N, N))
+    first, last = np.zeros(N), np.zeros(N)
+    finite = [(y, sc) for y, sc in rows if sc > -np.inf]
+    if L == 0 or not finite:
+        return node, edge, first, last
+    top = max(sc for _, sc in finite)
+    p = np.array([np.exp(sc - top) for _, sc in finite])
+    p /= p.sum()
+    s = np.array([sum(weights[t, j] for t, j in enumerate(y)) for y, _ in finite])
+    centred = p * (s - p @ s)
+    for (y, _), c in zip(finite, centred, strict=True):
+        for t, j in enumerate(y):
+            node[t, j] += c
+        for t in range(L - 1):
+            edge[t, y[t], y[t + 1]] += c
+        first[y[0]] += c
+        last[y[-1]] += c
+    return node, edge, first, last
+
+
+@given(inst=instances(max_t=5, max_n=3))
+def test_marginals_gradient_is_a_covariance(backend, inst):
+    """The backward of the node marginals (the Hessian of logZ times the upstream gradient) against
+    enumeration: d sum(mu * W) / d theta = Cov(indicator of theta, sum_t W[t, y_t])."""
+    u, A, s, e = leaf(inst.unary), leaf(inst.transitions), leaf(inst.start), leaf(inst.end)
+    B, T, N = u.shape
+    W = torch.randn(B, T, N, generator=torch.Generator().manual_seed(B * 100 + T * 10 + N), dtype=u.dtype)
+    out = (st.marginals(u, A, start=s, end=e, lengths=inst.lengths) * W).sum()
+    if out.requires_grad:  # not on empty chains (T = 0): constant zeros
+        out.backward()
+    parts = [_covariances(inst, b, W[b].double().numpy()) for b in range(B)]
+    node, edge, first, last = (np.stack(x) for x in zip(*parts, strict=True))
+    tol = dict(atol=1e-8, rtol=1e-6) if u.dtype == torch.float64 else dict(atol=1e-4, rtol=1e-3)
+    check = lambda got, want: torch.testing.assert_close(got, torch.as_tensor(want, dtype=u.dtype), **tol)  # noqa: E731
+    check(grad_or_zero(u), node)
+    check(grad_or_zero(A), edge.sum((0, 1)) if A.dim() == 2 else edge)
+    for x, per_row in ((s, first), (e, last)):
+        if x is not None:
+            check(grad_or_zero(x), fold_boundary(torch.as_tensor(per_row), x))
+
+
 def test_gradcheck_marginals(backend):
     torch.manual_seed(2)
     B, T, N = 2, 4, 3

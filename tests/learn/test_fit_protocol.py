@@ -386,5 +386,5 @@ def test_a_registered_solver_brings_its_own_records(monkeypatch):
     with pytest.raises(ValueError, match=r"select='train_loss' is not recorded; choose from \['constraints'"):
         st.train.fit(model, data, st.StructuredHingeLoss(), epochs=1, solver="toy", select="train_loss",
                      solver_options={"tol": 0.5}, progress=False)
-    with pytest.raises(ValueError, match=r"solver must be one of \('subgradient', 'bcfw', 'toy'\)"):
-        st.train.fit(model, data, st.StructuredHingeLoss(), epochs=1, solver="cutting_plane", progress=False)
+    with pytest.raises(ValueError, match=r"solver must be one of \('subgradient', 'bcfw', 'cutting_plane', 'toy'\)"):
+        st.train.fit(model, data, st.StructuredHingeLoss(), epochs=1, solver="frank_wolfe", progress=False)

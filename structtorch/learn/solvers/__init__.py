@@ -14,7 +14,17 @@ from .subgradient import SubgradientSolver
 
 __all__ = ["FitOptions", "Solver", "SolverFactory", "SOLVERS", "get_solver", "register_solver"]
 
-SOLVERS: dict[str, SolverFactory] = {"subgradient": SubgradientSolver, "bcfw": BCFWSolver}
+
+def cutting_plane(model, data, loss, options: FitOptions):
+    """The factory of ``solver="cutting_plane"``: imports its module (HiGHS, scipy.sparse) on first
+    use (see :class:`structtorch.learn.solvers.cutting_plane.CuttingPlaneSolver`)."""
+    from .cutting_plane import CuttingPlaneSolver
+
+    return CuttingPlaneSolver(model, data, loss, options)
+
+
+SOLVERS: dict[str, SolverFactory] = {"subgradient": SubgradientSolver, "bcfw": BCFWSolver,
+                                     "cutting_plane": cutting_plane}
 
 
 def register_solver(name: str, factory: SolverFactory) -> None:

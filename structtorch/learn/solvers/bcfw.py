@@ -25,12 +25,8 @@ indicator features: that sequence's features), so memory is the total support ra
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping
-
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call
 
 from ..._checks import check_int, check_number
 from ...chain import path_score
@@ -38,6 +34,7 @@ from ...lossaug import loss_augmented
 from ...losses import StructuredHingeLoss
 from ...sequence_data import SequenceData
 from ..task import Task
+from ._linear import GapSolver, ParameterVector, check_linear, regularizer_is_l2
 from .base import FitOptions
 
 __all__ = ["BCFW", "BCFWSolver", "check_linear", "regularizer_is_l2"]
@@ -74,27 +71,6 @@ def _sparse_zero(d: int, device: torch.device) -> Tensor:
 def _dot(sparse: Tensor, dense: Tensor) -> float:
     """<sparse, dense> for a coalesced sparse (d,) vector."""
     return float(sparse.values() @ dense[sparse.indices()[0]])
-
-
-def check_linear(model: nn.Module, x: Tensor, seed: int = 0) -> None:
-    """Raise ValueError unless the model's potentials on ``x`` are linear in its trained parameters."""
-    named = {k: p for k, p in model.named_parameters() if p.requires_grad}
-    g = torch.Generator().manual_seed(seed)
-
-    def rand() -> dict[str, Tensor]:
-        return {k: torch.randn(p.shape, generator=g, dtype=p.dtype).to(p.device) for k, p in named.items()}
-
-    a, b = rand(), rand()
-    with torch.no_grad():
-        fa, fb = (functional_call(model, q, (x,)) for q in (a, b))
-        fab = functional_call(model, {k: a[k] + 2 * b[k] for k in named}, (x,))
-    for oa, ob, oab in zip(fa, fb, fab, strict=True):
-        want = oa + 2 * ob
-        scale = float(want.abs().max()) if want.numel() else 0.0
-        if not torch.allclose(oab, want, rtol=1e-4, atol=1e-4 * max(scale, 1.0)):
-            raise ValueError(f"solver='bcfw' needs potentials linear in the parameters (score = "
-                             f"<w, Psi(x, y)>, as LinearChainPotentials and SparseFeaturePotentials); "
-                             f"{type(model).__name__} is not")
 
 
 class BCFW:
@@ -135,12 +111,10 @@ class BCFW:
         self.batch_size = check_int("batch_size", batch_size, 1)
         self.model, self.data, self.lam = model, data, float(lam)
         self.averaging, self.line_search = bool(averaging), bool(line_search)
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        if not self.params:
-            raise ValueError("the model has no trainable parameters")
+        self.vector = ParameterVector(list(model.parameters()))
+        self.params = self.vector.params
         check_linear(model, data.x[: min(len(data), 4)], seed)
-        n, d = len(data), sum(p.numel() for p in self.params)
-        dev = self.params[0].device
+        n, d, dev = len(data), self.vector.d, self.vector.device
         self.n, self.d = n, d
         self.w = torch.zeros(d, dtype=torch.float64, device=dev)
         # the blocks w_i as sparse vectors: a block only ever holds psi_i's support (the features of
@@ -152,12 +126,8 @@ class BCFW:
         self.gen = torch.Generator().manual_seed(seed)
         self._load(self.w)
 
-    @torch.no_grad()
     def _load(self, w: Tensor) -> None:
-        offset = 0
-        for p in self.params:
-            p.copy_(w[offset: offset + p.numel()].view_as(p))
-            offset += p.numel()
+        self.vector.load(w)
 
     def _oracle(self, batch: SequenceData) -> tuple[Tensor, Tensor, Tensor]:
         """At the loaded parameters: (H_i (B,), L_i(y*) (B,), sum_i psi_i(y*) (d,)) in float64."""
@@ -171,9 +141,7 @@ class BCFW:
         # <w, psi_i(y*)> = s(y_i) - s(y*); its gradient is psi_i(y*)
         worst = path.clamp(min=0)
         diff = path_score(unary, trans, batch.labels, **kw) - path_score(unary, trans, worst, **kw)
-        grads = torch.autograd.grad(diff.sum(), self.params, allow_unused=True)
-        psi = torch.cat([(torch.zeros_like(p) if g is None else g.to_dense()).reshape(-1)
-                         for g, p in zip(grads, self.params, strict=True)]).double()
+        psi = self.vector.grad(diff.sum())
         value = value.detach().double()
         return value, value + diff.detach().double(), psi
 
@@ -227,27 +195,7 @@ class BCFW:
         return self.gap()
 
 
-@torch.no_grad()
-def regularizer_is_l2(model: nn.Module) -> bool:
-    """Whether the model's ``regularizer()`` (if any) is the squared norm of its parameters, checked at
-    a random point of parameter space (the parameters are restored)."""
-    own = getattr(model, "regularizer", None)
-    if not callable(own):
-        return True
-    params = [p for p in model.parameters() if p.requires_grad]
-    saved = [p.detach().clone() for p in params]
-    try:
-        gen = torch.Generator().manual_seed(0)
-        for p in params:
-            p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype).to(p.device))
-        reg, norm = float(own()), float(sum(p.pow(2).sum() for p in params))
-    finally:
-        for p, s in zip(params, saved, strict=True):
-            p.copy_(s)
-    return abs(reg - norm) <= 1e-6 * max(1.0, norm)
-
-
-class BCFWSolver:
+class BCFWSolver(GapSolver):
     """``solver="bcfw"`` of :func:`structtorch.train.fit`: one epoch is one :meth:`BCFW.run_pass`;
     training stops once the duality gap is at most ``tol`` (``history.converged``).
 
@@ -260,24 +208,7 @@ class BCFWSolver:
 
     def __init__(self, model: nn.Module, data: SequenceData, loss: StructuredHingeLoss | None,
                  options: FitOptions) -> None:
-        given = [k for k in ("optimizer", "scheduler") if getattr(options, k) is not None]
-        if given:
-            raise ValueError(f"solver='bcfw' takes no {' or '.join(given)} (it computes its own steps)")
-        if options.distributed:
-            raise ValueError("solver='bcfw' runs in one process, not under torch.distributed")
-        if not regularizer_is_l2(model):
-            raise ValueError("solver='bcfw' needs the squared-norm regularizer; this model's regularizer() "
-                             "is not the squared norm of its parameters (use the subgradient solver)")
+        super().__init__("bcfw", model, options, "it computes its own steps")
         self.state = BCFW(model, data, loss, options.lam, seed=options.seed, **dict(options.solver_options))
         self.task = Task(model, self.state.loss)
-        self.elapsed = 0.0
-
-    def epoch(self) -> dict[str, float]:
-        began = time.perf_counter()
-        record = self.state.run_pass()
-        self.elapsed += time.perf_counter() - began
-        record["time"] = self.elapsed
-        return record
-
-    def converged(self, record: Mapping[str, float]) -> bool:
-        return record["gap"] <= self.state.tol
+        self.step, self.tol = self.state.run_pass, self.state.tol

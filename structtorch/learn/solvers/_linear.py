@@ -1,0 +1,166 @@
+"""What the solvers for models linear in their parameters share (BCFW, cutting planes).
+
+A model is linear when its potentials are ``<w, Psi(x, .)>`` in its trained parameters ``w``
+(:class:`structtorch.LinearChainPotentials`, :class:`structtorch.nn.sparse.SparseFeaturePotentials`,
+:class:`structtorch.HiddenSemiMarkovSVM` with fixed PLiF grids, ...). Such solvers see the
+parameters as one float64 vector (:class:`ParameterVector`) and never need a hand-written joint
+feature map: the gradient of a score (or of a hinge, a maximum of affine functions) with respect
+to the parameters is Psi, exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call
+
+from .base import FitOptions
+
+__all__ = ["GapSolver", "ParameterVector", "check_linear", "regularizer_is_l2", "tensors_of"]
+
+
+def tensors_of(out: object, depth: int = 3) -> list[Tensor]:
+    """The floating-point tensors a model output holds: itself, the items of a tuple or list, the
+    fields of a dataclass or the attributes of an object (a structure such as
+    :class:`structtorch.ChainDistribution`), ``depth`` levels deep."""
+    if isinstance(out, Tensor):
+        return [out] if out.is_floating_point() else []
+    if depth == 0 or out is None or isinstance(out, (str, bytes, int, float, bool)):
+        return []
+    if isinstance(out, Mapping):
+        items: Sequence[Any] = list(out.values())
+    elif isinstance(out, (tuple, list)):
+        items = out
+    elif dataclasses.is_dataclass(out):
+        items = [getattr(out, f.name) for f in dataclasses.fields(out)]
+    else:
+        items = list(getattr(out, "__dict__", {}).values())
+    return [t for item in items for t in tensors_of(item, depth - 1)]
+
+
+def check_linear(model: nn.Module, x: Tensor, seed: int = 0, *, solver: str = "bcfw",
+                 kwargs: Mapping[str, Any] | None = None) -> None:
+    """Raise ValueError unless the model's outputs on ``x`` (``model(x, **kwargs)``) are linear in
+    its trained parameters, checked at two random points ``a``, ``b``: f(a + 2b) = f(a) + 2 f(b)."""
+    named = {k: p for k, p in model.named_parameters() if p.requires_grad}
+    g = torch.Generator().manual_seed(seed)
+
+    def rand() -> dict[str, Tensor]:
+        return {k: torch.randn(p.shape, generator=g, dtype=p.dtype).to(p.device) for k, p in named.items()}
+
+    a, b = rand(), rand()
+    kwargs = dict(kwargs or {})
+    with torch.no_grad():
+        fa, fb, fab = (tensors_of(functional_call(model, q, (x,), kwargs))
+                       for q in (a, b, {k: a[k] + 2 * b[k] for k in named}))
+    for oa, ob, oab in zip(fa, fb, fab, strict=True):
+        want = oa + 2 * ob
+        finite = torch.isfinite(want)  # -inf entries (forbidden transitions) stay -inf
+        scale = float(want[finite].abs().max()) if finite.any() else 0.0
+        same_inf = torch.equal(torch.isfinite(oab), finite)
+        tol = 1e-4 * max(scale, 1.0)
+        if not same_inf or not torch.allclose(oab[finite], want[finite], rtol=1e-4, atol=tol):
+            raise ValueError(f"solver={solver!r} needs potentials linear in the parameters (score = "
+                             f"<w, Psi(x, y)>, as LinearChainPotentials and SparseFeaturePotentials); "
+                             f"{type(model).__name__} is not (use the subgradient solver)")
+
+
+@torch.no_grad()
+def regularizer_is_l2(model: nn.Module) -> bool:
+    """Whether the model's ``regularizer()`` (if any) is the squared norm of its parameters, checked at
+    a random point of parameter space (the parameters are restored)."""
+    own = getattr(model, "regularizer", None)
+    if not callable(own):
+        return True
+    params = [p for p in model.parameters() if p.requires_grad]
+    saved = [p.detach().clone() for p in params]
+    try:
+        gen = torch.Generator().manual_seed(0)
+        for p in params:
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype).to(p.device))
+        reg, norm = float(own()), float(sum(p.pow(2).sum() for p in params))
+    finally:
+        for p, s in zip(params, saved, strict=True):
+            p.copy_(s)
+    return abs(reg - norm) <= 1e-6 * max(1.0, norm)
+
+
+class ParameterVector:
+    """The trained parameters of some modules as one float64 vector w (d,).
+
+    Parameters
+    ----------
+    params : list of nn.Parameter
+        The parameters (those requiring grad), in order.
+    """
+
+    def __init__(self, params: Sequence[nn.Parameter]) -> None:
+        self.params = [p for p in params if p.requires_grad]
+        if not self.params:
+            raise ValueError("the model has no trainable parameters")
+        self.d = sum(p.numel() for p in self.params)
+        self.device = self.params[0].device
+
+    @torch.no_grad()
+    def load(self, w: Tensor) -> None:
+        """Set the parameters to ``w`` (d,)."""
+        offset = 0
+        for p in self.params:
+            p.copy_(w[offset: offset + p.numel()].view_as(p))
+            offset += p.numel()
+
+    @torch.no_grad()
+    def current(self) -> Tensor:
+        """The parameters as they are, as one float64 vector (d,) (after :meth:`load`, ``w``
+        rounded to the parameters' dtype)."""
+        return torch.cat([p.reshape(-1) for p in self.params]).double()
+
+    def flat(self, grads: Sequence[Tensor | None]) -> Tensor:
+        """Gradients (one per parameter, None for none, sparse or dense) as one dense float64 (d,)."""
+        return torch.cat([(torch.zeros_like(p) if g is None else g.to_dense()).reshape(-1)
+                          for g, p in zip(grads, self.params, strict=True)]).double()
+
+    def grad(self, value: Tensor) -> Tensor:
+        """The gradient (d,) float64 of the scalar ``value`` with respect to the parameters."""
+        if not value.requires_grad:
+            return torch.zeros(self.d, dtype=torch.float64, device=self.device)
+        return self.flat(torch.autograd.grad(value, self.params, allow_unused=True))
+
+
+class GapSolver:
+    """The part of an exact solver of linear models that :func:`structtorch.train.fit` sees: the
+    checks of ``fit``'s options, one ``step()`` per epoch timed cumulatively into the record's
+    ``time``, and convergence once the record's duality ``gap`` is at most ``tol``.
+
+    Subclasses set ``step`` (a callable returning the epoch's record), ``task`` and ``tol``.
+    """
+
+    step: Callable[[], dict[str, float]]
+    tol: float
+
+    def __init__(self, name: str, model: nn.Module, options: FitOptions, why: str) -> None:
+        given = [k for k in ("optimizer", "scheduler") if getattr(options, k) is not None]
+        if given:
+            raise ValueError(f"solver={name!r} takes no {' or '.join(given)} ({why})")
+        if options.distributed:
+            raise ValueError(f"solver={name!r} runs in one process, not under torch.distributed")
+        if not regularizer_is_l2(model):
+            raise ValueError(f"solver={name!r} needs the squared-norm regularizer; this model's "
+                             "regularizer() is not the squared norm of its parameters (use the subgradient "
+                             "solver)")
+        self.elapsed = 0.0
+
+    def epoch(self) -> dict[str, float]:
+        began = time.perf_counter()
+        record = self.step()
+        self.elapsed += time.perf_counter() - began
+        record["time"] = self.elapsed
+        return record
+
+    def converged(self, record: Mapping[str, float]) -> bool:
+        return record["gap"] <= self.tol

@@ -1,0 +1,303 @@
+"""Cutting-plane training of structural SVMs to a certificate (``fit(solver="cutting_plane")``).
+
+The primal, in :func:`structtorch.train.fit`'s scaled convention (lambda = l2 = 1 / (n C)):
+
+    min_w  lambda/2 ||w||^2 + 1/n sum_i H_i(w),
+
+H_i the structured hinge of sequence i (:class:`structtorch.StructuredHingeLoss`: margin or slack
+rescaling, any ``h``, any loss its oracle takes; chains, segmentations, graphs). For potentials
+linear in w, H_i is a maximum of affine functions of w (one per structure), so its value and
+gradient at any w give a plane under it, ``H_i(w') >= c - <w', a>`` with ``a = -grad H_i(w)`` and
+``c = H_i(w) + <w, a>``: the loss-augmented oracle's answer, with the joint feature map read off
+autograd (no model writes a psi). Two variants:
+
+- ``"n_slack"`` (Tsochantaridis, Joachims, Hofmann and Altun 2005): a working set of planes per
+  sequence, slack xi_i >= each of sequence i's planes;
+- ``"one_slack"`` (Joachims, Finley and Yu 2009): one slack for the mean of the hinges, one plane
+  per iteration from one pass over the data (the gradient of the mean hinge).
+
+Each iteration solves the dual QP over the working set (:class:`WorkingSet`, HiGHS's QP solver,
+warm-started from the previous dual), loads w = A^T alpha / lambda into the model, and runs the
+oracle over the training data at w: that gives the true primal of the loaded weights and the new
+planes. The dual value of the working set's QP is a lower bound on the optimum, so
+``gap = primal - dual`` certifies the loaded weights; training stops once ``gap <= tol``. Planes
+whose dual variable stays 0 for ``inactive`` iterations leave the working set.
+"""
+
+from __future__ import annotations
+
+import time
+
+import highspy
+import numpy as np
+import scipy.sparse as sp
+import torch
+from torch import Tensor, nn
+
+from ..._checks import check_int, check_number
+from ...losses import StructuredHingeLoss
+from ...lp._highs import new_highs
+from ...sequence_data import SequenceData
+from ..task import Task
+from ._linear import GapSolver, ParameterVector, check_linear
+from .base import FitOptions
+
+__all__ = ["CuttingPlane", "CuttingPlaneSolver", "WorkingSet"]
+
+VARIANTS = ("one_slack", "n_slack")
+
+
+class WorkingSet:
+    """The planes ``xi_owner >= c_k - <w, a_k>`` found so far and the dual QP over them:
+
+        max_alpha  c^T alpha - 1/2 alpha^T Q alpha,   Q = A A^T / lambda,
+        alpha >= 0,   sum of alpha_k over each owner's planes <= bound,
+
+    (the bound is 1 for one slack, 1/n for n slacks); w = A^T alpha / lambda.
+
+    Parameters
+    ----------
+    d : int
+        Dimension of w.
+    lam : float
+        lambda > 0.
+    bound : float
+        The bound on each owner's dual sum.
+    """
+
+    def __init__(self, d: int, lam: float, bound: float) -> None:
+        self.d, self.lam, self.bound = d, lam, bound
+        self.owners: list[int] = []
+        self.c = np.zeros(0)
+        self.rows = sp.csr_array((0, d))
+        self.gram = np.zeros((0, 0))
+        self.alpha = np.zeros(0)
+        self.idle = np.zeros(0, dtype=np.int64)
+        self.qp_time = 0.0
+
+    def __len__(self) -> int:
+        return len(self.owners)
+
+    def add(self, owners: list[int], c: np.ndarray, rows: sp.csr_array) -> None:
+        """Add planes: their owners, constants c (k,) and vectors a (k, d)."""
+        if not owners:
+            return
+        cross = (rows @ self.rows.T).toarray() / self.lam if len(self) else np.zeros((len(owners), 0))
+        own = (rows @ rows.T).toarray() / self.lam
+        self.gram = np.block([[self.gram, cross.T], [cross, own]])
+        self.rows = sp.vstack([self.rows, rows], format="csr")
+        self.owners += owners
+        self.c = np.concatenate([self.c, c])
+        self.alpha = np.concatenate([self.alpha, np.zeros(len(owners))])
+        self.idle = np.concatenate([self.idle, np.zeros(len(owners), dtype=np.int64)])
+
+    def feasible(self, alpha: np.ndarray) -> np.ndarray:
+        """``alpha`` made dual-feasible: clipped at 0 and each owner's sum scaled down to the bound
+        (the QP solver's answer is feasible only to its tolerance)."""
+        alpha = np.maximum(alpha, 0.0)
+        owners = np.asarray(self.owners)
+        sums = np.bincount(owners, weights=alpha, minlength=owners.max() + 1)
+        scale = np.where(sums > self.bound, self.bound / np.where(sums > 0, sums, 1.0), 1.0)
+        return alpha * scale[owners]
+
+    def solve(self) -> float:
+        """Solve the dual QP (from the last solution); returns the dual value of the (feasible)
+        solution, which is a lower bound on the primal optimum."""
+        if not len(self):
+            return 0.0
+        began = time.perf_counter()
+        k = len(self)
+        h = new_highs()
+        inf = highspy.kHighsInf
+        h.addVars(k, np.zeros(k), np.full(k, inf))
+        h.changeColsCost(k, np.arange(k, dtype=np.int32), -self.c)
+        owners = np.asarray(self.owners)
+        groups = np.unique(owners)
+        block = np.searchsorted(groups, owners)
+        rows = sp.csr_array((np.ones(k), (block, np.arange(k))), shape=(len(groups), k))
+        h.addRows(len(groups), np.full(len(groups), -inf), np.full(len(groups), self.bound), rows.nnz,
+                  rows.indptr[:-1].astype(np.int32), rows.indices.astype(np.int32), rows.data)
+        lower = sp.csc_array(np.tril(self.gram))
+        h.passHessian(k, lower.nnz, highspy.HessianFormat.kTriangular, lower.indptr.astype(np.int32),
+                      lower.indices.astype(np.int32), lower.data)
+        if self.alpha.any():
+            solution = highspy.HighsSolution()
+            solution.col_value = list(self.alpha)
+            solution.value_valid = True
+            h.setSolution(solution)
+        h.run()
+        status = h.getModelStatus()
+        if status != highspy.HighsModelStatus.kOptimal:
+            raise RuntimeError(f"the cutting-plane dual QP did not solve: HiGHS status "
+                               f"'{h.modelStatusToString(status)}'")
+        self.alpha = self.feasible(np.asarray(h.getSolution().col_value))
+        self.idle = np.where(self.alpha > 0, 0, self.idle + 1)
+        self.qp_time += time.perf_counter() - began
+        return self.dual()
+
+    def dual(self) -> float:
+        """The dual objective at the current alpha."""
+        return float(self.c @ self.alpha - 0.5 * self.alpha @ self.gram @ self.alpha)
+
+    def weights(self) -> np.ndarray:
+        """w = A^T alpha / lambda (d,)."""
+        if not len(self):
+            return np.zeros(self.d)
+        return self.rows.T @ self.alpha / self.lam
+
+    def prune(self, inactive: int) -> None:
+        """Drop the planes whose alpha has been 0 for ``inactive`` solves (the dual value stays)."""
+        keep = self.idle < inactive
+        if keep.all():
+            return
+        self.owners = [o for o, k in zip(self.owners, keep, strict=True) if k]
+        self.c, self.alpha, self.idle = self.c[keep], self.alpha[keep], self.idle[keep]
+        self.rows = self.rows[np.flatnonzero(keep)]
+        self.gram = self.gram[np.ix_(keep, keep)]
+
+
+def _hinge(loss: object) -> StructuredHingeLoss:
+    if not isinstance(loss, StructuredHingeLoss):
+        raise TypeError(f"solver='cutting_plane' trains a structural SVM: loss must be a StructuredHingeLoss "
+                        f"(margin or slack rescaling), got {type(loss).__name__}")
+    if loss.reduction != "mean":
+        raise ValueError(f"solver='cutting_plane' needs the loss's reduction 'mean', got {loss.reduction!r}")
+    return loss
+
+
+class CuttingPlane:
+    """The state of the cutting-plane method on one training set (``fit(solver="cutting_plane")``).
+
+    Parameters
+    ----------
+    model : nn.Module
+        Potentials linear in its parameters, in any of :func:`structtorch.train.fit`'s model/loss
+        protocols with a :class:`structtorch.StructuredHingeLoss` (chain potentials, or a
+        structure such as a :class:`structtorch.ChainDistribution` or
+        :class:`structtorch.SemiMarkovDistribution`). Its parameters start at w = 0 and hold the
+        last iterate, whose primal is recorded, after every iteration.
+    data : SequenceData
+        The n training sequences.
+    loss : StructuredHingeLoss
+        Reduction "mean"; any rescaling, ``h`` and loss its oracle takes.
+    lam : float
+        lambda > 0, the weight of lambda/2 ||w||^2.
+    variant : {"one_slack", "n_slack"}
+    tol : float
+        Stop when primal - dual <= tol (absolute, in the scaled objective).
+    inactive : int
+        Iterations a plane may stay unused (alpha = 0) before it leaves the working set.
+    batch_size : int
+        Sequences per oracle call (one_slack; n_slack calls the oracle per sequence).
+    margin : float
+        n_slack adds a sequence's plane only if it is violated by more than this (relative to
+        tol; default: tol).
+    """
+
+    def __init__(self, model: nn.Module, data: SequenceData, loss: StructuredHingeLoss, lam: float, *,
+                 variant: str = "one_slack", tol: float = 1e-3, inactive: int = 50, batch_size: int = 256,
+                 margin: float | None = None, seed: int = 0) -> None:
+        if variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        if lam <= 0:
+            raise ValueError("solver='cutting_plane' needs a regularizer: C > 0 or l2 > 0")
+        self.task = Task(model, _hinge(loss))
+        self.data, self.lam, self.variant = data, float(lam), variant
+        self.tol = check_number("tol", tol, low=0.0)
+        self.inactive = check_int("inactive", inactive, 1)
+        self.batch_size = check_int("batch_size", batch_size, 1)
+        self.margin = self.tol if margin is None else check_number("margin", margin, low=0.0)
+        self.vector = ParameterVector(self.task.parameters)
+        first = data.batch(torch.arange(min(len(data), 4)))
+        kwargs = {"lengths": first.lengths} if self.task.takes_lengths else {}
+        check_linear(model, first.x, seed, solver="cutting_plane", kwargs=kwargs)
+        n = len(data)
+        self.set = WorkingSet(self.vector.d, self.lam, 1.0 if variant == "one_slack" else 1.0 / n)
+        self.oracle_calls = 0
+        self.w = torch.zeros(self.vector.d, dtype=torch.float64, device=self.vector.device)
+        self.vector.load(self.w)
+        self.slacks = np.zeros(n)  # n_slack: each sequence's slack under the working set at w
+
+    def _planes(self, idx: Tensor) -> tuple[Tensor, Tensor]:
+        """At the loaded w, the hinges' sum over ``data[idx]`` and its gradient (d,), float64."""
+        batch = self.data.batch(idx)
+        with torch.enable_grad():
+            total = self.task.batch_loss(batch) * len(idx)
+            grad = self.vector.grad(total)
+        self.oracle_calls += len(idx)
+        return total.detach().double(), grad
+
+    def _sparse(self, grads: list[Tensor]) -> sp.csr_array:
+        return sp.csr_array(torch.stack([-g for g in grads]).cpu().numpy())
+
+    def _oracle(self) -> tuple[float, list[int], np.ndarray, sp.csr_array]:
+        """The mean hinge at the loaded w and the planes to add (owners, c, rows a)."""
+        w = self.w
+        n = len(self.data)
+        if self.variant == "one_slack":
+            total, grad = torch.zeros((), dtype=torch.float64), torch.zeros_like(w)
+            for idx in torch.arange(n).split(self.batch_size):
+                value, g = self._planes(idx)
+                total, grad = total + value.cpu(), grad + g
+            a = -grad / n
+            mean = float(total) / n
+            return mean, [0], np.array([mean + float(w @ a)]), sp.csr_array(a.cpu().numpy()[None])
+        owners, consts, rows, hinges = [], [], [], np.zeros(n)
+        for i in range(n):
+            value, g = self._planes(torch.tensor([i]))
+            hinges[i] = float(value)
+            if hinges[i] > self.slacks[i] + self.margin:
+                owners.append(i)
+                consts.append(hinges[i] - float(w @ g))
+                rows.append(g)
+        planes = self._sparse(rows) if rows else sp.csr_array((0, self.vector.d))
+        return float(hinges.mean()), owners, np.asarray(consts), planes
+
+    def _slacks(self) -> np.ndarray:
+        """Each sequence's slack max(0, max over its planes of c - <w, a>) at the current w."""
+        n = len(self.data)
+        if not len(self.set):
+            return np.zeros(n)
+        w = self.w.cpu().numpy()
+        values = self.set.c - self.set.rows @ w
+        slack = np.zeros(n)
+        np.maximum.at(slack, np.asarray(self.set.owners), values)
+        return slack
+
+    def iterate(self) -> dict[str, float]:
+        """Solve the dual over the working set, load its w, run the oracle there: the record of
+        the loaded weights (``objective`` their primal, ``dual``, ``gap``, ``constraints``,
+        ``oracle_calls``, ``qp_time``)."""
+        dual = self.set.solve()
+        self.vector.load(torch.as_tensor(self.set.weights(), dtype=torch.float64).to(self.vector.device))
+        self.w = self.vector.current()  # as loaded (e.g. rounded to float32): the weights certified
+        if self.variant == "n_slack":
+            self.slacks = self._slacks()
+        hinge, owners, c, rows = self._oracle()
+        primal = 0.5 * self.lam * float(self.w @ self.w) + hinge
+        self.set.add(owners, c, rows)
+        self.set.prune(self.inactive)
+        return {"objective": primal, "dual": dual, "gap": primal - dual, "constraints": float(len(self.set)),
+                "oracle_calls": float(self.oracle_calls), "qp_time": self.set.qp_time}
+
+
+class CuttingPlaneSolver(GapSolver):
+    """``solver="cutting_plane"`` of :func:`structtorch.train.fit`: one epoch is one iteration
+    of :class:`CuttingPlane` (a dual QP and one oracle pass); training stops once the duality gap
+    is at most ``tol``.
+
+    ``options.solver_options`` are the keyword options of :class:`CuttingPlane` (``variant``,
+    ``tol``, ``inactive``, ``batch_size``, ``margin``). Records ``objective`` (the primal of the
+    loaded weights), ``dual``, ``gap``, ``constraints`` (working-set size), ``oracle_calls``
+    (cumulative, in sequences), ``qp_time`` and ``time`` (cumulative seconds).
+    """
+
+    records = {"objective": "min", "dual": "max", "gap": "min", "constraints": "min", "oracle_calls": "min",
+               "qp_time": "max", "time": "max"}
+
+    def __init__(self, model: nn.Module, data: SequenceData, loss: object, options: FitOptions) -> None:
+        super().__init__("cutting_plane", model, options, "it solves a QP")
+        self.state = CuttingPlane(model, data, loss, options.lam, seed=options.seed,
+                                  **dict(options.solver_options))
+        self.task = self.state.task
+        self.step, self.tol = self.state.iterate, self.state.tol

@@ -1,0 +1,168 @@
+"""Cutting-plane training of structural SVMs (fit(solver="cutting_plane")): the optimum against the
+QP over every labeling (cvxpy), the certificate, and the errors."""
+
+from __future__ import annotations
+
+import itertools
+
+import cvxpy as cp
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import structtorch as st
+from structtorch.data import SequenceData, make_tagging_data
+from structtorch.learn.solvers.cutting_plane import WorkingSet
+
+
+def tiny(n=4, seed=3, max_length=3, labels=2):
+    return make_tagging_data(n, seed=seed, min_length=1, max_length=max_length, num_features=2,
+                             num_labels=labels, noise=1.5)
+
+
+def psi(model, x, labels):
+    """The joint feature map of a linear model: the gradient of the path score (float64, (d,))."""
+    params = [p for p in model.parameters()]
+    unary, trans = model(x[None])
+    score = st.path_score(unary, trans, labels[None])
+    grads = torch.autograd.grad(score.sum(), params, allow_unused=True)
+    flat = [torch.zeros_like(p) if g is None else g for g, p in zip(grads, params, strict=True)]
+    return torch.cat([g.reshape(-1) for g in flat]).double().numpy()
+
+
+def brute_force_optimum(model, data, lam, rescaling):
+    """min lam/2 ||w||^2 + mean xi over every labeling's constraint (cvxpy), at Hamming losses."""
+    d = sum(p.numel() for p in model.parameters())
+    w, xi = cp.Variable(d), cp.Variable(len(data))
+    constraints = [xi >= 0]
+    for i in range(len(data)):
+        L = int(data.lengths[i])
+        x, y = data.x[i, :L], data.labels[i, :L]
+        true = psi(model, x, y)
+        for other in itertools.product(range(2), repeat=L):
+            delta = float((torch.tensor(other) != y).sum())
+            if delta == 0:
+                continue
+            margin = (true - psi(model, x, torch.tensor(other))) @ w
+            constraints.append(xi[i] >= (delta - margin if rescaling == "margin" else delta * (1 - margin)))
+    problem = cp.Problem(cp.Minimize(lam / 2 * cp.sum_squares(w) + cp.sum(xi) / len(data)), constraints)
+    problem.solve(solver=cp.CLARABEL)
+    return problem.value
+
+
+@pytest.mark.parametrize("rescaling", ["margin", "slack"])
+@pytest.mark.parametrize("variant", ["one_slack", "n_slack"])
+def test_optimum_is_the_qp_over_every_labeling(variant, rescaling):
+    data = tiny()
+    lam, tol = 0.5, 1e-6
+    model = st.LinearChainPotentials(2, 2)
+    history = st.train.fit(model, data, st.StructuredHingeLoss(rescaling), epochs=300, l2=lam,
+                           solver="cutting_plane", solver_options={"variant": variant, "tol": tol}, progress=False)
+    best = brute_force_optimum(st.LinearChainPotentials(2, 2), data, lam, rescaling)
+    assert history.converged and history["gap"][-1] <= tol
+    assert history["dual"][-1] <= best + 1e-6 <= history["objective"][-1] + 2e-6
+    assert history["objective"][-1] == pytest.approx(best, abs=1e-5)
+
+
+@pytest.mark.parametrize("variant", ["one_slack", "n_slack"])
+def test_the_certificate_is_the_primal_of_the_returned_weights(variant):
+    data = make_tagging_data(12, seed=1, min_length=2, max_length=6, num_features=3, num_labels=3, noise=1.0)
+    data = SequenceData(data.x.double(), data.labels, data.lengths)  # float64: a tight certificate
+    model = st.LinearChainPotentials(3, 3).double()
+    loss = st.StructuredHingeLoss("slack")
+    history = st.train.fit(model, data, loss, epochs=200, C=2.0, solver="cutting_plane",
+                           solver_options={"variant": variant, "tol": 1e-4}, progress=False)
+    lam = 1 / (len(data) * 2.0)
+    with torch.no_grad():
+        unary, trans = model(data.x)
+        primal = float(loss(unary, trans, data.labels, lengths=data.lengths))
+        primal += lam / 2 * sum(float(p.pow(2).sum()) for p in model.parameters())
+    assert history.converged and history["gap"][-1] <= 1e-4
+    assert history["objective"][-1] == pytest.approx(primal, rel=1e-9)
+    gap = np.array(history["gap"])
+    assert (gap >= -1e-9).all() and gap[0] > 100 * gap[-1]  # weak duality; it closes
+    dual = np.array(history["dual"])
+    assert (np.diff(dual) >= -1e-7).all()  # the working set only grows in value
+    calls = np.array(history["oracle_calls"])
+    assert (np.diff(calls) > 0).all() and calls[0] == len(data)
+
+
+def test_working_set_dual_is_feasible_and_prunes():
+    ws = WorkingSet(d=2, lam=1.0, bound=1.0)
+    import scipy.sparse as sp
+
+    ws.add([0, 0], np.array([1.0, 0.5]), sp.csr_array(np.array([[1.0, 0.0], [0.0, -1.0]])))
+    dual = ws.solve()
+    # max a1 + 0.5 a2 - (a1^2 + a2^2) / 2 with a1 + a2 <= 1: a1 = 0.75, a2 = 0.25
+    np.testing.assert_allclose(ws.alpha, [0.75, 0.25], atol=1e-6)
+    assert dual == pytest.approx(0.75 + 0.125 - (0.75**2 + 0.25**2) / 2, abs=1e-9)
+    np.testing.assert_allclose(ws.weights(), [0.75, -0.25], atol=1e-6)
+    ws.add([0], np.array([-5.0]), sp.csr_array(np.array([[1.0, 1.0]])))  # never active
+    for _ in range(3):
+        ws.solve()
+    ws.prune(2)
+    assert len(ws) == 2 and ws.gram.shape == (2, 2)
+
+
+def test_errors():
+    data = tiny()
+
+    class Deep(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = st.LinearChainPotentials(2, 2)
+
+        def forward(self, x):
+            unary, trans = self.inner(x)
+            return torch.tanh(unary), trans
+
+    fit = st.train.fit
+    hinge = st.StructuredHingeLoss()
+    with pytest.raises(ValueError, match="linear in the parameters"):
+        fit(Deep(), data, hinge, epochs=1, C=1.0, solver="cutting_plane", progress=False)
+    with pytest.raises(TypeError, match="StructuredHingeLoss"):
+        fit(st.LinearChainPotentials(2, 2), data, st.train.chain_nll, epochs=1, C=1.0, solver="cutting_plane",
+            progress=False)
+    with pytest.raises(ValueError, match="regularizer"):
+        fit(st.LinearChainPotentials(2, 2), data, hinge, epochs=1, solver="cutting_plane", progress=False)
+    with pytest.raises(ValueError, match="variant"):
+        fit(st.LinearChainPotentials(2, 2), data, hinge, epochs=1, C=1.0, solver="cutting_plane",
+            solver_options={"variant": "two_slack"}, progress=False)
+    with pytest.raises(ValueError, match="optimizer"):
+        model = st.LinearChainPotentials(2, 2)
+        fit(model, data, hinge, epochs=1, C=1.0, solver="cutting_plane", progress=False,
+            optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+
+
+def test_structure_models_train_too():
+    """A model returning a ChainDistribution (loss(structure, target)) trains to the same optimum."""
+
+    class AsStructure(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = st.LinearChainPotentials(2, 2)
+
+        def forward(self, x, lengths=None):
+            return st.ChainDistribution(*self.inner(x), lengths=lengths)
+
+    data = tiny(n=6, max_length=4)
+    kw = dict(epochs=300, C=1.0, solver="cutting_plane", solver_options={"tol": 1e-6}, progress=False)
+    h1 = st.train.fit(AsStructure(), data, st.StructuredHingeLoss(), **kw)
+    h2 = st.train.fit(st.LinearChainPotentials(2, 2), data, st.StructuredHingeLoss(), **kw)
+    assert h1.converged and h1["objective"][-1] == pytest.approx(h2["objective"][-1], abs=1e-5)
+
+
+def test_sparse_features():
+    """SparseFeaturePotentials (sparse gradients) trains; planes are stored sparse."""
+    from structtorch.nn.sparse import SparseFeaturePotentials
+
+    n, T, F = 10, 5, 30
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, F, (n, T, 2), generator=g)
+    labels = torch.randint(0, 3, (n, T), generator=g)
+    data = SequenceData(ids, labels, torch.full((n,), T))
+    model = SparseFeaturePotentials(F, 3)
+    history = st.train.fit(model, data, st.StructuredHingeLoss(), epochs=300, C=1.0, solver="cutting_plane",
+                           solver_options={"tol": 1e-5, "variant": "n_slack"}, progress=False)
+    assert history.converged
