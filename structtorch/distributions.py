@@ -249,13 +249,15 @@ class ChainDistribution(_StructureDistribution):
 
     def loss_augmented(self, target: Tensor, *, h: HLike = None, rescaling: str = "margin",
                        weights: Tensor | None = None, cost: Tensor | None = None,
-                       algorithm: str = "auto") -> tuple[Tensor, Tensor, Tensor]:
-        """The most violating labeling for ``target`` (B, T): ``(value (B,), path (B, T), hamming
+                       algorithm: str = "auto",
+                       pair_cost: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """The most violating labeling for ``target`` (B, T): ``(value (B,), path (B, T), count
         (B,))`` as :func:`structtorch.loss_augmented` returns them (the value's gradient is
-        the structured hinge's subgradient). :func:`structtorch.structured_hinge` takes this
-        distribution as its structure."""
+        the structured hinge's subgradient; ``pair_cost`` (B, T-1, N, N) the costs of label
+        pairs). :func:`structtorch.structured_hinge` takes this distribution as its structure."""
         return self._run(None, lambda: loss_augmented_chain(
-            self._chain, target, h=h, rescaling=rescaling, weights=weights, cost=cost, algorithm=algorithm))
+            self._chain, target, h=h, rescaling=rescaling, weights=weights, cost=cost, algorithm=algorithm,
+            pair_cost=pair_cost))
 
     def kbest(self, k: int) -> tuple[Tensor, Tensor]:
         """The k highest-scoring distinct labelings (see :func:`structtorch.kbest`).
@@ -492,16 +494,19 @@ class SemiMarkovDistribution(_StructureDistribution):
 
     def loss_augmented(self, target: tuple[Tensor, Tensor], *, h: HLike = None, rescaling: str = "margin",
                        weights: Tensor | None = None, cost: Tensor | None = None,
-                       algorithm: str = "auto") -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                       algorithm: str = "auto",
+                       loss: str = "hamming") -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """The most violating segmentation for ``target`` = (labels, starts): ``(value (B,), labels
-        (B, T), starts (B, T), hamming (B,))`` as :func:`structtorch.semimarkov_loss_augmented`
-        returns them. ``cost`` is not supported for segmentations (a ValueError)."""
+        (B, T), starts (B, T), count (B,))`` as :func:`structtorch.semimarkov_loss_augmented`
+        returns them (``loss``: "hamming", "segment", "boundary" or "zero_one"). ``cost`` is not
+        supported for segmentations (a ValueError)."""
         if cost is not None:
             raise ValueError("cost is not supported for semi-Markov models (use h and weights)")
         if not isinstance(target, (tuple, list)) or len(target) != 2:
             raise TypeError("target must be a (labels, starts) pair of (B, T) tensors")
         return self._run(None, lambda: loss_augmented_semimarkov(
-            self._sm, target[0], target[1], h=h, rescaling=rescaling, weights=weights, algorithm=algorithm))
+            self._sm, target[0], target[1], h=h, rescaling=rescaling, weights=weights, algorithm=algorithm,
+            loss=loss))
 
     def kbest(self, k: int) -> tuple[Tensor, Tensor, Tensor]:
         """The k highest-scoring distinct segmentations: ``(scores (B, k), labels (B, k, T), starts

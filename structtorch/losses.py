@@ -9,6 +9,7 @@ the learning layer (:mod:`structtorch.learn`) sits on top of both.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Protocol
 
 from torch import Tensor, nn
@@ -59,6 +60,8 @@ def structured_hinge(
     edges: Tensor | None = None,
     connected: list[int] | None = None,
     connected_soft: dict | None = None,
+    pair_cost: Tensor | None = None,
+    loss: str | None = None,
 ) -> Tensor:
     """max(0, loss-augmented value) of a structure for a target, reduced over the batch.
 
@@ -78,8 +81,12 @@ def structured_hinge(
       connectivity constraints.
 
     Margin rescaling: max(0, max_y' [s(y') + Delta(y, y')] - s(y)); slack rescaling:
-    max(0, max_y' Delta(y, y') (1 + s(y') - s(y))), with Delta = h(weighted Hamming) or a cost.
-    The gradient is the exact subgradient (zero where the hinge is inactive).
+    max(0, max_y' Delta(y, y') (1 + s(y') - s(y))), with Delta = h(weighted Hamming) or h of a
+    sum of costs (``cost`` per position, ``pair_cost`` (B, T-1, N, N) per pair of neighbouring
+    labels: chains); semi-Markov models also take ``loss`` ("hamming", "segment", "boundary",
+    "zero_one", see :func:`structtorch.semimarkov_loss_augmented`). ``pair_cost`` and ``loss``
+    reach the structure's ``loss_augmented`` only when given. The gradient is the exact
+    subgradient (zero where the hinge is inactive).
 
     Returns a scalar for reduction "mean"/"sum", else a (B,) tensor.
     """
@@ -101,8 +108,23 @@ def structured_hinge(
         structure, target = unary, transitions
     else:
         structure, target = structure_of(unary, transitions, target, **keywords)
-    value = structure.loss_augmented(target, h=h, rescaling=rescaling, weights=weights, cost=cost)[0]
+    extra = _extra_loss_arguments(structure, pair_cost=pair_cost, loss=loss)
+    value = structure.loss_augmented(target, h=h, rescaling=rescaling, weights=weights, cost=cost, **extra)[0]
     return reduce_batch(value.clamp(min=0), reduction)
+
+
+def _extra_loss_arguments(structure: object, **given: object) -> dict[str, object]:
+    """The loss arguments beyond (h, rescaling, weights, cost) that were given, checked to be taken
+    by the structure's ``loss_augmented`` (a ValueError naming them otherwise)."""
+    given = {k: v for k, v in given.items() if v is not None}
+    if not given:  # the common case, and what torch.compile traces without inspecting signatures
+        return given
+    taken = inspect.signature(structure.loss_augmented).parameters
+    refused = [k for k in given if k not in taken]
+    if refused:
+        raise ValueError(f"{', '.join(refused)} is not a loss argument of {type(structure).__name__} "
+                         f"(its loss_augmented takes {', '.join(k for k in taken if k != 'target')})")
+    return given
 
 
 def structure_of(unary: Tensor, transitions: Tensor, target: object, *, start=None, end=None, lengths=None,
@@ -144,11 +166,17 @@ class StructuredHingeLoss(nn.Module):
     ----------
     rescaling : {"margin", "slack"}
     h : None, callable or Tensor
-        The loss as a function of the Hamming count (None: the count itself).
+        The loss as a function of the Hamming count or of the loss's count (None: the count
+        itself).
     reduction : {"mean", "sum", "none"}
+    loss : str, optional
+        The loss of segmentations, passed to the structure's ``loss_augmented``: "hamming" (the
+        default), "segment", "boundary" or "zero_one" (see
+        :func:`structtorch.semimarkov_loss_augmented`).
     """
 
-    def __init__(self, rescaling: str = "margin", h: HLike = None, reduction: str = "mean") -> None:
+    def __init__(self, rescaling: str = "margin", h: HLike = None, reduction: str = "mean",
+                 loss: str | None = None) -> None:
         super().__init__()
         if rescaling not in RESCALINGS:
             raise ValueError(f"rescaling must be 'margin' or 'slack', got {rescaling!r}")
@@ -156,10 +184,13 @@ class StructuredHingeLoss(nn.Module):
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
         if not (h is None or callable(h) or isinstance(h, Tensor)):
             raise TypeError(f"h must be None, a callable or a tensor, got {type(h).__name__}")
-        self.rescaling, self.h, self.reduction = rescaling, h, reduction
+        if loss is not None and not isinstance(loss, str):
+            raise TypeError(f"loss must be None or a str, got {type(loss).__name__}")
+        self.rescaling, self.h, self.reduction, self.loss = rescaling, h, reduction, loss
 
     def extra_repr(self) -> str:
-        return f"rescaling={self.rescaling!r}, reduction={self.reduction!r}"
+        extra = "" if self.loss is None else f", loss={self.loss!r}"
+        return f"rescaling={self.rescaling!r}, reduction={self.reduction!r}{extra}"
 
     def forward(
         self,
@@ -178,10 +209,11 @@ class StructuredHingeLoss(nn.Module):
         ``loss(unary, transitions, target, ...)``; shapes as for
         :func:`structtorch.loss_augmented`; semi-Markov models pass ``max_len``,
         ``target_starts`` and their segment scores, graph models ``edges`` (and
-        ``connected``/``connected_soft``) (see :func:`structured_hinge`)."""
+        ``connected``/``connected_soft``), chains may pass ``pair_cost`` (see
+        :func:`structured_hinge`)."""
         return structured_hinge(
             unary, transitions, target, rescaling=self.rescaling, h=self.h, reduction=self.reduction,
-            start=start, end=end, lengths=lengths, weights=weights, cost=cost, **semimarkov,
+            start=start, end=end, lengths=lengths, weights=weights, cost=cost, loss=self.loss, **semimarkov,
         )
 
 

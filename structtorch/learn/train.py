@@ -261,7 +261,7 @@ def fit(
         BCFW: ``tol`` (default 0: run all epochs), ``averaging`` (default True), ``line_search``
         (default True), ``batch_size`` of the gap computation (default 256). Cutting planes:
         ``variant`` ("one_slack", default, or "n_slack"), ``tol`` (absolute, default 1e-3),
-        ``inactive`` (iterations a plane may stay unused before it is dropped, default 50),
+        ``inactive`` (iterations a plane may stay unused before it is dropped, default 10),
         ``batch_size`` of the oracle pass (default 256), ``margin`` (n_slack: the violation a
         plane needs to enter, default ``tol``).
 

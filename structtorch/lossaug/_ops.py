@@ -43,20 +43,22 @@ def _fake(first, *rest):
     return first.new_empty(first.shape[:2], dtype=torch.long)
 
 
-def _loss(gold: Tensor, weights: Tensor, htab: Opt, cost: Opt, intercept: Opt, slope: Opt,
-          affine_from_htab: bool, nonnegative: bool, rescaling: str,
+def _loss(gold: Tensor, weights: Tensor, htab: Opt, cost: Opt, pair: Opt, intercept: Opt, slope: Opt,
+          affine_from_htab: bool, nonnegative: bool, scale: float, kind: str, rescaling: str,
           algorithm: str) -> tuple[LossSpec, Tensor, str]:
     """The operators' trailing arguments: the target's detached score (B,), the fields of a
     :class:`LossSpec` and the algorithm's name."""
     affine = None if intercept is None else (intercept, slope)
-    return LossSpec(rescaling, weights, htab, cost, affine, affine_from_htab, nonnegative), gold, algorithm
+    spec = LossSpec(rescaling, weights, htab, cost, affine, affine_from_htab, nonnegative, pair, scale, kind)
+    return spec, gold, algorithm
 
 
 def _loss_arguments(spec: LossSpec, gold: Tensor, algorithm: str) -> tuple:
     """The arguments of :func:`_loss` for ``spec``."""
     intercept, slope = spec.affine if spec.affine is not None else (None, None)
-    flags = (spec.affine_from_htab, spec.nonnegative)
-    return (gold, spec.weights, spec.htab, spec.cost, intercept, slope, *flags, spec.rescaling, algorithm)
+    flags = (spec.affine_from_htab, spec.nonnegative, spec.scale, spec.kind)
+    return (gold, spec.weights, spec.htab, spec.cost, spec.pair, intercept, slope, *flags, spec.rescaling,
+            algorithm)
 
 
 _LOSS_PARAMETERS = tuple(inspect.signature(_loss).parameters.values())
@@ -121,14 +123,14 @@ def solve(model: _Structure, spec: LossSpec, target: Tensor, N: int, algorithm: 
     structure comes from the model's operator; the value is recomputed along it from the
     potentials, so that its gradient is the exact subgradient."""
     if algorithm == "hamming" and spec.htab is None:
-        raise ValueError("algorithm='hamming' needs non-negative integer weights and no cost")
+        raise ValueError("algorithm='hamming' needs non-negative integer weights or costs")
     gold = model.score(model.truth)
     struct = most_violating(model, spec, target, algorithm, gold.detach())
     names = "the potentials or the loss"
     value = _value(model, spec, target, struct, gold)
     guard_overflow(value, (), 0, lambda: None, "the loss-augmented value", names)  # +inf, NaN
     value = cast_checked(value, dtype, "the loss-augmented value", names)
-    return value, struct, spec.count(model.labels(struct), target)
+    return value, struct, model.count(spec, struct, target)
 
 
 FUSED = ("triton",)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from .._numerics import NEG_INF, small_index_dtype
@@ -52,39 +53,44 @@ def chain_to_windows(chain: Chain) -> Tensor:
     return g
 
 
-def window_tables(
-    flat: Tensor, target: Tensor, weights: Tensor, lengths: Tensor, K: int, order: int
-) -> Tables:
-    """PyTorch tables over window scores flat (B, T, N^order, N) = g_t[(y_{t-l}..y_{t-1}), y_t]."""
+def window_tables(flat: Tensor, units: Tensor, pair: Tensor | None, lengths: Tensor, K: int,
+                  order: int) -> Tables:
+    """PyTorch tables over window scores flat (B, T, N^order, N) = g_t[(y_{t-l}..y_{t-1}), y_t],
+    for integer counts: label j at t adds ``units[b, t, j]`` (B, T, N) and, with ``pair``
+    (B, T-1, N, N), the pair (y_{t-1}, y_t) adds ``pair[b, t - 1, y_{t-1}, y_t]``."""
     B, T, S, N = flat.shape
     R, K1, dev = S // N, K + 1, flat.device
     flat = flat.double()
     kidx = torch.arange(K1, device=dev)
     labels = torch.arange(N, device=dev)
+    newest = torch.arange(S, device=dev) % N  # the label at t - 1 of each state
 
-    def shift(t: int) -> Tensor:  # (B, N): count added by label j at step t
-        return weights[:, t, None] * (labels != target[:, t, None])
+    def shift(t: int) -> Tensor:  # (B, S, N): count added by label j at step t after state s
+        step = units[:, t].unsqueeze(1).expand(B, S, N)
+        if pair is not None and t > 0:
+            step = step + pair[:, t - 1].index_select(1, newest)
+        return step
 
     if T == 0:  # every row is empty: one labeling, count 0, score 0
         best = torch.where(kidx == 0, 0.0, NEG_INF).double().expand(B, K1).clone()
         return Tables(best, lambda k: torch.empty(B, 0, dtype=torch.long, device=dev))
     table = flat.new_full((B, K1, S), NEG_INF, dtype=torch.float64)
-    s0 = shift(0)
+    s0 = shift(0)[:, 0]
     table.view(B, K1 * S).scatter_(1, (s0.clamp(max=K) * S + labels).long(), flat[:, 0, 0])
     table[:, :, :N][(s0 > K).unsqueeze(1).expand(B, K1, N)] = NEG_INF
     # reach[t]: the largest count any row can have at step t; only counts up to it are computed
-    reach = weights.cumsum(1).amax(0).clamp(max=K).tolist() if B else [0] * T
+    top = units.amax(2) + (0 if pair is None else F.pad(pair.flatten(2).amax(2), (1, 0)))
+    reach = top.cumsum(1).amax(0).clamp(max=K).tolist() if B else [0] * T
     bps = []
     for t in range(1, T):
         kp, k1 = reach[t - 1] + 1, reach[t] + 1
-        cand = (table[:, :kp].unsqueeze(3) + flat[:, t].unsqueeze(1)).view(B, kp, N, R, N)
+        src = kidx[:k1].view(1, k1, 1, 1) - shift(t).unsqueeze(1)  # (B, k1, S, N): count before
+        ok = (src >= 0) & (src < kp)
+        prev = table[:, :kp].unsqueeze(3).expand(B, kp, S, N).gather(1, src.clamp(0, kp - 1))
+        cand = (torch.where(ok, prev, NEG_INF) + flat[:, t].unsqueeze(1)).view(B, k1, N, R, N)
         arg = cand.argmax(2)  # first maximal oldest label
-        best = cand.gather(2, arg.unsqueeze(2)).squeeze(2)  # (B, kp, R, N)
-        src = kidx[:k1].view(1, k1, 1, 1) - shift(t).view(B, 1, 1, N)
-        ok = ((src >= 0) & (src < kp)).expand(B, k1, R, N)
-        src = src.clamp(0, kp - 1).expand(B, k1, R, N)
-        new = torch.where(ok, best.gather(1, src), NEG_INF).reshape(B, k1, S)
-        bps.append(torch.where(ok, arg.gather(1, src), 0).reshape(B, k1, S).to(small_index_dtype(N)))
+        new = cand.gather(2, arg.unsqueeze(2)).squeeze(2).reshape(B, k1, S)
+        bps.append(arg.reshape(B, k1, S).to(small_index_dtype(N)))
         active = (t < lengths)[:, None, None]
         table[:, :k1] = torch.where(active, new, table[:, :k1])
     order_idx = _newest_first(order, N, dev)
@@ -94,6 +100,7 @@ def window_tables(
     final_state = order_idx[pick]
     empty = lengths == 0
     best[empty] = torch.where(kidx == 0, 0.0, NEG_INF).to(best.dtype)
+    rows = torch.arange(B, device=dev)
 
     def backtrack(k: Tensor) -> Tensor:
         path = torch.full((B, T), -1, dtype=torch.long, device=dev)
@@ -107,35 +114,48 @@ def window_tables(
             label = cur % N
             path[:, t] = torch.where(inside, label, -1)
             if t > 0:
-                oldest = bps[t - 1][torch.arange(B, device=dev), cur_k, cur].long()
-                step = weights[:, t] * (label != target[:, t])
-                cur = torch.where(inside, oldest * R + cur // N, cur)
+                oldest = bps[t - 1][rows, cur_k, cur].long()
+                before = oldest * R + cur // N  # the state at t - 1
+                step = shift(t)[rows, before, label]
+                cur = torch.where(inside, before, cur)
                 cur_k = torch.where(inside, cur_k - step, cur_k)
         return torch.where((k < 0)[:, None], -1, path)  # no nonzero (a host sync)
 
     return Tables(best, backtrack)
 
 
-def semimarkov_tables(sm: SemiMarkov, target: Tensor, weights: Tensor, K: int) -> Tables:
+def unit_terms(units: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
+    """``terms(s, e)`` (B, D, N) of a position loss: the units (B, T, N) of the segment's positions
+    (see :func:`semimarkov_tables`)."""
+    mis = F.pad(units.cumsum(1), (0, 0, 1, 0))  # (B, T+1, N)
+    rows = torch.arange(units.shape[0], device=units.device)[:, None]
+    return lambda s, e: mis[rows, e] - mis[rows, s]
+
+
+def semimarkov_tables(sm: SemiMarkov, terms: Callable[[Tensor, Tensor], Tensor], offset: Tensor,
+                      K: int) -> Tables:
+    """Tables over segment ends for integer counts: the count starts at ``offset`` (B,) and a
+    segment [s, e) of label n adds ``terms(s, e)[b, d, n]`` (s, e (B, D) positions; see
+    :func:`unit_terms` and :class:`SegmentCounts`). Counts stay in [0, K] along every prefix."""
     B, T, S, N = sm.shape
     dev, K1 = sm.content.device, K + 1
-    F = sm.forbidden_counts()
-    wrong = weights.unsqueeze(2) * (torch.arange(N, device=dev) != target.unsqueeze(2))
-    mis = torch.cat([wrong.new_zeros(B, 1, N), wrong.cumsum(1)], 1)  # (B, T+1, N)
+    forbidden = sm.forbidden_counts()
     kidx = torch.arange(K1, device=dev)
+    rows = torch.arange(B, device=dev)
     alpha = torch.full((B, T + 1, K1, N), NEG_INF, dtype=torch.float64, device=dev)
     inc = torch.full((B, T + 1, K1, N), NEG_INF, dtype=torch.float64, device=dev)
-    inc[:, 0, 0] = sm.start.double()
+    inc[rows, 0, offset.clamp(0, K)] = sm.start.double()
     bp_d = torch.zeros(B, T + 1, K1, N, dtype=torch.long, device=dev)
     bp_m = torch.zeros_like(bp_d)
     trans = sm.transitions.double()
     for e in range(1, T + 1):
         D = min(S, e)
-        s = torch.arange(e - 1, e - D - 1, -1, device=dev)  # starts for d = 1..D
-        count = mis[:, e].unsqueeze(1) - mis[:, s]  # (B, D, N)
+        s = torch.arange(e - 1, e - D - 1, -1, device=dev).expand(B, D)  # starts for d = 1..D
+        count = terms(s, torch.full_like(s, e))  # (B, D, N)
         src = kidx.view(1, 1, K1, 1) - count.unsqueeze(2)  # (B, D, K1, N)
-        prev = inc[:, s].gather(2, src.clamp(min=0))
-        cand = torch.where(src >= 0, prev, NEG_INF) + segment_terms(sm, F, e).unsqueeze(2)
+        prev = inc[:, s[0]].gather(2, src.clamp(0, K))
+        cand = torch.where((src >= 0) & (src <= K), prev, NEG_INF)
+        cand = cand + segment_terms(sm, forbidden, e).unsqueeze(2)
         d = cand.argmax(1)
         alpha[:, e] = cand.gather(1, d.unsqueeze(1)).squeeze(1)
         bp_d[:, e] = d + 1
@@ -144,13 +164,13 @@ def semimarkov_tables(sm: SemiMarkov, target: Tensor, weights: Tensor, K: int) -
         inc[:, e] = step.gather(2, m.unsqueeze(2)).squeeze(2)
         bp_m[:, e] = m
     lengths = sm.lengths
-    final = alpha[torch.arange(B, device=dev), lengths] + sm.end.double().unsqueeze(1)  # (B, K1, N)
+    final = alpha[rows, lengths] + sm.end.double().unsqueeze(1)  # (B, K1, N)
     last = final.argmax(2)
     best = final.gather(2, last.unsqueeze(2)).squeeze(2)
-    best[lengths == 0] = torch.where(kidx == 0, 0.0, NEG_INF).to(best.dtype)
+    empty = torch.where(kidx == offset.clamp(0, K)[:, None], 0.0, NEG_INF).to(best.dtype)
+    best = torch.where((lengths == 0)[:, None], empty, best)
 
     def backtrack(k: Tensor) -> Tensor:
-        rows = torch.arange(B, device=dev)
         kk = k.clamp(min=0)
         label = last[rows, kk]
         e = lengths.clone()
@@ -161,7 +181,8 @@ def semimarkov_tables(sm: SemiMarkov, target: Tensor, weights: Tensor, K: int) -
             s = e - bp_d[rows, e, kk, label]
             starts[rows[active], s[active]] = True
             seg_label[rows[active], s[active]] = label[active]
-            kk = torch.where(active, kk - (mis[rows, e, label] - mis[rows, s, label]), kk)
+            added = terms(s.clamp(min=0)[:, None], e[:, None])[rows, 0, label]
+            kk = torch.where(active, kk - added, kk)
             label = torch.where(active, bp_m[rows, s, kk, label], label)
             e = torch.where(active, s, e)
             active = active & (e > 0)
@@ -171,3 +192,67 @@ def semimarkov_tables(sm: SemiMarkov, target: Tensor, weights: Tensor, K: int) -
         return torch.where(inside, seg_label.gather(1, filled) + N * starts.long(), -1)
 
     return Tables(best, backtrack)
+
+
+SEGMENT_LOSSES = ("hamming", "segment", "boundary", "zero_one")
+"""The losses of segmentations: positions whose label differs (weighted), segments ((start, end,
+label) triples) in the symmetric difference of the two segmentations, positions where "a segment
+starts here" differs, and 0/1 (whether the segmentations differ: the segment count capped at 1)."""
+
+
+def next_starts(starts: Tensor, lengths: Tensor) -> Tensor:
+    """(B, T) the first segment start after each position, or the length (the segment's end)."""
+    B, T = starts.shape
+    t = torch.arange(T, device=starts.device)
+    idx = torch.where(starts & (t < lengths[:, None]), t, lengths[:, None].expand(B, T))
+    later = torch.cat([idx[:, 1:], lengths[:, None]], 1)  # positions after t
+    return later.flip(1).cummin(1).values.flip(1)
+
+
+class SegmentCounts:
+    """The count of a segmentation loss (``kind`` in :data:`SEGMENT_LOSSES` but "hamming") against
+    a target segmentation, per segment: ``offset`` (B,) + the sum over the segments [s, e) of label
+    n of ``terms(s, e)[b, ..., n]``.
+
+    - "boundary": (s is not a target start) + (target starts inside (s, e));
+    - "segment" and "zero_one": |target segments| + the sum of (1 - 2 [s, e, n] is a target
+      segment) = |target segments| + |segments| - 2 |common segments|.
+    """
+
+    def __init__(self, kind: str, labels: Tensor, starts: Tensor, lengths: Tensor, N: int) -> None:
+        B, T = labels.shape
+        inside = torch.arange(T, device=labels.device) < lengths[:, None]
+        self.kind, self.N = kind, N
+        self.starts = torch.cat([starts & inside, starts.new_zeros(B, 1)], 1)  # (B, T + 1)
+        self.cum = F.pad(self.starts.long().cumsum(1), (1, 0))  # (B, T + 2): starts before each position
+        self.ends = F.pad(next_starts(starts, lengths), (0, 1))  # (B, T + 1)
+        self.labels = F.pad(labels.clamp(min=0), (0, 1))
+        self.offset = self.cum[:, T] if kind != "boundary" else torch.zeros_like(lengths)
+        self.rows = torch.arange(B, device=labels.device)
+
+    def bound(self, lengths: Tensor) -> int:
+        """The largest count of any segmentation (the table's K)."""
+        return int((self.offset + lengths).max()) if len(lengths) else 0
+
+    def terms(self, s: Tensor, e: Tensor) -> Tensor:
+        """(B, D, N) int64 what the segments [s, e) ((B, D) and (B, D) or (B, 1)) of each label add."""
+        rows = self.rows[:, None]
+        first = self.starts[rows, s].long()
+        if self.kind == "boundary":
+            inner = self.cum[rows, e] - self.cum[rows, s + 1]  # target starts in (s, e)
+            return ((1 - first) + inner).unsqueeze(2).expand(*s.shape, self.N)
+        same = (self.starts[rows, s] & (self.ends[rows, s] == e)).unsqueeze(2)
+        match = same & (self.labels[rows, s].unsqueeze(2) == torch.arange(self.N, device=s.device))
+        return 1 - 2 * match.long()
+
+    def count(self, labels: Tensor, starts: Tensor, lengths: Tensor) -> Tensor:
+        """(B,) int64 the count of the segmentation (labels, starts) ((B, T), -1 / False outside)."""
+        B, T = labels.shape
+        inside = torch.arange(T, device=labels.device) < lengths[:, None]
+        starts = starts & inside
+        if self.kind == "boundary":
+            return (starts != self.starts[:, :T]).sum(1)
+        ends = next_starts(starts, lengths)
+        common = starts & self.starts[:, :T] & (ends == self.ends[:, :T]) & (labels == self.labels[:, :T])
+        total = self.offset + starts.sum(1) - 2 * common.sum(1)
+        return total.clamp(max=1) if self.kind == "zero_one" else total

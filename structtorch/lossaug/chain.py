@@ -64,8 +64,9 @@ def loss_augmented(
     weights: Tensor | None = None,
     cost: Tensor | None = None,
     algorithm: str = "auto",
+    pair_cost: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Most violating labeling of a linear chain under a Hamming-based loss.
+    """Most violating labeling of a linear chain under a Hamming-based or decomposable loss.
 
     Parameters
     ----------
@@ -81,15 +82,23 @@ def loss_augmented(
     rescaling : {"margin", "slack"}
     weights : Tensor (B, T), optional
         Position weights of the Hamming loss. Non-negative integers work with any h and both
-        rescalings (the count dimension then runs to the largest weighted count); real weights
-        need margin rescaling with h=None.
+        rescalings (the count dimension then runs to the largest weighted count); so do
+        non-negative real weights that are integers after a common scale (e.g. 0.5 and 1.5: the
+        table counts in halves, h sees the real count); other real weights need margin rescaling
+        with h=None.
     cost : Tensor (N, N) or (B, T, N), optional
-        Margin rescaling only: a loss decomposing over positions, ``cost[y_t, y'_t]`` or
-        ``cost[b, t, y'_t]``; replaces h and weights.
+        A loss decomposing over positions, ``cost[y_t, y'_t]`` or ``cost[b, t, y'_t]``; replaces
+        weights. Margin rescaling with h=None takes any real costs (folded into the unary scores);
+        slack rescaling and any h take non-negative costs that are integers after a common scale
+        (the loss value, the sum of the costs, is the table's extra dimension; h applies to it).
+    pair_cost : Tensor (B, T-1, N, N), optional
+        Costs of label pairs, ``pair_cost[b, t, i, j]`` for y'_t = i and y'_{t+1} = j (a loss of
+        order 2, e.g. on transitions), added to ``cost``'s (or alone); replaces weights. The same
+        rules as for ``cost`` (folded into the transitions for margin rescaling with h=None).
     algorithm : {"auto", "hamming", "viterbi"}
-        "auto" folds margin losses that decompose over positions (affine h, real weights, cost)
-        into the unary scores and runs Viterbi; otherwise it runs the Hamming table. The others
-        force one path (for testing that they agree).
+        "auto" folds margin losses that decompose over positions (affine h, real weights, cost,
+        pair_cost with h=None) into the scores and runs Viterbi; otherwise it runs the count
+        table. The others force one path (for testing that they agree).
 
     Returns
     -------
@@ -103,23 +112,24 @@ def loss_augmented(
         on the loss-augmented scores.
     count : Tensor (B,)
         The Hamming count H(y, y'), weighted when ``weights`` are given (int64 for integer
-        weights).
+        weights), or the sum of the costs of y' (with ``cost`` / ``pair_cost``): the argument of h.
     """
     chain = check_chain(unary, transitions, start, end, lengths)
     return loss_augmented_chain(chain, target, h=h, rescaling=rescaling, weights=weights, cost=cost,
-                                algorithm=algorithm)
+                                algorithm=algorithm, pair_cost=pair_cost)
 
 
 def loss_augmented_chain(chain: Chain, target: Tensor, *, h: HLike = None, rescaling: str = "margin",
                          weights: Tensor | None = None, cost: Tensor | None = None,
-                         algorithm: str = "auto") -> tuple[Tensor, Tensor, Tensor]:
+                         algorithm: str = "auto",
+                         pair_cost: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`loss_augmented` on an already validated :class:`Chain` (the target and the
     loss arguments are checked here)."""
-    if _fuses(chain, h, rescaling, weights, cost, algorithm):
+    if pair_cost is None and _fuses(chain, h, rescaling, weights, cost, algorithm):
         return _fused(chain, target, rescaling, algorithm)
     mask = chain.mask()
     target = check_labels(target, mask, chain.shape[2], name="target")
-    spec = resolve_loss(h, rescaling, weights, cost, target, mask, chain.unary, algorithm)
+    spec = resolve_loss(h, rescaling, weights, cost, target, mask, chain.unary, algorithm, pair_cost)
     return solve(_ChainStructure(chain, target), spec, target, chain.shape[2], algorithm, chain.unary.dtype)
 
 
@@ -173,22 +183,28 @@ def window_loss_augmented(
     weights: Tensor | None = None,
     cost: Tensor | None = None,
     algorithm: str = "auto",
+    pair_cost: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`loss_augmented` for chains of order l.
 
     ``scores`` (B, T) + (N,) * (l + 1) as for :func:`structtorch.window_viterbi`; the other
-    arguments and the returns as for :func:`loss_augmented`. O(T^2 N^(l+1)) for the table.
+    arguments and the returns as for :func:`loss_augmented` (``pair_cost`` needs l >= 1).
+    O(T^2 N^(l+1)) for the table.
     """
     scores, order, N = _check_scores(scores)
     B, T = scores.shape[:2]
     lengths = check_lengths(lengths, B, T, scores.device)
-    plain = h is None and weights is None and cost is None and B > 0 and T > 0
+    if pair_cost is not None and order == 0:
+        raise ValueError("pair_cost needs windows of order l >= 1 (order-0 scores do not see the previous "
+                         "label)")
+    plain = h is None and weights is None and cost is None and pair_cost is None and B > 0 and T > 0
     plain = plain and rescaling == "margin" and algorithm in ("auto", "viterbi")
     if plain and _backend.backend_for(scores) in FUSED:
         return _fused_window(scores, lengths, target)
     mask = torch.arange(T, device=scores.device) < lengths[:, None]
     target = check_labels(target, mask, N, name="target")
-    spec = resolve_loss(h, rescaling, weights, cost, target, mask, scores.new_zeros(B, T, N), algorithm)
+    spec = resolve_loss(h, rescaling, weights, cost, target, mask, scores.new_zeros(B, T, N), algorithm,
+                        pair_cost)
     model = _WindowStructure(scores, order, N, lengths, target)
     return solve(model, spec, target, N, algorithm, scores.dtype)
 

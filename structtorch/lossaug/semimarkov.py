@@ -1,4 +1,4 @@
-"""Loss-augmented inference for semi-Markov models with the position Hamming loss.
+"""Loss-augmented inference for semi-Markov models: position, segment, boundary and 0/1 losses.
 
 Margin rescaling with an affine h folds the loss into the content scores (O(T S N)); any other h,
 and slack rescaling, run the Hamming-count table over segment ends,
@@ -7,6 +7,12 @@ and slack rescaling, run the Hamming-count table over segment ends,
 
 where c(s, e, n) counts the positions of [s, e) whose target label is not n. That costs
 O(T S K N + T K N^2) time and O(T K N) memory with K = T (the PyTorch loop here runs on any device).
+The segment-level losses (``loss=``) run the same table with another c(s, e, n), which may be
+negative, from an offset (``_torch.SegmentCounts``): "segment" counts the segments (start, end,
+label) in the symmetric difference of the two segmentations (offset: the target's segments; a
+segment adds 1, or -1 when it is one of the target's), "boundary" the positions where "a segment
+starts here" differs, "zero_one" whether they differ at all (the segment count capped at 1), with
+K = T plus the target's segments.
 Segmentations travel through the generic search (:mod:`structtorch.lossaug.structures`) encoded
 as one (B, T) tensor: label + N * (1 where a segment starts), -1 beyond each length.
 """
@@ -22,8 +28,9 @@ from ..semimarkov import _ops as _semimarkov_ops
 from ..semimarkov.layout import SemiMarkov, check_segmentation, check_semimarkov
 from ..semimarkov.plif import SegmentPLiF
 from ._ops import solve
+from ._torch import SEGMENT_LOSSES
 from .chain import _checked_value
-from .spec import HLike, resolve_loss
+from .spec import HLike, resolve_loss, resolve_segment_loss
 from .structures import _SemiMarkovStructure, decode
 
 __all__ = ["semimarkov_loss_augmented", "loss_augmented_semimarkov"]
@@ -53,14 +60,24 @@ def semimarkov_loss_augmented(
     weights: Tensor | None = None,
     algorithm: str = "auto",
     segment_plif: SegmentPLiF | None = None,
+    loss: str = "hamming",
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Most violating segmentation under the position Hamming loss.
+    """Most violating segmentation under a position or segment-level loss.
 
     Arguments as for :func:`structtorch.semimarkov_viterbi` (``segment_plif`` included), plus the
     target segmentation (``target_labels`` (B, T) int64 and ``target_starts`` (B, T) bool) and
     ``h``, ``rescaling``, ``weights`` and ``algorithm`` as for
-    :func:`structtorch.loss_augmented`
-    (H = number of positions inside the length whose label differs from the target's).
+    :func:`structtorch.loss_augmented`; Delta = h(H) with H, by ``loss``:
+
+    - "hamming": the positions inside the length whose label differs from the target's
+      (weighted by ``weights``);
+    - "segment": the segments, (start, end, label) triples, in the symmetric difference of the
+      target's and the found segmentation's;
+    - "boundary": the positions where "a segment starts here" differs;
+    - "zero_one": 1 where the segmentations differ, else 0.
+
+    Any h, both rescalings; the segment-level losses always run the count table (``weights``
+    apply to "hamming" only).
 
     Returns
     -------
@@ -70,27 +87,33 @@ def semimarkov_loss_augmented(
     labels : Tensor (B, T) int64 and starts : Tensor (B, T) bool
         The maximizing segmentation (-1 / False beyond each length).
     count : Tensor (B,)
-        The Hamming count H (positions whose label differs from the target's), weighted by
-        ``weights``.
+        H of the found segmentation (the Hamming count weighted by ``weights``, or the segment,
+        boundary or 0/1 count).
     """
     sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
                           start, end, lengths, segment_plif)
     return loss_augmented_semimarkov(sm, target_labels, target_starts, h=h, rescaling=rescaling,
-                                       weights=weights, algorithm=algorithm)
+                                       weights=weights, algorithm=algorithm, loss=loss)
 
 
 def loss_augmented_semimarkov(sm: SemiMarkov, target_labels: Tensor, target_starts: Tensor, *,
                                 h: HLike = None, rescaling: str = "margin", weights: Tensor | None = None,
-                                algorithm: str = "auto") -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                                algorithm: str = "auto",
+                                loss: str = "hamming") -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """:func:`semimarkov_loss_augmented` on already validated :class:`SemiMarkov` potentials (the
     target and the loss arguments are checked here)."""
+    if loss not in SEGMENT_LOSSES:
+        raise ValueError(f"loss must be one of {SEGMENT_LOSSES}, got {loss!r}")
     labels, starts = check_target(target_labels, target_starts, sm)
-    if _fuses(sm, h, rescaling, weights, algorithm):
+    if loss == "hamming" and _fuses(sm, h, rescaling, weights, algorithm):
         return _fused(sm, labels, starts)
     B, T, _, N = sm.shape
     mask = torch.arange(T, device=labels.device) < sm.lengths[:, None]
-    spec = resolve_loss(h, rescaling, weights, None, labels, mask, sm.content, algorithm)
     model = _SemiMarkovStructure(sm, labels, starts, mask)
+    if loss == "hamming":
+        spec = resolve_loss(h, rescaling, weights, None, labels, mask, sm.content, algorithm)
+    else:
+        spec = resolve_segment_loss(loss, h, rescaling, weights, model.bound(loss), B, sm.content, algorithm)
     value, struct, count = solve(model, spec, labels, N, algorithm, sm.content.dtype)
     out_labels, out_starts = decode(struct, N)
     return value, out_labels, out_starts, count

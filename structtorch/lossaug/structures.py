@@ -24,7 +24,15 @@ from ..chain.window import _window_path, _window_score
 from ..semimarkov.layout import SemiMarkov, semimarkov_score
 from ..semimarkov.plif import SegmentPLiF
 from ..semimarkov.segments import semimarkov_viterbi
-from ._torch import Tables, chain_to_windows, negate_scores, semimarkov_tables, window_tables
+from ._torch import (
+    SegmentCounts,
+    Tables,
+    chain_to_windows,
+    negate_scores,
+    semimarkov_tables,
+    unit_terms,
+    window_tables,
+)
 from .spec import LossSpec
 
 
@@ -54,18 +62,30 @@ class _Structure(Protocol):
 
     def score(self, struct: Tensor) -> Tensor: ...
 
-    def fold_path(self, label_loss: Tensor) -> Tensor: ...
+    def count(self, spec: LossSpec, struct: Tensor, target: Tensor) -> Tensor: ...
 
-    def tables(self, target: Tensor, weights: Tensor, K: int, negate: bool) -> Tables: ...
+    def delta(self, spec: LossSpec, struct: Tensor, target: Tensor, dtype: torch.dtype) -> Tensor: ...
+
+    def fold_path(self, label_loss: Tensor, pair: Tensor | None) -> Tensor: ...
+
+    def tables(self, spec: LossSpec, target: Tensor, negate: bool) -> Tables: ...
 
 
 class _LabelStructure:
-    """Structures that are label sequences (chains and order-l windows)."""
+    """Structures that are label sequences (chains and order-l windows): the loss counts labels."""
 
     truth: Tensor
 
     def labels(self, struct: Tensor) -> Tensor:
         return struct
+
+    def count(self, spec: LossSpec, struct: Tensor, target: Tensor) -> Tensor:
+        """(B,) the loss's count of ``struct`` (returned to the caller)."""
+        return spec.count(self.labels(struct), target)
+
+    def delta(self, spec: LossSpec, struct: Tensor, target: Tensor, dtype: torch.dtype) -> Tensor:
+        """(B,) Delta(target, struct), a constant w.r.t. the potentials."""
+        return spec.loss(self.labels(struct), target, dtype)
 
 
 class _ChainStructure(_LabelStructure):
@@ -81,22 +101,26 @@ class _ChainStructure(_LabelStructure):
     def score(self, path: Tensor) -> Tensor:
         return labeling_score(self.chain, path.clamp(min=0))
 
-    def fold_path(self, label_loss: Tensor) -> Tensor:
+    def fold_path(self, label_loss: Tensor, pair: Tensor | None) -> Tensor:
         c = self.chain.map(accumulate)  # the loss is added in double on CPU
-        shifted = type(c)(c.unary.detach() + label_loss.to(c.unary.dtype), c.transitions.detach(),
-                          c.start.detach(), c.end.detach(), c.lengths)
+        trans = c.transitions.detach()
+        if pair is not None:  # costs of label pairs: per-position transitions
+            trans = trans + pair.to(trans.dtype)
+        shifted = type(c)(c.unary.detach() + label_loss.to(c.unary.dtype), trans, c.start.detach(),
+                          c.end.detach(), c.lengths)
         return _chain_ops.viterbi(shifted)[1]
 
-    def tables(self, target: Tensor, weights: Tensor, K: int, negate: bool) -> Tables:
+    def tables(self, spec: LossSpec, target: Tensor, negate: bool) -> Tables:
         c = self.chain
         parts = [accumulate(x.detach()) for x in (c.unary, c.transitions, c.start, c.end)]
         if negate:
             parts = [negate_scores(x) for x in parts]
         chain = type(c)(*parts, c.lengths)
         module = kernel_module(_chain_ops.backend_of(chain), __package__)
-        if module is not None:  # the table's kernel on the chosen backend
-            return module.chain_tables(chain, target, weights, K)
-        return window_tables(chain_to_windows(chain), target, weights, c.lengths, K, 1)
+        if module is not None and spec.hamming:  # the table's kernel on the chosen backend
+            return module.chain_tables(chain, target, spec.weights, spec.K)
+        N = c.shape[2]
+        return window_tables(chain_to_windows(chain), spec.units(target, N), spec.pair, c.lengths, spec.K, 1)
 
 
 class _WindowStructure(_LabelStructure):
@@ -119,23 +143,34 @@ class _WindowStructure(_LabelStructure):
     def score(self, path: Tensor) -> Tensor:
         return _window_score(self.scores, path, self.lengths, exact=True)
 
-    def fold_path(self, label_loss: Tensor) -> Tensor:
+    def fold_path(self, label_loss: Tensor, pair: Tensor | None) -> Tensor:
         shape = label_loss.shape[:2] + (1,) * self.order + (self.N,)
         scores = accumulate(self.scores.detach())
         shifted = scores + label_loss.to(scores.dtype).view(shape)
+        if pair is not None:
+            shifted = shifted + self.pair_scores(pair).to(scores.dtype)
         return _window_path(self.flat(shifted), self.lengths, max(self.order, 1), self.N)
 
-    def tables(self, target: Tensor, weights: Tensor, K: int, negate: bool) -> Tables:
+    def pair_scores(self, pair: Tensor) -> Tensor:
+        """Pair costs (B, T-1, N, N) as window scores (B, T) + (N,) * (l + 1): on the two newest
+        labels of each window from t = 1 on (order 0 has no pairs: refused by the caller)."""
+        B, T = self.scores.shape[:2]
+        out = pair.new_zeros(B, T, *(1,) * (self.order - 1), self.N, self.N)
+        out[:, 1:] = pair.view(B, T - 1, *(1,) * (self.order - 1), self.N, self.N)
+        return out
+
+    def tables(self, spec: LossSpec, target: Tensor, negate: bool) -> Tables:
         scores = self.scores.detach()
         scores = negate_scores(scores) if negate else scores
-        return window_tables(self.flat(scores), target, weights, self.lengths, K, max(self.order, 1))
+        return window_tables(self.flat(scores), spec.units(target, self.N), spec.pair, self.lengths, spec.K,
+                             max(self.order, 1))
 
 
 def _table_path(model: _Structure, spec: LossSpec, target: Tensor, gold: Tensor) -> Tensor:
     """The maximizing labeling through the Hamming tables (max table, and min table where a
     slack-rescaled h is negative)."""
-    htab, K = spec.htab, spec.K
-    top = model.tables(target, spec.weights, K, negate=False)
+    htab = spec.htab
+    top = model.tables(spec, target, negate=False)
     feasible = top.best > NEG_INF
     if spec.rescaling == "margin":
         cand = torch.where(feasible, top.best + htab, NEG_INF)
@@ -144,7 +179,7 @@ def _table_path(model: _Structure, spec: LossSpec, target: Tensor, gold: Tensor)
     cand = torch.where(feasible, htab * (1 + top.best - g), NEG_INF)
     low = None
     if not spec.nonnegative and (not on_host(htab) or bool((feasible & (htab < 0)).any())):
-        low = model.tables(target, spec.weights, K, negate=True)
+        low = model.tables(spec, target, negate=True)
         low_value = torch.where(low.best > NEG_INF, htab * (1 - low.best - g), NEG_INF)
         cand = torch.where(htab < 0, low_value, cand)
     k = cand.argmax(1)
@@ -162,12 +197,13 @@ def search(model: _Structure, spec: LossSpec, target: Tensor, N: int, algorithm:
     shape only)."""
     spec = spec.resolved()
     check_target_score(gold)
-    foldable = spec.rescaling == "margin" and (spec.cost is not None or spec.affine is not None)
+    folded_costs = not spec.hamming and spec.htab is None  # real costs, h=None
+    foldable = spec.rescaling == "margin" and (folded_costs or spec.affine is not None)
     if algorithm == "viterbi" and not foldable:
         raise ValueError("algorithm='viterbi' needs margin rescaling with an affine h or a cost")
     with torch.no_grad():
         if foldable and algorithm != "hamming":
-            struct = model.fold_path(spec.label_loss(target, N))
+            struct = model.fold_path(spec.label_loss(target, N), spec.pair)
         else:
             struct = _table_path(model, spec, target, gold)
         # ties: prefer the target itself (a zero subgradient) whenever it attains the maximum
@@ -179,16 +215,45 @@ def search(model: _Structure, spec: LossSpec, target: Tensor, N: int, algorithm:
 def _value(model: _Structure, spec: LossSpec, target: Tensor, struct: Tensor, gold: Tensor) -> Tensor:
     """(B,) the loss-augmented value of ``struct``, in the accumulation precision."""
     found = model.score(struct)  # rounded to the input dtype once, by the caller
-    delta = spec.loss(model.labels(struct), target, found.dtype)
+    delta = model.delta(spec, struct, target, found.dtype)
     return found + delta - gold if spec.rescaling == "margin" else delta * (1 + found - gold)
 
 
-class _SemiMarkovStructure:
+class _SemiMarkovStructure(_LabelStructure):
+    """Segmentations: the position Hamming loss counts labels (as for chains); the segment losses
+    (``spec.kind``, see ``_torch.SegmentCounts``) count segments or boundaries."""
+
     operator = "semimarkov_loss_augmented"
 
     def __init__(self, sm: SemiMarkov, labels: Tensor, starts: Tensor, mask: Tensor):
         self.sm, self.N, self.starts = sm, sm.shape[3], starts
         self.truth = torch.where(mask, encode(labels, starts, self.N), -1)
+        self._segments: dict[str, SegmentCounts] = {}
+
+    def segments(self, kind: str) -> SegmentCounts:
+        """The target's :class:`SegmentCounts` for a segment loss ``kind``."""
+        if kind not in self._segments:
+            labels, starts = decode(self.truth, self.N)
+            self._segments[kind] = SegmentCounts(kind, labels, starts, self.sm.lengths, self.N)
+        return self._segments[kind]
+
+    def bound(self, kind: str) -> int:
+        """The largest count of the segment loss ``kind`` (the table's K)."""
+        return self.segments(kind).bound(self.sm.lengths)
+
+    def _raw(self, spec: LossSpec, struct: Tensor) -> Tensor:
+        labels, starts = decode(struct, self.N)
+        return self.segments(spec.kind).count(labels, starts, self.sm.lengths)
+
+    def count(self, spec: LossSpec, struct: Tensor, target: Tensor) -> Tensor:
+        if spec.kind == "hamming":
+            return super().count(spec, struct, target)
+        return self._raw(spec, struct)
+
+    def delta(self, spec: LossSpec, struct: Tensor, target: Tensor, dtype: torch.dtype) -> Tensor:
+        if spec.kind == "hamming":
+            return super().delta(spec, struct, target, dtype)
+        return spec.loss_of(self._raw(spec, struct), dtype)
 
     def arguments(self) -> tuple:
         sm, p = self.sm, self.sm.segment_plif
@@ -203,7 +268,7 @@ class _SemiMarkovStructure:
         labels, starts = decode(struct, self.N)
         return semimarkov_score(self.sm, labels, starts)
 
-    def fold_path(self, label_loss: Tensor) -> Tensor:
+    def fold_path(self, label_loss: Tensor, pair: Tensor | None) -> Tensor:
         sm = self.sm.detached().map(accumulate)  # the loss is added in double on CPU
         _, labels, starts = semimarkov_viterbi(
             sm.content + label_loss.to(sm.content.dtype), sm.transitions, max_len=sm.shape[2],
@@ -211,7 +276,7 @@ class _SemiMarkovStructure:
             start=sm.start, end=sm.end, lengths=sm.lengths, segment_plif=sm.segment_plif)
         return encode(labels, starts, self.N)
 
-    def tables(self, target: Tensor, weights: Tensor, K: int, negate: bool) -> Tables:
+    def tables(self, spec: LossSpec, target: Tensor, negate: bool) -> Tables:
         sm = self.sm.detached()
         if negate:
             plif = sm.segment_plif
@@ -220,4 +285,9 @@ class _SemiMarkovStructure:
             parts = [sm.content, sm.transitions, sm.length_scores, sm.boundary, sm.segment_scores,
                      sm.start, sm.end]
             sm = SemiMarkov(*(None if x is None else negate_scores(x) for x in parts), sm.lengths, plif)
-        return semimarkov_tables(sm, target, weights, K)
+        if spec.kind == "hamming":
+            terms, offset = unit_terms(spec.units(target, self.N)), sm.lengths.new_zeros(sm.shape[0])
+        else:
+            counts = self.segments(spec.kind)
+            terms, offset = counts.terms, counts.offset
+        return semimarkov_tables(sm, terms, offset, spec.K)

@@ -232,9 +232,16 @@ def test_subgradient_margin_and_slack():
         ({"h": lambda k: __import__("math").sqrt(k)}, TypeError, "h must map a float64 tensor of counts 0..4 elementwise"),
         ({"weights": torch.tensor([[1.0, float("nan"), 1, 1], [1, 1, 1, 1]])}, ValueError, r"weights must be finite; weights\[0, 1\] = nan"),
         ({"weights": torch.full((2, 4), 10**6), "h": lambda k: k**2}, ValueError, "the Hamming table would need K\\+1 counts"),
-        ({"weights": torch.full((2, 4), 0.5), "rescaling": "slack"}, ValueError, "weights must be non-negative integers"),
+        ({"weights": torch.full((2, 4), -0.5), "rescaling": "slack"}, ValueError, "weights must be non-negative integers"),
+        ({"weights": torch.full((2, 4), 2.0**0.5), "rescaling": "slack"}, ValueError, "or integers after a common scale"),
+        ({"weights": torch.full((2, 4), 0.5), "h": torch.arange(5.0)}, ValueError, "h as a tensor indexes integer counts"),
+        ({"pair_cost": torch.zeros(2, 3, 3, 3), "weights": torch.ones(2, 4)}, ValueError, "cost and pair_cost replace weights"),
+        ({"pair_cost": torch.zeros(2, 4, 3, 3)}, ValueError, r"pair_cost must have shape \(B, T-1, N, N\) = \(2, 3, 3, 3\)"),
+        ({"pair_cost": torch.full((2, 3, 3, 3), -1.0), "rescaling": "slack"}, ValueError, "pair_cost must be non-negative"),
+        ({"cost": torch.full((3, 3), 0.1), "pair_cost": torch.full((2, 3, 3, 3), 3**0.5), "rescaling": "slack"},
+         ValueError, "cost and pair_cost must be non-negative"),
         ({"weights": torch.ones(2, 3)}, ValueError, r"weights must have shape \(B, T\) = \(2, 4\)"),
-        ({"cost": torch.zeros(3, 3), "rescaling": "slack"}, ValueError, "cost needs rescaling='margin'"),
+        ({"cost": torch.zeros(3, 3), "weights": torch.ones(2, 4)}, ValueError, "cost and pair_cost replace weights"),
         ({"cost": torch.zeros(2, 2)}, ValueError, r"cost must have shape \(N, N\) = \(3, 3\)"),
         ({"algorithm": "fast"}, ValueError, "algorithm must be one of"),
         ({"algorithm": "viterbi", "rescaling": "slack"}, ValueError, "algorithm='viterbi' needs margin"),
@@ -271,3 +278,87 @@ def test_large_integer_weights_fold_without_a_table():
     value, path, hamming = st.loss_augmented(u, A, y, weights=torch.full((2, 4), 5e6))
     expected, _, _ = st.loss_augmented(u, A, y, cost=5e6 * (1 - torch.eye(3)))
     torch.testing.assert_close(value, expected)
+
+
+def _cost_brute_force(rows, target, L, h, rescaling, unit, pair):
+    """max over labelings of the objective with Delta = h(sum_t unit[t][y_t] + sum_t pair[t][y_t][y_t+1])."""
+    gold = dict(rows)[tuple(target[:L])]
+    best = -np.inf
+    for y, s in rows:
+        if s == -np.inf:
+            continue
+        count = sum(unit[t][y[t]] for t in range(L)) + sum(pair[t][y[t]][y[t + 1]] for t in range(L - 1))
+        value = s + h(count) - gold if rescaling == "margin" else h(count) * (1 + s - gold)
+        best = max(best, value)
+    return best
+
+
+@given(inst=instances(max_t=5, max_n=3), rescaling=st_.sampled_from(["margin", "slack"]),
+       h_name=st_.sampled_from(["none", "sin"]), parts=st_.sampled_from(["pair", "cost+pair", "cost"]),
+       real=st_.booleans(), seed=st_.integers(0, 2**31))
+def test_pair_costs_match_enumeration(backend, inst, rescaling, h_name, parts, real, seed):
+    """Costs of label pairs (order-2 losses) and per-position costs: margin rescaling with real
+    costs (h=None: folded), slack rescaling and any h with costs that are integers after a common
+    scale (here halves), against enumeration; the count returned is the path's cost."""
+    rng = np.random.default_rng(seed)
+    target = feasible_target(inst, rng)
+    assume(target is not None)
+    B, T, N = inst.unary.shape
+    table_mode = rescaling == "slack" or h_name == "sin"
+    draw = (lambda size: rng.integers(0, 5, size=size) / 2.0) if table_mode or not real else \
+        (lambda size: rng.uniform(-1, 2, size=size))
+    unit = draw((B, T, N)) if "cost" in parts else np.zeros((B, T, N))
+    pair = draw((B, max(T - 1, 0), N, N)) if "pair" in parts else np.zeros((B, max(T - 1, 0), N, N))
+    h_fn = (lambda k: k) if h_name == "none" else (lambda k: 3 * np.sin(k))
+    kwargs = dict(rescaling=rescaling, **inst.kwargs)
+    if h_name == "sin":
+        kwargs["h"] = lambda k: 3 * torch.sin(k)
+    if "cost" in parts:
+        kwargs["cost"] = torch.tensor(unit)
+    if "pair" in parts:
+        kwargs["pair_cost"] = torch.tensor(pair)
+    value, path, count = st.loss_augmented(*inst.args(), target, **kwargs)
+    for b in range(B):
+        L = int(inst.lengths[b])
+        rows = enumerate_row(inst, b)
+        expected = _cost_brute_force(rows, target[b].tolist(), L, h_fn, rescaling, unit[b], pair[b])
+        assert np.isclose(value[b].item(), expected, atol=1e-5, rtol=1e-5), (b, value[b].item(), expected)
+        y = path[b, :L].tolist()
+        want = sum(unit[b][t][y[t]] for t in range(L)) + sum(pair[b][t][y[t]][y[t + 1]] for t in range(L - 1))
+        assert np.isclose(float(count[b]), want, atol=1e-9)
+
+
+@given(inst=instances(max_t=5, max_n=3), seed=st_.integers(0, 2**31))
+def test_real_weights_under_slack_rescaling(backend, inst, seed):
+    """Real weights that are integers after a common scale (thirds) work under slack rescaling:
+    the table counts in thirds, h sees the real weighted count."""
+    rng = np.random.default_rng(seed)
+    target = feasible_target(inst, rng)
+    assume(target is not None)
+    B, T, _ = inst.unary.shape
+    w = rng.integers(0, 4, size=(B, T)) / 3.0
+    value, path, count = st.loss_augmented(*inst.args(), target, rescaling="slack", weights=torch.tensor(w),
+                                           h=lambda k: k**2, **inst.kwargs)
+    for b in range(B):
+        L = int(inst.lengths[b])
+        expected = brute_force(enumerate_row(inst, b), target[b].tolist(), L, lambda k: k**2, "slack",
+                               weights=w[b].tolist())
+        assert np.isclose(value[b].item(), expected, atol=1e-5, rtol=1e-5)
+        y = path[b, :L]
+        assert np.isclose(float(count[b]), float((w[b, :L] * (y != target[b, :L]).numpy()).sum()))
+
+
+def test_window_pair_costs_fold_and_table_agree():
+    """Order-2 windows with pair costs: the folded Viterbi (margin, h=None) and the table agree."""
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randn(3, 5, 3, 3, 3, generator=g, dtype=torch.float64)
+    target = torch.randint(0, 3, (3, 5), generator=g)
+    pair = torch.randint(0, 3, (3, 4, 3, 3), generator=g).double()
+    lengths = torch.tensor([5, 3, 1])
+    kw = dict(pair_cost=pair, lengths=lengths)
+    folded = st.window_loss_augmented(scores, target, **kw)
+    table = st.window_loss_augmented(scores, target, algorithm="hamming", **kw)
+    torch.testing.assert_close(folded[0], table[0])
+    torch.testing.assert_close(folded[2], table[2])
+    with pytest.raises(ValueError, match="pair_cost needs windows of order l >= 1"):
+        st.window_loss_augmented(scores[..., 0, 0], target, pair_cost=pair)

@@ -236,14 +236,10 @@ def test_gradcheck_compiled_log_partition():
     assert torch.autograd.gradgradcheck(lambda c: st.semimarkov_log_partition(c, A.detach(), max_len=3), (c,))
 
 
-@given(problem=problems(), rescaling=st_.sampled_from(["margin", "slack"]), h_kind=st_.sampled_from(["id", "table"]),
-       seed=st_.integers(0, 2**31))
-def test_loss_augmented_matches_enumeration(backend, problem, rescaling, h_kind, seed):
-    """Value, segmentation and count against enumeration on every backend; the value's gradient
-    is h(H) (1 for margin rescaling) times the found segmentation's indicators minus the target's."""
-    p, S, lengths, integer = problem
+def _random_targets(p, S, lengths, rng):
+    """A feasible target segmentation per row, drawn from the enumeration: ([(labels, starts,
+    score)], labels (B, T), starts (B, T)); hypothesis rejects problems with an infeasible row."""
     B, T, N = p["content"].shape
-    rng = np.random.default_rng(seed)
     targets = []
     for b in range(B):
         feasible = [r for r in brute(p, b, int(lengths[b]), S, N) if r[2] > -np.inf]
@@ -254,6 +250,18 @@ def test_loss_augmented_matches_enumeration(backend, problem, rescaling, h_kind,
     for b, (lab, sts, _) in enumerate(targets):
         labels[b, : len(lab)] = torch.tensor(lab, dtype=torch.long)
         starts[b, : len(sts)] = torch.tensor(sts, dtype=torch.bool)
+    return targets, labels, starts
+
+
+@given(problem=problems(), rescaling=st_.sampled_from(["margin", "slack"]), h_kind=st_.sampled_from(["id", "table"]),
+       seed=st_.integers(0, 2**31))
+def test_loss_augmented_matches_enumeration(backend, problem, rescaling, h_kind, seed):
+    """Value, segmentation and count against enumeration on every backend; the value's gradient
+    is h(H) (1 for margin rescaling) times the found segmentation's indicators minus the target's."""
+    p, S, lengths, integer = problem
+    B, T, N = p["content"].shape
+    rng = np.random.default_rng(seed)
+    targets, labels, starts = _random_targets(p, S, lengths, rng)
     table = rng.integers(-3, 4, size=T + 1).astype(float)
     h_fn = (lambda k: k) if h_kind == "id" else (lambda k: table[k])
     content, trans, kw = tensors(p)
@@ -284,6 +292,70 @@ def test_loss_augmented_matches_enumeration(backend, problem, rescaling, h_kind,
         got = tuple(out_labels[b, :L].tolist())
         assert hamming[b].item() == sum(got[i] != y[i] for i in range(L))
         assert (out_labels[b, L:] == -1).all() and not out_starts[b, L:].any()
+
+
+def _segments(labels, starts):
+    """The set of (start, end, label) triples of a segmentation given as tuples over [0, L)."""
+    L = len(labels)
+    begins = [t for t in range(L) if starts[t]]
+    return {(s, e, labels[s]) for s, e in zip(begins, begins[1:] + [L] if begins else [], strict=True)}
+
+
+def _segment_loss(kind, lab, sts, y, ys):
+    if kind == "boundary":
+        return sum(a != b for a, b in zip(sts, ys, strict=True))
+    diff = len(_segments(lab, sts) ^ _segments(y, ys))
+    return min(diff, 1) if kind == "zero_one" else diff
+
+
+@given(problem=problems(), rescaling=st_.sampled_from(["margin", "slack"]),
+       kind=st_.sampled_from(["segment", "boundary", "zero_one"]), h_kind=st_.sampled_from(["id", "sin"]),
+       seed=st_.integers(0, 2**31))
+def test_segment_losses_match_enumeration(backend, problem, rescaling, kind, h_kind, seed):
+    """The segment-level losses (segments in the symmetric difference, boundaries, 0/1), both
+    rescalings, the identity and a sign-changing h: value and count against enumeration, and the
+    found segmentation attains the value."""
+    p, S, lengths, integer = problem
+    B, T, N = p["content"].shape
+    rng = np.random.default_rng(seed)
+    targets, labels, starts = _random_targets(p, S, lengths, rng)
+    h_fn = (lambda k: k) if h_kind == "id" else (lambda k: 2 * np.sin(k + 0.5))
+    h = None if h_kind == "id" else (lambda k: 2 * torch.sin(k + 0.5))
+    content, trans, kw = tensors(p)
+    value, out_labels, out_starts, count = st.semimarkov_loss_augmented(
+        content, trans, labels, starts, max_len=S, h=h, rescaling=rescaling, lengths=lengths, loss=kind, **kw)
+    for b in range(B):
+        L = int(lengths[b])
+        rows = brute(p, b, L, S, N)
+        y, ys, gold = targets[b]
+        best = -np.inf
+        for lab, sts, s in rows:
+            if s == -np.inf:
+                continue
+            k = _segment_loss(kind, lab, sts, y, ys)
+            best = max(best, s + h_fn(k) - gold if rescaling == "margin" else h_fn(k) * (1 + s - gold))
+        assert np.isclose(value[b].item(), best, atol=1e-8), (b, value[b].item(), best)
+        found = (tuple(out_labels[b, :L].tolist()), tuple(out_starts[b, :L].tolist()))
+        k = _segment_loss(kind, *found, y, ys)
+        assert count[b].item() == k
+        s = dict(((lab, sts), sc) for lab, sts, sc in rows)[found]
+        attained = s + h_fn(k) - gold if rescaling == "margin" else h_fn(k) * (1 + s - gold)
+        assert np.isclose(attained, best, atol=1e-8)
+        assert (out_labels[b, L:] == -1).all() and not out_starts[b, L:].any()
+
+
+def test_segment_loss_errors():
+    c, A = torch.zeros(1, 4, 2), torch.zeros(2, 2)
+    labels, starts = torch.zeros(1, 4, dtype=torch.long), torch.tensor([[True, False, True, False]])
+    with pytest.raises(ValueError, match="loss must be one of"):
+        st.semimarkov_loss_augmented(c, A, labels, starts, max_len=2, loss="exon")
+    with pytest.raises(ValueError, match="weights weight positions"):
+        st.semimarkov_loss_augmented(c, A, labels, starts, max_len=2, loss="segment", weights=torch.ones(1, 4))
+    with pytest.raises(ValueError, match="algorithm='viterbi' needs a loss that folds"):
+        st.semimarkov_loss_augmented(c, A, labels, starts, max_len=2, loss="boundary", algorithm="viterbi")
+    hinge = st.StructuredHingeLoss("slack", loss="segment")
+    value = hinge(st.SemiMarkovDistribution(c, A, max_len=2), (labels, starts))
+    assert value.item() == 0.0 or value.item() > 0
 
 
 def test_loss_augmented_target_errors():

@@ -15,7 +15,7 @@ from .subgradient import SubgradientSolver
 __all__ = ["FitOptions", "Solver", "SolverFactory", "SOLVERS", "get_solver", "register_solver"]
 
 
-def cutting_plane(model, data, loss, options: FitOptions):
+def _cutting_plane(model, data, loss, options: FitOptions):
     """The factory of ``solver="cutting_plane"``: imports its module (HiGHS, scipy.sparse) on first
     use (see :class:`structtorch.learn.solvers.cutting_plane.CuttingPlaneSolver`)."""
     from .cutting_plane import CuttingPlaneSolver
@@ -24,7 +24,7 @@ def cutting_plane(model, data, loss, options: FitOptions):
 
 
 SOLVERS: dict[str, SolverFactory] = {"subgradient": SubgradientSolver, "bcfw": BCFWSolver,
-                                     "cutting_plane": cutting_plane}
+                                     "cutting_plane": _cutting_plane}
 
 
 def register_solver(name: str, factory: SolverFactory) -> None:
