@@ -158,7 +158,9 @@ def test_gradcheck_marginals(backend):
     lengths = torch.tensor([4, 3])
     f = lambda u, A: st.marginals(u, A + A_masked, lengths=lengths)  # noqa: E731
     with st.set_validation(False):  # many forward calls on valid inputs; the checks are tested elsewhere
-        assert torch.autograd.gradcheck(f, (u, A))
+        # the interpreted Triton kernels: random projections (test_marginals_gradient_is_a_covariance
+        # checks every entry against enumeration)
+        assert torch.autograd.gradcheck(f, (u, A), fast_mode=backend == "triton")
         assert torch.autograd.gradgradcheck(lambda u: st.log_partition(u, A.detach(), lengths=lengths), (u,))
 
 
