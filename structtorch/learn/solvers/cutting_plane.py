@@ -16,8 +16,8 @@ autograd (no model writes a psi). Two variants:
 - ``"one_slack"`` (Joachims, Finley and Yu 2009): one slack for the mean of the hinges, one plane
   per iteration from one pass over the data (the gradient of the mean hinge).
 
-Each iteration solves the dual QP over the working set (:class:`WorkingSet`, HiGHS's QP solver,
-warm-started from the previous dual), loads w = A^T alpha / lambda into the model, and runs the
+Each iteration solves the dual QP over the working set (:class:`WorkingSet`, Clarabel's
+interior-point method), loads w = A^T alpha / lambda into the model, and runs the
 oracle over the training data at w: that gives the true primal of the loaded weights and the new
 planes. The dual value of the working set's QP is a lower bound on the optimum, so
 ``gap = primal - dual`` certifies the loaded weights; training stops once ``gap <= tol``. Planes
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 
-import highspy
+import clarabel
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -36,7 +36,6 @@ from torch import Tensor, nn
 
 from ..._checks import check_int, check_number
 from ...losses import StructuredHingeLoss
-from ...lp._highs import new_highs
 from ...sequence_data import SequenceData
 from ..task import Task
 from ._linear import GapSolver, ParameterVector, check_linear
@@ -46,7 +45,7 @@ __all__ = ["CuttingPlane", "CuttingPlaneSolver", "WorkingSet"]
 
 VARIANTS = ("one_slack", "n_slack")
 QP_TIME_LIMIT = 600.0
-"""Seconds HiGHS may spend on one dual QP (a RuntimeError beyond: never a hang)."""
+"""Seconds Clarabel may spend on one dual QP (a RuntimeError beyond: never a hang)."""
 
 
 class WorkingSet:
@@ -57,11 +56,14 @@ class WorkingSet:
 
     (the bound is 1 for one slack, 1/n for n slacks); w = A^T alpha / lambda.
 
-    The QP is solved by HiGHS in the variables (alpha / bound, z = A^T alpha / bound) with the
-    equality rows z = A^T alpha / bound: its Hessian is diagonal (on z) and its rows are the
-    planes' sparse vectors, where the Gram matrix A A^T of the plain dual is dense, of rank at most
-    d, and solved poorly by HiGHS's active-set method (it stopped 1 % short of the optimum on
-    thousands of planes). Costs are divided by max |c| (HiGHS's tolerances are absolute).
+    The QP is solved by Clarabel (an interior-point method: no warm start, robust to scaling) in
+    the variables (beta = alpha / bound, z = F^T beta / ||F||) with the equality rows that define
+    z, where F F^T = A A^T: F = A (the planes' sparse vectors, d columns) when d <= k, else
+    F = V sqrt(L) from the eigendecomposition of the Gram matrix (its rank r <= k columns). Its
+    Hessian is diagonal (on z) and of size min(d, k). HiGHS's active-set QP solver, tried first,
+    stopped 1 % short of the optimum on the plain dual's dense, singular Gram matrix with
+    thousands of planes, and hung or dropped curvature (entries below 1e-9) at the scales planes
+    of norm 1e4 give; costs are divided by max |c| all the same.
 
     Parameters
     ----------
@@ -96,62 +98,84 @@ class WorkingSet:
         self.idle = np.concatenate([self.idle, np.zeros(len(owners), dtype=np.int64)])
 
     def feasible(self, alpha: np.ndarray) -> np.ndarray:
-        """``alpha`` made dual-feasible: clipped at 0 and each owner's sum scaled down to the bound
-        (the QP solver's answer is feasible only to its tolerance)."""
-        alpha = np.maximum(alpha, 0.0)
+        """``alpha`` made dual-feasible: entries below 1e-9 of the largest set to 0 (so that unused
+        planes are seen as unused) and each owner's sum scaled down to the bound (the QP solver's answer
+        is feasible only to its tolerance); any such alpha gives a lower bound."""
+        alpha = np.where(alpha > 1e-9 * float(alpha.max(initial=0.0)), alpha, 0.0)  # interior-point zeros
         owners = np.asarray(self.owners)
         sums = np.bincount(owners, weights=alpha, minlength=owners.max() + 1)
         scale = np.where(sums > self.bound, self.bound / np.where(sums > 0, sums, 1.0), 1.0)
         return alpha * scale[owners]
 
     def solve(self) -> float:
-        """Solve the dual QP (from the last solution); returns the dual value of the (feasible)
-        solution, which is a lower bound on the primal optimum."""
+        """Solve the dual QP; returns the dual value of the (feasible) solution, which is a lower
+        bound on the primal optimum.
+
+        Solved for alpha / bound; where planes are so large that the optimal alpha may be far
+        below the bound (max |c| lambda / max ||a_k||^2 < 1e-3 bound), also for alpha over that
+        scale, keeping the better of the two (both are feasible)."""
         if not len(self):
             return 0.0
         began = time.perf_counter()
-        k, d = self.rows.shape
+        factor = self.factor()  # (k, r) with factor factor^T = A A^T
+        norm = max(float(np.sqrt(factor.multiply(factor).sum(1).max())), 1e-150)
+        factor = sp.csc_matrix(factor / norm)
+        small = self.lam * float(np.abs(self.c).max()) / norm**2
+        best = None
+        for scale in (self.bound, small) if small < 1e-3 * self.bound else (self.bound,):
+            alpha = self.feasible(scale * self._clarabel(factor, norm, scale))
+            value = self.dual(alpha)
+            if best is None or value > best[0]:
+                best = (value, alpha)
+        self.alpha = best[1]
+        self.idle = np.where(self.alpha > 0, 0, self.idle + 1)
+        self.qp_time += time.perf_counter() - began
+        return best[0]
+
+    def _clarabel(self, factor: sp.csc_matrix, norm: float, scale: float) -> np.ndarray:
+        """beta (k,) maximizing the dual in beta = alpha / scale (with z = factor^T beta, factor
+        divided by ``norm``; costs divided by max |c|)."""
+        k, r = factor.shape
         peak = max(float(np.abs(self.c).max()), 1e-300)
-        h = new_highs()
-        h.setOptionValue("time_limit", QP_TIME_LIMIT)
-        inf = highspy.kHighsInf
-        n = k + d  # beta = alpha / bound (k), z = A^T beta (d)
-        h.addVars(n, np.concatenate([np.zeros(k), np.full(d, -inf)]), np.full(n, inf))
-        h.changeColsCost(n, np.arange(n, dtype=np.int32), np.concatenate([-self.c / peak, np.zeros(d)]))
         owners = np.asarray(self.owners)
         groups = np.unique(owners)
         block = np.searchsorted(groups, owners)
-        blocks = sp.csr_array((np.ones(k), (block, np.arange(k))), shape=(len(groups), k))
-        rows = sp.vstack([sp.hstack([self.rows.T, -sp.eye_array(d)]),
-                          sp.hstack([blocks, sp.csr_array((len(groups), d))])], format="csr")
-        lower = np.concatenate([np.zeros(d), np.full(len(groups), -inf)])
-        upper = np.concatenate([np.zeros(d), np.ones(len(groups))])
-        h.addRows(rows.shape[0], lower, upper, rows.nnz, rows.indptr[:-1].astype(np.int32),
-                  rows.indices.astype(np.int32), rows.data)
-        curvature = self.bound / (self.lam * peak)
-        start = np.concatenate([np.zeros(k + 1, dtype=np.int32), np.arange(1, d + 1, dtype=np.int32)])
-        h.passHessian(n, d, highspy.HessianFormat.kTriangular, start, np.arange(k, n, dtype=np.int32),
-                      np.full(d, curvature))
-        if self.alpha.any():
-            beta = self.alpha / self.bound
-            solution = highspy.HighsSolution()
-            solution.col_value = list(np.concatenate([beta, self.rows.T @ beta]))
-            solution.value_valid = True
-            h.setSolution(solution)
-        h.run()
-        status = h.getModelStatus()
-        if status != highspy.HighsModelStatus.kOptimal:
-            raise RuntimeError(f"the cutting-plane dual QP did not solve: HiGHS status "
-                               f"'{h.modelStatusToString(status)}'")
-        self.alpha = self.feasible(self.bound * np.asarray(h.getSolution().col_value)[:k])
-        self.idle = np.where(self.alpha > 0, 0, self.idle + 1)
-        self.qp_time += time.perf_counter() - began
-        return self.dual()
+        blocks = sp.csc_matrix((np.ones(k), (block, np.arange(k))), shape=(len(groups), k))
+        curvature = scale * norm**2 / (self.lam * peak)
+        hessian = sp.block_diag([sp.csc_matrix((k, k)), sp.identity(r) * curvature])
+        q = np.concatenate([-self.c / peak, np.zeros(r)])
+        equal = sp.hstack([factor.T, -sp.identity(r)])
+        inequal = sp.vstack([sp.hstack([-sp.identity(k), sp.csc_matrix((k, r))]),
+                             sp.hstack([blocks, sp.csc_matrix((len(groups), r))])])
+        rows = sp.vstack([equal, inequal]).tocsc()
+        # a block's sum of beta at most bound / scale, and 1e3 (the small scale looks for tiny alpha;
+        # a tighter bound only restricts the feasible set, every answer stays a lower bound)
+        rhs = np.concatenate([np.zeros(r + k), np.full(len(groups), min(self.bound / scale, 1e3))])
+        settings = clarabel.DefaultSettings()
+        settings.verbose = False
+        settings.time_limit = QP_TIME_LIMIT
+        cones = [clarabel.ZeroConeT(r), clarabel.NonnegativeConeT(k + len(groups))]
+        result = clarabel.DefaultSolver(sp.triu(hessian).tocsc(), q, rows, rhs, cones, settings).solve()
+        if str(result.status) not in ("Solved", "AlmostSolved"):
+            raise RuntimeError(f"the cutting-plane dual QP did not solve: Clarabel status '{result.status}'")
+        return np.asarray(result.x)[:k]
 
-    def dual(self) -> float:
-        """The dual objective at the current alpha."""
-        z = self.rows.T @ self.alpha
-        return float(self.c @ self.alpha - 0.5 * (z @ z) / self.lam)
+    def factor(self) -> sp.csr_array:
+        """A (k, r) matrix F with F F^T = A A^T: A itself when d <= k, else V sqrt(L) of the Gram
+        matrix's eigendecomposition without its null space (r = its rank)."""
+        k, d = self.rows.shape
+        if d <= k:
+            return self.rows
+        gram = (self.rows @ self.rows.T).toarray()
+        values, vectors = np.linalg.eigh(gram)
+        keep = values > 1e-12 * max(float(values[-1]), 1e-300)
+        return sp.csr_array(vectors[:, keep] * np.sqrt(values[keep]))
+
+    def dual(self, alpha: np.ndarray | None = None) -> float:
+        """The dual objective at ``alpha`` (default: the current alpha)."""
+        alpha = self.alpha if alpha is None else alpha
+        z = self.rows.T @ alpha
+        return float(self.c @ alpha - 0.5 * (z @ z) / self.lam)
 
     def weights(self) -> np.ndarray:
         """w = A^T alpha / lambda (d,)."""
