@@ -63,7 +63,7 @@ class WorkingSet:
     Hessian is diagonal (on z) and of size min(d, k). HiGHS's active-set QP solver, tried first,
     stopped 1 % short of the optimum on the plain dual's dense, singular Gram matrix with
     thousands of planes, and hung or dropped curvature (entries below 1e-9) at the scales planes
-    of norm 1e4 give; costs are divided by max |c| all the same.
+    of norm 1e4 give; costs are divided by max abs(c) all the same.
 
     Parameters
     ----------
@@ -112,7 +112,7 @@ class WorkingSet:
         bound on the primal optimum.
 
         Solved for alpha / bound; where planes are so large that the optimal alpha may be far
-        below the bound (max |c| lambda / max ||a_k||^2 < 1e-3 bound), also for alpha over that
+        below the bound (max abs(c) lambda / max ||a_k||^2 < 1e-3 bound), also for alpha over that
         scale, keeping the better of the two (both are feasible)."""
         if not len(self):
             return 0.0
@@ -134,7 +134,7 @@ class WorkingSet:
 
     def _clarabel(self, factor: sp.csc_matrix, norm: float, scale: float) -> np.ndarray:
         """beta (k,) maximizing the dual in beta = alpha / scale (with z = factor^T beta, factor
-        divided by ``norm``; costs divided by max |c|)."""
+        divided by ``norm``; costs divided by max abs(c))."""
         k, r = factor.shape
         peak = max(float(np.abs(self.c).max()), 1e-300)
         owners = np.asarray(self.owners)
@@ -161,11 +161,15 @@ class WorkingSet:
         return np.asarray(result.x)[:k]
 
     def factor(self) -> sp.csr_array:
-        """A (k, r) matrix F with F F^T = A A^T: A itself when d <= k, else V sqrt(L) of the Gram
-        matrix's eigendecomposition without its null space (r = its rank)."""
-        k, d = self.rows.shape
-        if d <= k:
-            return self.rows
+        """A (k, r) matrix F with F F^T = A A^T: A's nonzero columns when they are few or sparse
+        (at most k of them, or fewer nonzeros than the k x k Gram matrix has entries), else
+        V sqrt(L) of the Gram matrix's eigendecomposition without its null space (r = its rank)."""
+        k = len(self)
+        used = self.rows[:, np.unique(self.rows.indices)]
+        if used.shape[1] == 0:  # every plane is zero
+            return sp.csr_array((k, 1))
+        if used.shape[1] <= k or used.nnz + used.shape[1] <= k * k:
+            return used
         gram = (self.rows @ self.rows.T).toarray()
         values, vectors = np.linalg.eigh(gram)
         keep = values > 1e-12 * max(float(values[-1]), 1e-300)
