@@ -178,10 +178,10 @@ def _zero_gradients(g_unary, g_trans, g_start, g_end, b, L, live, T, N, r, BLOCK
 
 
 @triton.jit
-def _beta_candidates(unary, A, nxt, b, t, T, N, i, mi, j, mj):
-    """The (BLOCK, BLOCK) tile A[i, j] + unary[b, t + 1, j] + beta[t + 1][j] (``nxt``) in float64:
-    what beta[t][i] sums over j."""
-    u = tl.load(unary + (b * T + t + 1) * N + j, mask=mj, other=NEG).to(tl.float64)
+def _beta_candidates(add, A, nxt, i, mi, j, mj, N):
+    """The (BLOCK, BLOCK) tile A[i, j] + add[j] + nxt[j] in float64 (``add`` the unary row of
+    t + 1, ``nxt`` beta[t + 1]): what beta[t][i] sums over j."""
+    u = tl.load(add + j, mask=mj, other=NEG).to(tl.float64)
     return _tile(A, i, mi, j, mj, N) + (u + tl.load(nxt + j, mask=mj, other=NEG))[None, :]
 
 
@@ -230,7 +230,7 @@ def _backward_step(unary, A, G, nxt, dst, al, g_unary, labels, y_next, b, t, T, 
         for j0 in range(0, N, BLOCK):
             j = j0 + r
             mj = j < N
-            v = _beta_candidates(unary, A, nxt, b, t, T, N, i, mi, j, mj)
+            v = _beta_candidates(unary + (b * T + t + 1) * N, A, nxt, i, mi, j, mj, N)
             m, acc = lse_update(m, acc, v, 1)
             if EDGES:
                 tile = mi[:, None] & mj[None, :]
@@ -354,7 +354,7 @@ def _hvp_backward_step(unary, A, G, al, dal, grad, nxt, dnxt, dst, ddst, b, t, T
         for j0 in range(0, N, BLOCK):
             j = j0 + r
             mj = j < N
-            v = _beta_candidates(unary, A, nxt, b, t, T, N, i, mi, j, mj)
+            v = _beta_candidates(unary + (b * T + t + 1) * N, A, nxt, i, mi, j, mj, N)
             w = tl.load(grad + (b * T + t + 1) * N + j, mask=mj, other=0.0)
             w += tl.load(dnxt + j, mask=mj, other=0.0)
             new = tl.maximum(m, tl.max(v, axis=1))

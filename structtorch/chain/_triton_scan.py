@@ -77,7 +77,7 @@ from .._triton_common import (
 )
 from .._triton_common import load_tile as _tile
 from . import _torch
-from ._triton import BACKWARD_TILE, _backward_step, _fill_zero, _label, _normalize_node
+from ._triton import BACKWARD_TILE, _backward_step, _beta_candidates, _fill_zero, _label, _normalize_node
 from .layout import Chain
 
 PRODUCT_TILE = 32
@@ -388,9 +388,7 @@ def _beta_step(nxt, A, add, dst, N, r, BLOCK: tl.constexpr):
         for j0 in range(0, N, BLOCK):
             j = j0 + r
             mj = j < N
-            u = tl.load(add + j, mask=mj, other=NEG).to(tl.float64)
-            v = _tile(A, i, mi, j, mj, N) + (u + tl.load(nxt + j, mask=mj, other=NEG))[None, :]
-            m, acc = lse_update(m, acc, v, 1)
+            m, acc = lse_update(m, acc, _beta_candidates(add, A, nxt, i, mi, j, mj, N), 1)
         tl.store(dst + i, lse_finish(m, acc), mask=mi)
 
 

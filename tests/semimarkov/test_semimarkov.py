@@ -353,9 +353,12 @@ def test_segment_loss_errors():
         st.semimarkov_loss_augmented(c, A, labels, starts, max_len=2, loss="segment", weights=torch.ones(1, 4))
     with pytest.raises(ValueError, match="algorithm='viterbi' needs a loss that folds"):
         st.semimarkov_loss_augmented(c, A, labels, starts, max_len=2, loss="boundary", algorithm="viterbi")
-    hinge = st.StructuredHingeLoss("slack", loss="segment")
+    c = torch.randn(1, 4, 2, generator=torch.Generator().manual_seed(0))
+    hinge = st.StructuredHingeLoss("slack", loss="segment", reduction="none")  # the module passes loss=
     value = hinge(st.SemiMarkovDistribution(c, A, max_len=2), (labels, starts))
-    assert value.item() == 0.0 or value.item() > 0
+    want = st.semimarkov_loss_augmented(c, A, labels, starts, max_len=2, loss="segment", rescaling="slack")[0]
+    torch.testing.assert_close(value, want.clamp(min=0))
+    assert want.item() > 0  # a differing segmentation has a positive slack-rescaled value here
 
 
 def test_loss_augmented_target_errors():
