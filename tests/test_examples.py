@@ -50,6 +50,8 @@ def test_readme_tour_runs():
 def test_bauer_examples_run(tmp_path):
     for script, args in (
         ("bauer_fig7.py", ["--sizes", "10", "--sigmas", "1", "--grid", "1", "--epochs", "2", "--repeats", "1"]),
+        ("bauer_fig7.py", ["--sizes", "10", "--sigmas", "1", "--grid", "1", "--repeats", "1",
+                           "--solver", "cutting_plane", "--tol", "0.1"]),
         ("bauer_fig4.py", ["--lengths", "10", "20", "--brute-max", "4"]),
     ):
         out = tmp_path / script.replace(".py", "")

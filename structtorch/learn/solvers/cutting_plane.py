@@ -16,12 +16,13 @@ autograd (no model writes a psi). Two variants:
 - ``"one_slack"`` (Joachims, Finley and Yu 2009): one slack for the mean of the hinges, one plane
   per iteration from one pass over the data (the gradient of the mean hinge).
 
-Each iteration solves the dual QP over the working set (:class:`WorkingSet`, Clarabel's
-interior-point method), loads w = A^T alpha / lambda into the model, and runs the
-oracle over the training data at w: that gives the true primal of the loaded weights and the new
-planes. The dual value of the working set's QP is a lower bound on the optimum, so
-``gap = primal - dual`` certifies the loaded weights; training stops once ``gap <= tol``. Planes
-whose dual variable stays 0 for ``inactive`` iterations leave the working set.
+Each iteration solves the dual QP over the working set (:class:`WorkingSet`: DAQP's dual
+active-set method, hot-started, up to 1,000 planes; Clarabel's interior-point method beyond),
+computes w = A^T alpha / lambda and runs the oracle over the training data at w: that gives the
+true primal of w and the new planes. The model keeps the iterate of lowest primal so far. The dual
+value of the working set's QP is a lower bound on the optimum, so ``gap = best primal - dual``
+certifies the model's weights; training stops once ``gap <= tol``. Planes whose dual variable stays
+0 for ``inactive`` iterations leave the working set.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import time
 
 import clarabel
+import daqp
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -44,6 +46,8 @@ from .base import FitOptions
 __all__ = ["CuttingPlane", "CuttingPlaneSolver", "WorkingSet"]
 
 VARIANTS = ("one_slack", "n_slack")
+DENSE_LIMIT = 1000
+"""Working sets up to this many planes are solved densely by DAQP, larger ones by Clarabel."""
 QP_TIME_LIMIT = 600.0
 """Seconds Clarabel may spend on one dual QP (a RuntimeError beyond: never a hang)."""
 
@@ -56,14 +60,16 @@ class WorkingSet:
 
     (the bound is 1 for one slack, 1/n for n slacks); w = A^T alpha / lambda.
 
-    The QP is solved by Clarabel (an interior-point method: no warm start, robust to scaling) in
-    the variables (beta = alpha / bound, z = F^T beta / ||F||) with the equality rows that define
-    z, where F F^T = A A^T: F = A (the planes' sparse vectors, d columns) when d <= k, else
-    F = V sqrt(L) from the eigendecomposition of the Gram matrix (its rank r <= k columns). Its
-    Hessian is diagonal (on z) and of size min(d, k). HiGHS's active-set QP solver, tried first,
-    stopped 1 % short of the optimum on the plain dual's dense, singular Gram matrix with
-    thousands of planes, and hung or dropped curvature (entries below 1e-9) at the scales planes
-    of norm 1e4 give; costs are divided by max abs(c) all the same.
+    Up to ``DENSE_LIMIT`` planes the QP is solved by DAQP (a dual active-set method for small
+    dense QPs, hot-started from the last active set) on the dense Gram matrix A A^T, kept up to date
+    as planes come and go. Larger working sets, or where DAQP fails, go to Clarabel (an
+    interior-point method, robust to scaling) on the QP's primal in the factored coordinates
+    (:meth:`_clarabel`): F F^T = A A^T with F = A's used columns when they are few or sparse, else
+    V sqrt(L) from the Gram matrix's eigendecomposition (its rank r <= k columns), so that its size
+    is r + (owners) whatever k; alpha is read off its multipliers. HiGHS's active-set QP solver,
+    tried first, stopped 1 % short of the optimum on the dense, singular Gram matrix with thousands
+    of planes, and hung or dropped curvature (entries below 1e-9) at the scales planes of norm 1e4
+    give; every method works on costs divided by max abs(c) and alpha over a scale of order one.
 
     Parameters
     ----------
@@ -80,6 +86,7 @@ class WorkingSet:
         self.owners: list[int] = []
         self.c = np.zeros(0)
         self.rows = sp.csr_array((0, d))
+        self.gram: np.ndarray | None = np.zeros((0, 0))  # A A^T, kept up to date while k <= DENSE_LIMIT
         self.alpha = np.zeros(0)
         self.idle = np.zeros(0, dtype=np.int64)
         self.qp_time = 0.0
@@ -91,6 +98,11 @@ class WorkingSet:
         """Add planes: their owners, constants c (k,) and vectors a (k, d)."""
         if not owners:
             return
+        if self.gram is not None and len(self) + len(owners) <= DENSE_LIMIT:
+            cross = (rows @ self.rows.T).toarray()
+            self.gram = np.block([[self.gram, cross.T], [cross, (rows @ rows.T).toarray()]])
+        else:
+            self.gram = None  # computed again when needed
         self.rows = sp.vstack([self.rows, rows], format="csr")
         self.owners += owners
         self.c = np.concatenate([self.c, c])
@@ -111,54 +123,83 @@ class WorkingSet:
         """Solve the dual QP; returns the dual value of the (feasible) solution, which is a lower
         bound on the primal optimum.
 
-        Solved for alpha / bound; where planes are so large that the optimal alpha may be far
-        below the bound (max abs(c) lambda / max ||a_k||^2 < 1e-3 bound), also for alpha over that
-        scale, keeping the better of the two (both are feasible)."""
+        Up to ``DENSE_LIMIT`` planes, DAQP (a dual active-set method) solves it on the dense Gram
+        matrix, hot-started from the last solution's active set, for alpha / s with s the smaller
+        of the bound and the scale of one plane's optimal alpha (lambda max abs(c) / max ||a_k||^2),
+        so that the unknowns are of order 1 at any plane norm. Beyond, or where DAQP fails, Clarabel
+        solves the factored form (:meth:`_clarabel`) for alpha / bound and, where planes are so large
+        that the optimal alpha may be far below the bound (s < 1e-3 bound), also for alpha / s,
+        keeping the better of the two (both are feasible)."""
         if not len(self):
             return 0.0
         began = time.perf_counter()
-        factor = self.factor()  # (k, r) with factor factor^T = A A^T
-        norm = max(float(np.sqrt(factor.multiply(factor).sum(1).max())), 1e-150)
-        factor = sp.csc_matrix(factor / norm)
-        small = self.lam * float(np.abs(self.c).max()) / norm**2
-        best = None
-        for scale in (self.bound, small) if small < 1e-3 * self.bound else (self.bound,):
-            alpha = self.feasible(scale * self._clarabel(factor, norm, scale))
-            value = self.dual(alpha)
-            if best is None or value > best[0]:
-                best = (value, alpha)
-        self.alpha = best[1]
+        alpha = self._daqp() if len(self) <= DENSE_LIMIT else None
+        if alpha is None:
+            factor = self.factor()  # (k, r) with factor factor^T = A A^T
+            norm = max(float(np.sqrt(factor.multiply(factor).sum(1).max())), 1e-150)
+            factor = sp.csc_matrix(factor / norm)
+            small = self.lam * float(np.abs(self.c).max()) / norm**2
+            scales = (self.bound, small) if small < 1e-3 * self.bound else (self.bound,)
+            alpha = max((self.feasible(scale * self._clarabel(factor, norm, scale)) for scale in scales),
+                        key=self.dual)
+        self.alpha = alpha
         self.idle = np.where(self.alpha > 0, 0, self.idle + 1)
         self.qp_time += time.perf_counter() - began
-        return best[0]
+        return self.dual()
+
+    def _daqp(self) -> np.ndarray | None:
+        """The dual's feasible solution by DAQP on the dense Gram matrix (None where DAQP fails)."""
+        gram, k = self.dense_gram(), len(self)
+        peak = max(float(np.abs(self.c).max()), 1e-300)
+        scale = min(self.bound, self.lam * peak / max(float(gram.diagonal().max()), 1e-300))
+        owners = np.asarray(self.owners)
+        groups = np.unique(owners)
+        blocks = (owners[None, :] == groups[:, None]).astype(np.float64)  # (groups, k)
+        hessian = np.ascontiguousarray(gram * (scale / (self.lam * peak)))
+        upper = np.concatenate([np.full(k, 1e30), np.full(len(groups), self.bound / scale)])
+        lower = np.concatenate([np.zeros(k), np.full(len(groups), -1e30)])
+        start = np.ascontiguousarray(self.alpha / scale)
+        beta, _, flag, _ = daqp.solve(hessian, np.ascontiguousarray(-self.c / peak), blocks, upper, lower,
+                                      np.zeros(k + len(groups), dtype=np.intc), primal_start=start,
+                                      time_limit=QP_TIME_LIMIT)
+        return self.feasible(scale * np.asarray(beta)) if flag == 1 else None
+
+    def dense_gram(self) -> np.ndarray:
+        """A A^T (k, k), dense."""
+        if self.gram is None or self.gram.shape[0] != len(self):
+            self.gram = (self.rows @ self.rows.T).toarray()
+        return self.gram
 
     def _clarabel(self, factor: sp.csc_matrix, norm: float, scale: float) -> np.ndarray:
-        """beta (k,) maximizing the dual in beta = alpha / scale (with z = factor^T beta, factor
-        divided by ``norm``; costs divided by max abs(c))."""
+        """beta (k,) maximizing the dual in beta = alpha / scale, as the multipliers of its primal
+
+            min_{v, xi}  1/(2 kappa) ||v||^2 + m sum_g xi_g,   xi_owner(k) >= c_k - <F_k, v>,  xi >= 0,
+
+        (F the factor divided by ``norm``, c divided by max abs(c), kappa = scale norm^2 /
+        (lambda max abs(c)), m = bound / scale capped at 1e3): r + (owners) unknowns whatever k, and
+        Clarabel's factorization eliminates the k plane rows first."""
         k, r = factor.shape
         peak = max(float(np.abs(self.c).max()), 1e-300)
         owners = np.asarray(self.owners)
         groups = np.unique(owners)
-        block = np.searchsorted(groups, owners)
-        blocks = sp.csc_matrix((np.ones(k), (block, np.arange(k))), shape=(len(groups), k))
-        curvature = scale * norm**2 / (self.lam * peak)
-        hessian = sp.block_diag([sp.csc_matrix((k, k)), sp.identity(r) * curvature])
-        q = np.concatenate([-self.c / peak, np.zeros(r)])
-        equal = sp.hstack([factor.T, -sp.identity(r)])
-        inequal = sp.vstack([sp.hstack([-sp.identity(k), sp.csc_matrix((k, r))]),
-                             sp.hstack([blocks, sp.csc_matrix((len(groups), r))])])
-        rows = sp.vstack([equal, inequal]).tocsc()
+        g = len(groups)
+        member = sp.csc_matrix((np.ones(k), (np.arange(k), np.searchsorted(groups, owners))), shape=(k, g))
+        kappa = scale * norm**2 / (self.lam * peak)
+        hessian = sp.block_diag([sp.identity(r) / kappa, sp.csc_matrix((g, g))]).tocsc()
         # a block's sum of beta at most bound / scale, and 1e3 (the small scale looks for tiny alpha;
         # a tighter bound only restricts the feasible set, every answer stays a lower bound)
-        rhs = np.concatenate([np.zeros(r + k), np.full(len(groups), min(self.bound / scale, 1e3))])
+        q = np.concatenate([np.zeros(r), np.full(g, min(self.bound / scale, 1e3))])
+        rows = sp.vstack([sp.hstack([-factor, -member]),
+                          sp.hstack([sp.csc_matrix((g, r)), -sp.identity(g)])]).tocsc()
+        rhs = np.concatenate([-self.c / peak, np.zeros(g)])
         settings = clarabel.DefaultSettings()
         settings.verbose = False
         settings.time_limit = QP_TIME_LIMIT
-        cones = [clarabel.ZeroConeT(r), clarabel.NonnegativeConeT(k + len(groups))]
+        cones = [clarabel.NonnegativeConeT(k + g)]
         result = clarabel.DefaultSolver(sp.triu(hessian).tocsc(), q, rows, rhs, cones, settings).solve()
         if str(result.status) not in ("Solved", "AlmostSolved"):
             raise RuntimeError(f"the cutting-plane dual QP did not solve: Clarabel status '{result.status}'")
-        return np.asarray(result.x)[:k]
+        return np.maximum(np.asarray(result.z)[:k], 0.0)
 
     def factor(self) -> sp.csr_array:
         """A (k, r) matrix F with F F^T = A A^T: A's nonzero columns when they are few or sparse
@@ -170,8 +211,7 @@ class WorkingSet:
             return sp.csr_array((k, 1))
         if used.shape[1] <= k or used.nnz + used.shape[1] <= k * k:
             return used
-        gram = (self.rows @ self.rows.T).toarray()
-        values, vectors = np.linalg.eigh(gram)
+        values, vectors = np.linalg.eigh(self.dense_gram())
         keep = values > 1e-12 * max(float(values[-1]), 1e-300)
         return sp.csr_array(vectors[:, keep] * np.sqrt(values[keep]))
 
@@ -195,6 +235,7 @@ class WorkingSet:
         self.owners = [o for o, k in zip(self.owners, keep, strict=True) if k]
         self.c, self.alpha, self.idle = self.c[keep], self.alpha[keep], self.idle[keep]
         self.rows = self.rows[np.flatnonzero(keep)]
+        self.gram = None if self.gram is None else self.gram[np.ix_(keep, keep)]
 
 
 def _hinge(loss: object) -> StructuredHingeLoss:
@@ -216,7 +257,7 @@ class CuttingPlane:
         protocols with a :class:`structtorch.StructuredHingeLoss` (chain potentials, or a
         structure such as a :class:`structtorch.ChainDistribution` or
         :class:`structtorch.SemiMarkovDistribution`). Its parameters start at w = 0 and hold the
-        last iterate, whose primal is recorded, after every iteration.
+        best iterate so far (the lowest primal, which is recorded) after every iteration.
     data : SequenceData
         The n training sequences.
     loss : StructuredHingeLoss
@@ -258,6 +299,7 @@ class CuttingPlane:
         self.w = torch.zeros(self.vector.d, dtype=torch.float64, device=self.vector.device)
         self.vector.load(self.w)
         self.slacks = np.zeros(n)  # n_slack: each sequence's slack under the working set at w
+        self.best = (float("inf"), self.w)  # the lowest primal so far and its weights
 
     def _planes(self, idx: Tensor) -> tuple[Tensor, Tensor]:
         """At the loaded w, the hinges' sum over ``data[idx]`` and its gradient (d,), float64."""
@@ -306,9 +348,10 @@ class CuttingPlane:
         return slack
 
     def iterate(self) -> dict[str, float]:
-        """Solve the dual over the working set, load its w, run the oracle there: the record of
-        the loaded weights (``objective`` their primal, ``dual``, ``gap``, ``constraints``,
-        ``oracle_calls``, ``qp_time``)."""
+        """Solve the dual over the working set, load its w and run the oracle there; the model then
+        holds the best weights so far (the lowest primal). Returns their record: ``objective``
+        (their primal), ``dual`` (the working set's, a lower bound on the optimum), ``gap``,
+        ``constraints``, ``oracle_calls``, ``qp_time``."""
         dual = self.set.solve()
         self.vector.load(torch.as_tensor(self.set.weights(), dtype=torch.float64).to(self.vector.device))
         self.w = self.vector.current()  # as loaded (e.g. rounded to float32): the weights certified
@@ -316,10 +359,15 @@ class CuttingPlane:
             self.slacks = self._slacks()
         hinge, owners, c, rows = self._oracle()
         primal = 0.5 * self.lam * float(self.w @ self.w) + hinge
+        if primal < self.best[0]:
+            self.best = (primal, self.w)
+        else:  # the primal is not monotone: keep the best weights
+            self.vector.load(self.best[1])
         self.set.add(owners, c, rows)
         self.set.prune(self.inactive)
-        return {"objective": primal, "dual": dual, "gap": primal - dual, "constraints": float(len(self.set)),
-                "oracle_calls": float(self.oracle_calls), "qp_time": self.set.qp_time}
+        return {"objective": self.best[0], "dual": dual, "gap": self.best[0] - dual,
+                "constraints": float(len(self.set)), "oracle_calls": float(self.oracle_calls),
+                "qp_time": self.set.qp_time}
 
 
 class CuttingPlaneSolver(GapSolver):
