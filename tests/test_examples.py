@@ -53,11 +53,31 @@ def test_bauer_examples_run(tmp_path):
         ("bauer_fig7.py", ["--sizes", "10", "--sigmas", "1", "--grid", "1", "--repeats", "1",
                            "--solver", "cutting_plane", "--tol", "0.1"]),
         ("bauer_fig4.py", ["--lengths", "10", "20", "--brute-max", "4"]),
+        ("bauer_fig5.py", ["--lengths", "5", "10", "--datasets", "2"]),
     ):
         out = tmp_path / script.replace(".py", "")
         run_example(script, *args, "--out", str(out))
         assert out.with_suffix(".md").read_text().count("|") > 10
         assert out.with_suffix(".png").stat().st_size > 10_000
+
+
+def test_bauer_fig5_best_by_loss_matches_brute_force():
+    """The script's M[L] (best score gap at each Hamming loss L, from loss_augmented) is exact."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bauer_fig5", ROOT / "examples" / "bauer_fig5.py")
+    fig5 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fig5)
+    gen = torch.Generator().manual_seed(5)
+    for potentials in ("g", "unary+pair"):
+        for _ in range(3):
+            chain = fig5.draw_chain(4, 3, gen, potentials)
+            M = fig5.best_by_loss(*chain)
+            assert M.shape == (5,) and M[0] == 0
+            torch.testing.assert_close(M, fig5.brute_best_by_loss(*chain), rtol=0, atol=1e-9)
+            margin, slack = fig5.objectives(M)
+            torch.testing.assert_close(slack, torch.arange(5.0, dtype=torch.float64) * (1 + M))
+            assert margin[0] == slack[0] == 0
 
 
 def test_gene_structure_demo_runs(tmp_path):

@@ -6,7 +6,8 @@ The model/loss pairs (the loss protocol of :mod:`structtorch.learn.train`):
 * the model returns chain potentials ``(unary, transitions[, start, end])`` and the loss is
   ``loss(unary, transitions, labels, lengths=, start=, end=)``; decoding is Viterbi;
 * the model's ``forward`` takes ``lengths`` and returns a structure (anything with
-  ``loss_augmented`` and ``argmax``): the loss is ``loss(structure, labels)``, decoding its argmax;
+  ``loss_augmented`` and ``argmax``): the loss is ``loss(structure, labels)`` (``(labels, starts)``
+  for data with segment ``starts``), decoding its argmax;
 * the loss is a :class:`structtorch.LinearChainCRF`: the model returns the unary scores alone, the
   loss is the CRF's mean NLL, decoding the CRF's, and the CRF's parameters are trained too.
 """
@@ -114,7 +115,8 @@ class Task:
             return nll.sum() / max(len(batch), 1) if nll.dim() else nll
         out = self._output(batch)
         if _is_structure(out):  # loss(structure, target), e.g. StructuredHingeLoss
-            return _scalar(self.loss(out, batch.labels))
+            target = batch.labels if batch.starts is None else (batch.labels, batch.starts)
+            return _scalar(self.loss(out, target))
         pot = _as_potentials(out)
         unary, transitions = pot.pop("unary"), pot.pop("transitions")
         return _scalar(self.loss(unary, transitions, batch.labels, lengths=batch.lengths, **pot))

@@ -1,6 +1,7 @@
 """Loss-augmented inference for semi-Markov models: position, segment, boundary and 0/1 losses.
 
-Margin rescaling with an affine h folds the loss into the content scores (O(T S N)); any other h,
+Margin rescaling with an affine h folds the position loss into the content scores (O(T S N)), and
+with h the identity the boundary loss into the boundary scores; any other h,
 and slack rescaling, run the Hamming-count table over segment ends,
 
     alpha[e, k, n] = max_d  segment(e - d, e, n) + inc[e - d, k - c(e - d, e, n), n],
@@ -22,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._checks import LengthsLike
+from .._checks import LengthsLike, cast_checked, guard_overflow
 from .._precision import mixed_precision
 from ..semimarkov import _ops as _semimarkov_ops
 from ..semimarkov.layout import SemiMarkov, check_segmentation, check_semimarkov
@@ -110,6 +111,9 @@ def loss_augmented_semimarkov(sm: SemiMarkov, target_labels: Tensor, target_star
     B, T, _, N = sm.shape
     mask = torch.arange(T, device=labels.device) < sm.lengths[:, None]
     model = _SemiMarkovStructure(sm, labels, starts, mask)
+    if loss == "boundary" and h is None and weights is None and rescaling == "margin" and algorithm in (
+            "auto", "viterbi"):
+        return _folded_boundary(model, sm.content.dtype)
     if loss == "hamming":
         spec = resolve_loss(h, rescaling, weights, None, labels, mask, sm.content, algorithm)
     else:
@@ -117,6 +121,21 @@ def loss_augmented_semimarkov(sm: SemiMarkov, target_labels: Tensor, target_star
     value, struct, count = solve(model, spec, labels, N, algorithm, sm.content.dtype)
     out_labels, out_starts = decode(struct, N)
     return value, out_labels, out_starts, count
+
+
+def _folded_boundary(model: _SemiMarkovStructure,
+                     dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Margin rescaling of the boundary loss, folded into the boundary scores (O(T S N), one
+    Viterbi): the count is (target starts - 1) + the sum over found starts s >= 1 of
+    (1 - 2 [s is a target start]), and a start at s is the end of a segment at s - 1."""
+    struct = model.fold_boundary()
+    counts = model.segments("boundary")
+    found_labels, found_starts = decode(struct, model.N)
+    count = counts.count(found_labels, found_starts, model.sm.lengths)
+    value = model.score(struct) + count.to(torch.float64) - model.score(model.truth)
+    guard_overflow(value, (), 0, lambda: None, "the loss-augmented value", "the potentials")  # +inf, NaN
+    value = cast_checked(value, dtype, "the loss-augmented value", "the potentials")
+    return value, found_labels, found_starts, count
 
 
 def _fuses(sm: SemiMarkov, h: HLike, rescaling: str, weights: Tensor | None, algorithm: str) -> bool:

@@ -181,18 +181,19 @@ def _dual_qp(rows, c, lam, bound, owners):
 @pytest.mark.parametrize("d", [6, 100])  # the planes themselves (d <= k) or the Gram's factor (d > k)
 @pytest.mark.parametrize("bound, owners", [(1.0, [0] * 40), (0.25, [i % 4 for i in range(40)])])
 @pytest.mark.parametrize("size", [1.0, 1e4])
-@pytest.mark.parametrize("dense", [True, False], ids=["daqp", "clarabel"])
-def test_working_set_qp_is_exact(bound, owners, d, size, dense, monkeypatch):
+@pytest.mark.parametrize("method", ["daqp-dual", "daqp-primal", "clarabel"])
+def test_working_set_qp_is_exact(bound, owners, d, size, method, monkeypatch):
     """The dual over 40 planes (one block or four, a rank-deficient Gram matrix): a feasible alpha,
     its dual value at least cvxpy's, and (planes of norm ~1) the primal of w = A^T alpha / lambda
     equal to it (a certificate); with planes of norm ~1e4 and constants ~30 (alpha ~1e-7, the
     Gram matrix ~1e8: HiGHS's QP solver stopped 1 % short or hung there) the value still matches.
-    Both QP methods: DAQP on the dense Gram matrix and Clarabel on the factored form."""
+    Every QP method: DAQP on the dual (the dense Gram matrix) or on the primal (factored), and
+    Clarabel on the primal."""
     import scipy.sparse as sp
 
-    from structtorch.learn.solvers import cutting_plane
-
-    monkeypatch.setattr(cutting_plane, "DENSE_LIMIT", 1000 if dense else 0)
+    monkeypatch.setattr(WorkingSet, "_dual_form", lambda self: method == "daqp-dual")
+    if method == "clarabel":
+        monkeypatch.setattr(WorkingSet, "_daqp_primal", lambda self, *args: None)
     rng = np.random.default_rng(0)
     rows = rng.normal(size=(40, d)) * size
     rows[5] = rows[3] + rows[4]

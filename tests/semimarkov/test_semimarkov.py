@@ -344,6 +344,28 @@ def test_segment_losses_match_enumeration(backend, problem, rescaling, kind, h_k
         assert (out_labels[b, L:] == -1).all() and not out_starts[b, L:].any()
 
 
+def test_boundary_loss_folds_like_the_table(backend):
+    """Margin rescaling of the boundary loss runs one Viterbi on folded boundary scores: the same
+    value and count as the count table (algorithm="hamming"), and the gradient of the value."""
+    g = torch.Generator().manual_seed(3)
+    B, T, N, S = 6, 14, 3, 4
+    content = torch.randn(B, T, N, generator=g, dtype=torch.float64, requires_grad=True)
+    trans = torch.randn(N, N, generator=g, dtype=torch.float64)
+    lengths = torch.tensor([14, 9, 1, 0, 5, 12])
+    _, labels, starts = st.semimarkov_viterbi(torch.randn(B, T, N, generator=g), trans.float(), max_len=S,
+                                              lengths=lengths)
+    with use_backend(backend):
+        args = (content, trans, labels.clamp(min=0), starts)
+        kw = dict(max_len=S, lengths=lengths, loss="boundary")
+        folded = st.semimarkov_loss_augmented(*args, **kw)
+        table = st.semimarkov_loss_augmented(*args, algorithm="hamming", **kw)
+    assert torch.allclose(folded[0], table[0]) and torch.equal(folded[3], table[3])
+    folded[0].sum().backward()
+    found = torch.nn.functional.one_hot(folded[1].clamp(min=0), N) * (folded[1] >= 0).unsqueeze(2)
+    gold = torch.nn.functional.one_hot(labels.clamp(min=0), N) * (labels >= 0).unsqueeze(2)
+    assert torch.equal(content.grad, (found - gold).double())
+
+
 def test_segment_loss_errors():
     c, A = torch.zeros(1, 4, 2), torch.zeros(2, 2)
     labels, starts = torch.zeros(1, 4, dtype=torch.long), torch.tensor([[True, False, True, False]])
@@ -352,7 +374,7 @@ def test_segment_loss_errors():
     with pytest.raises(ValueError, match="weights weight positions"):
         st.semimarkov_loss_augmented(c, A, labels, starts, max_len=2, loss="segment", weights=torch.ones(1, 4))
     with pytest.raises(ValueError, match="algorithm='viterbi' needs a loss that folds"):
-        st.semimarkov_loss_augmented(c, A, labels, starts, max_len=2, loss="boundary", algorithm="viterbi")
+        st.semimarkov_loss_augmented(c, A, labels, starts, max_len=2, loss="segment", algorithm="viterbi")
     c = torch.randn(1, 4, 2, generator=torch.Generator().manual_seed(0))
     hinge = st.StructuredHingeLoss("slack", loss="segment", reduction="none")  # the module passes loss=
     value = hinge(st.SemiMarkovDistribution(c, A, max_len=2), (labels, starts))

@@ -44,9 +44,11 @@ def tensors_of(out: object, depth: int = 3) -> list[Tensor]:
 
 
 def check_linear(model: nn.Module, x: Tensor, seed: int = 0, *, solver: str = "bcfw",
-                 kwargs: Mapping[str, Any] | None = None) -> None:
+                 kwargs: Mapping[str, Any] | None = None, affine: bool = False) -> None:
     """Raise ValueError unless the model's outputs on ``x`` (``model(x, **kwargs)``) are linear in
-    its trained parameters, checked at two random points ``a``, ``b``: f(a + 2b) = f(a) + 2 f(b)."""
+    its trained parameters, checked at two random points ``a``, ``b``: f(a + 2b) = f(a) + 2 f(b);
+    with ``affine``, affine in them (outputs that do not depend on the parameters, such as features
+    a structure carries, are allowed): f(a + 2b) = f(a) + 2 f(b) - 2 f(0)."""
     named = {k: p for k, p in model.named_parameters() if p.requires_grad}
     g = torch.Generator().manual_seed(seed)
 
@@ -54,20 +56,23 @@ def check_linear(model: nn.Module, x: Tensor, seed: int = 0, *, solver: str = "b
         return {k: torch.randn(p.shape, generator=g, dtype=p.dtype).to(p.device) for k, p in named.items()}
 
     a, b = rand(), rand()
+    points = [a, b, {k: a[k] + 2 * b[k] for k in named}]
+    points += [{k: torch.zeros_like(v) for k, v in a.items()}] if affine else []
     kwargs = dict(kwargs or {})
     with torch.no_grad():
-        fa, fb, fab = (tensors_of(functional_call(model, q, (x,), kwargs))
-                       for q in (a, b, {k: a[k] + 2 * b[k] for k in named}))
-    for oa, ob, oab in zip(fa, fb, fab, strict=True):
-        want = oa + 2 * ob
-        finite = torch.isfinite(want)  # -inf entries (forbidden transitions) stay -inf
-        scale = float(want[finite].abs().max()) if finite.any() else 0.0
-        same_inf = torch.equal(torch.isfinite(oab), finite)
-        tol = 1e-4 * max(scale, 1.0)
-        if not same_inf or not torch.allclose(oab[finite], want[finite], rtol=1e-4, atol=tol):
+        outputs = [tensors_of(functional_call(model, q, (x,), kwargs)) for q in points]
+    for oa, ob, oab, *zero in zip(*outputs, strict=True):
+        fixed = [torch.isinf(t) for t in (oa, ob, *zero)]  # -inf entries (forbidden transitions) stay -inf
+        infinite = torch.stack(fixed).any(0)
+        want = torch.where(infinite, 0.0, oa + 2 * ob - (2 * zero[0] if zero else 0))
+        scale = float(want.abs().max()) if want.numel() else 0.0
+        same_inf = all(torch.equal(torch.isinf(oab), f) for f in fixed)
+        close = torch.allclose(torch.where(infinite, 0.0, oab), want, rtol=1e-4, atol=1e-4 * max(scale, 1.0))
+        if not (same_inf and close):
             raise ValueError(f"solver={solver!r} needs potentials linear in the parameters (score = "
-                             f"<w, Psi(x, y)>, as LinearChainPotentials and SparseFeaturePotentials); "
-                             f"{type(model).__name__} is not (use the subgradient solver)")
+                             f"<w, Psi(x, y)>{' + const' if affine else ''}, as LinearChainPotentials and "
+                             f"SparseFeaturePotentials); {type(model).__name__} is not (use the subgradient "
+                             "solver)")
 
 
 @torch.no_grad()

@@ -123,38 +123,57 @@ class WorkingSet:
         """Solve the dual QP; returns the dual value of the (feasible) solution, which is a lower
         bound on the primal optimum.
 
-        Up to ``DENSE_LIMIT`` planes, DAQP (a dual active-set method) solves it on the dense Gram
-        matrix, hot-started from the last solution's active set, for alpha / s with s the smaller
-        of the bound and the scale of one plane's optimal alpha (lambda max abs(c) / max ||a_k||^2),
-        so that the unknowns are of order 1 at any plane norm. Beyond, or where DAQP fails, Clarabel
-        solves the factored form (:meth:`_clarabel`) for alpha / bound and, where planes are so large
-        that the optimal alpha may be far below the bound (s < 1e-3 bound), also for alpha / s,
-        keeping the better of the two (both are feasible)."""
+        DAQP (a dual active-set method for small dense QPs) solves whichever form is smaller: the
+        dual on the dense Gram matrix (k unknowns, up to ``DENSE_LIMIT``; hot-started from the
+        last solution), or the primal in the factored coordinates (r + owners unknowns, alpha its
+        multipliers; :meth:`_daqp_primal`). The dual works on alpha / s, s the smaller of the bound
+        and the scale of one plane's optimal alpha (lambda max abs(c) / max ||a_k||^2), so that the
+        unknowns are of order 1 at any plane norm; the primal on alpha / bound, then (where DAQP
+        fails and s < 1e-3 bound) alpha / s. Where DAQP fails, Clarabel (an interior-point method)
+        solves the primal (:meth:`_clarabel`) at the same scales, keeping the better answer (all
+        are feasible)."""
         if not len(self):
             return 0.0
         began = time.perf_counter()
-        alpha = self._daqp() if len(self) <= DENSE_LIMIT else None
+        dual_form = self._dual_form()
+        alpha = self._daqp_dual() if dual_form else None
         if alpha is None:
             factor = self.factor()  # (k, r) with factor factor^T = A A^T
             norm = max(float(np.sqrt(factor.multiply(factor).sum(1).max())), 1e-150)
             factor = sp.csc_matrix(factor / norm)
             small = self.lam * float(np.abs(self.c).max()) / norm**2
             scales = (self.bound, small) if small < 1e-3 * self.bound else (self.bound,)
-            alpha = max((self.feasible(scale * self._clarabel(factor, norm, scale)) for scale in scales),
-                        key=self.dual)
+            for scale in () if dual_form else scales:
+                alpha = self._daqp_primal(factor, norm, scale)
+                if alpha is not None:
+                    break
+            if alpha is None:
+                alpha = max((self.feasible(scale * self._clarabel(factor, norm, scale)) for scale in scales),
+                            key=self.dual)
         self.alpha = alpha
         self.idle = np.where(self.alpha > 0, 0, self.idle + 1)
         self.qp_time += time.perf_counter() - began
         return self.dual()
 
-    def _daqp(self) -> np.ndarray | None:
+    def _dual_form(self) -> bool:
+        """Whether DAQP gets the dual (k unknowns) rather than the primal (r + owners unknowns, with
+        r at most the planes' used columns)."""
+        k = len(self)
+        return k <= DENSE_LIMIT and k <= len(np.unique(self.rows.indices)) + len(set(self.owners))
+
+    def _groups(self) -> tuple[np.ndarray, np.ndarray]:
+        """(the distinct owners, each plane's index among them)."""
+        owners = np.asarray(self.owners)
+        groups = np.unique(owners)
+        return groups, np.searchsorted(groups, owners)
+
+    def _daqp_dual(self) -> np.ndarray | None:
         """The dual's feasible solution by DAQP on the dense Gram matrix (None where DAQP fails)."""
         gram, k = self.dense_gram(), len(self)
         peak = max(float(np.abs(self.c).max()), 1e-300)
         scale = min(self.bound, self.lam * peak / max(float(gram.diagonal().max()), 1e-300))
-        owners = np.asarray(self.owners)
-        groups = np.unique(owners)
-        blocks = (owners[None, :] == groups[:, None]).astype(np.float64)  # (groups, k)
+        groups, member = self._groups()
+        blocks = (member[None, :] == np.arange(len(groups))[:, None]).astype(np.float64)  # (groups, k)
         hessian = np.ascontiguousarray(gram * (scale / (self.lam * peak)))
         upper = np.concatenate([np.full(k, 1e30), np.full(len(groups), self.bound / scale)])
         lower = np.concatenate([np.zeros(k), np.full(len(groups), -1e30)])
@@ -163,6 +182,29 @@ class WorkingSet:
                                       np.zeros(k + len(groups), dtype=np.intc), primal_start=start,
                                       time_limit=QP_TIME_LIMIT)
         return self.feasible(scale * np.asarray(beta)) if flag == 1 else None
+
+    def _daqp_primal(self, factor: sp.csc_matrix, norm: float, scale: float) -> np.ndarray | None:
+        """The dual's feasible solution as DAQP's multipliers of the primal of :meth:`_clarabel`
+        (None where DAQP fails)."""
+        k, r = factor.shape
+        peak = max(float(np.abs(self.c).max()), 1e-300)
+        groups, member = self._groups()
+        g = len(groups)
+        kappa = scale * norm**2 / (self.lam * peak)
+        hessian = np.zeros((r + g, r + g))
+        hessian[np.arange(r), np.arange(r)] = 1.0 / kappa
+        cost = np.concatenate([np.zeros(r), np.full(g, self.bound / scale)])
+        rows = np.zeros((k, r + g))
+        rows[:, :r] = factor.toarray()
+        rows[np.arange(k), r + member] = 1.0
+        upper = np.full(r + g + k, 1e30)
+        lower = np.concatenate([np.full(r, -1e30), np.zeros(g), self.c / peak])
+        _, _, flag, info = daqp.solve(hessian, cost, rows, upper, lower, np.zeros(r + g + k, dtype=np.intc),
+                                      time_limit=QP_TIME_LIMIT)
+        if flag != 1:
+            return None
+        beta = np.maximum(-np.asarray(info["lam"])[r + g:], 0.0)  # lower bounds active: lam <= 0
+        return self.feasible(scale * beta)
 
     def dense_gram(self) -> np.ndarray:
         """A A^T (k, k), dense."""
@@ -180,10 +222,9 @@ class WorkingSet:
         Clarabel's factorization eliminates the k plane rows first."""
         k, r = factor.shape
         peak = max(float(np.abs(self.c).max()), 1e-300)
-        owners = np.asarray(self.owners)
-        groups = np.unique(owners)
+        groups, index = self._groups()
         g = len(groups)
-        member = sp.csc_matrix((np.ones(k), (np.arange(k), np.searchsorted(groups, owners))), shape=(k, g))
+        member = sp.csc_matrix((np.ones(k), (np.arange(k), index)), shape=(k, g))
         kappa = scale * norm**2 / (self.lam * peak)
         hessian = sp.block_diag([sp.identity(r) / kappa, sp.csc_matrix((g, g))]).tocsc()
         # a block's sum of beta at most bound / scale, and 1e3 (the small scale looks for tiny alpha;
@@ -292,7 +333,7 @@ class CuttingPlane:
         self.vector = ParameterVector(self.task.parameters)
         first = data.batch(torch.arange(min(len(data), 4)))
         kwargs = {"lengths": first.lengths} if self.task.takes_lengths else {}
-        check_linear(model, first.x, seed, solver="cutting_plane", kwargs=kwargs)
+        check_linear(model, first.x, seed, solver="cutting_plane", kwargs=kwargs, affine=True)
         n = len(data)
         self.set = WorkingSet(self.vector.d, self.lam, 1.0 if variant == "one_slack" else 1.0 / n)
         self.oracle_calls = 0
