@@ -211,3 +211,74 @@ def test_working_set_qp_is_exact(bound, owners, d, size, method, monkeypatch):
         violation = c - rows @ w
         primal = 0.02 * w @ w + sum(bound * max(0.0, violation[groups == g].max()) for g in np.unique(groups))
         assert primal - got <= 1e-6 * abs(primal)
+
+
+class _Segmenter(nn.Module):
+    """Semi-Markov potentials linear in the parameters: per-position content from the features,
+    length scores and transitions (a SemiMarkovDistribution)."""
+
+    def __init__(self, features: int, labels: int, max_len: int):
+        super().__init__()
+        self.content = nn.Linear(features, labels, bias=False)
+        self.length = nn.Parameter(torch.zeros(max_len, labels))
+        self.transitions = nn.Parameter(torch.zeros(labels, labels))
+
+    def forward(self, x, lengths=None):
+        return st.SemiMarkovDistribution(self.content(x), self.transitions, max_len=self.length.shape[0],
+                                         length_scores=self.length, lengths=lengths)
+
+
+@pytest.mark.parametrize("loss", ["hamming", "boundary", "segment"])
+def test_segmentations_train_on_labels_and_starts(loss):
+    """Data with segment starts: fit passes (labels, starts) to the structure's hinge; the returned
+    objective is the true primal of the returned weights, and other starts (the same labels cut
+    into one-position segments) give another optimum."""
+    g = torch.Generator().manual_seed(0)
+    n, T, N, S = 5, 6, 2, 3
+    x = torch.randn(n, T, 3, generator=g, dtype=torch.float64)
+    lengths = torch.tensor([6, 4, 5, 1, 6])
+    t = torch.arange(T)
+    inside = t < lengths[:, None]
+    labels = torch.randint(0, N, (n, T // 2), generator=g).repeat_interleave(2, 1)  # segments of 2
+    hinge = st.StructuredHingeLoss(loss=loss)
+    results = []
+    for s in ((t % 2 == 0) & inside, inside):
+        data = SequenceData(x, labels, lengths, s)
+        model = _Segmenter(3, N, S).double()
+        history = st.train.fit(model, data, hinge, epochs=200, C=1.0, solver="cutting_plane",
+                               solver_options={"tol": 1e-6}, progress=False, objective=False)
+        assert history.converged
+        with torch.no_grad():
+            w = torch.cat([p.reshape(-1) for p in model.parameters()])
+            primal = float(hinge(model(x, lengths=lengths), (data.labels, s))) + 0.5 / n * float(w @ w)
+        assert history["objective"][-1] == pytest.approx(primal, rel=1e-9, abs=1e-12)
+        results.append(primal)
+    assert results[0] != pytest.approx(results[1], rel=1e-3)
+
+
+def test_hidden_semi_markov_svm_is_affine_unless_monotone():
+    """The HSM SVM with free PLiFs trains by cutting planes (its structure carries input tracks: the
+    potentials are affine in w); monotone PLiFs (a softplus parametrization) are refused."""
+    from structtorch.data import gene_grammar
+
+    class HSM(nn.Module):
+        def __init__(self, monotone):
+            super().__init__()
+            self.hsm = st.HiddenSemiMarkovSVM(gene_grammar(), 5, signal_of=[0, 1, 2, 2, 1, 3],
+                                              content_of=[0, 1, 1, 1, 1, 2], num_points=4, monotone=monotone)
+
+        def forward(self, x, lengths=None):
+            pot = self.hsm(x[..., :4], x[..., 4:], lengths)
+            return st.SemiMarkovDistribution(pot.pop("content"), pot.pop("transitions"), **pot)
+
+    g = torch.Generator().manual_seed(0)
+    n, T = 3, 5
+    labels = torch.zeros(n, T, dtype=torch.long)  # one intergenic segment
+    starts = torch.zeros(n, T, dtype=torch.bool)
+    starts[:, 0] = True
+    data = SequenceData(torch.randn(n, T, 7, generator=g), labels, torch.full((n,), T), starts)
+    kw = dict(epochs=3, C=1.0, solver="cutting_plane", progress=False, objective=False)
+    history = st.train.fit(HSM(None), data, st.StructuredHingeLoss(loss="boundary"), **kw)
+    assert len(history.epochs) >= 1 and np.isfinite(history["objective"][-1])
+    with pytest.raises(ValueError, match="linear in the parameters"):
+        st.train.fit(HSM("increasing"), data, st.StructuredHingeLoss(), **kw)

@@ -48,6 +48,9 @@ __all__ = ["CuttingPlane", "CuttingPlaneSolver", "WorkingSet"]
 VARIANTS = ("one_slack", "n_slack")
 DENSE_LIMIT = 1000
 """Working sets up to this many planes are solved densely by DAQP, larger ones by Clarabel."""
+DAQP_TOL = 1e-10
+"""DAQP's primal feasibility and proximal-point tolerances (at their defaults the multipliers of a
+singular QP and the feasible alpha are off by ~1e-6 relative)."""
 QP_TIME_LIMIT = 600.0
 """Seconds Clarabel may spend on one dual QP (a RuntimeError beyond: never a hang)."""
 
@@ -180,7 +183,7 @@ class WorkingSet:
         start = np.ascontiguousarray(self.alpha / scale)
         beta, _, flag, _ = daqp.solve(hessian, np.ascontiguousarray(-self.c / peak), blocks, upper, lower,
                                       np.zeros(k + len(groups), dtype=np.intc), primal_start=start,
-                                      time_limit=QP_TIME_LIMIT)
+                                      primal_tol=DAQP_TOL, eta_prox=DAQP_TOL, time_limit=QP_TIME_LIMIT)
         return self.feasible(scale * np.asarray(beta)) if flag == 1 else None
 
     def _daqp_primal(self, factor: sp.csc_matrix, norm: float, scale: float) -> np.ndarray | None:
@@ -200,7 +203,7 @@ class WorkingSet:
         upper = np.full(r + g + k, 1e30)
         lower = np.concatenate([np.full(r, -1e30), np.zeros(g), self.c / peak])
         _, _, flag, info = daqp.solve(hessian, cost, rows, upper, lower, np.zeros(r + g + k, dtype=np.intc),
-                                      time_limit=QP_TIME_LIMIT)
+                                      primal_tol=DAQP_TOL, eta_prox=DAQP_TOL, time_limit=QP_TIME_LIMIT)
         if flag != 1:
             return None
         beta = np.maximum(-np.asarray(info["lam"])[r + g:], 0.0)  # lower bounds active: lam <= 0
