@@ -180,6 +180,10 @@ class RelaxedHingeLoss(nn.Module):
                              reduction=self.reduction, **self.lp_options)
 
 
+_MAP_OPTIONS = ("max_iter", "tol", "cuts_per_round", "cuts", "nested", "num_workers")
+"""The options of :func:`relaxed_hinge` that :func:`map_lp` takes too."""
+
+
 class GraphStructure:
     """Graph labelings over the LP relaxation as a structure for :func:`structtorch.structured_hinge`.
 
@@ -205,6 +209,19 @@ class GraphStructure:
         self.unary, self.pairwise, self.edges = unary, pairwise, edges
         self.connected, self.connected_soft, self.normalize = connected, connected_soft, normalize
         self.lp_options = lp_options
+
+    @property
+    def argmax(self) -> Tensor:
+        """(B, V) or (V,) int64: the MAP labeling over the relaxation (:func:`map_lp`, the node
+        marginals rounded by :func:`structtorch.lp.round_labels`), as :func:`structtorch.train.fit`
+        decodes a structure."""
+        from .rounding import round_labels
+
+        options = {k: v for k, v in self.lp_options.items() if k in _MAP_OPTIONS}
+        with torch.no_grad():
+            res = map_lp(self.unary.detach(), self.pairwise.detach(), self.edges, connected=self.connected,
+                         connected_soft=self.connected_soft, **options)
+        return round_labels(res.mu)[0]
 
     def loss_augmented(self, target: Tensor, *, h=None, rescaling: str = "margin",
                        weights: Tensor | None = None, cost: Tensor | None = None) -> tuple[Tensor, Tensor]:

@@ -282,3 +282,40 @@ def test_hidden_semi_markov_svm_is_affine_unless_monotone():
     assert len(history.epochs) >= 1 and np.isfinite(history["objective"][-1])
     with pytest.raises(ValueError, match="linear in the parameters"):
         st.train.fit(HSM("increasing"), data, st.StructuredHingeLoss(), **kw)
+
+
+def test_graph_models_train_over_the_relaxation():
+    """A GraphStructure model (the LP relaxation; map_lp is the oracle) trains by n-slack cutting
+    planes; on a path graph the relaxation is tight, so its optimum is the same chain model's."""
+    from structtorch import lp
+
+    g = torch.Generator().manual_seed(0)
+    n, V, F = 6, 4, 3
+    x = torch.randn(n, V, F, generator=g, dtype=torch.float64)
+    labels = torch.randint(0, 2, (n, V), generator=g)
+    edges = torch.tensor([[0, 1], [1, 2], [2, 3]])
+
+    class Potentials(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.node = nn.Linear(F, 2, bias=False).double()
+            self.pair = nn.Parameter(torch.zeros(2, 2, dtype=torch.float64))
+
+    class Graph(Potentials):
+        def forward(self, x, lengths=None):
+            return lp.GraphStructure(self.node(x), self.pair.expand(len(edges), 2, 2), edges, normalize=False)
+
+    class Chain(Potentials):
+        def forward(self, x):
+            return self.node(x), self.pair
+
+    data = SequenceData(x, labels, torch.full((n,), V))
+    kw = dict(epochs=300, C=1.0, solver="cutting_plane", progress=False, objective=False)
+    graph = Graph()
+    h_graph = st.train.fit(graph, data, st.StructuredHingeLoss(), solver_options={"variant": "n_slack", "tol": 1e-6},
+                           **kw)
+    h_chain = st.train.fit(Chain(), data, st.StructuredHingeLoss(), solver_options={"tol": 1e-6}, **kw)
+    assert h_graph.converged and h_chain.converged
+    assert h_graph["objective"][-1] == pytest.approx(h_chain["objective"][-1], abs=1e-5)
+    out = graph(x)
+    assert torch.equal(out.argmax, st.viterbi(graph.node(x).detach(), graph.pair.detach())[1])
