@@ -201,6 +201,17 @@ def test_unstructured_model_and_fit_uses_the_regularizer():
     unary, trans = model(data.x)
     expect = float(hinge(unary, trans, data.labels, lengths=data.lengths).detach()) + float(model.regularizer().detach()) / 3
     assert hist["objective"][-1] == pytest.approx(expect, rel=1e-6)
+    # its regularizer is the squared norm of the (whitened) parameters: the exact solvers take it and
+    # reach the same certified optimum
+    runs = []
+    for solver, tol in (("cutting_plane", 1e-7), ("bcfw", 1e-3)):
+        model = KernelChainPotentials(kt, x[:12], 2)
+        hist = st.train.fit(model, data, hinge, epochs=500, l2=2 / 3, solver=solver, progress=False, metrics=(),
+                            solver_options={"tol": tol})
+        assert hist.converged
+        runs.append((hist["objective"][-1], hist["gap"][-1]))
+    (optimum, _), (bcfw, gap) = runs
+    assert optimum <= bcfw + 1e-7 and bcfw - optimum <= gap + 1e-7
     # its regularizer is the squared norm of the whitened weights: BCFW applies and reaches the optimum
     hb = st.train.fit(model, data, None, epochs=50, solver="bcfw", l2=2 / 3, progress=False, metrics=())
     assert hb["gap"][-1] < 1e-3 * max(1.0, abs(hb["objective"][-1]))
