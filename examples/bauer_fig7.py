@@ -56,6 +56,7 @@ def main() -> None:
     p.add_argument("--sigmas", type=float, nargs="+", default=[1, 2, 5, 7, 10, 12])
     p.add_argument("--grid", type=float, nargs="+", default=[0.1, 1.0, 10.0], help="values of C")
     p.add_argument("--epochs", type=int, default=15, help="subgradient: epochs of Adam")
+    p.add_argument("--rescalings", nargs="+", choices=["slack", "margin"], default=["slack", "margin"])
     p.add_argument("--solver", choices=["subgradient", "cutting_plane"], default="subgradient")
     p.add_argument("--variant", choices=["n_slack", "one_slack"], default="n_slack", help="cutting_plane")
     p.add_argument("--tol", type=float, default=0.01, help="cutting_plane: the duality gap to reach")
@@ -65,7 +66,7 @@ def main() -> None:
     args = p.parse_args()
     began = time.perf_counter()
     results, iterations = {}, {}  # (rescaling, sigma, n) -> test accuracy at the C best on validation
-    for rescaling in ("slack", "margin"):
+    for rescaling in args.rescalings:
         for sigma in args.sigmas:
             for n in args.sizes:
                 tests, iters = [], []
@@ -99,7 +100,7 @@ def main() -> None:
 def _table(values: dict, args: argparse.Namespace, fmt: str) -> list[str]:
     header = "| rescaling | sigma | " + " | ".join(f"n={n}" for n in args.sizes) + " |"
     lines = [header, "|" + "---|" * (2 + len(args.sizes))]
-    for rescaling in ("slack", "margin"):
+    for rescaling in args.rescalings:
         for sigma in args.sigmas:
             row = " | ".join(fmt.format(values[rescaling, sigma, n]) for n in args.sizes)
             lines.append(f"| {rescaling} | {sigma:g} | {row} |")
@@ -114,16 +115,18 @@ def plot(results, args, path: Path, iterations: dict | None = None) -> None:
 
     panels = [(results, "test accuracy per position")] + ([(iterations, "cutting-plane iterations")]
                                                           if iterations else [])
-    fig, axes = plt.subplots(len(panels), 2, figsize=(11, 4 * len(panels)), sharey="row", squeeze=False)
+    columns = len(args.rescalings)
+    fig, axes = plt.subplots(len(panels), columns, figsize=(5.5 * columns, 4 * len(panels)), sharey="row",
+                             squeeze=False)
     for row, (values, ylabel) in zip(axes, panels, strict=True):
-        for ax, rescaling in zip(row, ("slack", "margin"), strict=True):
+        for ax, rescaling in zip(row, args.rescalings, strict=True):
             for sigma in args.sigmas:
                 ax.plot(args.sizes, [values[rescaling, sigma, n] for n in args.sizes], "o-", label=f"σ={sigma:g}")
             ax.set(xscale="log", xlabel="number of training examples", title=f"{rescaling} rescaling")
             ax.set_xticks(args.sizes, [str(n) for n in args.sizes])
             ax.minorticks_off()
         row[0].set_ylabel(ylabel)
-    axes[0, 1].legend(fontsize=8)
+    axes[0, -1].legend(fontsize=8)
     fig.suptitle("Bauer et al. (2014) Fig. 7, reproduced with structtorch")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

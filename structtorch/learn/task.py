@@ -122,6 +122,27 @@ class Task:
         return _scalar(self.loss(unary, transitions, batch.labels, lengths=batch.lengths, **pot))
 
     @torch.no_grad()
+    def returns_structure(self, batch: SequenceData) -> bool:
+        """Whether the model returns a structure (rather than chain potentials) on ``batch``."""
+        return self.crf is None and _is_structure(self._output(batch))
+
+    def sequence_losses(self, batch: SequenceData) -> Tensor:
+        """The loss of each sequence of ``batch`` (B,), for a loss with a ``reduction`` attribute (a
+        :class:`structtorch.StructuredHingeLoss`): the same loss with reduction "none"."""
+        if self.crf is not None or not hasattr(self.loss, "reduction"):
+            raise TypeError("per-sequence losses need a loss with a reduction attribute "
+                            "(a StructuredHingeLoss)")
+        loss = copy.copy(self.loss)
+        loss.reduction = "none"
+        out = self._output(batch)
+        if _is_structure(out):
+            target = batch.labels if batch.starts is None else (batch.labels, batch.starts)
+            return loss(out, target)
+        pot = _as_potentials(out)
+        unary, transitions = pot.pop("unary"), pot.pop("transitions")
+        return loss(unary, transitions, batch.labels, lengths=batch.lengths, **pot)
+
+    @torch.no_grad()
     def decode(self, batch: SequenceData) -> Tensor:
         """The best labels (B, T) of ``batch``, -1 beyond each length."""
         if self.crf is not None:

@@ -319,3 +319,30 @@ def test_graph_models_train_over_the_relaxation():
     assert h_graph["objective"][-1] == pytest.approx(h_chain["objective"][-1], abs=1e-5)
     out = graph(x)
     assert torch.equal(out.argmax, st.viterbi(graph.node(x).detach(), graph.pair.detach())[1])
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_per_sequence_planes_from_one_batched_backward(sparse):
+    """ParameterVector.jacobian (n-slack's planes from one batched oracle call) equals one backward
+    per sequence, also for sparse gradients (which take the per-sequence fallback)."""
+    from structtorch.learn.solvers._linear import ParameterVector
+    from structtorch.nn.sparse import SparseFeaturePotentials
+
+    g = torch.Generator().manual_seed(1)
+    if sparse:
+        data = SequenceData(torch.randint(0, 20, (5, 4, 2), generator=g), torch.randint(0, 3, (5, 4), generator=g),
+                            torch.tensor([4, 2, 3, 1, 4]))
+        model = SparseFeaturePotentials(20, 3)
+    else:
+        data = tiny(n=5, max_length=4, labels=3)
+        model = st.LinearChainPotentials(2, 3)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(generator=g)
+    vector = ParameterVector(list(model.parameters()))
+    hinge = st.StructuredHingeLoss(rescaling="slack", reduction="none")
+    values = hinge(*model(data.x), data.labels, lengths=data.lengths)
+    jac = vector.jacobian(values)
+    rows = [vector.grad_retained(values[i]) for i in range(len(values))]
+    assert jac.shape == (5, vector.d) and torch.allclose(jac, torch.stack(rows))
+    assert (jac != 0).any()

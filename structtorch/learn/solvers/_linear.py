@@ -136,6 +136,29 @@ class ParameterVector:
             return torch.zeros(self.d, dtype=torch.float64, device=self.device)
         return self.flat(torch.autograd.grad(value, self.params, allow_unused=True))
 
+    def jacobian(self, values: Tensor) -> Tensor:
+        """The gradients (B, d) float64 of each of ``values`` (B,) with respect to the parameters:
+        one backward pass vectorized over the B rows (``is_grads_batched``), or B passes where an
+        operation has no batching rule (sparse gradients, for one)."""
+        B = values.shape[0]
+        if not values.requires_grad or B == 0:
+            return torch.zeros(B, self.d, dtype=torch.float64, device=self.device)
+        if B == 1:
+            return self.grad_retained(values[0])[None]
+        try:
+            eye = torch.eye(B, dtype=values.dtype, device=values.device)
+            grads = torch.autograd.grad(values, self.params, grad_outputs=eye, allow_unused=True,
+                                        is_grads_batched=True, retain_graph=True)
+        except RuntimeError:
+            return torch.stack([self.grad_retained(values[i]) for i in range(B)])
+        flat = [torch.zeros(B, p.numel(), dtype=p.dtype, device=p.device) if g is None
+                else g.to_dense().reshape(B, -1) for g, p in zip(grads, self.params, strict=True)]
+        return torch.cat(flat, 1).double()
+
+    def grad_retained(self, value: Tensor) -> Tensor:
+        """:meth:`grad` keeping the graph (for several values of one forward pass)."""
+        return self.flat(torch.autograd.grad(value, self.params, allow_unused=True, retain_graph=True))
+
 
 class GapSolver:
     """The part of an exact solver of linear models that :func:`structtorch.train.fit` sees: the
