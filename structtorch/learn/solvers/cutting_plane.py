@@ -140,23 +140,25 @@ class WorkingSet:
         began = time.perf_counter()
         dual_form = self._dual_form()
         alpha = self._daqp_dual() if dual_form else None
-        if alpha is None:
-            factor = self.factor()  # (k, r) with factor factor^T = A A^T
-            norm = max(float(np.sqrt(factor.multiply(factor).sum(1).max())), 1e-150)
-            factor = sp.csc_matrix(factor / norm)
-            small = self.lam * float(np.abs(self.c).max()) / norm**2
-            scales = (self.bound, small) if small < 1e-3 * self.bound else (self.bound,)
-            for scale in () if dual_form else scales:
-                alpha = self._daqp_primal(factor, norm, scale)
-                if alpha is not None:
-                    break
-            if alpha is None:
-                alpha = max((self.feasible(scale * self._clarabel(factor, norm, scale)) for scale in scales),
-                            key=self.dual)
-        self.alpha = alpha
+        self.alpha = self._solve_factored(daqp_first=not dual_form) if alpha is None else alpha
         self.idle = np.where(self.alpha > 0, 0, self.idle + 1)
         self.qp_time += time.perf_counter() - began
         return self.dual()
+
+    def _solve_factored(self, daqp_first: bool) -> np.ndarray:
+        """The dual's feasible solution from the primal in factored coordinates: DAQP (if
+        ``daqp_first``) at the scales in turn, else Clarabel at each, keeping the better."""
+        factor = self.factor()  # (k, r) with factor factor^T = A A^T
+        norm = max(float(np.sqrt(factor.multiply(factor).sum(1).max())), 1e-150)
+        factor = sp.csc_matrix(factor / norm)
+        small = self.lam * float(np.abs(self.c).max()) / norm**2
+        scales = (self.bound, small) if small < 1e-3 * self.bound else (self.bound,)
+        for scale in scales if daqp_first else ():
+            alpha = self._daqp_primal(factor, norm, scale)
+            if alpha is not None:
+                return alpha
+        answers = (self.feasible(scale * self._clarabel(factor, norm, scale)) for scale in scales)
+        return max(answers, key=self.dual)
 
     def _dual_form(self) -> bool:
         """Whether DAQP gets the dual (k unknowns) rather than the primal (r + owners unknowns, with
