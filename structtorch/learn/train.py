@@ -262,8 +262,8 @@ def fit(
         (default True), ``batch_size`` of the gap computation (default 256). Cutting planes:
         ``variant`` ("one_slack", default, or "n_slack"), ``tol`` (absolute, default 1e-3),
         ``inactive`` (iterations a plane may stay unused before it is dropped, default 10),
-        ``batch_size`` of the oracle pass (default 256), ``margin`` (n_slack: the violation a
-        plane needs to enter, default ``tol``).
+        ``batch_size`` of the oracle calls (default 256; n_slack: 32 for chain potentials, 1 for
+        structures), ``margin`` (n_slack: the violation a plane needs to enter, default ``tol``).
 
     Returns
     -------
