@@ -113,13 +113,18 @@ class Task:
         if self.crf is not None:
             nll = self.crf(self._unary(batch.x), batch.labels, lengths=batch.lengths)
             return nll.sum() / max(len(batch), 1) if nll.dim() else nll
+        return _scalar(self._apply(self.loss, batch))
+
+    def _apply(self, loss: object, batch: SequenceData) -> Tensor:
+        """``loss`` on the model's output for ``batch``: ``loss(structure, target)`` (target
+        ``(labels, starts)`` for segment data), else ``loss(unary, transitions, labels, ...)``."""
         out = self._output(batch)
         if _is_structure(out):  # loss(structure, target), e.g. StructuredHingeLoss
             target = batch.labels if batch.starts is None else (batch.labels, batch.starts)
-            return _scalar(self.loss(out, target))
+            return loss(out, target)
         pot = _as_potentials(out)
         unary, transitions = pot.pop("unary"), pot.pop("transitions")
-        return _scalar(self.loss(unary, transitions, batch.labels, lengths=batch.lengths, **pot))
+        return loss(unary, transitions, batch.labels, lengths=batch.lengths, **pot)
 
     @torch.no_grad()
     def returns_structure(self, batch: SequenceData) -> bool:
@@ -134,13 +139,7 @@ class Task:
                             "(a StructuredHingeLoss)")
         loss = copy.copy(self.loss)
         loss.reduction = "none"
-        out = self._output(batch)
-        if _is_structure(out):
-            target = batch.labels if batch.starts is None else (batch.labels, batch.starts)
-            return loss(out, target)
-        pot = _as_potentials(out)
-        unary, transitions = pot.pop("unary"), pot.pop("transitions")
-        return loss(unary, transitions, batch.labels, lengths=batch.lengths, **pot)
+        return self._apply(loss, batch)
 
     @torch.no_grad()
     def decode(self, batch: SequenceData) -> Tensor:

@@ -12,6 +12,8 @@ has the Danskin subgradient Psi(x, mu_hat) - Psi(x, y): no differentiation throu
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch import Tensor, nn
 
@@ -180,10 +182,6 @@ class RelaxedHingeLoss(nn.Module):
                              reduction=self.reduction, **self.lp_options)
 
 
-_MAP_OPTIONS = ("max_iter", "tol", "cuts_per_round", "cuts", "nested", "num_workers")
-"""The options of :func:`relaxed_hinge` that :func:`map_lp` takes too."""
-
-
 class GraphStructure:
     """Graph labelings over the LP relaxation as a structure for :func:`structtorch.structured_hinge`.
 
@@ -217,7 +215,8 @@ class GraphStructure:
         decodes a structure."""
         from .rounding import round_labels
 
-        options = {k: v for k, v in self.lp_options.items() if k in _MAP_OPTIONS}
+        taken = inspect.signature(map_lp).parameters  # the LP options map_lp takes too
+        options = {k: v for k, v in self.lp_options.items() if k in taken}
         with torch.no_grad():
             res = map_lp(self.unary.detach(), self.pairwise.detach(), self.edges, connected=self.connected,
                          connected_soft=self.connected_soft, **options)

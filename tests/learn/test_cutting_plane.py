@@ -258,7 +258,8 @@ def test_segmentations_train_on_labels_and_starts(loss):
 
 def test_hidden_semi_markov_svm_is_affine_unless_monotone():
     """The HSM SVM with free PLiFs trains by cutting planes (its structure carries input tracks: the
-    potentials are affine in w); monotone PLiFs (a softplus parametrization) are refused."""
+    potentials are affine in w) and certifies the returned weights; monotone PLiFs (a softplus
+    parametrization) are refused."""
     from structtorch.data import gene_grammar
 
     class HSM(nn.Module):
@@ -278,8 +279,14 @@ def test_hidden_semi_markov_svm_is_affine_unless_monotone():
     starts[:, 0] = True
     data = SequenceData(torch.randn(n, T, 7, generator=g), labels, torch.full((n,), T), starts)
     kw = dict(epochs=3, C=1.0, solver="cutting_plane", progress=False, objective=False)
-    history = st.train.fit(HSM(None), data, st.StructuredHingeLoss(loss="boundary"), **kw)
-    assert len(history.epochs) >= 1 and np.isfinite(history["objective"][-1])
+    model, hinge = HSM(None).double(), st.StructuredHingeLoss(loss="boundary")
+    data.x = data.x.double()
+    history = st.train.fit(model, data, hinge, **kw)
+    with torch.no_grad():  # the recorded objective is the true primal of the returned weights
+        w = torch.cat([p.reshape(-1) for p in model.parameters()])
+        primal = float(hinge(model(data.x, lengths=data.lengths), (labels, starts))) + 0.5 / n * float(w @ w)
+    assert history["objective"][-1] == pytest.approx(primal, rel=1e-9)
+    assert history["dual"][-1] <= primal + 1e-12
     with pytest.raises(ValueError, match="linear in the parameters"):
         st.train.fit(HSM("increasing"), data, st.StructuredHingeLoss(), **kw)
 

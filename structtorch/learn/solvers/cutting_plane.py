@@ -16,9 +16,9 @@ autograd (no model writes a psi). Two variants:
 - ``"one_slack"`` (Joachims, Finley and Yu 2009): one slack for the mean of the hinges, one plane
   per iteration from one pass over the data (the gradient of the mean hinge).
 
-Each iteration solves the dual QP over the working set (:class:`WorkingSet`: DAQP's dual
-active-set method, hot-started, up to 1,000 planes; Clarabel's interior-point method beyond),
-computes w = A^T alpha / lambda and runs the oracle over the training data at w: that gives the
+Each iteration solves the dual QP over the working set (:class:`WorkingSet`: DAQP's active-set
+method on the dual or the primal, whichever is smaller; Clarabel's interior-point method where
+DAQP fails), computes w = A^T alpha / lambda and runs the oracle over the training data at w: that gives the
 true primal of w and the new planes. The model keeps the iterate of lowest primal so far. The dual
 value of the working set's QP is a lower bound on the optimum, so ``gap = best primal - dual``
 certifies the model's weights; training stops once ``gap <= tol``. Planes whose dual variable stays
@@ -47,7 +47,8 @@ __all__ = ["CuttingPlane", "CuttingPlaneSolver", "WorkingSet"]
 
 VARIANTS = ("one_slack", "n_slack")
 DENSE_LIMIT = 1000
-"""Working sets up to this many planes are solved densely by DAQP, larger ones by Clarabel."""
+"""The most planes for which DAQP may get the dual on the dense Gram matrix (and the Gram matrix is
+kept up to date); larger working sets get the primal in factored coordinates."""
 DAQP_TOL = 1e-10
 """DAQP's primal feasibility and proximal-point tolerances (at their defaults the multipliers of a
 singular QP and the feasible alpha are off by ~1e-6 relative)."""
@@ -66,13 +67,13 @@ class WorkingSet:
 
     (the bound is 1 for one slack, 1/n for n slacks); w = A^T alpha / lambda.
 
-    Up to ``DENSE_LIMIT`` planes the QP is solved by DAQP (a dual active-set method for small
-    dense QPs, hot-started from the last active set) on the dense Gram matrix A A^T, kept up to date
-    as planes come and go. Larger working sets, or where DAQP fails, go to Clarabel (an
-    interior-point method, robust to scaling) on the QP's primal in the factored coordinates
-    (:meth:`_clarabel`): F F^T = A A^T with F = A's used columns when they are few or sparse, else
-    V sqrt(L) from the Gram matrix's eigendecomposition (its rank r <= k columns), so that its size
-    is r + (owners) whatever k; alpha is read off its multipliers. HiGHS's active-set QP solver,
+    DAQP (a dual active-set method for small dense QPs) solves the smaller of two forms: the dual
+    on the dense Gram matrix A A^T (up to ``DENSE_LIMIT`` planes; kept up to date as planes come and
+    go; hot-started from the last active set), or the QP's primal in factored coordinates
+    (:meth:`_clarabel`'s problem), alpha its multipliers: F F^T = A A^T with F = A's used columns
+    when they are few or sparse, else V sqrt(L) from the Gram matrix's eigendecomposition (its rank
+    r <= k columns), so that its size is r + (owners) whatever k. Where DAQP fails, Clarabel (an
+    interior-point method, robust to scaling) solves that primal. HiGHS's active-set QP solver,
     tried first, stopped 1 % short of the optimum on the dense, singular Gram matrix with thousands
     of planes, and hung or dropped curvature (entries below 1e-9) at the scales planes of norm 1e4
     give; every method works on costs divided by max abs(c) and alpha over a scale of order one.
@@ -154,7 +155,7 @@ class WorkingSet:
         factor = self.factor()  # (k, r) with factor factor^T = A A^T
         norm = max(float(np.sqrt(factor.multiply(factor).sum(1).max())), 1e-150)
         factor = sp.csc_matrix(factor / norm)
-        small = self.lam * float(np.abs(self.c).max()) / norm**2
+        small = self.lam * self.peak / norm**2
         scales = (self.bound, small) if small < 1e-3 * self.bound else (self.bound,)
         for scale in scales if daqp_first else ():
             alpha = self._daqp_primal(factor, norm, scale)
@@ -178,7 +179,7 @@ class WorkingSet:
     def _daqp_dual(self) -> np.ndarray | None:
         """The dual's feasible solution by DAQP on the dense Gram matrix (None where DAQP fails)."""
         gram, k = self.dense_gram(), len(self)
-        peak = max(float(np.abs(self.c).max()), 1e-300)
+        peak = self.peak
         scale = min(self.bound, self.lam * peak / max(float(gram.diagonal().max()), 1e-300))
         groups, member = self._groups()
         blocks = (member[None, :] == np.arange(len(groups))[:, None]).astype(np.float64)  # (groups, k)
@@ -195,7 +196,7 @@ class WorkingSet:
         """The dual's feasible solution as DAQP's multipliers of the primal of :meth:`_clarabel`
         (None where DAQP fails)."""
         k, r = factor.shape
-        peak = max(float(np.abs(self.c).max()), 1e-300)
+        peak = self.peak
         groups, member = self._groups()
         g = len(groups)
         kappa = scale * norm**2 / (self.lam * peak)
@@ -215,6 +216,11 @@ class WorkingSet:
         beta = np.maximum(-np.asarray(info["lam"])[r + g:], 0.0)  # lower bounds active: lam <= 0
         return self.feasible(scale * beta)
 
+    @property
+    def peak(self) -> float:
+        """max abs(c), the costs' scale (at least 1e-300)."""
+        return max(float(np.abs(self.c).max()), 1e-300)
+
     def dense_gram(self) -> np.ndarray:
         """A A^T (k, k), dense."""
         if self.gram is None or self.gram.shape[0] != len(self):
@@ -230,7 +236,7 @@ class WorkingSet:
         (lambda max abs(c)), m = bound / scale capped at 1e3): r + (owners) unknowns whatever k, and
         Clarabel's factorization eliminates the k plane rows first."""
         k, r = factor.shape
-        peak = max(float(np.abs(self.c).max()), 1e-300)
+        peak = self.peak
         groups, index = self._groups()
         g = len(groups)
         member = sp.csc_matrix((np.ones(k), (np.arange(k), index)), shape=(k, g))
