@@ -1,7 +1,8 @@
 """Loss-augmented inference for semi-Markov models: position, segment, boundary and 0/1 losses.
 
 Margin rescaling with an affine h folds the position loss into the content scores (O(T S N)), and
-with h the identity the boundary loss into the boundary scores; any other h,
+with h the identity the boundary loss into the boundary scores and the segment loss into the segment
+scores; any other h,
 and slack rescaling, run the Hamming-count table over segment ends,
 
     alpha[e, k, n] = max_d  segment(e - d, e, n) + inc[e - d, k - c(e - d, e, n), n],
@@ -77,8 +78,9 @@ def semimarkov_loss_augmented(
     - "boundary": the positions where "a segment starts here" differs;
     - "zero_one": 1 where the segmentations differ, else 0.
 
-    Any h, both rescalings; the segment-level losses always run the count table (``weights``
-    apply to "hamming" only).
+    Any h, both rescalings (``weights`` apply to "hamming" only). Margin rescaling with h the
+    identity folds "boundary" and "segment" into the potentials (one Viterbi, O(T S N)); the other
+    segment-level cases run the count table, O(T S K N) with K = T + the target's segments.
 
     Returns
     -------
@@ -111,9 +113,9 @@ def loss_augmented_semimarkov(sm: SemiMarkov, target_labels: Tensor, target_star
     B, T, _, N = sm.shape
     mask = torch.arange(T, device=labels.device) < sm.lengths[:, None]
     model = _SemiMarkovStructure(sm, labels, starts, mask)
-    if loss == "boundary" and h is None and weights is None and rescaling == "margin" and algorithm in (
-            "auto", "viterbi"):
-        return _folded_boundary(model, sm.content.dtype)
+    if loss in ("boundary", "segment") and h is None and weights is None and rescaling == "margin" and (
+            algorithm in ("auto", "viterbi")):
+        return _folded(model, loss, sm.content.dtype)
     if loss == "hamming":
         spec = resolve_loss(h, rescaling, weights, None, labels, mask, sm.content, algorithm)
     else:
@@ -123,13 +125,15 @@ def loss_augmented_semimarkov(sm: SemiMarkov, target_labels: Tensor, target_star
     return value, out_labels, out_starts, count
 
 
-def _folded_boundary(model: _SemiMarkovStructure,
-                     dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Margin rescaling of the boundary loss, folded into the boundary scores (O(T S N), one
-    Viterbi): the count is (target starts - 1) + the sum over found starts s >= 1 of
-    (1 - 2 [s is a target start]), and a start at s is the end of a segment at s - 1."""
-    struct = model.fold_boundary()
-    counts = model.segments("boundary")
+def _folded(model: _SemiMarkovStructure, kind: str,
+            dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Margin rescaling of the boundary or segment loss (h the identity) folded into the potentials
+    (O(T S N), one Viterbi; :meth:`_SemiMarkovStructure.fold`): the boundary count is (target
+    starts - 1) + the sum over found starts s >= 1 of (1 - 2 [s is a target start]), and a start at
+    s is the end of a segment at s - 1; the segment count is (target segments) + the sum over
+    found segments of (1 - 2 [it is a target segment])."""
+    struct = model.fold(kind)
+    counts = model.segments(kind)
     found_labels, found_starts = decode(struct, model.N)
     count = counts.count(found_labels, found_starts, model.sm.lengths)
     value = model.score(struct) + count.to(torch.float64) - model.score(model.truth)

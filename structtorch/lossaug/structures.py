@@ -23,7 +23,7 @@ from ..chain.layout import labeling_score
 from ..chain.window import _window_path, _window_score
 from ..semimarkov.layout import SemiMarkov, semimarkov_score
 from ..semimarkov.plif import SegmentPLiF
-from ..semimarkov.segments import semimarkov_viterbi
+from ..semimarkov.segments import viterbi_semimarkov
 from ._torch import (
     SegmentCounts,
     Tables,
@@ -34,6 +34,10 @@ from ._torch import (
     window_tables,
 )
 from .spec import LossSpec
+
+FOLD_ELEMENTS = 1 << 24
+"""About the most entries of the (rows, T, S, N) segment bonus that the folded segment loss builds at
+once (whole batch rows; 128 MiB in float64)."""
 
 
 def encode(labels: Tensor, starts: Tensor, N: int) -> Tensor:
@@ -270,24 +274,49 @@ class _SemiMarkovStructure(_LabelStructure):
 
     def fold_path(self, label_loss: Tensor, pair: Tensor | None) -> Tensor:
         sm = self.sm.detached().map(accumulate)  # the loss is added in double on CPU
-        _, labels, starts = semimarkov_viterbi(
-            sm.content + label_loss.to(sm.content.dtype), sm.transitions, max_len=sm.shape[2],
-            length_scores=sm.length_scores, boundary=sm.boundary, segment_scores=sm.segment_scores,
-            start=sm.start, end=sm.end, lengths=sm.lengths, segment_plif=sm.segment_plif)
-        return encode(labels, starts, self.N)
+        return self._viterbi(sm.replace(content=sm.content + label_loss.to(sm.content.dtype)))
 
-    def fold_boundary(self) -> Tensor:
-        """The best segmentation under margin rescaling of the boundary loss: a bonus of
-        1 - 2 [t + 1 is a target start] on every segment ending at t (t + 1 inside the length)."""
+    def fold(self, kind: str) -> Tensor:
+        """The best segmentation under margin rescaling (h the identity) of the segment loss
+        ``kind``, "boundary" or "segment", folded into the potentials: one Viterbi, O(T S N).
+
+        - "boundary": a bonus of 1 - 2 [t + 1 is a target start] on the boundary score of every
+          segment ending at t (t + 1 inside the length);
+        - "segment": a bonus of 1 - 2 [(s, e, n) is a target segment] on every segment, through
+          ``segment_scores`` (B, T, S, N), built for about ``FOLD_ELEMENTS`` entries (whole rows)
+          at a time.
+        """
         sm = self.sm.detached().map(accumulate)
-        starts = self.segments("boundary").starts  # (B, T + 1), False beyond each length
-        T = sm.shape[1]
-        inside = torch.arange(1, T + 1, device=starts.device) < sm.lengths[:, None]
-        bonus = torch.where(inside, 1.0 - 2.0 * starts[:, 1:].to(sm.boundary.dtype), 0.0)
-        _, labels, found = semimarkov_viterbi(
-            sm.content, sm.transitions, max_len=sm.shape[2], length_scores=sm.length_scores,
-            boundary=sm.boundary + bonus.unsqueeze(2), segment_scores=sm.segment_scores, start=sm.start,
-            end=sm.end, lengths=sm.lengths, segment_plif=sm.segment_plif)
+        if kind == "boundary":
+            starts = self.segments("boundary").starts  # (B, T + 1), False beyond each length
+            T = sm.shape[1]
+            inside = torch.arange(1, T + 1, device=starts.device) < sm.lengths[:, None]
+            bonus = torch.where(inside, 1.0 - 2.0 * starts[:, 1:].to(sm.boundary.dtype), 0.0)
+            return self._viterbi(sm.replace(boundary=sm.boundary + bonus.unsqueeze(2)))
+        B, T, S, N = sm.shape
+        rows = max(1, FOLD_ELEMENTS // max(T * S * N, 1))
+        parts = [self._viterbi(self._segment_bonus(sm.rows(chunk), chunk))
+                 for chunk in torch.arange(B, device=sm.lengths.device).split(rows)]
+        return torch.cat(parts) if parts else self.truth.clone()
+
+    def _segment_bonus(self, sm: SemiMarkov, rows: Tensor) -> SemiMarkov:
+        """``sm`` (the batch rows ``rows``) with 1 - 2 [a target segment] added to every segment."""
+        B, T, S, N = sm.shape
+        counts = self.segments("segment")
+        s = torch.arange(T, device=rows.device)
+        e = counts.ends[rows, :T]  # (B, T): the end of the target segment starting at s
+        found = counts.starts[rows, :T]  # a target segment starts at s (none is longer than S)
+        flat = ((torch.arange(B, device=rows.device)[:, None] * T + (e - 1).clamp(min=0)) * S
+                + (e - s - 1).clamp(0, S - 1)) * N + counts.labels[rows, :T]
+        bonus = torch.ones(B * T * S * N, dtype=sm.content.dtype, device=sm.content.device)
+        bonus.index_add_(0, flat.reshape(-1), -2.0 * found.reshape(-1).to(bonus.dtype))  # no host sync
+        bonus = bonus.view(B, T, S, N)
+        segment = bonus if sm.segment_scores is None else sm.segment_scores + bonus
+        return sm.replace(segment_scores=segment)
+
+    def _viterbi(self, sm: SemiMarkov) -> Tensor:
+        """The Viterbi segmentation of ``sm`` (validated potentials and finite bonuses), encoded."""
+        _, labels, found = viterbi_semimarkov(sm)
         return encode(labels, found, self.N)
 
     def tables(self, spec: LossSpec, target: Tensor, negate: bool) -> Tables:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -75,6 +76,20 @@ class SemiMarkov:
         return SemiMarkov(apply(self.content), apply(self.transitions), apply(self.length_scores),
                           apply(self.boundary), apply(self.segment_scores), apply(self.start),
                           apply(self.end), self.lengths, plif)
+
+    def rows(self, index: Tensor) -> SemiMarkov:
+        """The batch rows ``index`` (a 1-d int64 tensor) of the potentials."""
+        def take(x):
+            return None if x is None else x[index]
+        plif = self.segment_plif
+        if plif is not None:
+            plif = SegmentPLiF(plif.tracks[index], plif.ordinates, plif.low, plif.high)
+        return SemiMarkov(self.content[index], self.transitions, self.length_scores[index], self.boundary[index],
+                          take(self.segment_scores), self.start[index], self.end[index], self.lengths[index], plif)
+
+    def replace(self, **changes: Tensor) -> SemiMarkov:
+        """The same potentials with the fields ``changes`` replaced."""
+        return dataclasses.replace(self, **changes)
 
     @property
     def potentials(self) -> str:

@@ -11,6 +11,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st_
 
 import structtorch as st
+from structtorch.lossaug import structures
 from structtorch.semimarkov.layout import check_semimarkov
 from structtorch.semimarkov.layout import semimarkov_score as reference_score
 
@@ -344,9 +345,15 @@ def test_segment_losses_match_enumeration(backend, problem, rescaling, kind, h_k
         assert (out_labels[b, L:] == -1).all() and not out_starts[b, L:].any()
 
 
-def test_boundary_loss_folds_like_the_table(backend):
-    """Margin rescaling of the boundary loss runs one Viterbi on folded boundary scores: the same
-    value and count as the count table (algorithm="hamming"), and the gradient of the value."""
+@pytest.mark.parametrize("kind", ["boundary", "segment"])
+def test_segment_losses_fold_like_the_table(backend, kind, monkeypatch):
+    """Margin rescaling of the boundary (segment) loss runs one Viterbi on folded boundary
+    (segment) scores: the same value and count as the count table (algorithm="hamming"), and the
+    gradient of the value. The segment bonus is built two batch rows at a time."""
+    monkeypatch.setattr(structures, "FOLD_ELEMENTS", 2 * 14 * 4 * 3)
+    folds = []
+    fold = structures._SemiMarkovStructure.fold
+    monkeypatch.setattr(structures._SemiMarkovStructure, "fold", lambda self, k: folds.append(k) or fold(self, k))
     g = torch.Generator().manual_seed(3)
     B, T, N, S = 6, 14, 3, 4
     content = torch.randn(B, T, N, generator=g, dtype=torch.float64, requires_grad=True)
@@ -356,9 +363,10 @@ def test_boundary_loss_folds_like_the_table(backend):
                                               lengths=lengths)
     with use_backend(backend):
         args = (content, trans, labels.clamp(min=0), starts)
-        kw = dict(max_len=S, lengths=lengths, loss="boundary")
+        kw = dict(max_len=S, lengths=lengths, loss=kind)
         folded = st.semimarkov_loss_augmented(*args, **kw)
         table = st.semimarkov_loss_augmented(*args, algorithm="hamming", **kw)
+    assert folds == [kind]  # the first call folded, the table did not
     assert torch.allclose(folded[0], table[0]) and torch.equal(folded[3], table[3])
     folded[0].sum().backward()
     found = torch.nn.functional.one_hot(folded[1].clamp(min=0), N) * (folded[1] >= 0).unsqueeze(2)
@@ -374,7 +382,7 @@ def test_segment_loss_errors():
     with pytest.raises(ValueError, match="weights weight positions"):
         st.semimarkov_loss_augmented(c, A, labels, starts, max_len=2, loss="segment", weights=torch.ones(1, 4))
     with pytest.raises(ValueError, match="algorithm='viterbi' needs a loss that folds"):
-        st.semimarkov_loss_augmented(c, A, labels, starts, max_len=2, loss="segment", algorithm="viterbi")
+        st.semimarkov_loss_augmented(c, A, labels, starts, max_len=2, loss="zero_one", algorithm="viterbi")
     c = torch.randn(1, 4, 2, generator=torch.Generator().manual_seed(0))
     hinge = st.StructuredHingeLoss("slack", loss="segment", reduction="none")  # the module passes loss=
     value = hinge(st.SemiMarkovDistribution(c, A, max_len=2), (labels, starts))
