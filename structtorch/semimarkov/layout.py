@@ -15,9 +15,9 @@ N labels, S = max_len (clamped to T internally).
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from collections.abc import Callable
-import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -84,8 +84,9 @@ class SemiMarkov:
         plif = self.segment_plif
         if plif is not None:
             plif = SegmentPLiF(plif.tracks[index], plif.ordinates, plif.low, plif.high)
-        return SemiMarkov(self.content[index], self.transitions, self.length_scores[index], self.boundary[index],
-                          take(self.segment_scores), self.start[index], self.end[index], self.lengths[index], plif)
+        return SemiMarkov(self.content[index], self.transitions, self.length_scores[index],
+                          self.boundary[index], take(self.segment_scores), self.start[index],
+                          self.end[index], self.lengths[index], plif)
 
     def replace(self, **changes: Tensor) -> SemiMarkov:
         """The same potentials with the fields ``changes`` replaced."""
