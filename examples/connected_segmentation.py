@@ -163,7 +163,7 @@ def main() -> None:
     parser.add_argument("--classes", type=int, default=None, help="the first K object classes")
     args = parser.parse_args()
     classes = OBJECT_CLASSES[:1] if args.quick else OBJECT_CLASSES[:args.classes]
-    n_train, n_test, epochs = (8, 8, 2) if args.quick else (30, 40, 12)
+    n_train, n_test, epochs = (5, 5, 1) if args.quick else (30, 40, 12)
     t0 = time.time()
     table, shown = {m: {} for m in MODELS}, []
     for cls in classes:

@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     torch.set_default_dtype(torch.float64)
     quick = args.quick
-    repeats, passes = (1, 25) if quick else (args.repeats, args.passes)  # --quick: a smoke run for the tests
+    repeats, passes = (1, 8) if quick else (args.repeats, args.passes)  # --quick: a smoke run for the tests
     # RBF widths around 1 / (mean squared distance); narrower kernels shrink the unary scores of
     # new tokens, against which STR's transition scores do not shrink (on digits the SVM's CV chose
     # 8 and STR fell 30 points below the SVM: RESULTS.md)

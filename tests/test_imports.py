@@ -4,6 +4,8 @@ hides a missing or circular import."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 
@@ -39,15 +41,70 @@ def test_training_on_own_data_loads_no_generator():
          "assert not [m for m in sys.modules if m.startswith('structtorch.data')]\n")
 
 
-@pytest.mark.parametrize("module", [
+LAYERS = [
     "structtorch.losses", "structtorch.nn.hsm", "structtorch.learn.solvers.bcfw", "structtorch.learn.bcfw",
     "structtorch.learn.solvers.cutting_plane",
     "structtorch.learn.train", "structtorch.learn.losses", "structtorch.learn.task", "structtorch.sequence_data",
     "structtorch.schemes", "structtorch.metrics", "structtorch.data.conll", "structtorch.data.tagging",
-])
-def test_each_layer_imports_first(module):
+]
+
+# One interpreter imports the third-party stack (torch's import is most of an interpreter's start),
+# then forks a child per module that imports that module first: structtorch itself is fresh in
+# every child. Without fork, one interpreter per module.
+_FORKING_DRIVER = """
+import json, os, sys, traceback
+import clarabel, daqp, numpy, scipy.optimize, scipy.sparse, torch
+assert not [m for m in sys.modules if m.startswith("structtorch")]
+errors = {}
+for module in sys.argv[1:]:
+    read, write = os.pipe()
+    if os.fork() == 0:
+        os.close(read)
+        try:
+            __import__(module)
+            message = ""
+        except BaseException:
+            message = traceback.format_exc()
+        os.write(write, message.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        errors[module] = pipe.read()
+    os.wait()
+print(json.dumps(errors))
+"""
+
+
+@pytest.fixture(scope="module")
+def first_imports() -> dict[str, str]:
+    """module -> the traceback of importing it first in a fresh interpreter ("" when it worked)."""
+    if not hasattr(os, "fork"):
+        return {m: "" if _ok(f"import {m}") else f"import {m} failed" for m in LAYERS}
+    proc = subprocess.run([sys.executable, "-c", _FORKING_DRIVER, *LAYERS], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _ok(code: str) -> bool:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=300).returncode == 0
+
+
+@pytest.mark.parametrize("module", LAYERS)
+def test_each_layer_imports_first(module, first_imports):
     """Importing any one module first works (no import circle needs a particular order)."""
-    _run(f"import {module}")
+    assert first_imports[module] == "", first_imports[module][-3000:]
+
+
+def test_a_circular_import_is_caught(tmp_path, monkeypatch):
+    """The forking driver reports a module that fails when imported first."""
+    (tmp_path / "circle_a.py").write_text("import circle_b\nVALUE = 1\n")
+    (tmp_path / "circle_b.py").write_text("from circle_a import VALUE\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", _FORKING_DRIVER, "circle_a", "json"], capture_output=True,
+                          text=True, timeout=300)
+    errors = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "ImportError" in errors["circle_a"] and errors["json"] == ""
 
 
 def test_old_paths_name_the_same_objects():

@@ -99,7 +99,8 @@ def test_gradcheck_log_partition(backend, shared):
     lengths = torch.tensor([5, 2, 1])
     f = lambda u, A, s, e: st.log_partition(u, A, start=s, end=e, lengths=lengths)  # noqa: E731
     with st.set_validation(False):  # many forward calls on valid inputs; the checks are tested elsewhere
-        assert torch.autograd.gradcheck(f, (u, A, s, e))
+        # interpreted triton: one random projection of the Jacobian (any wrong entry shows there)
+        assert torch.autograd.gradcheck(f, (u, A, s, e), fast_mode=backend == "triton")
 
 
 def _covariances(inst, b, weights):

@@ -95,4 +95,5 @@ def test_gradcheck_nll(backend):
     lengths = torch.tensor([4, 2, 0])
     f = lambda u, A, s: st.train.chain_nll(u, A, labels, start=s, lengths=lengths, reduction="none")  # noqa: E731
     with st.set_validation(False):  # many forward calls on valid inputs; the checks are tested elsewhere
-        assert torch.autograd.gradcheck(f, (u, A, s))
+        # interpreted triton: one random projection of the Jacobian (any wrong entry shows there)
+        assert torch.autograd.gradcheck(f, (u, A, s), fast_mode=backend == "triton")
