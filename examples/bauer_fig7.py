@@ -10,11 +10,17 @@ runs on a laptop CPU in minutes.
 
     python examples/bauer_fig7.py [--sizes 25 50 100 200] [--sigmas 1 2 5 7 10 12] [--epochs 12]
     python examples/bauer_fig7.py --solver cutting_plane [--variant n_slack] [--tol 0.01]
+                                  [--jobs 2] [--cache examples/out/bauer_fig7_runs.jsonl]
+
+``--cache`` keeps every finished training (one JSON line each), so a long protocol can run in
+parts: a later call with the same settings reads them back and runs only the missing ones.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import multiprocessing
 import time
 from pathlib import Path
 
@@ -25,7 +31,8 @@ from structtorch.data import bauer_features, bauer_synthetic
 
 
 def run(n, sigma, rescaling, C, args, seed, binning_bins=10):
-    """-> (validation accuracy, test accuracy, iterations) of one model."""
+    """-> (validation accuracy, test accuracy, iterations, converged, seconds) of one model."""
+    began = time.perf_counter()
     train = bauer_synthetic(n, sigma, seed=seed)
     val = bauer_synthetic(100, sigma, seed=seed + 1000)
     test = bauer_synthetic(300, sigma, seed=seed + 2000)
@@ -47,7 +54,8 @@ def run(n, sigma, rescaling, C, args, seed, binning_bins=10):
         history = st.train.fit(model, feats[0], loss, optimizer=opt, epochs=args.epochs, C=C, progress=False,
                                batch_size=16, seed=seed, scheduler=schedule)
     accuracy = [st.train.evaluate(model, f)["accuracy"] for f in feats[1:]]
-    return accuracy[0], accuracy[1], len(history.epochs)
+    converged = args.solver != "cutting_plane" or history.converged
+    return accuracy[0], accuracy[1], len(history.epochs), converged, time.perf_counter() - began
 
 
 def main() -> None:
@@ -63,16 +71,19 @@ def main() -> None:
     p.add_argument("--max-iters", type=int, default=500, help="cutting_plane: iterations at most")
     p.add_argument("--repeats", type=int, default=3, help="data sets per point (the paper: 10)")
     p.add_argument("--out", type=Path, default=Path("examples/out/bauer_fig7"))
+    p.add_argument("--jobs", type=int, default=1, help="trainings run in parallel (one thread each)")
+    p.add_argument("--cache", type=Path, default=None,
+                   help="a JSON-lines file of finished trainings: read first, appended to (resumable runs)")
     args = p.parse_args()
     began = time.perf_counter()
+    done = _trainings(args)
     results, iterations = {}, {}  # (rescaling, sigma, n) -> test accuracy at the C best on validation
     for rescaling in args.rescalings:
         for sigma in args.sigmas:
             for n in args.sizes:
                 tests, iters = [], []
                 for rep in range(args.repeats):
-                    seed = 10_000 * rep + n
-                    runs = [run(n, sigma, rescaling, C, args, seed) for C in args.grid]
+                    runs = [done[_key(args, rescaling, sigma, n, rep, C)] for C in args.grid]
                     tests.append(max(runs, key=lambda r: r[0])[1])
                     iters.append(sum(r[2] for r in runs) / len(runs))
                 results[rescaling, sigma, n] = sum(tests) / len(tests)
@@ -95,6 +106,47 @@ def main() -> None:
     args.out.with_suffix(".md").write_text(table + "\n")
     plot(results, args, args.out.with_suffix(".png"), iterations if args.solver == "cutting_plane" else None)
     print(f"table and plot saved to {args.out}.md / .png")
+
+
+def _key(args: argparse.Namespace, rescaling: str, sigma: float, n: int, rep: int, C: float) -> str:
+    """The name of one training (its settings, data set and C) in the cache."""
+    how = (f"cutting_plane/{args.variant}/tol={args.tol:g}/cap={args.max_iters}" if args.solver == "cutting_plane"
+           else f"subgradient/epochs={args.epochs}")
+    return f"{how}/{rescaling}/sigma={sigma:g}/n={n}/rep={rep}/C={C:g}"
+
+
+def _train(task: tuple) -> tuple[str, tuple]:
+    key, (n, sigma, rescaling, C, seed), args = task
+    torch.set_num_threads(1 if args.jobs > 1 else torch.get_num_threads())
+    return key, run(n, sigma, rescaling, C, args, seed)
+
+
+def _trainings(args: argparse.Namespace) -> dict[str, tuple]:
+    """Every training of the protocol, key -> (validation accuracy, test accuracy, iterations): read
+    from ``--cache`` where it has them, the others run (on ``--jobs`` processes) and appended to it."""
+    tasks = {_key(args, r, sigma, n, rep, C): (n, sigma, r, C, 10_000 * rep + n)
+             for r in args.rescalings for sigma in args.sigmas for n in args.sizes
+             for rep in range(args.repeats) for C in args.grid}
+    done = {}
+    if args.cache is not None and args.cache.exists():
+        for line in args.cache.read_text().splitlines():
+            record = json.loads(line)
+            if record["key"] in tasks:
+                done[record["key"]] = tuple(record["result"])
+    todo = [(key, task, args) for key, task in tasks.items() if key not in done]
+    print(f"{len(tasks)} trainings: {len(done)} from the cache, {len(todo)} to run", flush=True)
+    pool = multiprocessing.get_context("fork").Pool(args.jobs) if args.jobs > 1 and len(todo) > 1 else None
+    try:
+        for key, result in (pool.imap_unordered(_train, todo) if pool else map(_train, todo)):
+            done[key] = result
+            if args.cache is not None:
+                args.cache.parent.mkdir(parents=True, exist_ok=True)
+                with args.cache.open("a") as f:
+                    f.write(json.dumps({"key": key, "result": list(result)}) + "\n")
+    finally:
+        if pool is not None:
+            pool.close()
+    return done
 
 
 def _table(values: dict, args: argparse.Namespace, fmt: str) -> list[str]:

@@ -49,7 +49,8 @@ def test_readme_tour_runs():
 
 def test_bauer_examples_run(tmp_path):
     for script, args in (
-        ("bauer_fig7.py", ["--sizes", "10", "--sigmas", "1", "--grid", "1", "--epochs", "2", "--repeats", "1"]),
+        ("bauer_fig7.py", ["--sizes", "10", "--sigmas", "1", "--grid", "0.5", "1", "--epochs", "2", "--repeats", "1",
+                           "--jobs", "2", "--cache", str(tmp_path / "runs.jsonl")]),
         ("bauer_fig7.py", ["--sizes", "10", "--sigmas", "1", "--grid", "1", "--repeats", "1",
                            "--solver", "cutting_plane", "--tol", "0.1"]),
         ("bauer_fig4.py", ["--lengths", "10", "20", "--brute-max", "4"]),
@@ -59,6 +60,10 @@ def test_bauer_examples_run(tmp_path):
         run_example(script, *args, "--out", str(out))
         assert out.with_suffix(".md").read_text().count("|") > 10
         assert out.with_suffix(".png").stat().st_size > 10_000
+    assert len((tmp_path / "runs.jsonl").read_text().splitlines()) == 4  # the first run: 2 rescalings x 2 C
+    again = run_example("bauer_fig7.py", "--sizes", "10", "--sigmas", "1", "--grid", "1", "--epochs", "2",
+                        "--repeats", "1", "--cache", str(tmp_path / "runs.jsonl"), "--out", str(tmp_path / "again"))
+    assert "2 trainings: 2 from the cache, 0 to run" in again
 
 
 def test_bauer_fig5_best_by_loss_matches_brute_force():
