@@ -17,8 +17,8 @@ from torch import Tensor, nn
 from ._checks import LengthsLike
 from ._numerics import reduce_batch
 from ._precision import mixed_precision
-from .chain.layout import check_chain
 from .chain.linear import nll_chain
+from .chain.masking import masked_chain
 from .distributions import ChainDistribution, SemiMarkovDistribution
 from .lossaug.spec import RESCALINGS, HLike
 from .semimarkov.plif import SegmentPLiF
@@ -218,7 +218,8 @@ class StructuredHingeLoss(nn.Module):
 
 
 def chain_nll(unary: Tensor, transitions: Tensor, labels: Tensor, *, start: Tensor | None = None,
-              end: Tensor | None = None, lengths: LengthsLike = None, reduction: str = "mean") -> Tensor:
+              end: Tensor | None = None, lengths: LengthsLike = None, reduction: str = "mean",
+              mask: Tensor | None = None) -> Tensor:
     """CRF negative log-likelihood ``log Z - score(labels)`` of chain potentials (the loss protocol of
     :func:`structtorch.train.fit`).
 
@@ -230,6 +231,9 @@ def chain_nll(unary: Tensor, transitions: Tensor, labels: Tensor, *, start: Tens
     start, end : Tensor (N,) or (B, N), optional
     lengths : Tensor (B,), optional
     reduction : {"mean", "sum", "none"}
+    mask : Tensor (B, T) bool, optional
+        Instead of ``lengths``: any pattern of positions (as for :func:`structtorch.viterbi`);
+        ``labels`` are read at them.
 
     Returns
     -------
@@ -238,11 +242,12 @@ def chain_nll(unary: Tensor, transitions: Tensor, labels: Tensor, *, start: Tens
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-    return reduce_batch(_chain_nll(unary, transitions, labels, start, end, lengths), reduction)
+    return reduce_batch(_chain_nll(unary, transitions, labels, start, end, lengths, mask), reduction)
 
 
 @mixed_precision
 def _chain_nll(unary: Tensor, transitions: Tensor, labels: Tensor, start: Tensor | None, end: Tensor | None,
-               lengths: LengthsLike) -> Tensor:
+               lengths: LengthsLike, mask: Tensor | None = None) -> Tensor:
     """(B,) logZ - score(labels) in the accumulation dtype, cast once (see :func:`nll_chain`)."""
-    return nll_chain(check_chain(unary, transitions, start, end, lengths), labels)
+    chain, moved = masked_chain(unary, transitions, start, end, lengths, mask)
+    return nll_chain(chain, moved.take_positions(labels))

@@ -121,7 +121,7 @@ def _semimarkov_loss_augmented(T):
 def _crf_nll(T):
     crf = st.LinearChainCRF(N).double()
     u, _, lengths = _chain(T, grad=True)
-    mask = torch.arange(T) < lengths[:, None]
+    mask = _word_mask(T, lengths)
     tags = _target(T)
     return lambda: _backward(crf(u, tags, mask), u, *crf.parameters())
 
@@ -129,8 +129,20 @@ def _crf_nll(T):
 def _crf_decode(T):
     crf = st.LinearChainCRF(N).double()
     u, _, lengths = _chain(T)
-    mask = torch.arange(T) < lengths[:, None]
+    mask = _word_mask(T, lengths)
     return lambda: crf.decode(u, mask)
+
+
+def _word_mask(T: int, lengths: torch.Tensor) -> torch.Tensor:
+    """A first-sub-token mask: [CLS] off, every third piece a continuation, padding beyond."""
+    t = torch.arange(T)
+    return (t > 0) & (t % 3 != 2) & (t < lengths[:, None])
+
+
+def _viterbi_masked(T):
+    u, a, lengths = _chain(T)
+    mask = _word_mask(T, lengths)
+    return lambda: st.viterbi(u, a, mask=mask)
 
 
 def _hinge_slack(T):
@@ -142,6 +154,7 @@ def _hinge_slack(T):
 
 CALLS: dict[str, Callable[[int], Callable[[], object]]] = {
     "viterbi": _viterbi,
+    "viterbi (word mask)": _viterbi_masked,
     "log_partition fwd+bwd": _log_partition,
     "marginals": _marginals,
     "marginals fwd+bwd": _marginals_backward,

@@ -41,7 +41,8 @@ from .._checks import (
 from .._numerics import NEG_INF, accumulate, negative_log_likelihood
 from .._precision import mixed_precision
 from . import _ops, _torch
-from .layout import Chain, check_chain, labeling_score
+from .layout import Chain, labeling_score
+from .masking import masked_chain
 
 __all__ = ["viterbi", "log_partition", "marginals", "path_score", "kbest", "Viterbi"]
 
@@ -112,6 +113,7 @@ def viterbi(
     start: Tensor | None = None,
     end: Tensor | None = None,
     lengths: LengthsLike = None,
+    mask: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Highest-scoring labeling of each chain.
 
@@ -125,6 +127,10 @@ def viterbi(
         Scores of the first and the last label.
     lengths : Tensor (B,), optional
         Integer lengths in [0, T]; None means all T.
+    mask : Tensor (B, T) bool, optional
+        Instead of ``lengths``: any pattern of positions; the chain runs over each row's
+        masked-in positions in order, as if compacted to the left (:mod:`structtorch.chain.masking`),
+        and per-position results come back at those positions.
 
     Returns
     -------
@@ -132,9 +138,12 @@ def viterbi(
         Best score; 0 for zero-length rows, -inf for rows with no feasible labeling. Its gradient
         with respect to every potential is the indicator of the returned path.
     path : Tensor (B, T) int64
-        Best labeling, -1 at positions >= length and on infeasible rows. Ties: see the module doc.
+        Best labeling, -1 at positions >= length (outside the mask) and on infeasible rows. Ties:
+        see the module doc.
     """
-    return viterbi_chain(check_chain(unary, transitions, start, end, lengths))
+    chain, moved = masked_chain(unary, transitions, start, end, lengths, mask)
+    score, path = viterbi_chain(chain)
+    return score, moved.put(path, -1)
 
 
 def viterbi_chain(chain: Chain) -> tuple[Tensor, Tensor]:
@@ -151,6 +160,7 @@ def log_partition(
     start: Tensor | None = None,
     end: Tensor | None = None,
     lengths: LengthsLike = None,
+    mask: Tensor | None = None,
 ) -> Tensor:
     """Log of the sum over all labelings of exp(score).
 
@@ -159,7 +169,7 @@ def log_partition(
     ``transitions`` the edge marginals (summed over positions when shared), w.r.t. ``start`` and
     ``end`` the marginals of the first and last label. Infeasible rows get zero gradients.
     """
-    return log_partition_chain(check_chain(unary, transitions, start, end, lengths))
+    return log_partition_chain(masked_chain(unary, transitions, start, end, lengths, mask)[0])
 
 
 @mixed_precision
@@ -170,13 +180,16 @@ def marginals(
     start: Tensor | None = None,
     end: Tensor | None = None,
     lengths: LengthsLike = None,
+    mask: Tensor | None = None,
 ) -> Tensor:
-    """Node marginals p(y_t = j) as a (B, T, N) tensor, 0 beyond each length and on infeasible rows.
+    """Node marginals p(y_t = j) as a (B, T, N) tensor, 0 beyond each length (outside the mask) and
+    on infeasible rows.
 
     Arguments as for :func:`viterbi`. The result is differentiable (double backward through the
     log-partition) when any input requires grad.
     """
-    return marginals_chain(check_chain(unary, transitions, start, end, lengths))
+    chain, moved = masked_chain(unary, transitions, start, end, lengths, mask)
+    return moved.put(marginals_chain(chain), 0)
 
 
 def marginals_chain(chain: Chain) -> Tensor:
@@ -203,22 +216,25 @@ def path_score(
     start: Tensor | None = None,
     end: Tensor | None = None,
     lengths: LengthsLike = None,
+    mask: Tensor | None = None,
 ) -> Tensor:
     """Score of given labelings.
 
     Parameters
     ----------
-    unary, transitions, start, end, lengths
+    unary, transitions, start, end, lengths, mask
         As for :func:`viterbi`.
     labels : Tensor (B, T) integer
-        Labels in [0, N) within each length; entries beyond the length are ignored.
+        Labels in [0, N) within each length (inside the mask); other entries are ignored.
 
     Returns
     -------
     Tensor (B,)
         Sum of the unary, transition, start and end scores along ``labels``.
     """
-    return path_score_chain(check_chain(unary, transitions, start, end, lengths), labels)
+    chain, moved = masked_chain(unary, transitions, start, end, lengths, mask)
+    same = isinstance(labels, Tensor) and labels.shape == unary.shape[:2]  # else check_labels names it
+    return path_score_chain(chain, moved.take(labels) if same else labels)
 
 
 def path_score_chain(chain: Chain, labels: Tensor, name: str = "labels") -> Tensor:
@@ -240,6 +256,7 @@ def kbest(
     start: Tensor | None = None,
     end: Tensor | None = None,
     lengths: LengthsLike = None,
+    mask: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The k highest-scoring distinct labelings of each chain.
 
@@ -248,7 +265,9 @@ def kbest(
     -inf and paths -1. A zero-length row has exactly one (empty) labeling of score 0. Scores are
     differentiable (the gradient of each is the indicator of its path).
     """
-    return kbest_chain(check_chain(unary, transitions, start, end, lengths), k)
+    chain, moved = masked_chain(unary, transitions, start, end, lengths, mask)
+    scores, paths = kbest_chain(chain, k)
+    return scores, moved.put(paths.transpose(1, 2), -1).transpose(1, 2)
 
 
 def kbest_chain(chain: Chain, k: int) -> tuple[Tensor, Tensor]:
@@ -274,5 +293,6 @@ class Viterbi(nn.Module):
         start: Tensor | None = None,
         end: Tensor | None = None,
         lengths: LengthsLike = None,
+        mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
-        return viterbi(unary, transitions, start=start, end=end, lengths=lengths)
+        return viterbi(unary, transitions, start=start, end=end, lengths=lengths, mask=mask)

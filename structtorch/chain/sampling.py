@@ -11,7 +11,8 @@ from torch import Tensor
 from .._checks import LengthsLike, check_generator, check_int
 from .._precision import mixed_precision
 from . import _ops
-from .layout import Chain, check_chain
+from .layout import Chain
+from .masking import masked_chain
 
 __all__ = ["sample"]
 
@@ -19,12 +20,12 @@ __all__ = ["sample"]
 @mixed_precision
 def sample(unary: Tensor, transitions: Tensor, n: int, *, start: Tensor | None = None,
            end: Tensor | None = None, lengths: LengthsLike = None,
-           generator: torch.Generator | None = None) -> Tensor:
+           generator: torch.Generator | None = None, mask: Tensor | None = None) -> Tensor:
     """Draw ``n`` independent labelings per chain from p(y) = exp(score(y)) / Z.
 
     Parameters
     ----------
-    unary, transitions, start, end, lengths
+    unary, transitions, start, end, lengths, mask
         Chain potentials as for :func:`structtorch.viterbi`.
     n : int
         Number of samples, >= 1.
@@ -34,7 +35,8 @@ def sample(unary: Tensor, transitions: Tensor, n: int, *, start: Tensor | None =
     Returns
     -------
     Tensor (n, B, T) int64
-        Labels, -1 beyond each length and on infeasible rows. Not differentiable.
+        Labels, -1 beyond each length (outside the mask) and on infeasible rows. Not
+        differentiable.
 
     Notes
     -----
@@ -44,8 +46,9 @@ def sample(unary: Tensor, transitions: Tensor, n: int, *, start: Tensor | None =
     every backend draws the same labels (up to the last bit of the forward scores, which may differ
     between backends).
     """
-    chain = check_chain(unary, transitions, start, end, lengths)
-    return sample_chain(chain, check_int("n", n, 1), check_generator(generator))
+    chain, moved = masked_chain(unary, transitions, start, end, lengths, mask)
+    draws = sample_chain(chain, check_int("n", n, 1), check_generator(generator))  # (n, B, T)
+    return moved.put(draws.permute(1, 2, 0), -1).permute(2, 0, 1)
 
 
 @torch.no_grad()

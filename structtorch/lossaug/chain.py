@@ -40,7 +40,8 @@ from .._checks import (
 from .._deprecated import deprecated_alias
 from .._precision import mixed_precision
 from ..chain import _ops as _chain_ops
-from ..chain.layout import Chain, check_chain
+from ..chain.layout import Chain
+from ..chain.masking import masked_chain
 from ..chain.window import _check_scores
 from ._ops import FUSED, fused_search, fused_window_search, solve
 from .spec import ALGORITHMS, RESCALINGS, HLike, resolve_loss
@@ -65,14 +66,17 @@ def loss_augmented(
     cost: Tensor | None = None,
     algorithm: str = "auto",
     pair_cost: Tensor | None = None,
+    mask: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Most violating labeling of a linear chain under a Hamming-based or decomposable loss.
 
     Parameters
     ----------
-    unary, transitions, start, end, lengths
+    unary, transitions, start, end, lengths, mask
         Chain potentials as for :func:`structtorch.viterbi`: (B, T, N), (N, N) or (B, T-1, N, N),
-        (N,) or (B, N), (B,).
+        (N,) or (B, N), (B,) or any (B, T) bool mask (``target``, ``weights``, a per-position
+        ``cost`` and ``pair_cost`` are read at the mask's positions, as the unary scores and the
+        transitions are).
     target : Tensor (B, T) int64
         The true labels y, in [0, N) inside each length (ignored beyond).
     h : None, callable or Tensor
@@ -114,9 +118,14 @@ def loss_augmented(
         The Hamming count H(y, y'), weighted when ``weights`` are given (int64 for integer
         weights), or the sum of the costs of y' (with ``cost`` / ``pair_cost``): the argument of h.
     """
-    chain = check_chain(unary, transitions, start, end, lengths)
-    return loss_augmented_chain(chain, target, h=h, rescaling=rescaling, weights=weights, cost=cost,
-                                algorithm=algorithm, pair_cost=pair_cost)
+    chain, moved = masked_chain(unary, transitions, start, end, lengths, mask)
+    target, weights = moved.take_positions(target), moved.take_positions(weights)
+    if isinstance(cost, Tensor) and cost.dim() == 3:  # (B, T, N); an (N, N) cost is shared
+        cost = moved.take_positions(cost)
+    pair_cost = moved.take_transitions(pair_cost) if isinstance(pair_cost, Tensor) else pair_cost
+    value, path, count = loss_augmented_chain(chain, target, h=h, rescaling=rescaling, weights=weights,
+                                              cost=cost, algorithm=algorithm, pair_cost=pair_cost)
+    return value, moved.put(path, -1), count
 
 
 def loss_augmented_chain(chain: Chain, target: Tensor, *, h: HLike = None, rescaling: str = "margin",

@@ -2,9 +2,11 @@
 
 A drop-in for pytorch-crf's ``CRF`` with explicit conventions: ``forward`` returns the negative
 log-likelihood (a loss, positive), :meth:`LinearChainCRF.log_likelihood` its negative (pytorch-crf's
-``forward``). Sequences are given by a (B, T) ``mask`` (one contiguous run of True per row, with any
-left or right padding) or by ``lengths`` (left-aligned). Transition constraints (a tagging scheme's,
-see :func:`structtorch.allowed_transitions`) become -inf scores in training and decoding.
+``forward``). Sequences are given by any (B, T) ``mask`` (the chain runs over each row's masked-in
+positions in order, as if compacted to the left: left or right padding, or a tokenizer's
+first-sub-token mask; see :mod:`structtorch.chain.masking`) or by ``lengths`` (left-aligned).
+Transition constraints (a tagging scheme's, see :func:`structtorch.allowed_transitions`) become
+-inf scores in training and decoding.
 """
 
 from __future__ import annotations
@@ -18,19 +20,15 @@ from torch import Tensor, nn
 
 from .._checks import (
     LengthsLike,
-    _counted,
     _fmt,
     check_lengths,
-    on_host,
     one_assertion,
-    plain,
-    require,
-    validation_enabled,
 )
 from .._numerics import NEG_INF, reduce_batch
 from .._precision import mixed_precision
 from ..chain.layout import check_chain
 from ..chain.linear import kbest_chain, log_partition_chain, marginals_chain, nll_chain, viterbi_chain
+from ..chain.masking import Compaction, compaction
 
 if TYPE_CHECKING:
     from ..distributions import ChainDistribution
@@ -43,24 +41,20 @@ Constraints = Tensor | tuple[Tensor, Tensor, Tensor] | Sequence[Tensor] | None
 
 @dataclass
 class _Batch:
-    """Emissions (B, T, N) moved so that each sequence starts at position 0, and how to move
-    per-position results back: ``index`` (B, T) holds, at aligned position t < length, the original
-    position (a permutation of each row; None when every row already starts at 0)."""
+    """Emissions (B, T, N) with each sequence's positions moved to the front (``moved``, a
+    :class:`structtorch.chain.masking.Compaction`, moves per-position results back)."""
 
     emissions: Tensor
-    lengths: Tensor
-    index: Tensor | None
+    moved: Compaction
     tags: Tensor | None = None
+
+    @property
+    def lengths(self) -> Tensor:
+        return self.moved.lengths
 
     def align(self, x: Tensor, fill: float | int) -> Tensor:
         """Per-position results (B, T, ...) back at the rows' original positions (``fill`` elsewhere)."""
-        if self.index is None:
-            return x
-        T = x.shape[1]
-        inside = torch.arange(T, device=x.device) < self.lengths[:, None]
-        shape = inside.shape + (1,) * (x.dim() - 2)
-        kept = torch.where(inside.view(shape), x, torch.full((), fill, dtype=x.dtype, device=x.device))
-        return torch.empty_like(kept).scatter_(1, self.index.view(shape).expand_as(kept), kept)
+        return self.moved.put(x, fill)
 
 
 class LinearChainCRF(nn.Module):
@@ -181,16 +175,13 @@ class LinearChainCRF(nn.Module):
             mask = mask.transpose(0, 1) if isinstance(mask, Tensor) and mask.dim() == 2 else mask
         B, T, _ = emissions.shape
         if mask is None:
-            return _Batch(emissions, check_lengths(lengths, B, T, emissions.device), None, tags)
+            return _Batch(emissions, Compaction(check_lengths(lengths, B, T, emissions.device)), tags)
         if lengths is not None:
             raise ValueError("give mask or lengths, not both")
-        lengths, index = _check_mask(mask, B, T, emissions.device, self._layout())
-        if index is None:
-            return _Batch(emissions, lengths, None, tags)
-        moved = emissions.gather(1, index.unsqueeze(2).expand(B, T, self.num_labels))
+        moved = compaction(mask, B, T, emissions.device, self._layout())
         if isinstance(tags, Tensor) and tags.shape == (B, T):
-            tags = tags.gather(1, index)
-        return _Batch(moved, lengths, index, tags)
+            tags = moved.take(tags)
+        return _Batch(moved.take(emissions), moved, tags)
 
     def _layout(self, last: str | None = None) -> str:
         dims = "(B, T" if self.batch_first else "(T, B"
@@ -213,8 +204,9 @@ class LinearChainCRF(nn.Module):
         emissions : Tensor (B, T, N), or (T, B, N) when ``batch_first=False``
         tags : Tensor (B, T) integer, in [0, N) inside each sequence (anything outside)
         mask : Tensor (B, T) bool (or uint8), optional
-            True on each sequence's positions: one contiguous run per row, left or right padded
-            (an all-False row is an empty sequence).
+            True on each sequence's positions, any pattern: the chain runs over them in order
+            (padding on either side, or interleaved as a first-sub-token mask; an all-False row
+            is an empty sequence).
         lengths : Tensor (B,), optional
             Instead of ``mask``: left-aligned sequences of these lengths. Neither: all T.
         reduction : {"none", "sum", "mean", "token_mean"}
@@ -289,16 +281,14 @@ class LinearChainCRF(nn.Module):
             node = _on_chain(marginals_chain, batch.emissions, trans, start, end, batch.lengths)
             return self._out(node, batch, 0)
         dist = self._distribution(batch)
-        edge = dist.edge_marginals
-        padded = torch.cat([edge, edge.new_zeros(edge.shape[0], 1, *edge.shape[2:])], 1)  # aligns as nodes
-        edge = self._out(padded, batch, 0)
-        return self._out(dist.marginals, batch, 0), edge[:, :-1] if self.batch_first else edge[:-1]
+        edge = batch.moved.put_edges(dist.edge_marginals, 0)
+        return self._out(dist.marginals, batch, 0), edge if self.batch_first else edge.transpose(0, 1)
 
     def distribution(self, emissions: Tensor, mask: Tensor | None = None, *,
                      lengths: LengthsLike = None) -> ChainDistribution:
         """The distribution p(y | emissions) as a :class:`structtorch.ChainDistribution` over the
-        left-aligned, batch-first sequences (its per-position results are not moved back to a
-        left-padded mask's positions)."""
+        compacted, batch-first sequences (its per-position results are not moved back to the
+        mask's positions)."""
         return self._distribution(self._batch(emissions, None, mask, lengths))
 
     def _distribution(self, batch: _Batch) -> ChainDistribution:
@@ -338,44 +328,6 @@ def _check_constraints(constraints: Constraints, N: int) -> tuple[Tensor, Tensor
             raise ValueError(f"constraints: {name} must be a bool tensor of shape {_fmt(shape)}, "
                              f"got {p.dtype} {_fmt(p.shape)}")
     return tuple(p.detach().cpu().clone() for p in parts)
-
-
-def _check_mask(mask: object, B: int, T: int, device: torch.device,
-                layout: str) -> tuple[Tensor, Tensor | None]:
-    """(lengths (B,), index (B, T) or None when every row starts at 0) of a (B, T) mask: ``index``
-    lists each row's masked-in positions first, in order (a stable sort, one op, no host read)."""
-    if not isinstance(mask, Tensor) or mask.dtype not in (torch.bool, torch.uint8):
-        raise TypeError(f"mask must be a bool (or uint8) tensor of shape {layout}; pass integer lengths "
-                        "as lengths=...")
-    if mask.shape != (B, T):
-        raise ValueError(f"mask must have shape {layout} = {_fmt((B, T) if '(B' in layout else (T, B))}, "
-                         f"got {_fmt(mask.shape)}")
-    if mask.device != device:
-        raise ValueError(f"mask is on {mask.device} but emissions is on {device}; use one device")
-    mask = mask.bool()
-    lengths = mask.sum(1)
-
-    def index() -> Tensor:
-        return torch.sort(mask.view(torch.uint8), dim=1, descending=True, stable=True).indices
-
-    def run() -> Tensor:  # the mask of one contiguous run per row
-        first = mask.view(torch.uint8).argmax(1) if T else lengths  # 0 on all-False rows
-        t = torch.arange(T, device=device)
-        return (t >= first[:, None]) & (t < (first + lengths)[:, None])
-
-    if not on_host(mask):  # no host reads: always move the rows
-        message = "mask must hold one contiguous run per row"
-        if validation_enabled() and not _counted(mask, "runs", message, lengths=lengths, T=T):
-            require(run() == mask, message)
-        return lengths, index()
-    if validation_enabled():
-        bad = plain(run() != mask).any(-1)
-        if bool(bad.any()):
-            b = int(bad.nonzero()[0, 0])
-            raise ValueError(f"mask must hold one contiguous run of True per row (left or right padding); "
-                             f"row {b} is {plain(mask)[b].int().tolist()}")
-    shifted = T and bool(plain(~mask[:, 0] & (lengths > 0)).any())
-    return lengths, index() if shifted else None
 
 
 @mixed_precision
