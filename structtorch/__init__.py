@@ -43,6 +43,9 @@ from .nn import (
     SemiMarkovCRF,
     SparseFeaturePotentials,
     allowed_transitions,
+    tokens_to_words,
+    word_mask,
+    words_to_tokens,
 )
 from .semimarkov import (
     SegmentPLiF,
@@ -73,6 +76,9 @@ __all__ = [
     "Viterbi",
     "LinearChainCRF",
     "allowed_transitions",
+    "word_mask",
+    "tokens_to_words",
+    "words_to_tokens",
     "loss_augmented_viterbi",
     "loss_augmented_viterbi_window",
     "StructuredHingeLoss",

@@ -7,7 +7,8 @@ from .features import HistogramBinning, LinearChainPotentials, PLiF
 from .hsm import HiddenSemiMarkovSVM
 from .semimarkov_crf import SemiMarkovCRF
 from .sparse import SparseFeaturePotentials
+from .words import tokens_to_words, word_mask, words_to_tokens
 
 __all__ = ["LinearChainCRF", "allowed_transitions", "LinearChainPotentials", "HistogramBinning", "PLiF",
            "HiddenSemiMarkovSVM", "SemiMarkovCRF",
-           "SparseFeaturePotentials"]
+           "SparseFeaturePotentials", "word_mask", "tokens_to_words", "words_to_tokens"]

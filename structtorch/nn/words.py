@@ -1,0 +1,140 @@
+"""Words and sub-tokens: the first-sub-token mask of a tokenized batch, and word-level tags or
+predictions moved between words and sub-token positions.
+
+A WordPiece/BPE tokenizer splits words into pieces and adds special tokens (``[CLS]``, ``<s>``);
+a fast Hugging Face tokenizer's ``encoding.word_ids()`` lists, per sub-token, the index of its
+word (None for special tokens, the same index again on a word's continuation pieces). The usual
+convention tags each word at its first piece: :func:`word_mask` builds that (B, T) mask, which
+:class:`structtorch.LinearChainCRF` and the chain functions take as it is (the chain runs over
+the words in order). Tags elsewhere may be anything (-100, the Hugging Face ignore index).
+
+Other poolings of the pieces than the first one (their mean or max) are a scatter over
+``word_ids``: ``torch.zeros(B, W, H).index_reduce_(...)`` or ``scatter_reduce`` of the hidden
+states by word index, then a chain over the (B, W) words with ``lengths`` = words per row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from .._checks import _fmt, on_host, validation_enabled
+from ..chain.masking import compaction
+
+__all__ = ["word_mask", "tokens_to_words", "words_to_tokens"]
+
+WordIds = Sequence[Sequence[int | None]] | Tensor
+
+
+def word_mask(word_ids: WordIds, *, length: int | None = None,
+              device: torch.device | str | None = None) -> Tensor:
+    """The (B, T) bool mask of each word's first sub-token.
+
+    Parameters
+    ----------
+    word_ids : list of B lists, or Tensor (B, T) integer
+        Per row, each sub-token's word index: a tokenizer's ``encoding.word_ids()`` (None for
+        special tokens and padding), or a tensor with a negative value there. A token starts a
+        word when its index differs from the previous token's.
+    length : int, optional
+        T (default: the longest row); shorter rows are padded with False.
+    device : optional
+        Where the mask goes (default: the tensor's device, else CPU).
+
+    Returns
+    -------
+    Tensor (B, T) bool
+
+    Examples
+    --------
+    >>> word_mask([[None, 0, 0, 1, 2, 2, None]]).int()
+    tensor([[0, 1, 0, 1, 1, 0, 0]], dtype=torch.int32)
+    """
+    ids = _as_tensor(word_ids, length, device)
+    previous = torch.cat([ids.new_full((ids.shape[0], 1), -1), ids[:, :-1]], 1)
+    return (ids >= 0) & (ids != previous)
+
+
+def _as_tensor(word_ids: WordIds, length: int | None, device) -> Tensor:
+    if isinstance(word_ids, Tensor):
+        if word_ids.dim() != 2 or word_ids.is_floating_point() or word_ids.dtype == torch.bool:
+            raise TypeError(f"word_ids must be an integer tensor of shape (B, T) (or lists of word ids), got "
+                            f"{word_ids.dtype} {_fmt(word_ids.shape)}")
+        ids = word_ids.long().to(device) if device is not None else word_ids.long()
+        if length is not None and length != ids.shape[1]:
+            raise ValueError(f"length = {length} differs from word_ids' T = {ids.shape[1]}")
+        return ids
+    if isinstance(word_ids, (str, bytes)) or not isinstance(word_ids, Sequence):
+        raise TypeError(f"word_ids must be a list of per-row lists of word indices (None for special tokens) "
+                        f"or an integer tensor (B, T), got {type(word_ids).__name__}")
+    rows = [list(row) for row in word_ids]
+    T = max((len(r) for r in rows), default=0) if length is None else length
+    out = torch.full((len(rows), T), -1, dtype=torch.long)
+    for b, row in enumerate(rows):
+        if len(row) > T:
+            raise ValueError(f"word_ids row {b} has {len(row)} tokens, more than length = {T}")
+        values = [-1 if w is None else w for w in row]
+        if any(not isinstance(w, int) or isinstance(w, bool) or w < -1 for w in values):
+            raise TypeError(f"word_ids row {b} must hold non-negative ints or None, got {row}")
+        out[b, :len(values)] = torch.tensor(values, dtype=torch.long)
+    return out.to(device) if device is not None else out
+
+
+def tokens_to_words(x: Tensor, mask: Tensor, *, fill: float | int = -1,
+                    num_words: int | None = None) -> Tensor:
+    """Per-sub-token values (B, T, ...) at the mask's positions, moved to the words (B, W, ...).
+
+    E.g. the word-level tags of ``LinearChainCRF.decode(emissions, word_mask(ids))[1]``.
+
+    Parameters
+    ----------
+    x : Tensor (B, T, ...)
+    mask : Tensor (B, T) bool
+        The first-sub-token mask (:func:`word_mask`), or any mask.
+    fill : number
+        The value beyond each row's words.
+    num_words : int, optional
+        W (default: the most words in a row, read on the host).
+    """
+    moved, lengths = _moved(x, mask)
+    W = int(lengths.max()) if num_words is None and len(lengths) else (num_words or 0)
+    if W > x.shape[1]:
+        raise ValueError(f"num_words = {W} exceeds the T = {x.shape[1]} sub-tokens")
+    words = moved.take(x)[:, :W]
+    inside = torch.arange(W, device=x.device) < lengths[:, None]
+    return torch.where(inside.view(inside.shape + (1,) * (x.dim() - 2)), words,
+                       torch.full((), fill, dtype=x.dtype, device=x.device))
+
+
+def words_to_tokens(words: Tensor, mask: Tensor, *, fill: float | int = -100) -> Tensor:
+    """Word-level values (B, W, ...) placed at the mask's positions (B, T, ...), ``fill`` elsewhere.
+
+    E.g. word-level gold tags as sub-token targets for :class:`structtorch.LinearChainCRF` (fill
+    -100, the Hugging Face ignore index). Row b's first ``mask[b].sum()`` words are used; a row
+    with more masked positions than W words is an error (checked on CPU).
+    """
+    if not isinstance(words, Tensor) or words.dim() < 2:
+        raise TypeError("words must be a tensor of shape (B, W, ...)")
+    B, W = words.shape[:2]
+    T = mask.shape[-1] if isinstance(mask, Tensor) and mask.dim() else 0
+    moved = compaction(mask, B, T, words.device)
+    if on_host(mask) and validation_enabled() and B and int(moved.lengths.max()) > W:
+        b = int(moved.lengths.argmax())
+        raise ValueError(f"mask row {b} has {int(moved.lengths[b])} positions but words has W = {W}")
+    if W >= T:
+        words = words[:, :T]
+    else:
+        words = torch.cat([words, words.new_full((B, T - W, *words.shape[2:]), fill)], 1)
+    inside = torch.arange(T, device=words.device) < moved.lengths[:, None]
+    kept = torch.where(inside.view(inside.shape + (1,) * (words.dim() - 2)), words,
+                       torch.full((), fill, dtype=words.dtype, device=words.device))
+    return moved.put(kept, fill) if moved.index is not None else kept
+
+
+def _moved(x: Tensor, mask: Tensor):
+    if not isinstance(x, Tensor) or x.dim() < 2:
+        raise TypeError("x must be a tensor of shape (B, T, ...)")
+    moved = compaction(mask, x.shape[0], x.shape[1], x.device)
+    return moved, moved.lengths
