@@ -241,14 +241,15 @@ def check_finite(name: str, x: Tensor, hint: str = "") -> None:
         raise ValueError(f"{name} must be finite{hint}{where}")
 
 
-def check_target_score(gold: Tensor) -> None:
+def check_target_score(gold: Tensor, message: str | None = None) -> None:
     """Raise a ValueError naming the first row whose target structure scores -inf (it uses a
     forbidden entry, or its score overflowed): loss-augmented inference needs a finite target
-    score. An asynchronous assertion off the CPU, nothing when value checks are off."""
+    score. An asynchronous assertion off the CPU, nothing when value checks are off. ``message``
+    (with ``{}`` for the row) replaces the default."""
     if not _VALIDATION["on"]:
         return
-    message = ("target has score -inf in row {}: it uses a forbidden (-inf) entry, or its score overflows "
-               f"{gold.dtype} (then rescale the potentials)")
+    message = message or ("target has score -inf in row {}: it uses a forbidden (-inf) entry, or its score "
+                          f"overflows {gold.dtype} (then rescale the potentials)")
     if not on_host(gold):
         return require(gold != float("-inf"), message.format("?"))
     bad = plain(gold) == float("-inf")

@@ -51,6 +51,7 @@ from ._expectations import entropy
 from ._precision import _no_autocast, map_tensors, widen
 from .chain.layout import check_chain
 from .chain.linear import (
+    allowed_labels,
     expectations_chain,
     kbest_chain,
     log_partition_chain,
@@ -59,7 +60,7 @@ from .chain.linear import (
     viterbi_chain,
 )
 from .chain.sampling import sample_chain
-from .lossaug.chain import loss_augmented_chain
+from .lossaug.chain import loss_augmented_chain, no_costs, partial_loss_augmented_chain
 from .lossaug.semimarkov import loss_augmented_semimarkov
 from .lossaug.spec import HLike
 from .semimarkov.kbest import kbest_semimarkov
@@ -249,12 +250,18 @@ class ChainDistribution(_StructureDistribution):
 
     def loss_augmented(self, target: Tensor, *, h: HLike = None, rescaling: str = "margin",
                        weights: Tensor | None = None, cost: Tensor | None = None,
-                       algorithm: str = "auto",
-                       pair_cost: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                       algorithm: str = "auto", pair_cost: Tensor | None = None,
+                       ignore_index: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """The most violating labeling for ``target`` (B, T): ``(value (B,), path (B, T), count
         (B,))`` as :func:`structtorch.loss_augmented` returns them (the value's gradient is
         the structured hinge's subgradient; ``pair_cost`` (B, T-1, N, N) the costs of label
-        pairs). :func:`structtorch.structured_hinge` takes this distribution as its structure."""
+        pairs; partial targets, (B, T, N) bool or ``ignore_index``, as there).
+        :func:`structtorch.structured_hinge` takes this distribution as its structure."""
+        allowed = allowed_labels(target, self._chain, ignore_index, "target")
+        if allowed is not None:
+            no_costs(weights, cost, pair_cost)
+            return self._run(None, lambda: partial_loss_augmented_chain(
+                self._chain, allowed, h=h, rescaling=rescaling, algorithm=algorithm))
         return self._run(None, lambda: loss_augmented_chain(
             self._chain, target, h=h, rescaling=rescaling, weights=weights, cost=cost, algorithm=algorithm,
             pair_cost=pair_cost))

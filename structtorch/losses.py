@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from ._checks import LengthsLike
 from ._numerics import reduce_batch
 from ._precision import mixed_precision
-from .chain.linear import nll_chain
+from .chain.linear import chain_loss
 from .chain.masking import masked_chain
 from .distributions import ChainDistribution, SemiMarkovDistribution
 from .lossaug.spec import RESCALINGS, HLike
@@ -62,6 +62,7 @@ def structured_hinge(
     connected_soft: dict | None = None,
     pair_cost: Tensor | None = None,
     loss: str | None = None,
+    ignore_index: int | None = None,
 ) -> Tensor:
     """max(0, loss-augmented value) of a structure for a target, reduced over the batch.
 
@@ -84,9 +85,12 @@ def structured_hinge(
     max(0, max_y' Delta(y, y') (1 + s(y') - s(y))), with Delta = h(weighted Hamming) or h of a
     sum of costs (``cost`` per position, ``pair_cost`` (B, T-1, N, N) per pair of neighbouring
     labels: chains); semi-Markov models also take ``loss`` ("hamming", "segment", "boundary",
-    "zero_one", see :func:`structtorch.semimarkov_loss_augmented`). ``pair_cost`` and ``loss``
-    reach the structure's ``loss_augmented`` only when given. The gradient is the exact
-    subgradient (zero where the hinge is inactive).
+    "zero_one", see :func:`structtorch.semimarkov_loss_augmented`). Chains take partial targets:
+    a (B, T, N) bool tensor of the labels allowed at each position, or ``ignore_index`` at
+    unlabeled positions; s(y) is then the best consistent labeling's score and Delta counts the
+    positions whose label is outside the allowed set. ``pair_cost``, ``loss`` and
+    ``ignore_index`` reach the structure's ``loss_augmented`` only when given. The gradient is the
+    exact subgradient (zero where the hinge is inactive).
 
     Returns a scalar for reduction "mean"/"sum", else a (B,) tensor.
     """
@@ -108,7 +112,7 @@ def structured_hinge(
         structure, target = unary, transitions
     else:
         structure, target = structure_of(unary, transitions, target, **keywords)
-    extra = _extra_loss_arguments(structure, pair_cost=pair_cost, loss=loss)
+    extra = _extra_loss_arguments(structure, pair_cost=pair_cost, loss=loss, ignore_index=ignore_index)
     value = structure.loss_augmented(target, h=h, rescaling=rescaling, weights=weights, cost=cost, **extra)[0]
     return reduce_batch(value.clamp(min=0), reduction)
 
@@ -173,10 +177,13 @@ class StructuredHingeLoss(nn.Module):
         The loss of segmentations, passed to the structure's ``loss_augmented``: "hamming" (the
         default), "segment", "boundary" or "zero_one" (see
         :func:`structtorch.semimarkov_loss_augmented`).
+    ignore_index : int, optional
+        The label of unlabeled positions in chain targets (partial targets, see
+        :func:`structured_hinge`), e.g. -100; None: every position is labeled.
     """
 
     def __init__(self, rescaling: str = "margin", h: HLike = None, reduction: str = "mean",
-                 loss: str | None = None) -> None:
+                 loss: str | None = None, ignore_index: int | None = None) -> None:
         super().__init__()
         if rescaling not in RESCALINGS:
             raise ValueError(f"rescaling must be 'margin' or 'slack', got {rescaling!r}")
@@ -186,7 +193,10 @@ class StructuredHingeLoss(nn.Module):
             raise TypeError(f"h must be None, a callable or a tensor, got {type(h).__name__}")
         if loss is not None and not isinstance(loss, str):
             raise TypeError(f"loss must be None or a str, got {type(loss).__name__}")
+        if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
+            raise TypeError(f"ignore_index must be an int or None, got {ignore_index!r}")
         self.rescaling, self.h, self.reduction, self.loss = rescaling, h, reduction, loss
+        self.ignore_index = ignore_index
 
     def extra_repr(self) -> str:
         extra = "" if self.loss is None else f", loss={self.loss!r}"
@@ -213,13 +223,14 @@ class StructuredHingeLoss(nn.Module):
         :func:`structured_hinge`)."""
         return structured_hinge(
             unary, transitions, target, rescaling=self.rescaling, h=self.h, reduction=self.reduction,
-            start=start, end=end, lengths=lengths, weights=weights, cost=cost, loss=self.loss, **semimarkov,
+            start=start, end=end, lengths=lengths, weights=weights, cost=cost, loss=self.loss,
+            ignore_index=self.ignore_index, **semimarkov,
         )
 
 
 def chain_nll(unary: Tensor, transitions: Tensor, labels: Tensor, *, start: Tensor | None = None,
               end: Tensor | None = None, lengths: LengthsLike = None, reduction: str = "mean",
-              mask: Tensor | None = None) -> Tensor:
+              mask: Tensor | None = None, ignore_index: int | None = None) -> Tensor:
     """CRF negative log-likelihood ``log Z - score(labels)`` of chain potentials (the loss protocol of
     :func:`structtorch.train.fit`).
 
@@ -227,13 +238,20 @@ def chain_nll(unary: Tensor, transitions: Tensor, labels: Tensor, *, start: Tens
     ----------
     unary : Tensor (B, T, N)
     transitions : Tensor (N, N) or (B, T-1, N, N)
-    labels : Tensor (B, T) int64
+    labels : Tensor (B, T) int64, or (B, T, N) bool
+        The target labels, or partial targets: a set of allowed labels per position (B, T, N)
+        bool, or ``ignore_index`` at unlabeled positions. The loss is then logZ - logZ(consistent),
+        -log of the total probability of the labelings consistent with them (the usual NLL when
+        every position is labeled).
     start, end : Tensor (N,) or (B, N), optional
     lengths : Tensor (B,), optional
     reduction : {"mean", "sum", "none"}
     mask : Tensor (B, T) bool, optional
         Instead of ``lengths``: any pattern of positions (as for :func:`structtorch.viterbi`);
         ``labels`` are read at them.
+    ignore_index : int, optional
+        The label value of unlabeled positions inside a sequence (e.g. -100, Hugging Face's);
+        None (default): every position inside a sequence carries a label.
 
     Returns
     -------
@@ -242,12 +260,16 @@ def chain_nll(unary: Tensor, transitions: Tensor, labels: Tensor, *, start: Tens
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-    return reduce_batch(_chain_nll(unary, transitions, labels, start, end, lengths, mask), reduction)
+    return reduce_batch(_chain_nll(unary, transitions, labels, start, end, lengths, mask, ignore_index),
+                        reduction)
 
 
 @mixed_precision
 def _chain_nll(unary: Tensor, transitions: Tensor, labels: Tensor, start: Tensor | None, end: Tensor | None,
-               lengths: LengthsLike, mask: Tensor | None = None) -> Tensor:
-    """(B,) logZ - score(labels) in the accumulation dtype, cast once (see :func:`nll_chain`)."""
+               lengths: LengthsLike, mask: Tensor | None = None, ignore_index: int | None = None) -> Tensor:
+    """(B,) logZ - score(labels) (or logZ - logZ(consistent) for partial targets) in the
+    accumulation dtype, cast once (see :func:`nll_chain`, :func:`partial_nll_chain`)."""
     chain, moved = masked_chain(unary, transitions, start, end, lengths, mask)
-    return nll_chain(chain, moved.take_positions(labels))
+    return chain_loss(chain, moved.take_positions(labels), ignore_index)
+
+

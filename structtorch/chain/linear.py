@@ -37,6 +37,8 @@ from .._checks import (
     check_label_values,
     check_labels,
     forbidden_pattern,
+    on_host,
+    plain,
 )
 from .._numerics import NEG_INF, accumulate, negative_log_likelihood
 from .._precision import mixed_precision
@@ -77,6 +79,51 @@ def nll_chain(chain: Chain, labels: Tensor, name: str = "labels") -> Tensor:
         wide = chain.map(accumulate)
         loss = negative_log_likelihood(log_partition_chain(wide), path_score_chain(wide, labels, name=name))
     return cast_checked(loss, chain.unary.dtype, "the negative log-likelihood", chain.potentials)
+
+
+def allowed_labels(labels: object, chain: Chain, ignore_index: int | None,
+                   name: str = "labels") -> Tensor | None:
+    """Partial targets as (B, T, N) bool sets of allowed labels, or None for full labels.
+
+    A (B, T, N) bool tensor is the sets themselves. (B, T) integer labels are partial where they
+    equal ``ignore_index`` inside a length (any label allowed there; the others are checked to lie
+    in [0, N)): on the host only when some are; on a device always, so that nothing is read back.
+    Anything else is None (full labels, which their own checks name when they are wrong)."""
+    B, T, N = chain.shape
+    if isinstance(labels, Tensor) and labels.dtype == torch.bool:
+        if labels.shape != (B, T, N):
+            raise ValueError(f"{name} as sets of allowed labels must be a bool tensor of shape (B, T, N) = "
+                             f"{(B, T, N)}, got {tuple(labels.shape)}")
+        if labels.device != chain.unary.device:
+            raise ValueError(f"{name} is on {labels.device} but {chain.name} is on {chain.unary.device}")
+        return labels
+    if (ignore_index is None or not isinstance(labels, Tensor) or labels.shape != (B, T)
+            or labels.is_floating_point() or labels.device != chain.unary.device):
+        return None
+    ignored = (labels == ignore_index) & chain.mask()
+    if on_host(ignored) and not bool(plain(ignored).any()):
+        return None
+    known = check_labels(torch.where(ignored, 0, labels), chain.mask(), N, name=name)
+    return ignored.unsqueeze(2) | torch.nn.functional.one_hot(known, N).bool()
+
+
+def partial_nll_chain(chain: Chain, allowed: Tensor) -> Tensor:
+    """-log of the total probability of the labelings consistent with ``allowed`` (B, T, N) bool,
+    logZ - logZ(consistent) (B,), of a validated :class:`Chain`: the CRF loss of partial targets
+    (the usual NLL when each set holds one label). In the accumulation dtype, cast once; +inf where
+    no consistent labeling exists, as for an infeasible labeling."""
+    wide = chain.map(accumulate)
+    consistent = Chain(torch.where(allowed, wide.unary, NEG_INF), wide.transitions, wide.start, wide.end,
+                       wide.lengths, wide.name)
+    loss = negative_log_likelihood(log_partition_chain(wide), log_partition_chain(consistent))
+    return cast_checked(loss, chain.unary.dtype, "the negative log-likelihood", chain.potentials)
+
+
+def chain_loss(chain: Chain, labels: object, ignore_index: int | None, name: str = "labels") -> Tensor:
+    """The CRF loss (B,) of full (:func:`nll_chain`) or partial targets (:func:`allowed_labels`,
+    :func:`partial_nll_chain`) on a validated :class:`Chain`."""
+    allowed = allowed_labels(labels, chain, ignore_index, name)
+    return nll_chain(chain, labels, name=name) if allowed is None else partial_nll_chain(chain, allowed)
 
 
 def expectations_chain(chain: Chain) -> tuple[Tensor, list[Tensor], list[Tensor]]:

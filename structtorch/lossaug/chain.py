@@ -38,9 +38,11 @@ from .._checks import (
     guard_overflow,
 )
 from .._deprecated import deprecated_alias
+from .._numerics import NEG_INF
 from .._precision import mixed_precision
 from ..chain import _ops as _chain_ops
 from ..chain.layout import Chain
+from ..chain.linear import allowed_labels
 from ..chain.masking import masked_chain
 from ..chain.window import _check_scores
 from ._ops import FUSED, fused_search, fused_window_search, solve
@@ -67,6 +69,7 @@ def loss_augmented(
     algorithm: str = "auto",
     pair_cost: Tensor | None = None,
     mask: Tensor | None = None,
+    ignore_index: int | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Most violating labeling of a linear chain under a Hamming-based or decomposable loss.
 
@@ -77,8 +80,14 @@ def loss_augmented(
         (N,) or (B, N), (B,) or any (B, T) bool mask (``target``, ``weights``, a per-position
         ``cost`` and ``pair_cost`` are read at the mask's positions, as the unary scores and the
         transitions are).
-    target : Tensor (B, T) int64
-        The true labels y, in [0, N) inside each length (ignored beyond).
+    target : Tensor (B, T) int64, or (B, T, N) bool
+        The true labels y, in [0, N) inside each length (ignored beyond); or partial targets, a
+        set of allowed labels per position (B, T, N) bool or ``ignore_index`` at unlabeled
+        positions: the target is then the best labeling consistent with them and the loss counts
+        the positions whose label is outside its set (``weights``, ``cost`` and ``pair_cost``
+        do not apply).
+    ignore_index : int, optional
+        The label of unlabeled positions in an integer ``target`` (e.g. -100); None: none.
     h : None, callable or Tensor
         The loss as a function of the Hamming count: None is the identity; a callable is applied
         elementwise to the float tensor of counts 0..K; a tensor (T+1,) or (B, T+1) holds h(0..T)
@@ -119,6 +128,12 @@ def loss_augmented(
         weights), or the sum of the costs of y' (with ``cost`` / ``pair_cost``): the argument of h.
     """
     chain, moved = masked_chain(unary, transitions, start, end, lengths, mask)
+    allowed = allowed_labels(moved.take_positions(target), chain, ignore_index, "target")
+    if allowed is not None:
+        no_costs(weights, cost, pair_cost)
+        value, path, count = partial_loss_augmented_chain(chain, allowed, h=h, rescaling=rescaling,
+                                                          algorithm=algorithm)
+        return value, moved.put(path, -1), count
     target, weights = moved.take_positions(target), moved.take_positions(weights)
     if isinstance(cost, Tensor) and cost.dim() == 3:  # (B, T, N); an (N, N) cost is shared
         cost = moved.take_positions(cost)
@@ -140,6 +155,33 @@ def loss_augmented_chain(chain: Chain, target: Tensor, *, h: HLike = None, resca
     target = check_labels(target, mask, chain.shape[2], name="target")
     spec = resolve_loss(h, rescaling, weights, cost, target, mask, chain.unary, algorithm, pair_cost)
     return solve(_ChainStructure(chain, target), spec, target, chain.shape[2], algorithm, chain.unary.dtype)
+
+
+def no_costs(weights: object, cost: object, pair_cost: object) -> None:
+    """A ValueError naming the loss arguments given with partial targets (which define the loss)."""
+    named = (("weights", weights), ("cost", cost), ("pair_cost", pair_cost))
+    given = [name for name, x in named if x is not None]
+    if given:
+        raise ValueError(f"partial targets define the loss (the positions whose label is outside the allowed "
+                         f"set): {', '.join(given)} do not apply to them")
+
+
+def partial_loss_augmented_chain(chain: Chain, allowed: Tensor, *, h: HLike = None, rescaling: str = "margin",
+                                 algorithm: str = "auto") -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`loss_augmented_chain` for partial targets, ``allowed`` (B, T, N) bool (see
+    :func:`structtorch.chain.linear.allowed_labels`): the target is the best labeling consistent
+    with the sets (its score, whose gradient is that labeling's indicator, a subgradient of the
+    max over them) and the loss counts the positions whose label is outside its set (a 0/1 cost,
+    so any h and both rescalings)."""
+    consistent = Chain(torch.where(allowed, chain.unary.detach(), NEG_INF), chain.transitions.detach(),
+                       chain.start.detach(), chain.end.detach(), chain.lengths, chain.name)
+    with torch.no_grad():
+        score, best = _chain_ops.viterbi(consistent)
+    check_target_score(score, "target allows no labeling in row {}: no labeling is consistent with its "
+                              "allowed labels and the potentials' finite entries")
+    cost = (~allowed).to(torch.float64)
+    return loss_augmented_chain(chain, best.clamp(min=0), h=h, rescaling=rescaling, cost=cost,
+                                algorithm=algorithm)
 
 
 def _fuses(chain: Chain, h: HLike, rescaling: str, weights: Tensor | None, cost: Tensor | None,

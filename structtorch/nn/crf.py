@@ -27,7 +27,7 @@ from .._checks import (
 from .._numerics import NEG_INF, reduce_batch
 from .._precision import mixed_precision
 from ..chain.layout import check_chain
-from ..chain.linear import kbest_chain, log_partition_chain, marginals_chain, nll_chain, viterbi_chain
+from ..chain.linear import chain_loss, kbest_chain, log_partition_chain, marginals_chain, viterbi_chain
 from ..chain.masking import Compaction, compaction
 
 if TYPE_CHECKING:
@@ -74,6 +74,10 @@ class LinearChainCRF(nn.Module):
         loading a state dict, not in place).
     init_scale : float
         Transition, start and end scores start uniform in [-init_scale, init_scale].
+    ignore_index : int, optional
+        The tag of unlabeled positions inside a sequence (e.g. -100, Hugging Face's): partial
+        targets, trained on the marginal likelihood of the labelings consistent with the known
+        tags (see :meth:`forward`). None (default): every position inside the mask is tagged.
 
     Attributes
     ----------
@@ -95,13 +99,16 @@ class LinearChainCRF(nn.Module):
     """
 
     def __init__(self, num_labels: int, *, batch_first: bool = True, constraints: Constraints = None,
-                 init_scale: float = 0.1) -> None:
+                 init_scale: float = 0.1, ignore_index: int | None = None) -> None:
         super().__init__()
         if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
             raise ValueError(f"num_labels must be a positive int, got {num_labels!r}")
         if not isinstance(batch_first, bool):
             raise TypeError(f"batch_first must be a bool, got {type(batch_first).__name__}")
+        if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
+            raise TypeError(f"ignore_index must be an int or None, got {ignore_index!r}")
         self.num_labels, self.batch_first, self.init_scale = num_labels, batch_first, init_scale
+        self.ignore_index = ignore_index
         self.transitions = nn.Parameter(torch.empty(num_labels, num_labels))
         self.start = nn.Parameter(torch.empty(num_labels))
         self.end = nn.Parameter(torch.empty(num_labels))
@@ -167,11 +174,11 @@ class LinearChainCRF(nn.Module):
             raise TypeError(f"emissions must be a floating tensor, got {emissions.dtype}")
         if not self.batch_first:  # shapes are checked as the caller passed them, then transposed
             for name, x in (("tags", tags), ("mask", mask)):
-                if isinstance(x, Tensor) and x.shape != emissions.shape[:2]:
+                if isinstance(x, Tensor) and x.shape[:2] != emissions.shape[:2]:
                     raise ValueError(f"{name} must have shape (T, B) = {_fmt(emissions.shape[:2])}, "
                                      f"got {_fmt(x.shape)}")
             emissions = emissions.transpose(0, 1)
-            tags = tags.transpose(0, 1) if isinstance(tags, Tensor) and tags.dim() == 2 else tags
+            tags = tags.transpose(0, 1) if isinstance(tags, Tensor) and tags.dim() in (2, 3) else tags
             mask = mask.transpose(0, 1) if isinstance(mask, Tensor) and mask.dim() == 2 else mask
         B, T, _ = emissions.shape
         if mask is None:
@@ -179,8 +186,7 @@ class LinearChainCRF(nn.Module):
         if lengths is not None:
             raise ValueError("give mask or lengths, not both")
         moved = compaction(mask, B, T, emissions.device, self._layout())
-        if isinstance(tags, Tensor) and tags.shape == (B, T):
-            tags = moved.take(tags)
+        tags = moved.take_positions(tags)
         return _Batch(moved.take(emissions), moved, tags)
 
     def _layout(self, last: str | None = None) -> str:
@@ -202,7 +208,11 @@ class LinearChainCRF(nn.Module):
         Parameters
         ----------
         emissions : Tensor (B, T, N), or (T, B, N) when ``batch_first=False``
-        tags : Tensor (B, T) integer, in [0, N) inside each sequence (anything outside)
+        tags : Tensor (B, T) integer, in [0, N) inside each sequence (anything outside), or partial
+            tags: ``ignore_index`` at unlabeled positions, or a (B, T, N) bool tensor of the
+            labels allowed at each position. The loss is then -log of the total probability of
+            the labelings consistent with them, logZ - logZ(consistent) (the usual NLL when every
+            position is tagged); +inf where no consistent labeling exists.
         mask : Tensor (B, T) bool (or uint8), optional
             True on each sequence's positions, any pattern: the chain runs over them in order
             (padding on either side, or interleaved as a first-sub-token mask; an all-False row
@@ -227,7 +237,8 @@ class LinearChainCRF(nn.Module):
         batch = self._batch(emissions, tags, mask, lengths)
         if not isinstance(batch.tags, Tensor):
             raise TypeError(f"tags must be an integer tensor of shape {self._layout()}")
-        nll = _negative_log_likelihood(batch.emissions, *self.scores(), batch.tags, batch.lengths)
+        nll = _negative_log_likelihood(batch.emissions, *self.scores(), batch.tags, batch.lengths,
+                                       self.ignore_index)
         if reduction == "token_mean":
             return nll.sum() / batch.lengths.sum().clamp(min=1).to(nll.dtype)
         return reduce_batch(nll, reduction)
@@ -339,8 +350,8 @@ def _on_chain(fn, emissions: Tensor, transitions: Tensor, start: Tensor, end: Te
 
 @mixed_precision
 def _negative_log_likelihood(unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor, labels: Tensor,
-                             lengths: Tensor) -> Tensor:
-    """(B,) logZ - score(labels), both in the accumulation precision, cast once (+inf stays: a
-    labeling with probability 0, or no valid labeling at all)."""
+                             lengths: Tensor, ignore_index: int | None) -> Tensor:
+    """(B,) logZ - score(labels) (logZ - logZ(consistent) for partial tags), in the accumulation
+    precision, cast once (+inf stays: a labeling with probability 0, or no valid labeling at all)."""
     chain = check_chain(unary, transitions, start, end, lengths, name="emissions")
-    return nll_chain(chain, labels, name="tags")
+    return chain_loss(chain, labels, ignore_index, name="tags")
