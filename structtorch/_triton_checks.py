@@ -21,7 +21,7 @@ from torch import Tensor
 
 from ._triton_common import launch
 
-KINDS = {"values": 0, "nan": 1, "finite": 2, "range": 3, "labels": 4, "runs": 5, "segmentation": 6}
+KINDS = {"values": 0, "nan": 1, "finite": 2, "range": 3, "labels": 4, "segmentation": 6}
 BLOCK = 1024
 
 
@@ -57,15 +57,7 @@ def _count(x, n, lo, hi, lengths, T, KIND: tl.constexpr, BLOCK: tl.constexpr):
             back = tl.load(x + i - j, mask=row & (t >= j), other=0)
             seen = seen | ((t >= j) & (((back & 1) != 0) | (t == j)))
         bad = bad | (row & ~seen)
-    if KIND == 5:  # run starts, less one per non-empty row
-        first = (i % T) == 0
-        before = tl.load(x + i - 1, mask=inside & ~first, other=0)
-        start = (v != 0) & (first | (before == 0))
-        nonempty = first & (tl.load(lengths + i // T, mask=inside & first, other=0) > 0)
-        count = tl.sum(tl.where(inside, start.to(tl.int32) - nonempty.to(tl.int32), 0), axis=0)
-    else:
-        count = tl.sum((bad & inside).to(tl.int32), axis=0)
-    return count
+    return tl.sum((bad & inside).to(tl.int32), axis=0)
 
 
 @triton.jit

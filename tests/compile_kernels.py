@@ -108,8 +108,7 @@ def _gpu_signatures():
     yield "hamming backtrack", hamming._backtrack_kernel, sig, {}
     from structtorch import _triton_checks as checks
 
-    slots = [(0, "*fp32"), (0, "*fp64"), (1, "*fp64"), (2, "*fp32"), (3, "*i64"), (4, "*i64"), (5, "*i1"),
-             (6, "*i64")]
+    slots = [(0, "*fp32"), (0, "*fp64"), (1, "*fp64"), (2, "*fp32"), (3, "*i64"), (4, "*i64"), (6, "*i64")]
     for first in range(0, len(slots), checks.SLOTS):  # every kind in some slot; unused slots last
         group = slots[first:first + checks.SLOTS]
         group += [(-1, "*i32")] * (checks.SLOTS - len(group))
