@@ -107,15 +107,21 @@ def allowed_labels(labels: object, chain: Chain, ignore_index: int | None,
     return ignored.unsqueeze(2) | torch.nn.functional.one_hot(known, N).bool()
 
 
+def consistent_chain(chain: Chain, allowed: Tensor) -> Chain:
+    """``chain`` restricted to the labelings consistent with ``allowed`` (B, T, N) bool (-inf unary
+    scores elsewhere)."""
+    return Chain(torch.where(allowed, chain.unary, NEG_INF), chain.transitions, chain.start, chain.end,
+                 chain.lengths, chain.name)
+
+
 def partial_nll_chain(chain: Chain, allowed: Tensor) -> Tensor:
     """-log of the total probability of the labelings consistent with ``allowed`` (B, T, N) bool,
     logZ - logZ(consistent) (B,), of a validated :class:`Chain`: the CRF loss of partial targets
     (the usual NLL when each set holds one label). In the accumulation dtype, cast once; +inf where
     no consistent labeling exists, as for an infeasible labeling."""
     wide = chain.map(accumulate)
-    consistent = Chain(torch.where(allowed, wide.unary, NEG_INF), wide.transitions, wide.start, wide.end,
-                       wide.lengths, wide.name)
-    loss = negative_log_likelihood(log_partition_chain(wide), log_partition_chain(consistent))
+    consistent = log_partition_chain(consistent_chain(wide, allowed))
+    loss = negative_log_likelihood(log_partition_chain(wide), consistent)
     return cast_checked(loss, chain.unary.dtype, "the negative log-likelihood", chain.potentials)
 
 

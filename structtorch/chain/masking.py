@@ -62,15 +62,19 @@ class Compaction:
         into = (self.index[:, 1:] - 1).clamp(min=0)  # (B, T-1)
         return transitions.gather(1, self._expand(into, transitions))
 
+    def blank(self, x: Tensor, fill: float | int) -> Tensor:
+        """``x`` (B, W, ...) with ``fill`` at positions >= each row's length."""
+        inside = torch.arange(x.shape[1], device=x.device) < self.lengths[:, None]
+        shape = inside.shape + (1,) * (x.dim() - 2)
+        return torch.where(inside.view(shape), x, torch.full((), fill, dtype=x.dtype, device=x.device))
+
     def put(self, x: Tensor, fill: float | int) -> Tensor:
         """Per-position results (B, T, ...) back at the original positions, ``fill`` elsewhere."""
         if self.index is None:
             return x
-        T = x.shape[1]
-        inside = torch.arange(T, device=x.device) < self.lengths[:, None]
-        shape = inside.shape + (1,) * (x.dim() - 2)
-        kept = torch.where(inside.view(shape), x, torch.full((), fill, dtype=x.dtype, device=x.device))
-        return torch.empty_like(kept).scatter_(1, self.index.view(shape).expand_as(kept), kept)
+        kept = self.blank(x, fill)
+        index = self.index.view(self.index.shape + (1,) * (x.dim() - 2))
+        return torch.empty_like(kept).scatter_(1, index.expand_as(kept), kept)
 
     def put_edges(self, x: Tensor, fill: float | int) -> Tensor:
         """Per-edge results (B, T-1, ...) back at the original position of each edge's first node

@@ -38,11 +38,10 @@ from .._checks import (
     guard_overflow,
 )
 from .._deprecated import deprecated_alias
-from .._numerics import NEG_INF
 from .._precision import mixed_precision
 from ..chain import _ops as _chain_ops
 from ..chain.layout import Chain
-from ..chain.linear import allowed_labels
+from ..chain.linear import allowed_labels, consistent_chain
 from ..chain.masking import masked_chain
 from ..chain.window import _check_scores
 from ._ops import FUSED, fused_search, fused_window_search, solve
@@ -128,13 +127,13 @@ def loss_augmented(
         weights), or the sum of the costs of y' (with ``cost`` / ``pair_cost``): the argument of h.
     """
     chain, moved = masked_chain(unary, transitions, start, end, lengths, mask)
-    allowed = allowed_labels(moved.take_positions(target), chain, ignore_index, "target")
+    target, weights = moved.take_positions(target), moved.take_positions(weights)
+    allowed = allowed_labels(target, chain, ignore_index, "target")
     if allowed is not None:
         no_costs(weights, cost, pair_cost)
         value, path, count = partial_loss_augmented_chain(chain, allowed, h=h, rescaling=rescaling,
                                                           algorithm=algorithm)
         return value, moved.put(path, -1), count
-    target, weights = moved.take_positions(target), moved.take_positions(weights)
     if isinstance(cost, Tensor) and cost.dim() == 3:  # (B, T, N); an (N, N) cost is shared
         cost = moved.take_positions(cost)
     pair_cost = moved.take_transitions(pair_cost) if isinstance(pair_cost, Tensor) else pair_cost
@@ -173,10 +172,8 @@ def partial_loss_augmented_chain(chain: Chain, allowed: Tensor, *, h: HLike = No
     with the sets (its score, whose gradient is that labeling's indicator, a subgradient of the
     max over them) and the loss counts the positions whose label is outside its set (a 0/1 cost,
     so any h and both rescalings)."""
-    consistent = Chain(torch.where(allowed, chain.unary.detach(), NEG_INF), chain.transitions.detach(),
-                       chain.start.detach(), chain.end.detach(), chain.lengths, chain.name)
     with torch.no_grad():
-        score, best = _chain_ops.viterbi(consistent)
+        score, best = _chain_ops.viterbi(consistent_chain(chain.map(torch.Tensor.detach), allowed))
     check_target_score(score, "target allows no labeling in row {}: no labeling is consistent with its "
                               "allowed labels and the potentials' finite entries")
     cost = (~allowed).to(torch.float64)

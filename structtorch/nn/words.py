@@ -98,14 +98,14 @@ def tokens_to_words(x: Tensor, mask: Tensor, *, fill: float | int = -1,
     num_words : int, optional
         W (default: the most words in a row, read on the host).
     """
-    moved, lengths = _moved(x, mask)
-    W = int(lengths.max()) if num_words is None and len(lengths) else (num_words or 0)
-    if W > x.shape[1]:
-        raise ValueError(f"num_words = {W} exceeds the T = {x.shape[1]} sub-tokens")
-    words = moved.take(x)[:, :W]
-    inside = torch.arange(W, device=x.device) < lengths[:, None]
-    return torch.where(inside.view(inside.shape + (1,) * (x.dim() - 2)), words,
-                       torch.full((), fill, dtype=x.dtype, device=x.device))
+    if not isinstance(x, Tensor) or x.dim() < 2:
+        raise TypeError("x must be a tensor of shape (B, T, ...)")
+    moved = compaction(mask, x.shape[0], x.shape[1], x.device)
+    if num_words is None:
+        num_words = int(moved.lengths.max()) if len(moved.lengths) else 0
+    if num_words > x.shape[1]:
+        raise ValueError(f"num_words = {num_words} exceeds the T = {x.shape[1]} sub-tokens")
+    return moved.blank(moved.take(x)[:, :num_words], fill)
 
 
 def words_to_tokens(words: Tensor, mask: Tensor, *, fill: float | int = -100) -> Tensor:
@@ -127,14 +127,4 @@ def words_to_tokens(words: Tensor, mask: Tensor, *, fill: float | int = -100) ->
         words = words[:, :T]
     else:
         words = torch.cat([words, words.new_full((B, T - W, *words.shape[2:]), fill)], 1)
-    inside = torch.arange(T, device=words.device) < moved.lengths[:, None]
-    kept = torch.where(inside.view(inside.shape + (1,) * (words.dim() - 2)), words,
-                       torch.full((), fill, dtype=words.dtype, device=words.device))
-    return moved.put(kept, fill) if moved.index is not None else kept
-
-
-def _moved(x: Tensor, mask: Tensor):
-    if not isinstance(x, Tensor) or x.dim() < 2:
-        raise TypeError("x must be a tensor of shape (B, T, ...)")
-    moved = compaction(mask, x.shape[0], x.shape[1], x.device)
-    return moved, moved.lengths
+    return moved.put(words, fill) if moved.index is not None else moved.blank(words, fill)
