@@ -105,6 +105,7 @@ __all__ = [
     "chunk_f1",
     "segment_f1",
     "SparseFeaturePotentials",
+    "CRFForTokenClassification",
     "lp",
     "use_backend",
     "set_validation",
@@ -121,8 +122,10 @@ def __getattr__(name: str):
         module = importlib.import_module(f".{name}", __name__)
         globals()[name] = module
         return module
+    if name == "CRFForTokenClassification":  # imports transformers
+        return getattr(importlib.import_module(".nn", __name__), name)
     raise AttributeError(f"module 'structtorch' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | {"CRFForTokenClassification"})

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from _runner import ROOT, run_example
 
@@ -125,3 +126,39 @@ def test_action_mining_example_runs():
     assert "subsequence LPBoost" in stdout and "chi2-SVM, binarized" in stdout
     assert "84.72" in stdout and "87.04" in stdout  # Table 7 beside our figures
     assert "patterns per one-vs-one classifier" in stdout and stdout.count(" vs ") >= 30
+
+
+def test_transformer_ner_example_runs(tmp_path):
+    """--quick on generated data; then a local checkpoint (--model: an encoder and its tokenizer
+    saved with save_pretrained) on CoNLL files (--data). The CRF never breaks BIO."""
+    transformers = pytest.importorskip("transformers")
+    tokenizers = pytest.importorskip("tokenizers")
+    from structtorch.data.conll import synthetic_chunking, write_conll
+
+    out = tmp_path / "ner.md"
+    stdout = run_example("transformer_ner.py", "--quick", "--out", str(out))
+    rows = [line.split("|") for line in out.read_text().splitlines()[2:]]
+    assert [(r[1].strip(), r[2].strip()) for r in rows] == [("CRF", "0%"), ("softmax", "0%"), ("CRF", "30%"),
+                                                            ("softmax", "30%")]
+    assert all(r[5].strip() == "0.0%" for r in rows if r[1].strip() == "CRF"), stdout
+    assert all(0.2 < float(r[3]) <= 1 for r in rows), stdout  # chunk F1 (the quick run is undertrained)
+
+    data = tmp_path / "conll"
+    data.mkdir()
+    write_conll(data / "train.txt", synthetic_chunking(40, seed=5))
+    write_conll(data / "test.txt", synthetic_chunking(20, seed=6))
+    words = [w for s in synthetic_chunking(40, seed=5) for w in s[0]]
+    tok = tokenizers.Tokenizer(tokenizers.models.WordPiece(unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tok.train_from_iterator(words, tokenizers.trainers.WordPieceTrainer(
+        vocab_size=120, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]))
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
+                                                cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+    model = tmp_path / "model"
+    fast.save_pretrained(model)
+    transformers.BertModel(transformers.BertConfig(vocab_size=len(fast), hidden_size=16, num_hidden_layers=1,
+                                                   num_attention_heads=2, intermediate_size=32,
+                                                   max_position_embeddings=64)).save_pretrained(model)
+    stdout = run_example("transformer_ner.py", "--quick", "--model", str(model), "--data", str(data),
+                         "--max-length", "64")
+    assert f"data: {data}; 40 training and 20 test sentences" in stdout and "| CRF | 30% |" in stdout

@@ -26,6 +26,15 @@ def test_import_loads_the_library_proper_only():
     lazy = [m for m in loaded if m.split(".")[1:2] in (["data"], ["mining"], ["semisup"], ["lp"])]
     assert not lazy, lazy
     assert {"structtorch.learn.train", "structtorch.losses", "structtorch.sequence_data"} <= set(loaded)
+    assert "structtorch.nn.token_classification" not in loaded
+
+
+def test_transformers_loads_with_the_hugging_face_head_only():
+    pytest.importorskip("transformers")
+    _run("import sys, structtorch as st\n"
+         "assert 'transformers' not in sys.modules\n"
+         "assert st.CRFForTokenClassification is st.nn.CRFForTokenClassification\n"
+         "assert 'transformers' in sys.modules\n")
 
 
 def test_training_on_own_data_loads_no_generator():

@@ -1,5 +1,8 @@
-"""Modules: the linear-chain CRF, joint feature maps (HM-SVM potentials, histogram binning, PLiFs)
-and the hidden semi-Markov SVM."""
+"""Modules: the linear-chain CRF, joint feature maps (HM-SVM potentials, histogram binning, PLiFs),
+the hidden semi-Markov SVM, and (loaded on first use, with ``transformers``) the CRF head for
+token classification, :class:`CRFForTokenClassification`."""
+
+import importlib
 
 from .constraints import allowed_transitions
 from .crf import LinearChainCRF
@@ -11,4 +14,16 @@ from .words import tokens_to_words, word_mask, words_to_tokens
 
 __all__ = ["LinearChainCRF", "allowed_transitions", "LinearChainPotentials", "HistogramBinning", "PLiF",
            "HiddenSemiMarkovSVM", "SemiMarkovCRF",
-           "SparseFeaturePotentials", "word_mask", "tokens_to_words", "words_to_tokens"]
+           "SparseFeaturePotentials", "word_mask", "tokens_to_words", "words_to_tokens",
+           "CRFForTokenClassification"]
+
+_LAZY = {"CRFForTokenClassification": ".token_classification"}  # imports transformers
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'structtorch.nn' has no attribute {name!r}")
+

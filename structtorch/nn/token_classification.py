@@ -1,0 +1,271 @@
+"""A CRF head for token classification on any encoder, in Hugging Face's conventions.
+
+:class:`CRFForTokenClassification` wraps an encoder (``transformers.AutoModel``, or any module
+that returns hidden states), adds dropout, a linear layer to the tag scores and a
+:class:`structtorch.LinearChainCRF`, and returns a ``TokenClassifierOutput`` (``loss``,
+``logits``, and ``predictions`` outside training), so it trains under ``transformers.Trainer``
+as under a plain loop. The chain runs over the words: each word's first sub-token
+(:func:`structtorch.word_mask`), or, as the Hugging Face token-classification examples label
+them, the positions whose label is not -100.
+
+This module imports ``transformers`` (``pip install structtorch[hf]``); nothing else in
+structtorch does.
+
+Examples
+--------
+>>> from transformers import BertConfig, BertModel
+>>> encoder = BertModel(BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1,
+...                                num_attention_heads=2, intermediate_size=64))
+>>> model = CRFForTokenClassification(encoder, num_labels=3)
+>>> ids = torch.randint(100, (2, 6))
+>>> labels = torch.tensor([[-100, 0, 1, -100, 2, -100], [-100, 1, 1, 0, -100, -100]])
+>>> out = model(input_ids=ids, labels=labels)  # the chain runs where labels != -100
+>>> out.loss.shape, out.logits.shape
+(torch.Size([]), torch.Size([2, 6, 3]))
+>>> model.decode(input_ids=ids, word_mask=labels != -100).shape  # word-level tags (B, W)
+torch.Size([2, 3])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+try:
+    from transformers.modeling_outputs import TokenClassifierOutput
+except ImportError as error:  # pragma: no cover - exercised only without the extra
+    raise ImportError("structtorch.nn.token_classification needs the transformers package: "
+                      "pip install 'structtorch[hf]' (or pip install transformers)") from error
+
+from .._checks import check_labels
+from .crf import REDUCTIONS, Constraints, LinearChainCRF
+from .words import tokens_to_words
+
+__all__ = ["CRFForTokenClassification", "CRFTokenClassifierOutput"]
+
+ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "inputs_embeds")
+
+
+@dataclass
+class CRFTokenClassifierOutput(TokenClassifierOutput):
+    """``TokenClassifierOutput`` (``loss``, ``logits`` (B, T, N), ``hidden_states``, ``attentions``)
+    with ``predictions`` (B, T) int64: the decoded tag at each word position and -100 elsewhere
+    (the labels' convention, so that a ``compute_metrics`` filters both alike); set when the model
+    is not training."""
+
+    predictions: Tensor | None = None
+
+
+class CRFForTokenClassification(nn.Module):
+    """Encoder -> dropout -> linear -> linear-chain CRF over the words of each sequence.
+
+    Parameters
+    ----------
+    encoder : nn.Module
+        Called with the encoder inputs that ``forward`` receives (those not None among
+        ``input_ids``, ``attention_mask``, ``token_type_ids``, ``position_ids``,
+        ``inputs_embeds``) plus ``output_hidden_states``/``output_attentions`` when they are given.
+        It returns hidden states (B, T, H): a tensor, a tuple whose first element they are, or an
+        object with ``last_hidden_state`` (a Hugging Face model output).
+    num_labels : int
+        N, the number of tags.
+    hidden_size : int, optional
+        H (default: ``encoder.config.hidden_size``).
+    dropout : float, optional
+        On the hidden states (default: ``encoder.config.hidden_dropout_prob``, else 0.1).
+    crf : bool
+        True (default): the CRF head. False: a softmax head with the same interface (per-word
+        cross-entropy, per-word argmax), the usual baseline.
+    constraints : optional
+        Allowed transitions of the CRF, e.g. ``allowed_transitions("BIO", tags)``; decoding obeys
+        them (the softmax head ignores them).
+    ignore_index : int
+        The label of positions outside the words (default -100, Hugging Face's) and, inside an
+        explicit ``word_mask``, of unlabeled words (partial labels).
+    reduction : {"mean", "sum", "token_mean", "none"}
+        Of the per-sequence loss (the NLL summed over the words): averaged over sequences
+        (default), summed, divided by the number of words, or per sequence (B,).
+
+    Attributes
+    ----------
+    encoder : nn.Module
+    classifier : nn.Linear (H -> N)
+    crf : LinearChainCRF, or None for the softmax head
+    """
+
+    accepts_loss_kwargs = False  # the loss is a per-batch reduction: Trainer scales it itself
+
+    def __init__(self, encoder: nn.Module, num_labels: int, *, hidden_size: int | None = None,
+                 dropout: float | None = None, crf: bool = True, constraints: Constraints = None,
+                 ignore_index: int = -100, reduction: str = "mean") -> None:
+        super().__init__()
+        if not isinstance(encoder, nn.Module):
+            raise TypeError(f"encoder must be an nn.Module, got {type(encoder).__name__}")
+        config = getattr(encoder, "config", None)
+        hidden_size = hidden_size if hidden_size is not None else getattr(config, "hidden_size", None)
+        if not isinstance(hidden_size, int) or hidden_size < 1:
+            raise ValueError("hidden_size must be given (a positive int) when the encoder has no "
+                             f"config.hidden_size, got {hidden_size!r}")
+        if dropout is None:
+            dropout = getattr(config, "hidden_dropout_prob", 0.1)
+        if reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+        if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+            raise TypeError(f"ignore_index must be an int, got {ignore_index!r}")
+        self.encoder = encoder
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(hidden_size, num_labels)
+        self.crf = (LinearChainCRF(num_labels, constraints=constraints, ignore_index=ignore_index)
+                    if crf else None)
+        self.num_labels, self.ignore_index, self.reduction = num_labels, ignore_index, reduction
+
+    @classmethod
+    def from_pretrained(cls, path: str, num_labels: int, **kwargs) -> CRFForTokenClassification:
+        """The head on ``transformers.AutoModel.from_pretrained(path)`` (a local directory or a
+        hub name); ``kwargs`` go to the constructor."""
+        from transformers import AutoModel
+
+        return cls(AutoModel.from_pretrained(path), num_labels, **kwargs)
+
+    def extra_repr(self) -> str:
+        return f"num_labels={self.num_labels}, head={'crf' if self.crf is not None else 'softmax'}"
+
+    # -- forward ----------------------------------------------------------------------------------
+
+    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                token_type_ids: Tensor | None = None, position_ids: Tensor | None = None,
+                inputs_embeds: Tensor | None = None, labels: Tensor | None = None,
+                word_mask: Tensor | None = None, output_attentions: bool | None = None,
+                output_hidden_states: bool | None = None,
+                return_dict: bool | None = None) -> CRFTokenClassifierOutput | tuple:
+        """Tag scores, and the loss when ``labels`` are given.
+
+        Parameters
+        ----------
+        input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds : Tensor, optional
+            The encoder's inputs, (B, T) (``inputs_embeds`` (B, T, E)).
+        labels : Tensor (B, T) integer, or (B, T, N) bool, optional
+            A tag per word position; ``ignore_index`` elsewhere, and, inside an explicit
+            ``word_mask``, at unlabeled words. Or the set of allowed tags per position (needs
+            ``word_mask``). Partial targets are trained on the total probability of the
+            labelings consistent with them (see :class:`structtorch.LinearChainCRF`).
+        word_mask : Tensor (B, T) bool, optional
+            The positions the chain runs over, in order (:func:`structtorch.word_mask`). Default:
+            ``labels != ignore_index`` when integer labels are given, else ``attention_mask`` (every
+            token: pass ``word_mask`` to predict per word as the model was trained).
+        return_dict : bool, optional
+            False: a tuple ``(loss, logits, predictions)`` without the None entries.
+
+        Returns
+        -------
+        CRFTokenClassifierOutput
+            ``loss`` (scalar, or (B,) with ``reduction="none"``; None without labels), ``logits``
+            (B, T, N) the per-token tag scores, ``predictions`` (B, T) outside training.
+        """
+        inputs = dict(zip(ENCODER_INPUTS, (input_ids, attention_mask, token_type_ids, position_ids,
+                                           inputs_embeds), strict=True))
+        extra = {"output_attentions": output_attentions, "output_hidden_states": output_hidden_states}
+        encoded = self.encoder(**{k: v for k, v in {**inputs, **extra}.items() if v is not None})
+        logits = self.classifier(self.dropout(_hidden_states(encoded)))
+        mask = self._mask(logits, labels, word_mask, attention_mask)
+        loss = None if labels is None else self.loss(logits, labels, mask)
+        predictions = None if self.training else self._predict(logits, mask)
+        out = CRFTokenClassifierOutput(loss=loss, logits=logits, predictions=predictions,
+                                       hidden_states=getattr(encoded, "hidden_states", None),
+                                       attentions=getattr(encoded, "attentions", None))
+        return out if return_dict is not False else out.to_tuple()
+
+    def _mask(self, logits: Tensor, labels: Tensor | None, word_mask: Tensor | None,
+              attention_mask: Tensor | None) -> Tensor:
+        B, T = logits.shape[:2]
+        if word_mask is not None:
+            if not isinstance(word_mask, Tensor) or word_mask.shape != (B, T):
+                raise ValueError(f"word_mask must be a tensor of shape (B, T) = {(B, T)}, got "
+                                 f"{getattr(word_mask, 'shape', type(word_mask).__name__)}")
+            mask = word_mask.to(logits.device).bool()
+        elif labels is not None and isinstance(labels, Tensor) and labels.dim() == 2:
+            mask = labels.to(logits.device) != self.ignore_index
+        elif labels is not None:
+            raise ValueError("labels given as (B, T, N) sets of allowed tags need word_mask")
+        else:
+            mask = torch.ones(B, T, dtype=torch.bool, device=logits.device)
+        if attention_mask is not None:
+            mask = mask & attention_mask.to(logits.device).bool()
+        return mask
+
+    def loss(self, logits: Tensor, labels: Tensor, mask: Tensor) -> Tensor:
+        """The loss of tag scores (B, T, N) against ``labels`` over the positions of ``mask`` (B, T):
+        the CRF's NLL (or the softmax head's summed cross-entropy) per sequence, reduced."""
+        labels = labels.to(logits.device)
+        if labels.dtype == torch.bool and labels.shape != logits.shape:
+            raise ValueError("labels as sets of allowed tags must have shape (B, T, N) = "
+                             f"{tuple(logits.shape)}, got {tuple(labels.shape)}")
+        allowed = labels if labels.dtype == torch.bool else _allowed(labels, mask, self.num_labels,
+                                                                      self.ignore_index)
+        if self.crf is not None:
+            return self.crf(logits, labels, mask, reduction=self.reduction)
+        scores = logits.float()
+        nll = scores.logsumexp(-1) - scores.masked_fill(~allowed, float("-inf")).logsumexp(-1)
+        per_sequence = torch.where(mask, nll, 0.0).sum(1)
+        if self.reduction == "token_mean":
+            return per_sequence.sum() / mask.sum().clamp(min=1)
+        return {"none": per_sequence, "sum": per_sequence.sum(), "mean": per_sequence.mean()}[self.reduction]
+
+    # -- decoding ---------------------------------------------------------------------------------
+
+    def _predict(self, logits: Tensor, mask: Tensor) -> Tensor:
+        """The decoded tag at each mask position, ``ignore_index`` elsewhere (B, T)."""
+        with torch.no_grad():
+            if self.crf is None:
+                path = logits.argmax(-1)
+            else:
+                path = self.crf.decode(logits, mask)[1]
+            return torch.where(mask, path, self.ignore_index)
+
+    @torch.no_grad()
+    def decode(self, *, word_mask: Tensor, **inputs: Tensor) -> Tensor:
+        """Word-level tags (B, W): the best labeling of each sequence's words (Viterbi under the
+        constraints; the softmax head: per-word argmax), -1 beyond each row's words.
+
+        Parameters
+        ----------
+        word_mask : Tensor (B, T) bool
+            Each word's first sub-token (:func:`structtorch.word_mask`).
+        **inputs : Tensor
+            The encoder's inputs (``input_ids``, ``attention_mask``, ...).
+        """
+        unknown = set(inputs) - set(ENCODER_INPUTS)
+        if unknown:
+            raise TypeError(f"decode takes the encoder inputs {ENCODER_INPUTS} and word_mask, got "
+                            f"{sorted(unknown)}")
+        training = self.training
+        self.eval()
+        try:
+            predictions = self.forward(**inputs, word_mask=word_mask).predictions
+        finally:
+            self.train(training)
+        mask = word_mask.to(predictions.device).bool()
+        if inputs.get("attention_mask") is not None:
+            mask = mask & inputs["attention_mask"].to(mask.device).bool()
+        return tokens_to_words(predictions, mask, fill=-1)
+
+
+def _hidden_states(encoded: object) -> Tensor:
+    if isinstance(encoded, Tensor):
+        return encoded
+    hidden = getattr(encoded, "last_hidden_state", None)
+    if hidden is None and isinstance(encoded, (tuple, list)) and encoded:
+        hidden = encoded[0]
+    if not isinstance(hidden, Tensor) or hidden.dim() != 3:
+        raise TypeError("the encoder must return hidden states (B, T, H): a tensor, a tuple starting with "
+                        f"one, or an object with last_hidden_state; got {type(encoded).__name__}")
+    return hidden
+
+
+def _allowed(labels: Tensor, mask: Tensor, N: int, ignore_index: int) -> Tensor:
+    """(B, T, N) bool: the label's one-hot inside ``mask``, every label at ``ignore_index`` and outside
+    (checked to lie in [0, N) where known, as the caller's ``labels``)."""
+    known = mask & (labels != ignore_index)
+    return torch.nn.functional.one_hot(check_labels(labels, known, N), N).bool() | ~known.unsqueeze(-1)
