@@ -34,11 +34,11 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from transformers import AutoModel, AutoTokenizer, BertConfig, BertModel, PreTrainedTokenizerFast
+from transformers import AutoConfig, AutoModel, AutoTokenizer, BertConfig, BertModel, PreTrainedTokenizerFast
 
 import structtorch as st
 from structtorch.data.conll import read_conll, synthetic_chunking, to_bio
-from structtorch.nn.token_classification import CRFForTokenClassification
+from structtorch.nn.token_classification import CRFForTokenClassification, DataCollatorWithWordMask
 
 Sentences = list[tuple[list[str], list[str]]]  # (words, chunk tags)
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -70,35 +70,26 @@ def train_tokenizer(sentences: Sentences, vocab_size: int) -> PreTrainedTokenize
                                    cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
 
 
-def encode(tokenizer, sentences: Sentences, labels: list[str], hide: float, seed: int) -> list[dict]:
-    """Per sentence: input ids, the first-sub-token mask, and word tags at the first pieces (-100
-    elsewhere; also on a random ``hide`` share of the words: partial labels)."""
+def encode(tokenizer, sentences: Sentences, labels: list[str], hide: float,
+           seed: int) -> tuple[list[dict], list[list[int | None]]]:
+    """Per sentence: the tokenizer's features, the first-sub-token mask and word tags at the first
+    pieces (-100 elsewhere; also on a random ``hide`` share of the words: partial labels); and the
+    word ids of the pieces (to map predictions back to the words)."""
     ids = {tag: i for i, tag in enumerate(labels)}
     rng = random.Random(seed)
-    rows = []
+    rows, word_ids = [], []
     for words, tags in sentences:
         enc = tokenizer(words, is_split_into_words=True, truncation=True)
-        word_ids = enc.word_ids()
-        mask = st.word_mask([word_ids])[0]
+        word_ids.append(enc.word_ids())
+        mask = st.word_mask(word_ids[-1:])[0]
         hidden = [rng.random() < hide for _ in words]
-        target = torch.full((len(word_ids),), -100)
+        target = [-100] * len(mask)
         for t in mask.nonzero().flatten().tolist():
-            if not hidden[word_ids[t]]:
-                target[t] = ids[tags[word_ids[t]]]
-        rows.append({"input_ids": torch.tensor(enc["input_ids"]), "word_mask": mask, "labels": target,
-                     "words": int(mask.sum())})  # fewer than len(words) when truncated
-    return rows
-
-
-def collate(rows: list[dict], pad_id: int) -> dict:
-    T = max(len(r["input_ids"]) for r in rows)
-
-    def pad(key, fill):
-        return torch.stack([torch.nn.functional.pad(r[key], (0, T - len(r[key])), value=fill) for r in rows])
-
-    ids = pad("input_ids", pad_id)
-    return {"input_ids": ids, "attention_mask": (ids != pad_id).long() if T else ids,
-            "word_mask": pad("word_mask", False), "labels": pad("labels", -100)}
+            if not hidden[word_ids[-1][t]]:
+                target[t] = ids[tags[word_ids[-1][t]]]
+        rows.append({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
+                     "word_mask": mask.tolist(), "labels": target})
+    return rows, word_ids
 
 
 def build_encoder(args: argparse.Namespace, tokenizer) -> torch.nn.Module:
@@ -110,9 +101,10 @@ def build_encoder(args: argparse.Namespace, tokenizer) -> torch.nn.Module:
     return BertModel(config)
 
 
-def train_one(crf: bool, rows: list[dict], labels: list[str], tokenizer, args: argparse.Namespace):
+def train_one(crf: bool, rows: list[dict], labels: list[str], collate: DataCollatorWithWordMask,
+              args: argparse.Namespace):
     torch.manual_seed(args.seed)
-    model = CRFForTokenClassification(build_encoder(args, tokenizer), len(labels), crf=crf,
+    model = CRFForTokenClassification(build_encoder(args, collate.tokenizer), len(labels), crf=crf,
                                       constraints=st.allowed_transitions("BIO", labels))
     head = [p for name, p in model.named_parameters() if not name.startswith("encoder.")]
     optimizer = torch.optim.AdamW([{"params": model.encoder.parameters(), "lr": args.lr},
@@ -127,7 +119,7 @@ def train_one(crf: bool, rows: list[dict], labels: list[str], tokenizer, args: a
         order = list(range(len(rows)))
         rng.shuffle(order)
         for i in range(0, len(order), args.batch_size):
-            batch = collate([rows[j] for j in order[i:i + args.batch_size]], tokenizer.pad_token_id)
+            batch = collate([rows[j] for j in order[i:i + args.batch_size]])
             loss = model(**batch).loss
             optimizer.zero_grad()
             loss.backward()
@@ -138,15 +130,23 @@ def train_one(crf: bool, rows: list[dict], labels: list[str], tokenizer, args: a
 
 
 @torch.no_grad()
-def evaluate(model, rows: list[dict], test: Sentences, labels: list[str], tokenizer, batch_size: int) -> dict:
+def evaluate(model, rows: list[dict], word_ids: list, test: Sentences, labels: list[str],
+             collate: DataCollatorWithWordMask, batch_size: int) -> dict:
+    """Chunk F1, token accuracy and the share of sentences whose predicted tags break BIO. Each
+    word's tag is the prediction at its first piece; a word without one (cut off by truncation,
+    or a character the tokenizer drops) is tagged O, as conlleval scores a missing prediction."""
     predicted = []
     for i in range(0, len(rows), batch_size):
-        part = rows[i:i + batch_size]
-        batch = collate(part, tokenizer.pad_token_id)
-        words = model.decode(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                             word_mask=batch["word_mask"])
-        predicted += [[labels[t] for t in row[:r["words"]]] for row, r in zip(words.tolist(), part, strict=True)]
-    gold = [tags[:len(p)] for (_, tags), p in zip(test, predicted, strict=True)]  # truncated sentences
+        batch = collate([{k: v for k, v in r.items() if k != "labels"} for r in rows[i:i + batch_size]])
+        words = model.decode(**batch).tolist()  # (B, W): the tags of each row's first pieces, in order
+        for j, (ids, (sentence, _)) in enumerate(zip(word_ids[i:i + batch_size], test[i:i + batch_size],
+                                                     strict=True)):
+            tags = ["O"] * len(sentence)
+            firsts = st.word_mask([ids])[0].nonzero().flatten().tolist()
+            for t, tag in zip(firsts, words[j], strict=False):
+                tags[ids[t]] = labels[tag]
+            predicted.append(tags)
+    gold = [tags for _, tags in test]
     tokens = sum(len(g) for g in gold)
     correct = sum(a == b for p, g in zip(predicted, gold, strict=True) for a, b in zip(p, g, strict=True))
     invalid = sum(any(t.startswith("I-") and prev[2:] != t[2:] for prev, t in zip(["O", *p], p, strict=False))
@@ -183,26 +183,29 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.lr is None:
         args.lr = 3e-3 if args.model is None else 5e-5
     train, test, source = load(args)
-    labels = sorted({t for _, tags in train for t in tags})
+    labels = sorted({t for _, tags in train + test for t in tags})
     if args.model is not None:
         tokenizer = AutoTokenizer.from_pretrained(args.model)
-        if args.max_length > tokenizer.model_max_length:
-            args.max_length = tokenizer.model_max_length
+        positions = getattr(AutoConfig.from_pretrained(args.model), "max_position_embeddings", None)
+        args.max_length = min(args.max_length, tokenizer.model_max_length, positions or args.max_length)
     else:
         tokenizer = train_tokenizer(train, args.vocab_size)
     tokenizer.model_max_length = args.max_length
-    test_rows = encode(tokenizer, test, labels, 0.0, args.seed)
-    pieces = [len(r["input_ids"]) - 2 for r in test_rows]
+    collate = DataCollatorWithWordMask(tokenizer)
+    test_rows, test_ids = encode(tokenizer, test, labels, 0.0, args.seed)
+    pieces = sum(w is not None for ids in test_ids for w in ids)
+    words = sum(len(s[0]) for s in test)
+    covered = sum(int(torch.tensor(r["word_mask"]).sum()) for r in test_rows)
     print(f"data: {source}; {len(train)} training and {len(test)} test sentences, {len(labels)} tags")
-    print(f"tokenizer: {len(tokenizer)} pieces; {sum(pieces) / sum(r['words'] for r in test_rows):.2f} "
-          f"sub-tokens per test word")
+    print(f"tokenizer: {len(tokenizer)} pieces; {pieces / max(words, 1):.2f} sub-tokens per test word"
+          + (f"; {words - covered} test words without a piece (truncated: tagged O)" if covered < words else ""))
 
     results = []
     for hide in (0.0, args.hide):
-        rows = encode(tokenizer, train, labels, hide, args.seed)
+        rows, _ = encode(tokenizer, train, labels, hide, args.seed)
         for crf in (True, False):
-            model, seconds = train_one(crf, rows, labels, tokenizer, args)
-            scores = evaluate(model, test_rows, test, labels, tokenizer, args.batch_size)
+            model, seconds = train_one(crf, rows, labels, collate, args)
+            scores = evaluate(model, test_rows, test_ids, test, labels, collate, args.batch_size)
             results.append({"head": "CRF" if crf else "softmax", "hidden": hide, "seconds": seconds, **scores})
             r = results[-1]
             print(f"{r['head']:>7} head, {hide:.0%} of tags hidden: chunk F1 {r['f1']:.4f}, accuracy "

@@ -4,9 +4,17 @@
 that returns hidden states), adds dropout, a linear layer to the tag scores and a
 :class:`structtorch.LinearChainCRF`, and returns a ``TokenClassifierOutput`` (``loss``,
 ``logits``, and ``predictions`` outside training), so it trains under ``transformers.Trainer``
-as under a plain loop. The chain runs over the words: each word's first sub-token
-(:func:`structtorch.word_mask`), or, as the Hugging Face token-classification examples label
-them, the positions whose label is not -100.
+as under a plain loop. The chain runs over the words: each word's first sub-token, given as
+``word_mask`` (:func:`structtorch.word_mask`; :class:`DataCollatorWithWordMask` pads it in a
+batch), or, as the Hugging Face token-classification examples label them, the positions whose
+label is not -100. Without either it runs over every attended token, which suits encoders whose
+tokens are the words, not sub-word tokenizers: predict with ``word_mask`` (or labels) as the model
+was trained.
+
+Partial labels (unlabeled words) need ``word_mask``: inside it, -100 marks a word whose tag is
+unknown. Without it, -100 takes the word out of the chain, so its neighbours become adjacent; under
+BIO constraints a hidden ``B-X`` then leaves ``O, I-X``, an impossible sequence (an infinite loss,
+no gradient from that row).
 
 This module imports ``transformers`` (``pip install structtorch[hf]``); nothing else in
 structtorch does.
@@ -34,6 +42,7 @@ import torch
 from torch import Tensor, nn
 
 try:
+    from transformers import DataCollatorForTokenClassification
     from transformers.modeling_outputs import TokenClassifierOutput
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError("structtorch.nn.token_classification needs the transformers package: "
@@ -43,7 +52,7 @@ from .._checks import check_labels
 from .crf import REDUCTIONS, Constraints, LinearChainCRF
 from .words import tokens_to_words
 
-__all__ = ["CRFForTokenClassification", "CRFTokenClassifierOutput"]
+__all__ = ["CRFForTokenClassification", "CRFTokenClassifierOutput", "DataCollatorWithWordMask"]
 
 ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "inputs_embeds")
 
@@ -51,11 +60,38 @@ ENCODER_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids
 @dataclass
 class CRFTokenClassifierOutput(TokenClassifierOutput):
     """``TokenClassifierOutput`` (``loss``, ``logits`` (B, T, N), ``hidden_states``, ``attentions``)
-    with ``predictions`` (B, T) int64: the decoded tag at each word position and -100 elsewhere
-    (the labels' convention, so that a ``compute_metrics`` filters both alike); set when the model
-    is not training."""
+    with ``predictions`` (B, T) int64: the decoded tag at each word position and ``ignore_index``
+    (-100) elsewhere, the labels' convention, so that a ``compute_metrics`` filters both alike (-1
+    at the words of a row with no labeling the constraints allow); set when the model is not
+    training."""
 
     predictions: Tensor | None = None
+
+
+@dataclass
+class DataCollatorWithWordMask(DataCollatorForTokenClassification):
+    """``transformers.DataCollatorForTokenClassification`` that also pads each example's
+    ``word_mask`` (a list or tensor of T bools, e.g. ``st.word_mask([encoding.word_ids()])[0]``)
+    with False, on the tokenizer's padding side, so that the word mask (and with it partial labels
+    and word-level prediction) goes through ``Trainer`` batches."""
+
+    def torch_call(self, features: list[dict]) -> dict:
+        if not features or "word_mask" not in features[0]:
+            return super().torch_call(features)
+        masks = [torch.as_tensor(f["word_mask"]).bool().flatten() for f in features]
+        batch = super().torch_call([{k: v for k, v in f.items() if k != "word_mask"} for f in features])
+        T = batch["input_ids"].shape[1]
+        padded = torch.zeros(len(masks), T, dtype=torch.bool)
+        for i, mask in enumerate(masks):
+            if len(mask) > T:
+                raise ValueError(f"word_mask of example {i} has {len(mask)} entries, more than its "
+                                 f"{T} padded tokens")
+            if self.tokenizer.padding_side == "left":
+                padded[i, T - len(mask):] = mask
+            else:
+                padded[i, :len(mask)] = mask
+        batch["word_mask"] = padded
+        return batch
 
 
 class CRFForTokenClassification(nn.Module):
@@ -122,9 +158,10 @@ class CRFForTokenClassification(nn.Module):
         self.num_labels, self.ignore_index, self.reduction = num_labels, ignore_index, reduction
 
     @classmethod
-    def from_pretrained(cls, path: str, num_labels: int, **kwargs) -> CRFForTokenClassification:
-        """The head on ``transformers.AutoModel.from_pretrained(path)`` (a local directory or a
-        hub name); ``kwargs`` go to the constructor."""
+    def from_pretrained_encoder(cls, path: str, num_labels: int, **kwargs) -> CRFForTokenClassification:
+        """A new head on ``transformers.AutoModel.from_pretrained(path)`` (a local directory or a
+        hub name); ``kwargs`` go to the constructor. A trained model (a ``Trainer`` checkpoint
+        holds its state dict) is reloaded by building it again and ``load_state_dict``."""
         from transformers import AutoModel
 
         return cls(AutoModel.from_pretrained(path), num_labels, **kwargs)
@@ -156,7 +193,8 @@ class CRFForTokenClassification(nn.Module):
             ``labels != ignore_index`` when integer labels are given, else ``attention_mask`` (every
             token: pass ``word_mask`` to predict per word as the model was trained).
         return_dict : bool, optional
-            False: a tuple ``(loss, logits, predictions)`` without the None entries.
+            False: the output's fields as a tuple, without the None entries (``(loss, logits,
+            hidden_states, attentions, predictions)`` at most).
 
         Returns
         -------
@@ -179,29 +217,25 @@ class CRFForTokenClassification(nn.Module):
 
     def _mask(self, logits: Tensor, labels: Tensor | None, word_mask: Tensor | None,
               attention_mask: Tensor | None) -> Tensor:
-        B, T = logits.shape[:2]
+        B, T, N = logits.shape
+        _check_labels(labels, (B, T, N))
         if word_mask is not None:
-            if not isinstance(word_mask, Tensor) or word_mask.shape != (B, T):
-                raise ValueError(f"word_mask must be a tensor of shape (B, T) = {(B, T)}, got "
-                                 f"{getattr(word_mask, 'shape', type(word_mask).__name__)}")
-            mask = word_mask.to(logits.device).bool()
-        elif labels is not None and isinstance(labels, Tensor) and labels.dim() == 2:
+            mask = _position_mask("word_mask", word_mask, (B, T)).to(logits.device)
+        elif labels is not None and labels.dim() == 2:
             mask = labels.to(logits.device) != self.ignore_index
         elif labels is not None:
             raise ValueError("labels given as (B, T, N) sets of allowed tags need word_mask")
         else:
             mask = torch.ones(B, T, dtype=torch.bool, device=logits.device)
         if attention_mask is not None:
-            mask = mask & attention_mask.to(logits.device).bool()
+            mask = mask & _position_mask("attention_mask", attention_mask, (B, T)).to(logits.device)
         return mask
 
     def loss(self, logits: Tensor, labels: Tensor, mask: Tensor) -> Tensor:
         """The loss of tag scores (B, T, N) against ``labels`` over the positions of ``mask`` (B, T):
         the CRF's NLL (or the softmax head's summed cross-entropy) per sequence, reduced."""
+        _check_labels(labels, tuple(logits.shape))
         labels = labels.to(logits.device)
-        if labels.dtype == torch.bool and labels.shape != logits.shape:
-            raise ValueError("labels as sets of allowed tags must have shape (B, T, N) = "
-                             f"{tuple(logits.shape)}, got {tuple(labels.shape)}")
         allowed = labels if labels.dtype == torch.bool else _allowed(labels, mask, self.num_labels,
                                                                       self.ignore_index)
         if self.crf is not None:
@@ -262,6 +296,32 @@ def _hidden_states(encoded: object) -> Tensor:
         raise TypeError("the encoder must return hidden states (B, T, H): a tensor, a tuple starting with "
                         f"one, or an object with last_hidden_state; got {type(encoded).__name__}")
     return hidden
+
+
+def _check_labels(labels: object, shape: tuple[int, int, int]) -> None:
+    """``labels``: None, (B, T) integer, or (B, T, N) bool."""
+    if labels is None:
+        return
+    B, T, N = shape
+    if not isinstance(labels, Tensor):
+        raise TypeError("labels must be a tensor, (B, T) integer or (B, T, N) bool, got "
+                        f"{type(labels).__name__}")
+    if labels.dtype == torch.bool:
+        if labels.shape != (B, T, N):
+            raise ValueError("labels as sets of allowed tags must have shape (B, T, N) = "
+                             f"{(B, T, N)}, got {tuple(labels.shape)}")
+    elif labels.is_floating_point() or labels.is_complex() or labels.shape != (B, T):
+        raise ValueError(f"labels must be an integer tensor of shape (B, T) = {(B, T)} or a bool tensor of "
+                         f"shape (B, T, N) = {(B, T, N)}, got {labels.dtype} {tuple(labels.shape)}")
+
+
+def _position_mask(name: str, mask: object, shape: tuple[int, int]) -> Tensor:
+    """A (B, T) bool or integer (0/1) mask, as bool."""
+    if not isinstance(mask, Tensor) or mask.shape != shape or mask.is_floating_point() or mask.is_complex():
+        described = f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, Tensor) else type(mask).__name__
+        raise ValueError(f"{name} must be a bool or integer tensor of shape (B, T) = {shape}, "
+                         f"got {described}")
+    return mask.bool()
 
 
 def _allowed(labels: Tensor, mask: Tensor, N: int, ignore_index: int) -> Tensor:

@@ -11,7 +11,10 @@ from torch import nn
 import structtorch as st
 
 transformers = pytest.importorskip("transformers")
-from structtorch.nn.token_classification import CRFForTokenClassification  # noqa: E402
+from structtorch.nn.token_classification import (  # noqa: E402
+    CRFForTokenClassification,
+    DataCollatorWithWordMask,
+)
 
 N, V, H = 3, 50, 16
 
@@ -152,6 +155,16 @@ def test_errors_name_the_argument():
         model(**batch(word_mask=torch.ones(2, 5, dtype=torch.bool)))
     with pytest.raises(ValueError, match="labels"):
         model(**batch(labels=torch.where(LABELS == 2, 7, LABELS)))
+    with pytest.raises(TypeError, match="labels must be a tensor"):
+        model(**batch(labels=LABELS.tolist()))
+    for bad in (LABELS[:, :5], LABELS.float(), torch.zeros(2, 7, N, dtype=torch.long)):
+        with pytest.raises(ValueError, match="labels must be an integer tensor of shape"):
+            model(**batch(labels=bad))
+    with pytest.raises(ValueError, match="attention_mask must be"):
+        plain = CRFForTokenClassification(Embedder(), N, hidden_size=H)  # an encoder that ignores the mask
+        plain(input_ids=batch()["input_ids"], labels=LABELS, attention_mask=ATTENTION[:, :5])
+    with pytest.raises(ValueError, match="word_mask must be a bool or integer"):
+        model(**batch(word_mask=st.word_mask(WORD_IDS).float()))
     with pytest.raises(TypeError, match="decode takes"):
         model.decode(input_ids=batch()["input_ids"], word_mask=st.word_mask(WORD_IDS), labels=LABELS)
 
@@ -165,8 +178,9 @@ def test_trains_under_the_hugging_face_trainer(tmp_path):
 
     def metrics(prediction):
         logits, predictions = prediction.predictions
-        seen["shapes"] = logits.shape, predictions.shape
-        return {"agree": float(((predictions == prediction.label_ids) | (prediction.label_ids == -100)).mean())}
+        seen["predictions"] = torch.as_tensor(predictions)
+        known = prediction.label_ids != -100
+        return {"agree": float((predictions == prediction.label_ids)[known].mean())}
 
     args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=4,
                                           per_device_eval_batch_size=4, learning_rate=1e-2, report_to=[],
@@ -178,5 +192,75 @@ def test_trains_under_the_hugging_face_trainer(tmp_path):
     trainer.train()
     assert not torch.equal(before, model.crf.transitions)
     result = trainer.evaluate()
-    assert torch.isfinite(torch.tensor(result["eval_loss"])) and 0 <= result["eval_agree"] <= 1
-    assert seen["shapes"] == ((8, 7, N), (8, 7))
+    model.eval()
+    with torch.no_grad():
+        own = model(**batch(labels=LABELS))
+    # what compute_metrics saw: the model's own Viterbi tags at the labelled positions
+    torch.testing.assert_close(seen["predictions"], own.predictions.repeat(4, 1))
+    agree = (own.predictions == LABELS)[LABELS != -100].float().mean()
+    assert result["eval_agree"] == pytest.approx(float(agree))
+    torch.testing.assert_close(torch.tensor(result["eval_loss"]), own.loss)
+
+
+def test_the_collator_carries_word_masks_through_the_trainer(tmp_path):
+    """Variable-length examples with word masks and partial labels: padded by the collator, trained on,
+    and predicted without labels over the words (not over every token)."""
+    tokenizer = _tokenizer()
+    rows, masks = [], []
+    for i, words in enumerate([["the", "cat", "sat"], ["a", "dog"], ["cats", "sat", "down", "here"]]):
+        enc = tokenizer(words, is_split_into_words=True)
+        mask = st.word_mask([enc.word_ids()])[0]
+        labels = torch.full((len(mask),), -100)
+        labels[mask] = torch.arange(int(mask.sum())) % N
+        labels[mask.nonzero()[-1]] = -100 if i == 2 else labels[mask.nonzero()[-1]]  # an unlabeled word
+        rows.append({"input_ids": enc["input_ids"], "word_mask": mask.tolist(), "labels": labels.tolist()})
+        masks.append(mask)
+    collate = DataCollatorWithWordMask(tokenizer)
+    padded = collate(rows)
+    assert padded["word_mask"].dtype == torch.bool and padded["word_mask"].shape == padded["input_ids"].shape
+    for i, mask in enumerate(masks):
+        assert torch.equal(padded["word_mask"][i, :len(mask)], mask) and not padded["word_mask"][i, len(mask):].any()
+    model = CRFForTokenClassification(bert(), N)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=3,
+                                          report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True,
+                                          logging_strategy="no")
+    unlabeled = [{k: v for k, v in r.items() if k != "labels"} for r in rows]
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=rows, data_collator=collate)
+    trainer.train()
+    _, predictions = trainer.predict(unlabeled).predictions
+    words = model.decode(input_ids=padded["input_ids"], attention_mask=padded["attention_mask"],
+                         word_mask=padded["word_mask"])
+    for i, mask in enumerate(masks):
+        row = torch.as_tensor(predictions[i])
+        assert (row[len(mask):] == -100).all() and (row[:len(mask)][~mask] == -100).all()
+        assert torch.equal(row[:len(mask)][mask], words[i, :int(mask.sum())])
+
+
+def _tokenizer():
+    tokenizers = pytest.importorskip("tokenizers")
+    tok = tokenizers.Tokenizer(tokenizers.models.WordPiece(unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tok.train_from_iterator(["the cat sat", "a dog", "cats sat down here"] * 3, tokenizers.trainers.WordPieceTrainer(
+        vocab_size=40, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]))
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = tokenizers.processors.TemplateProcessing(single="[CLS] $A [SEP]",
+                                                                  special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
+                                                cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+
+
+def test_hidden_tags_without_a_word_mask_leave_the_chain():
+    """-100 without word_mask takes a word out of the chain (documented): hiding a B-X under BIO
+    constraints leaves an impossible O, I-X (+inf, no gradient); with word_mask the word is unknown."""
+    names = ["O", "B-X", "I-X"]
+    model = CRFForTokenClassification(bert(), N, dropout=0.0, reduction="none",
+                                      constraints=st.allowed_transitions("BIO", names))
+    labels = torch.tensor([[-100, 0, 1, 2, -100, -100, -100]] * 2)
+    hidden = labels.clone()
+    hidden[:, 2] = -100  # the B-X
+    without = model(**batch(labels=hidden)).loss
+    assert torch.isinf(without).all()
+    within = model(**batch(labels=hidden, word_mask=labels != -100)).loss
+    assert torch.isfinite(within).all()
+    within.sum().backward()
+    assert model.classifier.weight.grad.abs().sum() > 0
