@@ -184,9 +184,10 @@ def _dual_qp(rows, c, lam, bound, owners):
 @pytest.mark.parametrize("method", ["daqp-dual", "daqp-primal", "clarabel"])
 def test_working_set_qp_is_exact(bound, owners, d, size, method, monkeypatch):
     """The dual over 40 planes (one block or four, a rank-deficient Gram matrix): a feasible alpha,
-    its dual value at least cvxpy's, and (planes of norm ~1) the primal of w = A^T alpha / lambda
-    equal to it (a certificate); with planes of norm ~1e4 and constants ~30 (alpha ~1e-7, the
-    Gram matrix ~1e8: HiGHS's QP solver stopped 1 % short or hung there) the value still matches.
+    its dual value at least cvxpy's, and the primal of the returned w equal to it (a certificate);
+    with planes of norm ~1e4 and constants ~30 (alpha ~1e-7, the Gram matrix ~1e8: HiGHS's QP
+    solver stopped 1 % short or hung there) the value still matches, and the certificate holds to
+    1e-5.
     Every QP method: DAQP on the dual (the dense Gram matrix) or on the primal (factored), and
     Clarabel on the primal."""
     import scipy.sparse as sp
@@ -207,10 +208,10 @@ def test_working_set_qp_is_exact(bound, owners, d, size, method, monkeypatch):
     assert got >= want - 1e-6 * abs(want)  # (cvxpy's own answer is off by 0.5 % at ~1e-7)
     if size == 1.0:
         assert got == pytest.approx(want, rel=1e-6)
-        w = ws.weights()
-        violation = c - rows @ w
-        primal = 0.02 * w @ w + sum(bound * max(0.0, violation[groups == g].max()) for g in np.unique(groups))
-        assert primal - got <= 1e-6 * abs(primal)
+    w = ws.weights()
+    violation = c - rows @ w
+    primal = 0.02 * w @ w + sum(bound * max(0.0, violation[groups == g].max()) for g in np.unique(groups))
+    assert primal - got <= (1e-6 if size == 1.0 else 1e-5) * abs(primal)  # a certificate of w at any norm
 
 
 class _Segmenter(nn.Module):

@@ -28,6 +28,7 @@ certifies the model's weights; training stops once ``gap <= tol``. Planes whose 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import clarabel
 import daqp
@@ -58,6 +59,15 @@ from the last active set it solved a 2,333-plane slack-rescaling working set in 
 in 11,800; where it fails it cycles or runs to the limit)."""
 QP_TIME_LIMIT = 600.0
 """Seconds Clarabel may spend on one dual QP (a RuntimeError beyond: never a hang)."""
+CLARABEL_CAP = 1e3
+"""The largest owner sum of alpha / scale Clarabel may give (its unknowns stay of order one)."""
+DAQP_PAUSE = 5
+"""Solves of the primal form that go straight to Clarabel after DAQP failed on it (its failures run
+to the iteration limit: on a 4,000-plane slack-rescaling working set, 3-7 s each)."""
+CLARABEL_TOL = 1e-10
+"""Clarabel's gap and feasibility tolerances. At its defaults (1e-8) the interior-point alpha keeps
+thousands of planes slightly positive, so they are never dropped as inactive, and the working set of
+a slack-rescaling training stayed at 4,000-6,000 planes (n = 400)."""
 
 
 class WorkingSet:
@@ -98,6 +108,8 @@ class WorkingSet:
         self.alpha = np.zeros(0)
         self.idle = np.zeros(0, dtype=np.int64)
         self.qp_time = 0.0
+        self.daqp_pause = 0  # primal-form solves left without DAQP (after it failed)
+        self.w_primal: np.ndarray | None = None  # w of the last solve's primal solution, if it had one
 
     def __len__(self) -> int:
         return len(self.owners)
@@ -136,34 +148,70 @@ class WorkingSet:
         last solution), or the primal in the factored coordinates (r + owners unknowns, alpha its
         multipliers; :meth:`_daqp_primal`). The dual works on alpha / s, s the smaller of the bound
         and the scale of one plane's optimal alpha (lambda max abs(c) / max ||a_k||^2), so that the
-        unknowns are of order 1 at any plane norm; the primal on alpha / bound, then (where DAQP
-        fails and s < 1e-3 bound) alpha / s. Where DAQP fails, Clarabel (an interior-point method)
-        solves the primal (:meth:`_clarabel`) at the same scales, keeping the better answer (all
-        are feasible)."""
+        unknowns are of order 1 at any plane norm; the primal on alpha over the scale of the last
+        solution (:meth:`_scales`). Where DAQP fails, Clarabel (an interior-point method) solves
+        the primal (:meth:`_clarabel`), and DAQP pauses for ``DAQP_PAUSE`` solves."""
         if not len(self):
             return 0.0
         began = time.perf_counter()
         dual_form = self._dual_form()
         alpha = self._daqp_dual() if dual_form else None
-        self.alpha = self._solve_factored(daqp_first=not dual_form) if alpha is None else alpha
+        self.w_primal = None
+        if alpha is None:
+            alpha, self.w_primal = self._solve_factored(daqp_first=not dual_form)
+        self.alpha = alpha
         self.idle = np.where(self.alpha > 0, 0, self.idle + 1)
         self.qp_time += time.perf_counter() - began
         return self.dual()
 
-    def _solve_factored(self, daqp_first: bool) -> np.ndarray:
-        """The dual's feasible solution from the primal in factored coordinates: DAQP (if
-        ``daqp_first``) at the scales in turn, else Clarabel at each, keeping the better."""
-        factor = self.factor()  # (k, r) with factor factor^T = A A^T
+    def _solve_factored(self, daqp_first: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(alpha, w): the dual's feasible solution from the primal in factored coordinates, and the
+        w of that primal's solution, in units of the scale nearest the last solution
+        (:meth:`_scales`): DAQP (if ``daqp_first`` and it has not failed in the last
+        ``DAQP_PAUSE`` solves; in units of the bound, then of one plane's alpha), else Clarabel
+        (in units of the last solution's alpha); Clarabel again at the bound where the first scale
+        capped the answer, keeping the better.
+
+        The primal's w, not A^T alpha / lambda: near the optimum many planes tie, and an
+        interior-point alpha spreads over them; its dual value is accurate, but A^T alpha / lambda
+        magnifies its error by the planes' norms (a Bauer slack-rescaling working set, n = 400: a
+        working-set primal 0.2-0.8 above the dual, against 1e-8 with the primal's w)."""
+        factor, lift = self.factor()
         norm = max(float(np.sqrt(factor.multiply(factor).sum(1).max())), 1e-150)
         factor = sp.csc_matrix(factor / norm)
         small = self.lam * self.peak / norm**2
-        scales = (self.bound, small) if small < 1e-3 * self.bound else (self.bound,)
-        for scale in scales if daqp_first else ():
-            alpha = self._daqp_primal(factor, norm, scale)
-            if alpha is not None:
-                return alpha
-        answers = (self.feasible(scale * self._clarabel(factor, norm, scale)) for scale in scales)
-        return max(answers, key=self.dual)
+        scales = self._scales(small)
+        answers = []
+        if daqp_first and not self.daqp_pause:  # at the bound, then (if smaller) one plane's scale
+            for scale in (self.bound, small) if small < 1e-3 * self.bound else (self.bound,):
+                answer = self._daqp_primal(factor, norm, scale)
+                if answer is not None:
+                    answers = [answer]
+                    break
+            else:
+                self.daqp_pause = DAQP_PAUSE
+        elif daqp_first:
+            self.daqp_pause -= 1
+        if not answers:
+            answers.append(self._clarabel(factor, norm, scales[0]))
+            if len(scales) > 1 and (self._owner_sums(answers[0][0]).max(initial=0.0)
+                                    >= 0.99 * CLARABEL_CAP * scales[0]):
+                answers.append(self._clarabel(factor, norm, scales[1]))
+        alpha, v = max(answers, key=lambda answer: self.dual(answer[0]))
+        return alpha, lift(self.peak * v / norm)
+
+    def _scales(self, small: float) -> tuple[float, ...]:
+        """Units of alpha for the factored QP, the first to try first: ten times the largest owner sum
+        of the last solution, within [small, bound] (small: one plane's optimal alpha, lambda max
+        abs(c) / max ||a_k||^2, the unit of a first solve); then the bound, where the first is below
+        it by more than the cap on the unknowns (``CLARABEL_CAP``)."""
+        top = float(self._owner_sums(self.alpha).max(initial=0.0))
+        first = min(max(10.0 * top, small), self.bound)
+        return (first, self.bound) if first * CLARABEL_CAP < self.bound else (first,)
+
+    def _owner_sums(self, alpha: np.ndarray) -> np.ndarray:
+        """Each owner's sum of alpha."""
+        return np.bincount(np.asarray(self.owners, dtype=np.int64), weights=alpha) if len(alpha) else alpha
 
     def _dual_form(self) -> bool:
         """Whether DAQP gets the dual (k unknowns) rather than the primal (r + owners unknowns, with
@@ -193,9 +241,10 @@ class WorkingSet:
                                       primal_tol=DAQP_TOL, eta_prox=DAQP_TOL, time_limit=QP_TIME_LIMIT)
         return self.feasible(scale * np.asarray(beta)) if flag == 1 else None
 
-    def _daqp_primal(self, factor: sp.csc_matrix, norm: float, scale: float) -> np.ndarray | None:
-        """The dual's feasible solution as DAQP's multipliers of the primal of :meth:`_clarabel`
-        (None where DAQP fails)."""
+    def _daqp_primal(self, factor: sp.csc_matrix, norm: float,
+                     scale: float) -> tuple[np.ndarray, np.ndarray] | None:
+        """(alpha, v): the dual's feasible solution as DAQP's multipliers of the primal of
+        :meth:`_clarabel`, and that primal's v (None where DAQP fails)."""
         k, r = factor.shape
         peak = self.peak
         groups, member = self._groups()
@@ -215,13 +264,13 @@ class WorkingSet:
         last = np.flatnonzero(self.alpha > 0)
         last = last[np.argsort(-self.alpha[last])[:(r + g) // 2]]
         sense[r + g + last] = 3
-        _, _, flag, info = daqp.solve(hessian, cost, rows, upper, lower, sense,
+        x, _, flag, info = daqp.solve(hessian, cost, rows, upper, lower, sense,
                                       primal_tol=DAQP_TOL, eta_prox=DAQP_TOL, iter_limit=DAQP_ITERATIONS,
                                       time_limit=QP_TIME_LIMIT)
         if flag != 1:
             return None
         beta = np.maximum(-np.asarray(info["lam"])[r + g:], 0.0)  # lower bounds active: lam <= 0
-        return self.feasible(scale * beta)
+        return self.feasible(scale * beta), np.asarray(x)[:r]
 
     @property
     def peak(self) -> float:
@@ -234,14 +283,15 @@ class WorkingSet:
             self.gram = (self.rows @ self.rows.T).toarray()
         return self.gram
 
-    def _clarabel(self, factor: sp.csc_matrix, norm: float, scale: float) -> np.ndarray:
-        """beta (k,) maximizing the dual in beta = alpha / scale, as the multipliers of its primal
+    def _clarabel(self, factor: sp.csc_matrix, norm: float, scale: float) -> tuple[np.ndarray, np.ndarray]:
+        """(alpha, v): alpha (k,) feasible for the dual, scale times the beta maximizing the dual in
+        beta = alpha / scale found as the multipliers of its primal
 
             min_{v, xi}  1/(2 kappa) ||v||^2 + m sum_g xi_g,   xi_owner(k) >= c_k - <F_k, v>,  xi >= 0,
 
         (F the factor divided by ``norm``, c divided by max abs(c), kappa = scale norm^2 /
         (lambda max abs(c)), m = bound / scale capped at 1e3): r + (owners) unknowns whatever k, and
-        Clarabel's factorization eliminates the k plane rows first."""
+        Clarabel's factorization eliminates the k plane rows first; and that primal's v."""
         k, r = factor.shape
         peak = self.peak
         groups, index = self._groups()
@@ -249,34 +299,50 @@ class WorkingSet:
         member = sp.csc_matrix((np.ones(k), (np.arange(k), index)), shape=(k, g))
         kappa = scale * norm**2 / (self.lam * peak)
         hessian = sp.block_diag([sp.identity(r) / kappa, sp.csc_matrix((g, g))]).tocsc()
-        # a block's sum of beta at most bound / scale, and 1e3 (the small scale looks for tiny alpha;
-        # a tighter bound only restricts the feasible set, every answer stays a lower bound)
-        q = np.concatenate([np.zeros(r), np.full(g, min(self.bound / scale, 1e3))])
+        # a block's sum of beta at most bound / scale, and CLARABEL_CAP (a small scale looks for small
+        # alpha; a tighter bound only restricts the feasible set, every answer stays a lower bound)
+        q = np.concatenate([np.zeros(r), np.full(g, min(self.bound / scale, CLARABEL_CAP))])
         rows = sp.vstack([sp.hstack([-factor, -member]),
                           sp.hstack([sp.csc_matrix((g, r)), -sp.identity(g)])]).tocsc()
         rhs = np.concatenate([-self.c / peak, np.zeros(g)])
-        settings = clarabel.DefaultSettings()
-        settings.verbose = False
-        settings.time_limit = QP_TIME_LIMIT
         cones = [clarabel.NonnegativeConeT(k + g)]
-        result = clarabel.DefaultSolver(sp.triu(hessian).tocsc(), q, rows, rhs, cones, settings).solve()
-        if str(result.status) not in ("Solved", "AlmostSolved"):
+        for tol in (CLARABEL_TOL, None):  # None: Clarabel's defaults, where the tight tolerances fail
+            settings = clarabel.DefaultSettings()
+            settings.verbose = False
+            settings.time_limit = QP_TIME_LIMIT
+            if tol is not None:
+                settings.tol_gap_abs = settings.tol_gap_rel = settings.tol_feas = tol
+            result = clarabel.DefaultSolver(sp.triu(hessian).tocsc(), q, rows, rhs, cones, settings).solve()
+            if str(result.status) in ("Solved", "AlmostSolved"):
+                break
+        else:
             raise RuntimeError(f"the cutting-plane dual QP did not solve: Clarabel status '{result.status}'")
-        return np.maximum(np.asarray(result.z)[:k], 0.0)
+        beta = np.maximum(np.asarray(result.z)[:k], 0.0)
+        return self.feasible(scale * beta), np.asarray(result.x)[:r]
 
-    def factor(self) -> sp.csr_array:
-        """A (k, r) matrix F with F F^T = A A^T: A's nonzero columns when they are few or sparse
-        (at most k of them, or fewer nonzeros than the k x k Gram matrix has entries), else
-        V sqrt(L) of the Gram matrix's eigendecomposition without its null space (r = its rank)."""
+    def factor(self) -> tuple[sp.csr_array, Callable[[np.ndarray], np.ndarray]]:
+        """(F, lift): a (k, r) matrix F with F F^T = A A^T, and the map of v (r,) to the w (d,)
+        with A w = F v in A's row space: F is A's nonzero columns when they are few or sparse (at
+        most k of them, or fewer nonzeros than the k x k Gram matrix has entries; w is v on those
+        columns), else V sqrt(L) of the Gram matrix's eigendecomposition without its null space
+        (r = its rank; w = A^T V L^(-1/2) v)."""
         k = len(self)
-        used = self.rows[:, np.unique(self.rows.indices)]
+        columns = np.unique(self.rows.indices)
+        used = self.rows[:, columns]
+
+        def on_columns(v: np.ndarray) -> np.ndarray:
+            w = np.zeros(self.d)
+            w[columns] = v[:len(columns)]
+            return w
+
         if used.shape[1] == 0:  # every plane is zero
-            return sp.csr_array((k, 1))
+            return sp.csr_array((k, 1)), on_columns
         if used.shape[1] <= k or used.nnz + used.shape[1] <= k * k:
-            return used
+            return used, on_columns
         values, vectors = np.linalg.eigh(self.dense_gram())
         keep = values > 1e-12 * max(float(values[-1]), 1e-300)
-        return sp.csr_array(vectors[:, keep] * np.sqrt(values[keep]))
+        basis = vectors[:, keep] / np.sqrt(values[keep])  # (k, r): A^T basis is orthonormal
+        return sp.csr_array(vectors[:, keep] * np.sqrt(values[keep])), lambda v: self.rows.T @ (basis @ v)
 
     def dual(self, alpha: np.ndarray | None = None) -> float:
         """The dual objective at ``alpha`` (default: the current alpha)."""
@@ -285,9 +351,12 @@ class WorkingSet:
         return float(self.c @ alpha - 0.5 * (z @ z) / self.lam)
 
     def weights(self) -> np.ndarray:
-        """w = A^T alpha / lambda (d,)."""
+        """w (d,): the last solve's primal solution where it solved the primal form (see
+        :meth:`_solve_factored`), else A^T alpha / lambda."""
         if not len(self):
             return np.zeros(self.d)
+        if self.w_primal is not None:
+            return self.w_primal
         return self.rows.T @ self.alpha / self.lam
 
     def prune(self, inactive: int) -> None:
