@@ -11,6 +11,7 @@
 namespace {
 
 using structtorch::kNegInf;
+using structtorch::exp_nonpositive;
 
 template <typename T>
 struct SemiInputs {
@@ -242,8 +243,11 @@ double semimarkov_logz_one(const SemiInputs<T>& in, int64_t len, int64_t S, int6
         top = std::max(top, term[d - 1]);
       }
       double total = 0.0;
-      if (top > kNegInf)
-        for (int64_t d = 1; d <= dmax; ++d) total += std::exp(term[d - 1] - top);
+      if (top > kNegInf) {
+        const double* t = term.data();
+#pragma omp simd reduction(+ : total)
+        for (int64_t d = 0; d < dmax; ++d) total += exp_nonpositive(t[d] - top);
+      }
       alpha[e * n + j] = top == kNegInf ? kNegInf : top + std::log(total);
     }
     for (int64_t j = 0; j < n; ++j) {
@@ -315,10 +319,14 @@ void semimarkov_backward_one(const SemiInputs<T>& in, double g, double logz, int
       const double into = inc[s * n + j];
       const double scale = into == kNegInf ? 0.0 : g * std::exp(into + top - logz);
       double total = 0.0;
+      double* t = term.data();
+#pragma omp simd reduction(+ : total)
+      for (int64_t d = 0; d < count; ++d) {  // the exps first, vectorized, in place
+        t[d] = exp_nonpositive(t[d] - top);
+        total += t[d];
+      }
       for (int64_t d = 1; d <= count; ++d) {
-        const double v = std::exp(term[d - 1] - top);
-        total += v;
-        const double mu = scale * v;
+        const double mu = scale * t[d - 1];
         if (mu == 0.0) continue;
         const int64_t e = s + d;
         diff[s * n + j] += mu;
