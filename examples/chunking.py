@@ -19,6 +19,7 @@ and F1 (conlleval semantics, ``st.chunk_f1``), per chunk type, and token accurac
 
     python examples/chunking.py                                   # generated data (toy grammar)
     python examples/chunking.py --train train.txt --test test.txt # CoNLL-2000 files: word POS chunk
+    python examples/chunking.py --data conll2000/                 # the same: DIR/train.txt, DIR/test.txt
     python examples/chunking.py --n-train 200 --n-test 100 --save-data /tmp/chunks  # write the data
 """
 
@@ -63,6 +64,10 @@ class Emissions(nn.Module):
 
 def load(args: argparse.Namespace) -> tuple[Sentences, Sentences, str]:
     """(train, test, description) from the given files or the generator."""
+    if args.data is not None:  # the CoNLL-2000 distribution's file names
+        if args.train is not None or args.test is not None:
+            raise SystemExit("give --data DIR or --train/--test files, not both")
+        args.train, args.test = args.data / "train.txt", args.data / "test.txt"
     if (args.train is None) != (args.test is None):
         raise SystemExit("give both --train and --test, or neither (generated data)")
     if args.train is not None:
@@ -151,6 +156,7 @@ def scores(pred: list[list[str]], gold: list[list[str]]) -> tuple[st.metrics.Chu
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", type=Path, help="a folder with CoNLL-2000's train.txt and test.txt")
     p.add_argument("--train", type=Path, help="CoNLL training file (word POS chunk per line)")
     p.add_argument("--test", type=Path, help="CoNLL test file")
     p.add_argument("--n-train", type=int, default=500, help="generated training sentences")

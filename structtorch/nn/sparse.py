@@ -2,14 +2,69 @@
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from .._checks import check_int
 
 __all__ = ["SparseFeaturePotentials"]
 
 PAD = -1  # the padding feature id of the padded (B, T, K) form
+
+
+class _Bags:
+    """Padded bags of feature ids (B * T, K) as a sparse CSR matrix X (B * T, F) of their values,
+    with its transpose: the unary scores are X W and the weights' gradient X^T G, two sparse
+    products of O(nnz N), against EmbeddingBag's backward, which sorts the ids on every call
+    (0.87 of a 1.28 s evaluation of a CoNLL-2000-sized CRF). Built for one ids tensor (and values)
+    and kept while the same tensor comes back unchanged: full-batch training (L-BFGS) builds it
+    once."""
+
+    def __init__(self, ids: Tensor, values: Tensor | None, num_features: int, dtype: torch.dtype) -> None:
+        self.ids, self.values, self.version = ids, values, _versions(ids, values)
+        B, T, K = ids.shape
+        flat = ids.reshape(B * T, K)
+        keep = flat != PAD
+        weights = torch.ones_like(flat, dtype=dtype) if values is None else values.reshape(B * T, K).to(dtype)
+        rows = torch.arange(B * T, device=ids.device).unsqueeze(1).expand(B * T, K)[keep]
+        cols, data = flat[keep].long(), weights[keep]
+        with warnings.catch_warnings():  # torch calls its sparse CSR support beta
+            warnings.simplefilter("ignore", UserWarning)
+            self.matrix = _csr(rows, cols, data, (B * T, num_features))
+            order = torch.sort(cols, stable=True).indices
+            self.transposed = _csr(cols[order], rows[order], data[order], (num_features, B * T))
+
+    def matches(self, ids: Tensor, values: Tensor | None, dtype: torch.dtype) -> bool:
+        return (ids is self.ids and values is self.values and _versions(ids, values) == self.version
+                and self.matrix.dtype == dtype)
+
+
+def _versions(ids: Tensor, values: Tensor | None) -> tuple[int, int]:
+    return ids._version, -1 if values is None else values._version
+
+
+def _csr(rows: Tensor, cols: Tensor, data: Tensor, size: tuple[int, int]) -> Tensor:
+    """A CSR matrix from entries sorted by row."""
+    counts = torch.bincount(rows, minlength=size[0])
+    crow = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+    return torch.sparse_csr_tensor(crow, cols, data, size, check_invariants=False)
+
+
+class _BagProduct(torch.autograd.Function):
+    """X W with the gradient X^T G for W (X fixed: a :class:`_Bags`)."""
+
+    @staticmethod
+    def forward(ctx, weight: Tensor, bags: _Bags) -> Tensor:
+        ctx.bags = bags
+        return bags.matrix @ weight
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+        return ctx.bags.transposed @ grad.contiguous(), None
 
 
 class SparseFeaturePotentials(nn.Module):
@@ -72,6 +127,12 @@ class SparseFeaturePotentials(nn.Module):
         self.transitions = nn.Parameter(torch.zeros(num_labels, num_labels))
         self.start = nn.Parameter(torch.zeros(num_labels)) if boundary else None
         self.end = nn.Parameter(torch.zeros(num_labels)) if boundary else None
+        self._bags: _Bags | None = None  # the cached CSR form of the last ids seen twice
+        self._seen: tuple | None = None  # (ids, versions) of the last call
+
+    def __getstate__(self) -> dict:
+        """Pickled (``torch.save(model)``, ``copy.deepcopy``) without the cached bags."""
+        return {**super().__getstate__(), "_bags": None, "_seen": None}
 
     def extra_repr(self) -> str:
         return (f"num_features={self.num_features}, num_labels={self.num_labels}, "
@@ -89,6 +150,26 @@ class SparseFeaturePotentials(nn.Module):
                 bad = low if low < least else high
                 raise ValueError(f"{name} must hold feature ids in [{least}, num_features) = "
                                  f"[{least}, {self.num_features}), found {bad}")
+
+    def _padded_scores(self, ids: Tensor, values: Tensor | None, dtype: torch.dtype) -> Tensor:
+        """Scores (B * T, N) of the padded form: by EmbeddingBag, or, from the second call with the
+        same ids tensor on the CPU, by two sparse products over a cached CSR matrix (:class:`_Bags`)."""
+        bags = self._bags
+        if bags is not None and bags.matches(ids, values, dtype):
+            return _BagProduct.apply(self.emission.weight, bags)
+        self._check_ids("ids", ids)
+        seen, versions = self._seen, _versions(ids, values)
+        if (seen is not None and seen[0] is ids and seen[1] is values and seen[2] == versions
+                and ids.device.type == "cpu" and not self.emission.sparse
+                and (values is None or not values.requires_grad)):
+            self._bags = _Bags(ids, values, self.num_features, dtype)
+            return _BagProduct.apply(self.emission.weight, self._bags)
+        self._seen = (ids, values, versions)
+        B, T, K = ids.shape
+        flat = ids.reshape(B * T, K)
+        keep = (flat != PAD).to(dtype)
+        weights = keep if values is None else keep * values.reshape(B * T, K)
+        return self.emission(flat.clamp(min=0), per_sample_weights=weights)
 
     def forward(self, ids: Tensor, offsets: Tensor | None = None, *, shape: tuple[int, int] | None = None,
                 values: Tensor | None = None) -> tuple[Tensor, ...]:
@@ -126,12 +207,8 @@ class SparseFeaturePotentials(nn.Module):
             if ids.dim() != 3:
                 raise ValueError(f"ids must have shape (B, T, K) (padded with -1), got {tuple(ids.shape)}; "
                                  "pass offsets= and shape= for the flat form")
-            self._check_ids("ids", ids)
             B, T, K = ids.shape
-            flat = ids.reshape(B * T, K)
-            keep = (flat != PAD).to(dtype)
-            weights = keep if values is None else keep * values.reshape(B * T, K)
-            scores = self.emission(flat.clamp(min=0), per_sample_weights=weights)
+            scores = self._padded_scores(ids, values, dtype)
         else:
             if ids.dim() != 1:
                 raise ValueError(f"ids must have shape (nnz,) with offsets, got {tuple(ids.shape)}")

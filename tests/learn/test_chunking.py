@@ -220,3 +220,9 @@ def test_chunking_example_end_to_end(tmp_path):
         assert re.search(rf"^\| {kind} \| \d+ \|", proc.stdout, flags=re.M), kind
     assert read_conll(tmp_path / "train.txt") and len(read_conll(tmp_path / "test.txt")) == 100
     assert "duality gap" in proc.stdout
+    # the CoNLL-2000 layout: --data DIR reads DIR/train.txt and DIR/test.txt (the files just written)
+    again = subprocess.run([sys.executable, str(ROOT / "examples" / "chunking.py"), "--data", str(tmp_path),
+                            "--svm-passes", "1", "--crf-iters", "5"], capture_output=True, text=True, timeout=300,
+                           cwd=ROOT)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"{tmp_path / 'train.txt'} / {tmp_path / 'test.txt'}" in again.stdout

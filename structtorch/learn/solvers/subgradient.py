@@ -65,7 +65,9 @@ class SubgradientSolver:
         # weight this process's batch mean by its share, so that averaging over processes gives the
         # mean over the whole batch even when it does not split evenly
         share = len(mine) * world / len(idx)
-        batch = self.data.batch(mine)
+        # the whole data set is passed as it is: the same tensors at every step, so that a model
+        # may keep what it derives from them (SparseFeaturePotentials' CSR bags under L-BFGS)
+        batch = self.data if len(mine) == len(self.data) else self.data.batch(mine)
 
         def closure() -> Tensor:
             optimizer.zero_grad()
@@ -86,7 +88,9 @@ class SubgradientSolver:
         began = time.perf_counter()
         self.task.train(True)
         losses = []
-        for idx in torch.randperm(len(self.data), generator=self.gen).split(self.options.batch_size):
+        n = len(self.data)
+        order = torch.arange(n) if self.options.batch_size >= n else torch.randperm(n, generator=self.gen)
+        for idx in order.split(self.options.batch_size):  # a full batch in order: it has no order
             value = self._step(idx)
             if value is not None:
                 losses.append(value)
