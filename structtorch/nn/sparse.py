@@ -17,11 +17,12 @@ PAD = -1  # the padding feature id of the padded (B, T, K) form
 
 class _Bags:
     """Padded bags of feature ids (B * T, K) as a sparse CSR matrix X (B * T, F) of their values,
-    with its transpose: the unary scores are X W and the weights' gradient X^T G, two sparse
+    and its transpose on the features that occur: the unary scores are X W and the weights'
+    gradient X^T G, two sparse
     products of O(nnz N), against EmbeddingBag's backward, which sorts the ids on every call
     (0.87 of a 1.28 s evaluation of a CoNLL-2000-sized CRF). Built for one ids tensor (and values)
     and kept while the same tensor comes back unchanged: full-batch training (L-BFGS) builds it
-    once."""
+    once. The transpose is built on the first backward pass."""
 
     def __init__(self, ids: Tensor, values: Tensor | None, num_features: int, dtype: torch.dtype) -> None:
         self.ids, self.values, self.version = ids, values, _versions(ids, values)
@@ -31,11 +32,23 @@ class _Bags:
         weights = torch.ones_like(flat, dtype=dtype) if values is None else values.reshape(B * T, K).to(dtype)
         rows = torch.arange(B * T, device=ids.device).unsqueeze(1).expand(B * T, K)[keep]
         cols, data = flat[keep].long(), weights[keep]
-        with warnings.catch_warnings():  # torch calls its sparse CSR support beta
-            warnings.simplefilter("ignore", UserWarning)
-            self.matrix = _csr(rows, cols, data, (B * T, num_features))
-            order = torch.sort(cols, stable=True).indices
-            self.transposed = _csr(cols[order], rows[order], data[order], (num_features, B * T))
+        self.entries, self.size = (rows, cols, data), (B * T, num_features)
+        self.matrix = _csr(rows, cols, data, self.size)
+        self._transposed: tuple[Tensor, Tensor] | None = None  # (touched features, X^T on them)
+
+    def gradient(self, grad: Tensor) -> Tensor:
+        """X^T G (F, N) for G (B * T, N): the product over the U features that occur (X^T's rows
+        restricted to them, built on the first backward pass: O(nnz) memory, not O(F)), scattered
+        into the dense gradient."""
+        if self._transposed is None:
+            rows, cols, data = self.entries
+            touched, inverse = torch.unique(cols, sorted=True, return_inverse=True)
+            order = torch.sort(inverse, stable=True).indices
+            self._transposed = (touched, _csr(inverse[order], rows[order], data[order],
+                                              (len(touched), self.size[0])))
+        touched, transposed = self._transposed
+        out = grad.new_zeros(self.size[1], grad.shape[1])
+        return out.index_copy_(0, touched, transposed @ grad.contiguous())
 
     def matches(self, ids: Tensor, values: Tensor | None, dtype: torch.dtype) -> bool:
         return (ids is self.ids and values is self.values and _versions(ids, values) == self.version
@@ -50,7 +63,9 @@ def _csr(rows: Tensor, cols: Tensor, data: Tensor, size: tuple[int, int]) -> Ten
     """A CSR matrix from entries sorted by row."""
     counts = torch.bincount(rows, minlength=size[0])
     crow = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-    return torch.sparse_csr_tensor(crow, cols, data, size, check_invariants=False)
+    with warnings.catch_warnings():  # torch calls its sparse CSR support beta
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(crow, cols, data, size, check_invariants=False)
 
 
 class _BagProduct(torch.autograd.Function):
@@ -64,7 +79,7 @@ class _BagProduct(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
-        return ctx.bags.transposed @ grad.contiguous(), None
+        return ctx.bags.gradient(grad), None
 
 
 class SparseFeaturePotentials(nn.Module):
@@ -127,12 +142,11 @@ class SparseFeaturePotentials(nn.Module):
         self.transitions = nn.Parameter(torch.zeros(num_labels, num_labels))
         self.start = nn.Parameter(torch.zeros(num_labels)) if boundary else None
         self.end = nn.Parameter(torch.zeros(num_labels)) if boundary else None
-        self._bags: _Bags | None = None  # the cached CSR form of the last ids seen twice
-        self._seen: tuple | None = None  # (ids, versions) of the last call
+        self._bags: _Bags | None = None  # the CSR form of the last ids
 
     def __getstate__(self) -> dict:
         """Pickled (``torch.save(model)``, ``copy.deepcopy``) without the cached bags."""
-        return {**super().__getstate__(), "_bags": None, "_seen": None}
+        return {**super().__getstate__(), "_bags": None}
 
     def extra_repr(self) -> str:
         return (f"num_features={self.num_features}, num_labels={self.num_labels}, "
@@ -152,19 +166,17 @@ class SparseFeaturePotentials(nn.Module):
                                  f"[{least}, {self.num_features}), found {bad}")
 
     def _padded_scores(self, ids: Tensor, values: Tensor | None, dtype: torch.dtype) -> Tensor:
-        """Scores (B * T, N) of the padded form: by EmbeddingBag, or, from the second call with the
-        same ids tensor on the CPU, by two sparse products over a cached CSR matrix (:class:`_Bags`)."""
+        """Scores (B * T, N) of the padded form. On the CPU with dense gradients: two sparse products
+        over the ids' CSR matrix (:class:`_Bags`), kept while the same ids tensor comes back
+        unchanged; else EmbeddingBag."""
         bags = self._bags
         if bags is not None and bags.matches(ids, values, dtype):
             return _BagProduct.apply(self.emission.weight, bags)
         self._check_ids("ids", ids)
-        seen, versions = self._seen, _versions(ids, values)
-        if (seen is not None and seen[0] is ids and seen[1] is values and seen[2] == versions
-                and ids.device.type == "cpu" and not self.emission.sparse
-                and (values is None or not values.requires_grad)):
+        learned_values = values is not None and values.requires_grad
+        if ids.device.type == "cpu" and not self.emission.sparse and not learned_values:
             self._bags = _Bags(ids, values, self.num_features, dtype)
             return _BagProduct.apply(self.emission.weight, self._bags)
-        self._seen = (ids, values, versions)
         B, T, K = ids.shape
         flat = ids.reshape(B * T, K)
         keep = (flat != PAD).to(dtype)
