@@ -137,14 +137,14 @@ def evaluate(model, rows: list[dict], word_ids: list, test: Sentences, labels: l
     or a character the tokenizer drops) is tagged O, as conlleval scores a missing prediction."""
     predicted = []
     for i in range(0, len(rows), batch_size):
-        batch = collate([{k: v for k, v in r.items() if k != "labels"} for r in rows[i:i + batch_size]])
+        part = rows[i:i + batch_size]
+        batch = collate([{k: v for k, v in r.items() if k != "labels"} for r in part])
         words = model.decode(**batch).tolist()  # (B, W): the tags of each row's first pieces, in order
-        for j, (ids, (sentence, _)) in enumerate(zip(word_ids[i:i + batch_size], test[i:i + batch_size],
-                                                     strict=True)):
+        for row, ids, found, (sentence, _) in zip(part, word_ids[i:], words, test[i:], strict=False):
             tags = ["O"] * len(sentence)
-            firsts = st.word_mask([ids])[0].nonzero().flatten().tolist()
-            for t, tag in zip(firsts, words[j], strict=False):
-                tags[ids[t]] = labels[tag]
+            firsts = [t for t, first in enumerate(row["word_mask"]) if first]
+            for t, tag in zip(firsts, found, strict=False):
+                tags[ids[t]] = labels[tag] if tag >= 0 else "O"
             predicted.append(tags)
     gold = [tags for _, tags in test]
     tokens = sum(len(g) for g in gold)

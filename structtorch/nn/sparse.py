@@ -18,11 +18,11 @@ PAD = -1  # the padding feature id of the padded (B, T, K) form
 class _Bags:
     """Padded bags of feature ids (B * T, K) as a sparse CSR matrix X (B * T, F) of their values,
     and its transpose on the features that occur: the unary scores are X W and the weights'
-    gradient X^T G, two sparse
-    products of O(nnz N), against EmbeddingBag's backward, which sorts the ids on every call
-    (0.87 of a 1.28 s evaluation of a CoNLL-2000-sized CRF). Built for one ids tensor (and values)
-    and kept while the same tensor comes back unchanged: full-batch training (L-BFGS) builds it
-    once. The transpose is built on the first backward pass."""
+    gradient X^T G, two sparse products of O(nnz N), against EmbeddingBag's backward, which sorts
+    the ids on every call (0.87 s of a 1.28 s evaluation of a CoNLL-2000-sized CRF). Building it
+    costs more than one EmbeddingBag call, so it is built for an ids tensor seen twice and kept
+    while that tensor comes back unchanged (full-batch training, L-BFGS). The transpose is built on
+    the first backward pass."""
 
     def __init__(self, ids: Tensor, values: Tensor | None, num_features: int, dtype: torch.dtype) -> None:
         self.ids, self.values, self.version = ids, values, _versions(ids, values)
@@ -40,12 +40,12 @@ class _Bags:
         """X^T G (F, N) for G (B * T, N): the product over the U features that occur (X^T's rows
         restricted to them, built on the first backward pass: O(nnz) memory, not O(F)), scattered
         into the dense gradient."""
-        if self._transposed is None:
+        if self._transposed is None:  # one sort of the ids: by feature, then (stable) by position
             rows, cols, data = self.entries
-            touched, inverse = torch.unique(cols, sorted=True, return_inverse=True)
-            order = torch.sort(inverse, stable=True).indices
-            self._transposed = (touched, _csr(inverse[order], rows[order], data[order],
-                                              (len(touched), self.size[0])))
+            order = torch.sort(cols, stable=True).indices
+            touched, counts = torch.unique_consecutive(cols[order], return_counts=True)
+            self._transposed = (touched, _csr_from_counts(counts, rows[order], data[order],
+                                                          (len(touched), self.size[0])))
         touched, transposed = self._transposed
         out = grad.new_zeros(self.size[1], grad.shape[1])
         return out.index_copy_(0, touched, transposed @ grad.contiguous())
@@ -61,7 +61,11 @@ def _versions(ids: Tensor, values: Tensor | None) -> tuple[int, int]:
 
 def _csr(rows: Tensor, cols: Tensor, data: Tensor, size: tuple[int, int]) -> Tensor:
     """A CSR matrix from entries sorted by row."""
-    counts = torch.bincount(rows, minlength=size[0])
+    return _csr_from_counts(torch.bincount(rows, minlength=size[0]), cols, data, size)
+
+
+def _csr_from_counts(counts: Tensor, cols: Tensor, data: Tensor, size: tuple[int, int]) -> Tensor:
+    """A CSR matrix from its entries sorted by row and the count of each row."""
     crow = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
     with warnings.catch_warnings():  # torch calls its sparse CSR support beta
         warnings.simplefilter("ignore", UserWarning)
@@ -142,11 +146,12 @@ class SparseFeaturePotentials(nn.Module):
         self.transitions = nn.Parameter(torch.zeros(num_labels, num_labels))
         self.start = nn.Parameter(torch.zeros(num_labels)) if boundary else None
         self.end = nn.Parameter(torch.zeros(num_labels)) if boundary else None
-        self._bags: _Bags | None = None  # the CSR form of the last ids
+        self._bags: _Bags | None = None  # the CSR form of the last ids tensor seen twice
+        self._seen: tuple | None = None  # (ids, values, their versions) of the last call
 
     def __getstate__(self) -> dict:
         """Pickled (``torch.save(model)``, ``copy.deepcopy``) without the cached bags."""
-        return {**super().__getstate__(), "_bags": None}
+        return {**super().__getstate__(), "_bags": None, "_seen": None}
 
     def extra_repr(self) -> str:
         return (f"num_features={self.num_features}, num_labels={self.num_labels}, "
@@ -166,15 +171,17 @@ class SparseFeaturePotentials(nn.Module):
                                  f"[{least}, {self.num_features}), found {bad}")
 
     def _padded_scores(self, ids: Tensor, values: Tensor | None, dtype: torch.dtype) -> Tensor:
-        """Scores (B * T, N) of the padded form. On the CPU with dense gradients: two sparse products
-        over the ids' CSR matrix (:class:`_Bags`), kept while the same ids tensor comes back
-        unchanged; else EmbeddingBag."""
+        """Scores (B * T, N) of the padded form: EmbeddingBag; or, on the CPU with dense gradients,
+        from the second call with the same unchanged ids tensor on, two sparse products over its
+        CSR matrix (:class:`_Bags`)."""
         bags = self._bags
         if bags is not None and bags.matches(ids, values, dtype):
             return _BagProduct.apply(self.emission.weight, bags)
         self._check_ids("ids", ids)
         learned_values = values is not None and values.requires_grad
-        if ids.device.type == "cpu" and not self.emission.sparse and not learned_values:
+        seen, self._seen = self._seen, (ids, values, _versions(ids, values))
+        if (seen is not None and seen[0] is ids and seen[1] is values and seen[2] == self._seen[2]
+                and ids.device.type == "cpu" and not self.emission.sparse and not learned_values):
             self._bags = _Bags(ids, values, self.num_features, dtype)
             return _BagProduct.apply(self.emission.weight, self._bags)
         B, T, K = ids.shape

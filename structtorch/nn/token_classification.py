@@ -49,6 +49,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
                       "pip install 'structtorch[hf]' (or pip install transformers)") from error
 
 from .._checks import check_labels
+from .._numerics import reduce_batch
 from .crf import REDUCTIONS, Constraints, LinearChainCRF
 from .words import tokens_to_words
 
@@ -236,16 +237,18 @@ class CRFForTokenClassification(nn.Module):
         the CRF's NLL (or the softmax head's summed cross-entropy) per sequence, reduced."""
         _check_labels(labels, tuple(logits.shape))
         labels = labels.to(logits.device)
-        allowed = labels if labels.dtype == torch.bool else _allowed(labels, mask, self.num_labels,
-                                                                      self.ignore_index)
+        known = None if labels.dtype == torch.bool else mask & (labels != self.ignore_index)
+        if known is not None:  # checked here, so that an error names `labels`
+            check_labels(labels, known, self.num_labels)
         if self.crf is not None:
             return self.crf(logits, labels, mask, reduction=self.reduction)
-        scores = logits.float()
+        allowed = labels if known is None else _allowed(labels, known, self.num_labels)
+        scores = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
         nll = scores.logsumexp(-1) - scores.masked_fill(~allowed, float("-inf")).logsumexp(-1)
         per_sequence = torch.where(mask, nll, 0.0).sum(1)
         if self.reduction == "token_mean":
             return per_sequence.sum() / mask.sum().clamp(min=1)
-        return {"none": per_sequence, "sum": per_sequence.sum(), "mean": per_sequence.mean()}[self.reduction]
+        return reduce_batch(per_sequence, self.reduction)
 
     # -- decoding ---------------------------------------------------------------------------------
 
@@ -324,8 +327,7 @@ def _position_mask(name: str, mask: object, shape: tuple[int, int]) -> Tensor:
     return mask.bool()
 
 
-def _allowed(labels: Tensor, mask: Tensor, N: int, ignore_index: int) -> Tensor:
-    """(B, T, N) bool: the label's one-hot inside ``mask``, every label at ``ignore_index`` and outside
-    (checked to lie in [0, N) where known, as the caller's ``labels``)."""
-    known = mask & (labels != ignore_index)
-    return torch.nn.functional.one_hot(check_labels(labels, known, N), N).bool() | ~known.unsqueeze(-1)
+def _allowed(labels: Tensor, known: Tensor, N: int) -> Tensor:
+    """(B, T, N) bool: the label's one-hot where ``known``, every label elsewhere."""
+    one_hot = torch.nn.functional.one_hot(torch.where(known, labels, 0).long(), N).bool()
+    return one_hot | ~known.unsqueeze(-1)

@@ -33,16 +33,28 @@ def test_cached_bags_equal_embedding_bag(with_values):
     reference.load_state_dict(model.state_dict())
     first = scores_and_grad(reference, ids, values)
     first = (first[0], first[1].to_dense())
-    for _ in range(3):  # the CSR products, built once for this tensor
+    torch.testing.assert_close(scores_and_grad(model, ids, values), first, rtol=1e-12, atol=1e-12)
+    assert model._bags is None  # a tensor seen once: EmbeddingBag
+    for _ in range(3):  # seen again: the CSR products, built once for this tensor
         again = scores_and_grad(model, ids, values)
         assert isinstance(model._bags, _Bags)
         torch.testing.assert_close(again, first, rtol=1e-12, atol=1e-12)
     bags = model._bags
-    ids[0, 0, 0] = (ids[0, 0, 0] + 1) % 40  # changed in place: built again
-    changed = scores_and_grad(model, ids, values)
-    assert model._bags is not bags
+    ids[0, 0, 0] = (ids[0, 0, 0] + 1) % 40  # changed in place: EmbeddingBag, then built again
     want = scores_and_grad(reference, ids, values)
-    torch.testing.assert_close(changed, (want[0], want[1].to_dense()), rtol=1e-12, atol=1e-12)
+    want = (want[0], want[1].to_dense())
+    for _ in range(2):
+        torch.testing.assert_close(scores_and_grad(model, ids, values), want, rtol=1e-12, atol=1e-12)
+    assert model._bags is not bags and model._bags.matches(ids, values, torch.float64)
+
+
+def test_new_tensors_each_call_keep_embedding_bag():
+    """Minibatches and per-sentence solvers pass a new tensor each call: nothing is built."""
+    ids = torch.randint(-1, 30, (2, 4, 3), generator=torch.Generator().manual_seed(2))
+    model = st.SparseFeaturePotentials(30, 3)
+    for _ in range(3):
+        model(ids.clone())[0].sum().backward()
+    assert model._bags is None
 
 
 def test_the_cache_is_not_saved_and_sparse_gradients_keep_embedding_bag():

@@ -264,3 +264,11 @@ def test_hidden_tags_without_a_word_mask_leave_the_chain():
     assert torch.isfinite(within).all()
     within.sum().backward()
     assert model.classifier.weight.grad.abs().sum() > 0
+
+
+def test_softmax_head_keeps_the_logits_precision_and_an_empty_batch():
+    model = CRFForTokenClassification(Embedder(), N, hidden_size=H, crf=False).double()
+    out = model(input_ids=batch()["input_ids"], labels=LABELS)
+    assert out.loss.dtype == torch.float64
+    empty = model(input_ids=batch()["input_ids"][:0], labels=LABELS[:0]).loss
+    assert empty.item() == 0.0  # the mean over no sequences: 0, not NaN
