@@ -6,9 +6,12 @@ shared transition matrix. torch-struct gets the equivalent edge tensor
 edge[b, s, d, c, c'] = (segment [s, s+d) with label c after label c'); it is skipped with a note
 where its scan would need more than --ts-max-gb. A gene-scale case (B=1, T=100,000, S=1,000, N=4)
 runs structtorch alone in a child process, which reports its peak resident memory; its Viterbi
-also runs with segment-mean PLiF features (the HSM SVM's content term).
+also runs with segment-mean PLiF features (the HSM SVM's content term). A last table times the
+compiled kernels that have no peer against the PyTorch reference (``use_backend("torch")``): the
+log-partition with a segment PLiF (forward+backward) and the count tables of loss-augmented
+inference under slack rescaling (position and segment losses).
 
-    python benchmarks/semimarkov.py [--threads 1] [--budget 1.0] [--no-gene]
+    python benchmarks/semimarkov.py [--threads 1] [--budget 1.0] [--no-gene] [--no-reference]
 """
 
 from __future__ import annotations
@@ -74,6 +77,43 @@ def torch_struct_cases(content, A, length, max_gb):
     }
 
 
+def reference_cases(B, T, S, N):
+    """The compiled-only cases: name -> fn, on float32 inputs of shape (B, T, S, N)."""
+    content, A, length = inputs(B, T, S, N)
+    g = torch.Generator().manual_seed(1)
+    tracks, ordinates = torch.randn(B, T, N, generator=g), torch.randn(N, 30, generator=g)
+    _, labels, starts = st.semimarkov_viterbi(torch.randn(B, T, N, generator=g), A, max_len=S, length_scores=length)
+
+    def plif_fwd_bwd():
+        c, o = content.detach().requires_grad_(), ordinates.detach().requires_grad_()
+        plif = st.SegmentPLiF(tracks, o, -3.0, 3.0)
+        st.semimarkov_log_partition(c, A, max_len=S, length_scores=length, segment_plif=plif).sum().backward()
+
+    def slack(loss):
+        return lambda: st.semimarkov_loss_augmented(content, A, labels, starts, max_len=S, length_scores=length,
+                                                    rescaling="slack", loss=loss)
+
+    return {"logZ fwd+bwd, segment PLiF": plif_fwd_bwd, "slack, position Hamming": slack("hamming"),
+            "slack, segment loss": slack("segment")}
+
+
+REFERENCE_SIZES = [(8, 200, 20, 4), (4, 300, 20, 4)]
+
+
+def against_reference(budget: float) -> None:
+    print("\n| B,T,S,N | op | compiled | PyTorch reference | reference / compiled |")
+    print("|---|---|---|---|---|")
+    cpu = torch.device("cpu")
+    for size in REFERENCE_SIZES:
+        for op, fn in reference_cases(*size).items():
+            with st.use_backend("compiled"):
+                mine = median_time(fn, budget, cpu)
+            with st.use_backend("torch"):
+                ref = median_time(fn, budget, cpu, min_runs=1, max_runs=3)
+            print(f"| {','.join(map(str, size))} | {op} | {fmt(mine)} | {fmt(ref)} | {ref / mine:.0f}x |",
+                  flush=True)
+
+
 GENE = """
 import json, re, time, torch, structtorch as st
 
@@ -112,6 +152,7 @@ def main() -> None:
     p.add_argument("--ts-max-gb", type=float, default=4.0)
     p.add_argument("--no-gene", action="store_true")
     p.add_argument("--gene-only", action="store_true")
+    p.add_argument("--no-reference", action="store_true", help="skip the compiled-vs-reference table")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
@@ -136,6 +177,8 @@ def main() -> None:
         print(f"| {B},{T},{S},{N} | fwd+bwd / fwd | {mine['logZ fwd+bwd'] / mine['logZ fwd']:.2f} | | |")
     for n in notes:
         print("note:", n)
+    if not (args.no_reference or args.gene_only):
+        against_reference(args.budget)
     if not args.no_gene:
         proc = subprocess.run([sys.executable, "-c", GENE.format(threads=args.threads)], capture_output=True,
                               text=True, check=True)

@@ -5,15 +5,15 @@ Backends
 ``"compiled"``
     The C++ CPU kernels of ``csrc/`` (built on first use, double accumulators), for CPU tensors:
     the linear-chain Viterbi, log-partition (forward and backward) and marginals, the semi-Markov
-    Viterbi (segment-mean PLiFs included) and log-partition (forward and backward, without segment
-    PLiFs), and the Hamming-count tables of linear chains.
+    Viterbi and log-partition (forward and backward; segment-mean PLiFs included), and the
+    Hamming-count tables of linear chains and segmentations.
 ``"triton"``
     Fused Triton kernels, one launch per call, for CUDA tensors; with ``TRITON_INTERPRET=1`` set
     before Triton is imported, also for CPU tensors (Triton's interpreter: slow, for tests). They
-    cover what the compiled kernels cover, the semi-Markov log-partition with segment PLiFs,
-    k-best lists, sampling, order-l window Viterbi, segmentation scores, and the whole
-    loss-augmented search of the unweighted Hamming loss with h the identity (chains and windows:
-    margin and slack; segmentations: margin); few long chains run parallel-in-time kernels.
+    cover what the compiled kernels cover but the semi-Markov Hamming-count tables, and k-best
+    lists, sampling, order-l window Viterbi, segmentation scores, and the whole loss-augmented
+    search of the unweighted Hamming loss with h the identity (chains and windows: margin and
+    slack; segmentations: margin); few long chains run parallel-in-time kernels.
 ``"torch"``
     The batched PyTorch loops of each structure's ``_torch.py``: the reference, and the path on
     every other device. Weighted or custom losses of the semi-Markov and window searches, the
@@ -36,8 +36,7 @@ structure's package (``structtorch.chain``, ``structtorch.semimarkov``, ``struct
 None for "torch", where the structure calls its own ``_torch.py``. Each structure asks
 :func:`backend_for` once per call and adds only its own vetoes, cases its kernels do not take,
 which then run "torch": empty sequences (T = 0) in ``chain`` and ``semimarkov``, more than 32767
-labels on the compiled chain kernels (int16 backpointers), and a segment PLiF in the log-partition of
-a semi-Markov kernel module whose ``SEGMENT_PLIF_LOG_PARTITION`` is False (the compiled one). The
+labels on the compiled chain kernels (int16 backpointers). The
 Triton kernels share their tile loops and reductions through :mod:`structtorch._triton_common`.
 """
 

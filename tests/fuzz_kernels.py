@@ -154,12 +154,32 @@ def fuzz_semimarkov(B, T, N, S, data):
     with_tracks = data.draw(st.booleans())
     tracks = torch.randn(B, T, N, dtype=d) if with_tracks else content.new_empty(0)
     plif_ok = not with_tracks or (P >= 2 and support == (0.0, 1.0)) or B * T * N == 0
-    _call(OPS.semimarkov_viterbi_forward, *args, tracks, torch.randn(N, P, dtype=d), *support,
-          valid=valid and plif_ok)
-    _call(OPS.semimarkov_logz_forward, *args, valid=valid)
+    plif = (tracks, torch.randn(N, P, dtype=d), *support)
+    _call(OPS.semimarkov_viterbi_forward, *args, *plif, valid=valid and plif_ok)
+    _call(OPS.semimarkov_logz_forward, *args, *plif, valid=valid and plif_ok)
     g = torch.ones(B, dtype=torch.float64)
     table = torch.zeros(B, T + 1, N, dtype=torch.float64)
-    _call(OPS.semimarkov_logz_backward, g, g.clone(), table, table.clone(), *args, valid=valid)
+    _call(OPS.semimarkov_logz_backward, g, g.clone(), table, table.clone(), *args, *plif, valid=valid and plif_ok)
+    fuzz_semimarkov_table(data, args, plif, valid and plif_ok)
+
+
+def fuzz_semimarkov_table(data, args, plif, valid):
+    """The count tables and their backtrack: any count inputs within +-2^40 are valid (tend and
+    tlabel only compare), and so is any k in [-1, K] of the tables just built."""
+    B, T, N = args[0].shape
+    prefix, prefix_ok = int_tensor(data, (B, T + 1, N), -3, 3)
+    first, first_ok = int_tensor(data, (B, T + 1, N), -3, 3)
+    tend, tlabel = int_tensor(data, (B, T + 1), -1, T)[0], int_tensor(data, (B, T + 1), 0, N - 1)[0]
+    offset = int_tensor(data, (B,), 0, 3)[0]
+    K = data.draw(st.one_of(st.integers(-2, 8), st.sampled_from([2**31, 2**62])))
+    counts = (prefix, first, tend, tlabel, data.draw(st.sampled_from([0, -2, 2**62])))
+    ok = valid and prefix_ok and first_ok and 0 <= K <= 8 and abs(counts[4]) <= 2
+    out = _call(OPS.semimarkov_table_forward, *args, *plif, *counts, offset, K, valid=ok)
+    if out is None:
+        bp = torch.zeros(B, T + 1, N, max(min(K, 8), 0) + 1, dtype=torch.int32)
+        out = (None, torch.zeros(B, bp.shape[3], dtype=torch.long), bp, bp.clone())
+    k = int_tensor(data, (B,), -1, out[2].shape[3] - 1)[0]  # unreached counts may be refused
+    _call(OPS.semimarkov_table_backtrack, out[2], out[3], out[1], args[8], *counts, k, valid=False)
 
 
 if __name__ == "__main__":

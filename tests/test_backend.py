@@ -89,8 +89,8 @@ def test_triton_on_cpu_tensors_needs_the_interpreter(monkeypatch):
 
 def test_one_lookup_and_the_structures_vetoes():
     """kernel_module finds every structure's _cpu (and _triton; None for "torch"); the structures
-    only veto, to "torch": empty sequences, N > 32767 on the compiled chain kernels (int16
-    backpointers), a segment PLiF in the compiled semi-Markov log-partition."""
+    only veto, to "torch": empty sequences and N > 32767 on the compiled chain kernels (int16
+    backpointers)."""
     import dataclasses
     import importlib
 
@@ -117,11 +117,6 @@ def test_one_lookup_and_the_structures_vetoes():
             assert chain.backend_of(dataclasses.replace(small, unary=z[:, :0])) == "torch"
             assert semimarkov.backend_of(dataclasses.replace(sm, content=z[:, :0])) == "torch"
             assert chain.backend_of(wide) == on_wide
-    tracks = torch.zeros(1, 2, 3)
-    assert semimarkov._log_partition_backend("compiled", tracks) == "torch"
-    assert semimarkov._log_partition_backend("compiled", None) == "compiled"
-    if _backend.triton_installed():
-        assert semimarkov._log_partition_backend("triton", tracks) == "triton"
 
 
 def test_the_choice_reaches_every_structure():

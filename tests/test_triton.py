@@ -147,8 +147,7 @@ def test_semimarkov_triton_matches_compiled(B, T, N, S, segment, plif):
 
 
 def test_semimarkov_log_partition_with_segment_plif():
-    """The Triton log-partition carries segment PLiFs (the compiled one does not: the reference runs):
-    value and gradients w.r.t. content, transitions, tracks and ordinates match the reference."""
+    """The Triton log-partition carries segment PLiFs: value and gradients w.r.t. content, transitions, tracks and ordinates match the reference."""
     content, trans, kw = _semimarkov(3, 9, 3, 4, seed=3, plif=True)
     plif = kw.pop("segment_plif")
     out = {}

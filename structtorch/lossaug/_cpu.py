@@ -1,12 +1,17 @@
-"""The compiled Hamming-count table for linear chains on CPU (``csrc/hamming.cpp``)."""
+"""The compiled count tables on CPU: linear chains (``csrc/hamming.cpp``) and segmentations
+(``csrc/semimarkov.cpp``)."""
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from .._extension import chain_ops
+from .._numerics import NEG_INF
 from ..chain.layout import Chain
-from ._torch import Tables
+from ..semimarkov import _cpu as _semimarkov_cpu
+from ..semimarkov.layout import SemiMarkov
+from ._torch import SegmentCountTerms, Tables
 
 
 def chain_tables(chain: Chain, target: Tensor, weights: Tensor, K: int) -> Tables:
@@ -20,5 +25,22 @@ def chain_tables(chain: Chain, target: Tensor, weights: Tensor, K: int) -> Table
     def backtrack(k: Tensor) -> Tensor:
         end_label = last.gather(1, k.clamp(min=0).unsqueeze(1)).squeeze(1)
         return ops.hamming_backtrack(bp, *args, k.contiguous(), end_label.contiguous())
+
+    return Tables(best, backtrack)
+
+
+def semimarkov_tables(sm: SemiMarkov, terms: SegmentCountTerms, offset: Tensor, K: int) -> Tables:
+    """Compiled tables over segment ends (see :func:`structtorch.lossaug._torch.semimarkov_tables`):
+    the same best scores, ties and backtracked segmentations."""
+    ops = chain_ops()
+    counts = (terms.prefix.contiguous(), terms.first.contiguous(), terms.target_end.contiguous(),
+              terms.target_label.contiguous(), terms.match)
+    best, last, bp_d, bp_m = ops.semimarkov_table_forward(*_semimarkov_cpu.kernel_args(sm), *counts,
+                                                          offset.contiguous(), K)
+
+    def backtrack(k: Tensor) -> Tensor:  # -1 rows for unreached counts
+        reached = best.gather(1, k.clamp(min=0).unsqueeze(1)).squeeze(1) > NEG_INF
+        return ops.semimarkov_table_backtrack(bp_d, bp_m, last, sm.lengths, *counts,
+                                              torch.where(reached & (k >= 0), k, -1).contiguous())
 
     return Tables(best, backtrack)

@@ -124,16 +124,44 @@ def window_tables(flat: Tensor, units: Tensor, pair: Tensor | None, lengths: Ten
     return Tables(best, backtrack)
 
 
-def unit_terms(units: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
-    """``terms(s, e)`` (B, D, N) of a position loss: the units (B, T, N) of the segment's positions
-    (see :func:`semimarkov_tables`)."""
-    mis = F.pad(units.cumsum(1), (0, 0, 1, 0))  # (B, T+1, N)
-    rows = torch.arange(units.shape[0], device=units.device)[:, None]
-    return lambda s, e: mis[rows, e] - mis[rows, s]
+@dataclass
+class SegmentCountTerms:
+    """What a segment adds to the count of a semi-Markov table, as tensors a kernel reads: a
+    segment [s, e) of label n adds
+
+        prefix[b, e, n] - prefix[b, s, n] + first[b, s, n] + (match if target_end[b, s] == e
+                                                                and target_label[b, s] == n)
+
+    (integers; see :func:`unit_terms` and :class:`SegmentCounts`). Calling it on segment starts
+    and ends ``s``, ``e`` ((B, D) and (B, D) or (B, 1)) gives (B, D, N) int64."""
+
+    prefix: Tensor  # (B, T + 1, N) int64
+    first: Tensor  # (B, T + 1, N) int64
+    target_end: Tensor  # (B, T + 1) int64, -1 where no target segment starts
+    target_label: Tensor  # (B, T + 1) int64
+    match: int = 0
+
+    def __call__(self, s: Tensor, e: Tensor) -> Tensor:
+        rows = torch.arange(s.shape[0], device=s.device)[:, None]
+        count = self.prefix[rows, e] - self.prefix[rows, s] + self.first[rows, s]
+        if self.match:
+            N = self.prefix.shape[2]
+            same = (self.target_end[rows, s] == e).unsqueeze(2) & (
+                self.target_label[rows, s].unsqueeze(2) == torch.arange(N, device=s.device))
+            count = count + self.match * same.long()
+        return count
 
 
-def semimarkov_tables(sm: SemiMarkov, terms: Callable[[Tensor, Tensor], Tensor], offset: Tensor,
-                      K: int) -> Tables:
+def unit_terms(units: Tensor) -> SegmentCountTerms:
+    """The :class:`SegmentCountTerms` of a position loss: a segment adds the units (B, T, N) of its
+    positions (integer-valued; see :func:`semimarkov_tables`)."""
+    B, T, N = units.shape
+    prefix = F.pad(units.long().cumsum(1), (0, 0, 1, 0))  # (B, T+1, N)
+    none = torch.full((B, T + 1), -1, dtype=torch.long, device=units.device)
+    return SegmentCountTerms(prefix, torch.zeros_like(prefix), none, none)
+
+
+def semimarkov_tables(sm: SemiMarkov, terms: SegmentCountTerms, offset: Tensor, K: int) -> Tables:
     """Tables over segment ends for integer counts: the count starts at ``offset`` (B,) and a
     segment [s, e) of label n adds ``terms(s, e)[b, d, n]`` (s, e (B, D) positions; see
     :func:`unit_terms` and :class:`SegmentCounts`). Counts stay in [0, K] along every prefix."""
@@ -170,7 +198,8 @@ def semimarkov_tables(sm: SemiMarkov, terms: Callable[[Tensor, Tensor], Tensor],
     empty = torch.where(kidx == offset.clamp(0, K)[:, None], 0.0, NEG_INF).to(best.dtype)
     best = torch.where((lengths == 0)[:, None], empty, best)
 
-    def backtrack(k: Tensor) -> Tensor:
+    def backtrack(k: Tensor) -> Tensor:  # -1 rows for unreached counts
+        k = torch.where(best.gather(1, k.clamp(min=0).unsqueeze(1)).squeeze(1) > NEG_INF, k, -1)
         kk = k.clamp(min=0)
         label = last[rows, kk]
         e = lengths.clone()
@@ -205,7 +234,7 @@ def next_starts(starts: Tensor, lengths: Tensor) -> Tensor:
     B, T = starts.shape
     t = torch.arange(T, device=starts.device)
     idx = torch.where(starts & (t < lengths[:, None]), t, lengths[:, None].expand(B, T))
-    later = torch.cat([idx[:, 1:], lengths[:, None]], 1)  # positions after t
+    later = torch.cat([idx[:, 1:], lengths[:, None]], 1)[:, :T]  # positions after t
     return later.flip(1).cummin(1).values.flip(1)
 
 
@@ -228,22 +257,25 @@ class SegmentCounts:
         self.ends = F.pad(next_starts(starts, lengths), (0, 1))  # (B, T + 1)
         self.labels = F.pad(labels.clamp(min=0), (0, 1))
         self.offset = self.cum[:, T] if kind != "boundary" else torch.zeros_like(lengths)
-        self.rows = torch.arange(B, device=labels.device)
+        self.terms = self._terms(B, T, N)
 
     def bound(self, lengths: Tensor) -> int:
         """The largest count of any segmentation (the table's K)."""
         return int((self.offset + lengths).max()) if len(lengths) else 0
 
-    def terms(self, s: Tensor, e: Tensor) -> Tensor:
-        """(B, D, N) int64 what the segments [s, e) ((B, D) and (B, D) or (B, 1)) of each label add."""
-        rows = self.rows[:, None]
-        first = self.starts[rows, s].long()
+    def _terms(self, B: int, T: int, N: int) -> SegmentCountTerms:
+        """What each segment adds, as :class:`SegmentCountTerms`. "boundary": (s is not a target
+        start) + (target starts inside (s, e)) = 1 - 2 [s is one] + (target starts in [s, e));
+        "segment": 1, or -1 for a target segment."""
+        starts = self.starts.long()  # (B, T + 1)
         if self.kind == "boundary":
-            inner = self.cum[rows, e] - self.cum[rows, s + 1]  # target starts in (s, e)
-            return ((1 - first) + inner).unsqueeze(2).expand(*s.shape, self.N)
-        same = (self.starts[rows, s] & (self.ends[rows, s] == e)).unsqueeze(2)
-        match = same & (self.labels[rows, s].unsqueeze(2) == torch.arange(self.N, device=s.device))
-        return 1 - 2 * match.long()
+            none = torch.full((B, T + 1), -1, dtype=torch.long, device=starts.device)
+            prefix = self.cum[:, :T + 1, None].expand(B, T + 1, N).contiguous()
+            return SegmentCountTerms(prefix, (1 - 2 * starts)[:, :, None].expand(B, T + 1, N).contiguous(),
+                                     none, none)
+        ones = torch.ones(B, T + 1, N, dtype=torch.long, device=starts.device)
+        ends = torch.where(self.starts, self.ends, -1)
+        return SegmentCountTerms(torch.zeros_like(ones), ones, ends, self.labels, match=-2)
 
     def count(self, labels: Tensor, starts: Tensor, lengths: Tensor) -> Tensor:
         """(B,) int64 the count of the segmentation (labels, starts) ((B, T), -1 / False outside)."""

@@ -21,6 +21,7 @@ from .._numerics import NEG_INF, accumulate
 from ..chain import _ops as _chain_ops
 from ..chain.layout import labeling_score
 from ..chain.window import _window_path, _window_score
+from ..semimarkov import _ops as _semimarkov_ops
 from ..semimarkov.layout import SemiMarkov, semimarkov_score
 from ..semimarkov.plif import SegmentPLiF
 from ..semimarkov.segments import viterbi_semimarkov
@@ -223,6 +224,10 @@ def _value(model: _Structure, spec: LossSpec, target: Tensor, struct: Tensor, go
     return found + delta - gold if spec.rescaling == "margin" else delta * (1 + found - gold)
 
 
+SEMIMARKOV_TABLES = ("compiled",)
+"""The backends whose lossaug module has ``semimarkov_tables`` (elsewhere the PyTorch loop runs)."""
+
+
 class _SemiMarkovStructure(_LabelStructure):
     """Segmentations: the position Hamming loss counts labels (as for chains); the segment losses
     (``spec.kind``, see ``_torch.SegmentCounts``) count segments or boundaries."""
@@ -333,4 +338,7 @@ class _SemiMarkovStructure(_LabelStructure):
         else:
             counts = self.segments(spec.kind)
             terms, offset = counts.terms, counts.offset
+        backend = _semimarkov_ops.backend_of(sm)
+        if backend in SEMIMARKOV_TABLES:
+            return kernel_module(backend, __package__).semimarkov_tables(sm, terms, offset, spec.K)
         return semimarkov_tables(sm, terms, offset, spec.K)

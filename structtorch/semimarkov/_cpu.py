@@ -22,41 +22,44 @@ def last_forbidden(content: Tensor) -> Tensor:
     return torch.cat([torch.full((B, 1, N), -1, dtype=torch.long, device=content.device), last], 1)
 
 
+def _plif_args(sm: SemiMarkov) -> tuple:
+    """The kernels' segment-PLiF arguments: tracks, ordinates (detached, contiguous; empty without
+    a PLiF), low and high."""
+    plif = sm.segment_plif or SegmentPLiF(sm.content.new_empty(0), sm.content.new_empty(0, 2), 0.0, 1.0)
+    return plif.tracks.detach().contiguous(), plif.ordinates.detach().contiguous(), plif.low, plif.high
+
+
+def kernel_args(sm: SemiMarkov) -> tuple:
+    """content, last_forbidden, length, boundary, segment (empty when absent), transitions, start,
+    end and lengths, detached and contiguous, then :func:`_plif_args`."""
+    segment = sm.content.new_empty(0) if sm.segment_scores is None else sm.segment_scores
+    parts = (sm.content, last_forbidden(sm.content), sm.length_scores, sm.boundary, segment, sm.transitions,
+             sm.start, sm.end)
+    return (*(x.detach().contiguous() for x in parts), sm.lengths, *_plif_args(sm))
+
+
 @torch.no_grad()
 def viterbi_segmentation(sm: SemiMarkov) -> tuple[Tensor, Tensor, Tensor]:
     """(best (B,) float64, labels (B, T), starts (B, T)) from the compiled segment Viterbi."""
-    ops = chain_ops()
-    segment = sm.content.new_empty(0) if sm.segment_scores is None else sm.segment_scores.contiguous()
-    parts = (sm.length_scores, sm.boundary, segment, sm.transitions, sm.start, sm.end)
-    plif = sm.segment_plif or SegmentPLiF(sm.content.new_empty(0), sm.content.new_empty(0, 2), 0.0, 1.0)
-    return ops.semimarkov_viterbi_forward(sm.content.detach().contiguous(), last_forbidden(sm.content),
-                                          *(x.detach().contiguous() for x in parts), sm.lengths,
-                                          plif.tracks.detach(), plif.ordinates.detach(), plif.low, plif.high)
+    return chain_ops().semimarkov_viterbi_forward(*kernel_args(sm))
 
 
 def log_partition_forward(sm: SemiMarkov) -> tuple[Tensor, tuple[Tensor, Tensor]]:
     """logZ (B,) float64 (0 on empty rows) and the factors alpha, inc (B, T+1, N) float64 that the
-    backward reuses (see ``semimarkov/_ops.py``); no segment PLiFs."""
-    segment = sm.content.new_empty(0) if sm.segment_scores is None else sm.segment_scores
-    args = (sm.content, last_forbidden(sm.content), sm.length_scores, sm.boundary, segment, sm.transitions,
-            sm.start, sm.end, sm.lengths)
-    logz, alpha, inc = chain_ops().semimarkov_logz_forward(*args)
+    backward reuses (see ``semimarkov/_ops.py``)."""
+    logz, alpha, inc = chain_ops().semimarkov_logz_forward(*kernel_args(sm))
     return torch.where(sm.lengths > 0, logz, 0.0), (alpha, inc)
 
 
 def log_partition_backward(sm: SemiMarkov, logz: Tensor, state, g: Tensor) -> list[Tensor | None]:
-    """Gradients w.r.t. content, length, boundary, segment, transitions, start and end (input
-    dtype; None for an absent segment) for upstream g (B,) float64."""
+    """Gradients w.r.t. content, length, boundary, segment, transitions, start, end, and with a
+    segment PLiF its tracks and ordinates (input dtype; None for an absent input) for upstream
+    g (B,) float64."""
     alpha, inc = state
-    segment = sm.content.new_empty(0) if sm.segment_scores is None else sm.segment_scores
-    grads = chain_ops().semimarkov_logz_backward(
-        g, logz, alpha, inc, sm.content, last_forbidden(sm.content), sm.length_scores, sm.boundary, segment,
-        sm.transitions, sm.start, sm.end, sm.lengths)
-    grads[4] = grads[4].sum(0)  # transitions are shared by the batch
+    grads = chain_ops().semimarkov_logz_backward(g, logz, alpha, inc, *kernel_args(sm))
+    grads[4] = grads[4].sum(0)  # transitions and ordinates are shared by the batch
+    grads[8] = grads[8].sum(0)
     grads = [x.to(sm.content.dtype) for x in grads]
     if sm.segment_scores is None:
         grads[3] = None
-    return grads
-
-
-SEGMENT_PLIF_LOG_PARTITION = False  # the compiled log-partition has no segment PLiFs
+    return grads if sm.segment_plif is not None else grads[:7]

@@ -31,8 +31,7 @@ def _module(backend: str):
 
 def backend_of(sm: SemiMarkov) -> str:
     """:func:`structtorch._backend.backend_for` with the semi-Markov veto: "torch" for empty
-    sequences. For the log-partition with a segment PLiF the operators veto further (see
-    :func:`_log_partition_backend`)."""
+    sequences."""
     if sm.shape[1] == 0:
         return "torch"
     return _backend.backend_for(sm.content)
@@ -46,16 +45,6 @@ runs); a name, not a module lookup, so that ``torch.compile`` traces the choice.
 def has_kernel(sm: SemiMarkov, name: str) -> bool:
     """Whether the backend that runs ``sm`` has a kernel for the optional algorithm ``name``."""
     return backend_of(sm) in OPTIONAL[name]
-
-
-def _log_partition_backend(backend: str, tracks: Tensor | None) -> str:
-    """The backend that runs the log-partition: "torch" for a segment PLiF (``tracks`` given) on a
-    backend whose kernel module lacks them (``SEGMENT_PLIF_LOG_PARTITION`` False). Decided inside
-    the operators and their fake implementations, which dynamo does not trace (it refuses to trace
-    the kernel module's import)."""
-    if tracks is None or backend == "torch" or _module(backend).SEGMENT_PLIF_LOG_PARTITION:
-        return backend
-    return "torch"
 
 
 def _model(content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates,
@@ -80,7 +69,7 @@ def _viterbi_op_fake(content, *rest):
 
 
 def _forward_op_fake(content, *rest):
-    backend = _log_partition_backend(rest[-1], rest[7])
+    backend = rest[-1]
     B, T, N = content.shape
     shape = (B, T + 1, N)
     state = [] if backend == "torch" else [content.new_empty(shape, dtype=torch.float64) for _ in range(2)]
@@ -116,7 +105,6 @@ def forward_op(content: Tensor, length: Tensor, boundary: Tensor, segment: Opt, 
     """logZ (B,) float64 and the backend's saved factors."""
     sm = _model(content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates, low,
                 high)
-    backend = _log_partition_backend(backend, tracks)
     if backend == "torch":
         return _torch.log_partition(sm).double(), []
     logz, state = _module(backend).log_partition_forward(sm)
@@ -130,7 +118,7 @@ def backward_op(grad: Tensor, content: Tensor, length: Tensor, boundary: Tensor,
     """Gradients w.r.t. the nine differentiable inputs (an empty tensor for an absent one)."""
     args = (content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates, low,
             high)
-    if _log_partition_backend(backend, tracks) == "torch":
+    if backend == "torch":
         inputs = [None if x is None else x.detach().requires_grad_() for x in _differentiable(args)]
         with torch.enable_grad():
             sm = _model(*inputs[:7], lengths, *inputs[7:], low, high)
@@ -141,7 +129,7 @@ def backward_op(grad: Tensor, content: Tensor, length: Tensor, boundary: Tensor,
     else:
         g = grad.double().contiguous()
         grads = list(_module(backend).log_partition_backward(_model(*args), logz, state, g))
-        grads += [None] * (9 - len(grads))  # no segment PLiF: no track or ordinate gradients
+        grads += [None] * (9 - len(grads))  # without a segment PLiF: no track or ordinate gradients
     return [content.new_empty(0) if x is None else (torch.zeros_like(x) if g is None else g)
             for g, x in zip(grads, _differentiable(args), strict=True)]
 

@@ -794,6 +794,3 @@ def score(sm: SemiMarkov, labels: Tensor, starts: Tensor) -> Tensor:
            labels.contiguous(), starts.contiguous(), out, T, S, N, P, low, high, scale,
            HAS_SEGMENT=meta["HAS_SEGMENT"], HAS_PLIF=meta["HAS_PLIF"])
     return out
-
-
-SEGMENT_PLIF_LOG_PARTITION = True

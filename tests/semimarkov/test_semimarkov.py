@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from brute import brute, check_kbest, problems, tensors
+from brute import PLIF_HIGH, PLIF_LOW, brute, check_kbest, problems, tensors
 from conftest import use_backend
 from hypothesis import assume, given
 from hypothesis import strategies as st_
 
 import structtorch as st
+from structtorch._backend import backend_for
 from structtorch.lossaug import structures
 from structtorch.semimarkov.layout import check_semimarkov
 from structtorch.semimarkov.layout import semimarkov_score as reference_score
@@ -208,14 +209,16 @@ def test_compiled_log_partition_gradients_match_torch(problem):
     from conftest import use_backend
 
     p, S, lengths, _ = problem
-    p = {k: v for k, v in p.items() if k != "plif"}  # segment PLiFs always take the PyTorch path
+    plif = p.get("plif") or (None, None)
+    p = {**{k: v for k, v in p.items() if k != "plif"}, "tracks": plif[0], "ordinates": plif[1]}
     grads, values = [], []
     for name in ("compiled", "torch"):
         with use_backend(name):
             t = {k: None if v is None else torch.tensor(v, requires_grad=True) for k, v in p.items()}
+            plif = None if t["tracks"] is None else st.SegmentPLiF(t["tracks"], t["ordinates"], PLIF_LOW, PLIF_HIGH)
             logz = st.semimarkov_log_partition(t["content"], t["trans"], max_len=S, length_scores=t["length"],
                                                boundary=t["boundary"], segment_scores=t["segment"],
-                                               start=t["start"], end=t["end"], lengths=lengths)
+                                               start=t["start"], end=t["end"], lengths=lengths, segment_plif=plif)
             values.append(logz.detach())
             finite = torch.isfinite(logz)
             (logz[finite] * torch.arange(1.0, 1 + int(finite.sum()), dtype=torch.float64)).sum().backward()
@@ -235,6 +238,23 @@ def test_gradcheck_compiled_log_partition():
                                                          lengths=torch.tensor([6, 4]))
     assert torch.autograd.gradcheck(f, (c, L, A, seg))
     assert torch.autograd.gradgradcheck(lambda c: st.semimarkov_log_partition(c, A.detach(), max_len=3), (c,))
+
+
+def test_gradcheck_compiled_log_partition_with_segment_plif():
+    """The compiled backward's track and ordinate gradients, also at means outside the support
+    (clamped: no track gradient there)."""
+    torch.manual_seed(4)
+    c = torch.randn(2, 7, 3, dtype=torch.float64, requires_grad=True)
+    A = torch.randn(3, 3, dtype=torch.float64)
+    tracks = (3 * torch.randn(2, 7, 3, dtype=torch.float64)).requires_grad_()
+    ordinates = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+
+    def f(c, tracks, ordinates):
+        return st.semimarkov_log_partition(c, A, max_len=3, lengths=torch.tensor([7, 5]),
+                                           segment_plif=st.SegmentPLiF(tracks, ordinates, -2.0, 2.0))
+
+    assert backend_for(c) == "compiled"
+    assert torch.autograd.gradcheck(f, (c, tracks, ordinates))
 
 
 def _random_targets(p, S, lengths, rng):
@@ -343,6 +363,43 @@ def test_segment_losses_match_enumeration(backend, problem, rescaling, kind, h_k
         attained = s + h_fn(k) - gold if rescaling == "margin" else h_fn(k) * (1 + s - gold)
         assert np.isclose(attained, best, atol=1e-8)
         assert (out_labels[b, L:] == -1).all() and not out_starts[b, L:].any()
+
+
+@given(problem=problems(), kind=st_.sampled_from(["hamming", "segment", "boundary"]), negate=st_.booleans(),
+       seed=st_.integers(0, 2**31))
+def test_compiled_tables_match_the_reference(problem, kind, negate, seed):
+    """The compiled count tables (``csrc/semimarkov.cpp``) against the PyTorch loop: the same best
+    score for every count (-inf included; bit for bit but for the segment PLiF's interpolation,
+    which the compiler may fuse into one rounding) and the same backtracked segmentation for every
+    count (-1 rows where unreached); weighted position losses, segment PLiFs and -inf included."""
+    from structtorch.lossaug import _cpu, _torch
+
+    if _cpu.chain_ops() is None:
+        pytest.skip("compiled kernels unavailable")
+    p, S, lengths, _ = problem
+    B, T, N = p["content"].shape
+    rng = np.random.default_rng(seed)
+    _, labels, starts = _random_targets(p, S, lengths, rng)
+    content, trans, kw = tensors(p)
+    sm = check_semimarkov(content, trans, S, kw["length_scores"], kw["boundary"], kw["segment_scores"],
+                          kw["start"], kw["end"], lengths, kw["segment_plif"])
+    mask = torch.arange(T) < lengths[:, None]
+    model = structures._SemiMarkovStructure(sm, labels, starts, mask)
+    if kind == "hamming":
+        weights = torch.from_numpy(rng.integers(0, 3, size=(B, T)))
+        terms = _torch.unit_terms(weights.unsqueeze(2) * (torch.arange(N) != labels.unsqueeze(2)))
+        offset, K = lengths.new_zeros(B), max(int(weights.sum(1).max()) if B else 0, 0)
+    else:
+        counts = model.segments(kind)
+        terms, offset, K = counts.terms, counts.offset, model.bound(kind)
+    if negate:  # the min table of a sign-changing h
+        sm = sm.replace(content=_torch.negate_scores(sm.content), transitions=_torch.negate_scores(sm.transitions))
+    got, want = _cpu.semimarkov_tables(sm, terms, offset, K), _torch.semimarkov_tables(sm, terms, offset, K)
+    torch.testing.assert_close(got.best, want.best, rtol=1e-13, atol=1e-13)
+    assert p.get("plif") is not None or torch.equal(got.best, want.best)
+    for k in range(-1, K + 1):  # unreached counts (and -1) give -1 rows
+        ks = torch.full((B,), k)
+        assert torch.equal(got.backtrack(ks), want.backtrack(ks))
 
 
 @pytest.mark.parametrize("kind", ["boundary", "segment"])
