@@ -7,15 +7,23 @@ Part 1, on a 32x32 binary grid with random unaries and attractive Potts edges (b
   ratios against the HiGHS LP time measured in the same run.
 Part 2, per denoising instance (``examples/connectivity_denoising.py`` setup) with hard
 connectivity: LP solves, cuts, separation time and total time, medians over the instances.
+Part 3 (issue 26), the same on thin strokes: an X of 1-pixel diagonals, which a 4-neighbourhood
+does not connect, so hard connectivity must add pixels and the separation has far more to do.
+Per instance: LP solves, cuts, LP and separation seconds, and the wall-clock time of ``map_lp``.
+``--save`` writes each thin-stroke instance's optimum and a digest of its cuts to a JSON file,
+``--compare`` checks a run against such a file (the same LP optimum, the same cuts).
 
-    python benchmarks/lp.py [--budget 2.0] [--instances 3]
+    python benchmarks/lp.py [--budget 2.0] [--instances 3] [--only thin] [--save F] [--compare F]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -72,12 +80,78 @@ def denoising_stats(instances: int):
     return out
 
 
+THIN_SETTINGS = ((0.4, 1.0), (0.6, 0.5), (0.6, 2.0), (0.8, 1.0), (1.0, 0.5), (1.0, 2.0))
+
+
+def thin_x(H: int = 32) -> torch.Tensor:
+    """(H * H,) foreground mask of an X of 1-pixel diagonal strokes (``x_pattern`` with width 0):
+    diagonal neighbours only, so neither stroke is 4-connected."""
+    return x_pattern(H, H, width=0)
+
+
+def thin_stats(instances: int, H: int = 32) -> list[dict]:
+    """One record per thin-stroke instance: setting, LP optimum, solves, cuts, timings, cut digest."""
+    truth, edges = thin_x(H), lp.grid_edges(H, H)
+    records = []
+    for sigma, k in THIN_SETTINGS:
+        for r in range(instances):
+            unary, pairwise = instance(truth, edges, sigma, k, torch.Generator().manual_seed(100 * r + 7))
+            t0 = time.perf_counter()
+            res = lp.map_lp(unary, pairwise, edges, connected=[1], max_iter=200, num_workers=1)
+            wall = time.perf_counter() - t0
+            cuts = repr([(c, i, j, S.tolist()) for c, i, j, S in res.cuts[0]])
+            records.append({"sigma": sigma, "k": k, "rep": r, "score": float(res.score[0]),
+                            "solves": int(res.iterations[0]), "cuts": len(res.cuts[0]),
+                            "lp": res.timings[0]["lp"], "separation": res.timings[0]["separation"],
+                            "wall": wall, "converged": bool(res.converged[0]),
+                            "cut_digest": hashlib.sha1(cuts.encode()).hexdigest()})
+    return records
+
+
+def print_thin(records: list[dict], compare: Path | None) -> None:
+    print(f"\n# Thin strokes (32x32 X of 1-pixel diagonals, 4-neighbourhood, hard connectivity), "
+          f"{len(records)} instances")
+    print("| sigma, k | rep | LP solves | cuts | LP | separation | map_lp |")
+    print("|---|---|---|---|---|---|---|")
+    for r in records:
+        print(f"| {r['sigma']}, {r['k']} | {r['rep']} | {r['solves']} | {r['cuts']} | {fmt(r['lp'])} | "
+              f"{fmt(r['separation'])} | {fmt(r['wall'])}{'' if r['converged'] else ' (max_iter)'} |")
+    med = {key: statistics.median(r[key] for r in records)
+           for key in ("solves", "cuts", "lp", "separation", "wall")}
+    print(f"| median | | {med['solves']:.0f} | {med['cuts']:.0f} | {fmt(med['lp'])} | "
+          f"{fmt(med['separation'])} | {fmt(med['wall'])} |")
+    print(f"\nmedian map_lp time {fmt(med['wall'])} (target <= 0.3 s)")
+    if compare is not None:
+        ref = {(r["sigma"], r["k"], r["rep"]): r for r in json.loads(compare.read_text())}
+        pairs = [(ref[key], r) for r in records if (key := (r["sigma"], r["k"], r["rep"])) in ref]
+        if not pairs:
+            print(f"against {compare}: no instance in common")
+            return
+        gap = max(abs(a["score"] - b["score"]) for a, b in pairs)
+        same = sum(a["cut_digest"] == b["cut_digest"] for a, b in pairs)
+        print(f"against {compare}: largest LP optimum difference {gap:.3g}, identical cuts in {same} of "
+              f"{len(pairs)} instances; median map_lp {fmt(statistics.median(a['wall'] for a, _ in pairs))} "
+              f"there, {fmt(statistics.median(b['wall'] for _, b in pairs))} here")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--budget", type=float, default=2.0)
     p.add_argument("--instances", type=int, default=3)
+    p.add_argument("--only", choices=["thin"], help="run only part 3")
+    p.add_argument("--save", type=Path, help="write the thin-stroke records to this JSON file")
+    p.add_argument("--compare", type=Path, help="compare the thin-stroke records with this JSON file")
     args = p.parse_args()
     torch.set_num_threads(1)
+    if args.only != "thin":
+        layers_and_denoising(args)
+    records = thin_stats(args.instances)
+    print_thin(records, args.compare)
+    if args.save is not None:
+        args.save.write_text(json.dumps(records, indent=1) + "\n")
+
+
+def layers_and_denoising(args: argparse.Namespace) -> None:
     unary, pairwise, edges = grid_problem()
     highs = median_time(lambda: lp.map_lp(unary, pairwise, edges), args.budget, torch.device("cpu"))
     print("# 32x32 binary grid, batch 1, 1 thread (medians)")

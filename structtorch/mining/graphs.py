@@ -31,13 +31,16 @@ order gives the corrected minimum code listed there.
 
 Mining keeps, per pattern, the list of its embeddings (graph index, tuple of graph vertices per
 code vertex); a child's support is counted by extending these embeddings by one edge, never by a
-fresh isomorphism test per (pattern, graph) pair.
+fresh isomorphism test per (pattern, graph) pair. Extensions that gSpan's label bounds show to be
+non-minimal (a new vertex labeled below vertex 0, a branch smaller than the rightmost-path edge it
+leaves from) are not collected at all; the others pass the full minimality test.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -310,6 +313,31 @@ class _CodeInfo(NamedTuple):
     pedges: set[tuple[int, int]]
 
 
+class _Bounds(NamedTuple):
+    """Necessary conditions for a rightmost extension of a minimum code to be minimal (gSpan's pruning).
+
+    * A new vertex needs a label >= ``root``, the label of code vertex 0: else an edge at it starts a
+      smaller code.
+    * A forward edge from a rightmost-path vertex ``i`` needs ``(edge label, new label) >= step[i]``,
+      and a backward edge from the rightmost vertex ``r`` to ``v`` needs
+      ``(edge label, label of r) >= step[v]``, where ``step[u]`` holds the labels of the
+      rightmost-path edge out of ``u`` (the edge and the vertex it reaches; ``(-1, -1)`` for ``r``):
+      else a DFS that takes the new edge at ``i`` (or ``v``) first has a smaller code.
+    """
+
+    root: int
+    step: dict[int, tuple[int, int]]
+
+
+def _bounds(code: DFSCode, info: _CodeInfo) -> _Bounds:
+    rp = info.rmpath
+    step = dict.fromkeys(rp, (-1, -1))
+    for i, j, _, le, lj in code:
+        if i < j and i in step and j in step and rp.index(j) == rp.index(i) + 1:
+            step[i] = (le, lj)
+    return _Bounds(code[0][2], step)
+
+
 def _code_info(code: DFSCode) -> _CodeInfo:
     labels: dict[int, int] = {}
     parent: dict[int, int] = {}
@@ -331,29 +359,33 @@ def _code_info(code: DFSCode) -> _CodeInfo:
 
 
 def _extend(
-    info: _CodeInfo, graphs: Sequence[_LG], embs: Iterable[Embedding]
+    info: _CodeInfo, graphs: Sequence[_LG], embs: Iterable[Embedding], bounds: _Bounds | None = None
 ) -> dict[Edge5, list[Embedding]]:
-    """Rightmost-path extensions of a (non-empty) code over its embeddings."""
-    out: dict[Edge5, list[Embedding]] = {}
+    """Rightmost-path extensions of a (non-empty) code over its embeddings.
+
+    With ``bounds`` (the miner), extensions that :func:`_bounds` shows to be non-minimal are skipped.
+    """
+    out: dict[Edge5, list[Embedding]] = defaultdict(list)
     rp = info.rmpath
     r = rp[-1]
     n = len(info.labels)
     lr = info.labels[r]
+    backward = [(v, info.labels[v]) for v in rp[:-1] if (r, v) not in info.pedges]
+    forward = [(i, info.labels[i]) for i in rp]
     for gid, m in embs:
         g = graphs[gid]
         nbr_r = g.adj[m[r]]
-        for v in rp[:-1]:  # backward edges from the rightmost vertex, targets on the rightmost path
-            if (r, v) not in info.pedges:
-                le = nbr_r.get(m[v])
-                if le is not None:
-                    out.setdefault((r, v, lr, le, info.labels[v]), []).append((gid, m))
-        used = set(m)
-        for i in rp:  # forward edges from the rightmost path to new vertices
-            li = info.labels[i]
+        for v, lv in backward:  # backward edges from the rightmost vertex, targets on the rightmost path
+            le = nbr_r.get(m[v])
+            if le is not None and (bounds is None or (le, lr) >= bounds.step[v]):
+                out[(r, v, lr, le, lv)].append((gid, m))
+        for i, li in forward:  # forward edges from the rightmost path to new vertices
             for w, le in g.adj[m[i]].items():
-                if w not in used:
-                    out.setdefault((i, n, li, le, g.labels[w]), []).append((gid, m + (w,)))
-    return out
+                if w not in m:
+                    lw = g.labels[w]
+                    if bounds is None or (lw >= bounds.root and (le, lw) >= bounds.step[i]):
+                        out[(i, n, li, le, lw)].append((gid, m + (w,)))
+    return dict(out)
 
 
 def _initial(graphs: Sequence[_LG], gids: Iterable[int] | None = None) -> dict[Edge5, list[Embedding]]:
@@ -543,11 +575,17 @@ def _children(
     code: DFSCode, embs: Sequence[Embedding], lgs: Sequence[_LG], min_support: int
 ) -> list[tuple[DFSCode, list[Embedding], list[int]]]:
     """Canonical children (minimum codes one edge larger) with support >= min_support."""
-    ext = _initial(lgs) if not code else _extend(_code_info(code), lgs, embs)
+    if code:
+        info = _code_info(code)
+        ext = _extend(info, lgs, embs, _bounds(code, info))
+    else:
+        ext = _initial(lgs)
     out = []
     for e in sorted(ext, key=_edge_key):
         if not code and e[2] > e[4]:
             continue  # the reversed edge is smaller
+        if len(ext[e]) < min_support:
+            continue  # fewer embeddings than graphs needed
         sup = _support(ext[e])
         if len(sup) < min_support:
             continue

@@ -46,6 +46,15 @@ the greedy earliest match of the pattern's prefix ``(s_1, ..., s_{l-1})`` and co
 * the supports (and the label-weighted sums of the gain bound) of *all* item extensions of a node come
   from one gather of the items at the node's True positions, a ``np.unique`` of (instance, item) keys and
   a ``np.bincount`` -- no Python loop over instances or (pattern, instance) pairs.
+
+Sequences of single items
+-------------------------
+When no itemset of the data holds two items (PrefixSpan's setting), no pattern element can either, and
+:func:`frequent_patterns` grows the patterns level by level on pseudo-projected databases instead of
+walking the tree node by node: each pattern keeps, per instance that contains it, the position after
+its greedy earliest match, and the supports of the extensions of *all* the patterns of a level come
+from one count over (pattern, item) keys of the distinct items of their suffixes. The result, order
+included, is that of the reverse search.
 """
 
 from __future__ import annotations
@@ -325,29 +334,84 @@ def gain_bound(support: np.ndarray, y: np.ndarray, weights: np.ndarray) -> float
 # encoded data and search nodes
 
 
-class _Encoded:
-    """The instances as flat positions (``n * L + j``) with CSR item lists and inverted item lists."""
+def _plain_arrays(data: object) -> tuple[str, np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(kind, sequence lengths, itemset sizes, items)`` of plain input, by C-level passes; else None.
 
-    def __init__(self, kind: str, instances: list) -> None:
-        seqs = [(x,) for x in instances] if kind == "sets" else instances
+    Plain input is a non-empty list or tuple of sets / frozensets of ``int`` (itemsets), or of lists /
+    tuples of them (sequences), with items in ``[0, 2**63 - 1]``. The items are listed itemset by
+    itemset. Anything else -- other integer types, subclasses, invalid data -- gives None, and
+    :func:`_encode` falls back to the per-item checks of :func:`_check_data` (and their messages).
+    """
+    if type(data) not in (list, tuple) or not data:
+        return None
+    outer = set(map(type, data))
+    if outer <= {frozenset, set}:
+        kind, elems = "sets", data
+    elif outer <= {tuple, list}:
+        kind, elems = "sequences", list(itertools.chain.from_iterable(data))
+        if not set(map(type, elems)) <= {frozenset, set}:
+            return None
+    else:
+        return None
+    items = list(itertools.chain.from_iterable(elems))
+    if not set(map(type, items)) <= {int}:
+        return None
+    try:
+        arr = np.array(items, dtype=np.int64)
+    except OverflowError:
+        return None
+    if arr.size and arr.min() < 0:
+        return None
+    n = len(data)
+    seq_len = np.ones(n, np.int64) if kind == "sets" else np.fromiter(map(len, data), np.int64, n)
+    return kind, seq_len, np.fromiter(map(len, elems), np.int64, len(elems)), arr
+
+
+def _arrays(data: object) -> tuple[str, np.ndarray, np.ndarray, np.ndarray]:
+    """Validate ``data`` (a list of itemsets or of itemset sequences): :func:`_plain_arrays` of it."""
+    arrays = _plain_arrays(data)
+    if arrays is None:
+        _, instances = _check_data(data)  # raises on invalid data
+        arrays = _plain_arrays(instances)
+        assert arrays is not None
+    return arrays
+
+
+def _encode(data: object) -> _Encoded:
+    return _Encoded(*_arrays(data))
+
+
+def _compact(items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct items and the index of each item among them."""
+    if items.size and items.max() < 4 * items.size + 4096:  # small ids: one count instead of a sort
+        present = np.bincount(items) > 0
+        return np.flatnonzero(present), (np.cumsum(present) - 1)[items]
+    return np.unique(items, return_inverse=True)
+
+
+class _Encoded:
+    """The instances as flat positions (``n * L + j``) with CSR item lists and inverted item lists.
+
+    Built from :func:`_plain_arrays`: ``seq_len[n]`` itemsets in instance ``n`` (1 for sets),
+    ``set_len[k]`` items in itemset ``k``, and the items of all itemsets in order.
+    """
+
+    def __init__(self, kind: str, seq_len: np.ndarray, set_len: np.ndarray, items: np.ndarray) -> None:
         self.sequences = kind == "sequences"
-        self.N = len(seqs)
-        self.L = max(1, max(len(x) for x in seqs))
-        vocab = sorted(set().union(*(e for x in seqs for e in x)))
-        self.vocab = np.asarray(vocab, dtype=np.int64)
-        self.V = len(vocab)
-        index = {v: i for i, v in enumerate(vocab)}
+        self.N = seq_len.size
+        self.L = max(1, int(seq_len.max()))
+        self.vocab, compact = _compact(items)
+        self.V = self.vocab.size
+        row = np.repeat(np.arange(self.N), seq_len)  # the instance of each itemset
+        first = np.cumsum(seq_len) - seq_len
+        flat = row * self.L + np.arange(set_len.size) - first[row]  # the position of each itemset
         counts = np.zeros(self.N * self.L, dtype=np.int64)
-        items: list[int] = []
-        valid = np.zeros((self.N, self.L), dtype=bool)
-        for n, x in enumerate(seqs):
-            valid[n, :len(x)] = True
-            for j, e in enumerate(x):
-                counts[n * self.L + j] = len(e)
-                items.extend(sorted(index[i] for i in e))
-        self.valid = valid.reshape(-1)
+        counts[flat] = set_len
+        self.valid = np.zeros(self.N * self.L, dtype=bool)
+        self.valid[flat] = True
         self.indptr = np.concatenate([[0], np.cumsum(counts)])
-        self.items = np.asarray(items, dtype=np.int64)
+        owner = np.repeat(np.arange(set_len.size), set_len)
+        self.items = compact[np.lexsort((compact, owner))].astype(np.int64)  # sorted in each itemset
         pos = np.repeat(np.arange(self.N * self.L), counts)
         order = np.argsort(self.items, kind="stable")
         self.item_ptr = np.concatenate([[0], np.cumsum(np.bincount(self.items, minlength=self.V))])
@@ -442,10 +506,10 @@ def occurrence_matrix(patterns: Sequence, data: Sequence) -> np.ndarray:
         from structtorch.mining import graphs
 
         return graphs.occurrence_matrix(patterns, data)
-    kind, instances = _check_data(data)
+    enc = _encode(data)
+    kind = "sequences" if enc.sequences else "sets"
     if isinstance(patterns, (str, bytes)) or not isinstance(patterns, Sequence):
         raise TypeError(f"patterns must be a list of patterns, got {type(patterns).__name__}")
-    enc = _Encoded(kind, instances)
     index = {int(v): i for i, v in enumerate(enc.vocab.tolist())}
     out = np.zeros((enc.N, len(patterns)), dtype=bool)
     for k, pattern in enumerate(patterns):
@@ -516,6 +580,184 @@ def separating_weights(data: Sequence, y: object, *, rho: float = 1.0) -> list[t
 
 
 # --------------------------------------------------------------------------------------------------
+# sequences of single items: level-wise growth of pseudo-projected databases
+
+
+class _ItemSequences:
+    """Sequences of single items laid end to end (empty itemsets dropped: they match no element).
+
+    ``item[p]`` is the (compact) item at flat position ``p``, ``end[p]`` the end of its sequence and
+    ``prev[p]`` the previous position of the same item in the same sequence (-1 if none). A *state*
+    ``p`` stands for the suffix ``item[p:end[p]]``; its distinct items are at the positions ``q >= p``
+    with ``prev[q] < p`` (their first occurrences), so no deduplication is needed. Positions are int32
+    when they fit (half the memory traffic of the gathers).
+    """
+
+    def __init__(self, seq_len: np.ndarray, set_len: np.ndarray, items: np.ndarray) -> None:
+        self.vocab, item = _compact(items)
+        self.V = self.vocab.size
+        row = np.repeat(np.arange(seq_len.size), seq_len)[set_len > 0]  # the instance of each item
+        count = np.bincount(row, minlength=seq_len.size)
+        off = np.concatenate([[0], np.cumsum(count)])
+        self.dtype = np.int32 if item.size < 2**31 - 1 else np.int64
+        self.item = item.astype(self.dtype)
+        self.end = off[1:][row].astype(self.dtype)
+        self.starts = off[:-1][count > 0].astype(self.dtype)
+        self.has_next = np.arange(1, item.size + 1) < self.end
+        key = row * self.V + item
+        order = np.argsort(key, kind="stable")
+        same = key[order[1:]] == key[order[:-1]]
+        self.prev = np.full(item.size, -1, dtype=self.dtype)
+        self.prev[order[1:][same]] = order[:-1][same]
+
+    def extensions(self, node: np.ndarray, state: np.ndarray, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+        """For each pair ``(node[k], state[k])`` (``node < n_nodes``) and each distinct item after
+        ``state[k]``: the key ``node[k] * V + item`` and the item's first position ``q``."""
+        k = self.end[state] - state
+        offsets = np.cumsum(k, dtype=self.dtype) - k
+        q = np.arange(int(k.sum()), dtype=self.dtype) + np.repeat(state - offsets, k)
+        first = self.prev[q] < np.repeat(state, k)
+        q = q[first]
+        key_type = np.int32 if n_nodes * self.V < 2**31 else np.int64
+        base = node.astype(key_type) * key_type(self.V)
+        return np.repeat(base, k)[first] + self.item[q], q
+
+
+def _frequent_keys(keys: np.ndarray, size: int, sigma: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The keys in ``[0, size)`` that occur at least ``sigma`` times (sorted), their counts, and the rank
+    of each entry's key among them (-1 for an infrequent key)."""
+    if size <= 8 * keys.size + 4096:  # a dense count
+        counts = np.bincount(keys, minlength=size)
+        freq = np.flatnonzero(counts >= sigma)
+        rank = np.full(size, -1, dtype=keys.dtype)
+        rank[freq] = np.arange(freq.size)
+        return freq, counts[freq], rank[keys]
+    uniq, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+    ok = counts >= sigma
+    rank = np.where(ok, np.cumsum(ok) - 1, -1)
+    return uniq[ok], counts[ok], rank[inverse]
+
+
+_CHUNK = 1 << 22  # suffix entries scanned at once: bounds the temporary arrays and the pending pairs
+
+
+def _runs(k: np.ndarray, budget: int) -> np.ndarray:
+    """Cut points ``0 = c_0 < ... < c_m = len(k)`` splitting ``k`` into runs summing to about ``budget``."""
+    total = np.cumsum(k)
+    cuts = np.searchsorted(total, budget * np.arange(1, int(total[-1]) // budget + 1))
+    return np.unique(np.concatenate([[0], cuts, [k.size]]))
+
+
+def _grow(seqs: _ItemSequences, node: np.ndarray, state: np.ndarray, n_nodes: int, sigma: int,
+          pairs: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The frequent one-item extensions of ``n_nodes`` patterns with the pairs ``(node, state)``.
+
+    Returns the frequent keys ``pattern * V + item`` (sorted), their supports, and the pairs of the
+    extensions (``node`` now indexing the frequent keys; none unless ``pairs``). The suffixes are
+    scanned in runs of about ``_CHUNK`` entries; with more than one run, a first pass counts the keys
+    and a second one collects the pairs.
+    """
+    cuts = _runs(seqs.end[state] - state, _CHUNK)
+    if cuts.size == 2:
+        keys, q = seqs.extensions(node, state, n_nodes)
+        freq, support, rank = _frequent_keys(keys, n_nodes * seqs.V, sigma)
+        keep = (rank >= 0) & seqs.has_next[q] if pairs else np.zeros(q.size, dtype=bool)
+        return freq, support, rank[keep], q[keep] + 1
+    runs = list(zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True))
+    freq, support = _count_runs(seqs, node, state, n_nodes, runs)
+    freq, support = freq[support >= sigma], support[support >= sigma]
+    nodes, states = [np.zeros(0, np.int64)], [np.zeros(0, seqs.dtype)]
+    for a, b in runs if pairs and freq.size else ():
+        keys, q = seqs.extensions(node[a:b], state[a:b], n_nodes)
+        rank = np.minimum(np.searchsorted(freq, keys), freq.size - 1)
+        keep = (freq[rank] == keys) & seqs.has_next[q]
+        nodes.append(rank[keep])
+        states.append(q[keep] + 1)
+    return freq, support, np.concatenate(nodes), np.concatenate(states)
+
+
+def _count_runs(seqs: _ItemSequences, node: np.ndarray, state: np.ndarray, n_nodes: int,
+                runs: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """The keys of the extensions of the pairs, run by run, and their counts (sorted by key)."""
+    size = n_nodes * seqs.V
+    if size <= _CHUNK:  # one dense count
+        counts = np.zeros(size, dtype=np.int64)
+        for a, b in runs:
+            counts += np.bincount(seqs.extensions(node[a:b], state[a:b], n_nodes)[0], minlength=size)
+        keys = np.flatnonzero(counts)
+        return keys, counts[keys]
+    counted = [np.unique(seqs.extensions(node[a:b], state[a:b], n_nodes)[0], return_counts=True)
+               for a, b in runs]
+    keys, inverse = np.unique(np.concatenate([u for u, _ in counted]), return_inverse=True)
+    return keys, np.bincount(inverse, weights=np.concatenate([c for _, c in counted])).astype(np.int64)
+
+
+def _batches(seqs: _ItemSequences, ids: np.ndarray, node: np.ndarray,
+             state: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Split the patterns ``ids`` (with their pairs) into runs of patterns with about ``_CHUNK`` suffix
+    entries each: ``(ids, node, state)`` per run, ``node`` indexing the run's ``ids``."""
+    cuts = _runs(np.bincount(node, weights=seqs.end[state] - state, minlength=ids.size), _CHUNK)
+    if cuts.size == 2:
+        return [(ids, node, state)]
+    out = []
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
+        sel = (node >= a) & (node < b)
+        out.append((ids[a:b], node[sel] - a, state[sel]))
+    return out
+
+
+def _frequent_item_sequences(seqs: _ItemSequences, sigma: int, limit: float) -> list[tuple[object, int]]:
+    """:func:`frequent_patterns` on sequences of single items (PrefixSpan's setting), in batches.
+
+    A pattern keeps one ``(pattern, state)`` pair per instance that contains it, ``state`` being the
+    position right after its greedy earliest match (a pseudo-projected database). The extensions of a
+    whole batch of patterns are counted at once: each pair contributes the distinct items of its
+    suffix, keyed ``pattern * V + item``, and one count over the keys gives every support. The frequent
+    extensions form the next batch -- on the data of the benchmarks, a batch is a whole level -- split
+    so that no batch scans much more than ``_CHUNK`` entries; batches are grown depth first.
+    """
+    single = [frozenset((v,)) for v in seqs.vocab.tolist()]
+    patterns: list[tuple] = [()]  # by id; id 0 is the empty pattern, held by every non-empty instance
+    grown: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (parent id, item, support) per batch
+    root = (np.zeros(1, np.int64), np.zeros(seqs.starts.size, np.int64), seqs.starts)
+    stack = [root] if seqs.starts.size else []
+    while stack:
+        ids, node, state = stack.pop()
+        more = len(patterns[ids[0]]) + 1 < limit  # whether the extensions are extended in turn
+        freq, support, node, state = _grow(seqs, node, state, ids.size, sigma, pairs=more)
+        if freq.size == 0:
+            continue
+        parent, item = ids[freq // seqs.V], freq % seqs.V
+        new = np.arange(len(patterns), len(patterns) + freq.size)
+        patterns.extend([patterns[a] + (single[e],)
+                         for a, e in zip(parent.tolist(), item.tolist(), strict=True)])
+        grown.append((parent, item, support))
+        if more and node.size:
+            stack.extend(_batches(seqs, new, node, state))
+    if not grown:
+        return []
+    parent, item, support = (np.concatenate(a) for a in zip(*grown, strict=True))
+    order = _preorder(parent, item, np.fromiter(map(len, patterns[1:]), np.int64, parent.size))
+    supports = support.tolist()
+    return [(patterns[i + 1], supports[i]) for i in order.tolist()]
+
+
+def _preorder(parent: np.ndarray, item: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """The order of the reverse search of :func:`_frequent_search` over the patterns ``1, 2, ...``
+    (pattern ``k + 1`` is ``parent[k]`` extended by ``item[k]``, of ``size[k]`` items).
+
+    On sequences of single items that order is lexicographic in the items, a prefix first: sort the
+    item codes padded with -1.
+    """
+    codes = np.full((parent.size + 1, int(size.max())), -1, dtype=np.int64)
+    for d in range(1, codes.shape[1] + 1):  # parents have one item less: fill level by level
+        k = np.flatnonzero(size == d)
+        codes[k + 1] = codes[parent[k]]
+        codes[k + 1, d - 1] = item[k]
+    return np.lexsort(codes[1:].T[::-1])
+
+
+# --------------------------------------------------------------------------------------------------
 # miners
 
 
@@ -543,10 +785,17 @@ def frequent_patterns(data: Sequence, min_support: int | float, *,
         from structtorch.mining import graphs
 
         return graphs.frequent_patterns(data, min_support, max_size=max_size)
-    kind, instances = _check_data(data)
-    sigma = _check_support("min_support", min_support, len(instances))
+    arrays = _arrays(data)
+    kind, seq_len, set_len, items = arrays
+    sigma = _check_support("min_support", min_support, seq_len.size)
     limit = _check_max_size(max_size)
-    enc = _Encoded(kind, instances)
+    if kind == "sequences" and set_len.max(initial=0) <= 1:
+        return _frequent_item_sequences(_ItemSequences(seq_len, set_len, items), sigma, limit)
+    return _frequent_search(_Encoded(*arrays), sigma, limit)
+
+
+def _frequent_search(enc: _Encoded, sigma: int, limit: float) -> list[tuple[object, int]]:
+    """:func:`frequent_patterns` by depth-first reverse search over the position masks (any data)."""
     out: list[tuple[object, int]] = []
     stack: list[tuple[_Node, int]] = [(_root(enc), 0)]
     while stack:
@@ -607,13 +856,12 @@ def best_patterns(data: Sequence, y: object, weights: object, *, top_k: int = 1,
         from structtorch.mining import graphs
 
         return graphs.best_patterns(data, y, weights, top_k=top_k, max_size=max_size, min_support=min_support)
-    kind, instances = _check_data(data)
-    yy, ww = _check_labels(y, weights, len(instances))
+    enc = _encode(data)
+    yy, ww = _check_labels(y, weights, enc.N)
     if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1:
         raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
-    sigma = _check_support("min_support", min_support, len(instances))
+    sigma = _check_support("min_support", min_support, enc.N)
     limit = _check_max_size(max_size)
-    enc = _Encoded(kind, instances)
     wpos = np.where(yy > 0, ww, 0.0)
     wneg = np.where(yy < 0, ww, 0.0)
     total = float((ww * yy).sum())

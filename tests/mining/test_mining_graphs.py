@@ -259,6 +259,23 @@ def test_frequent_patterns_against_brute_force(seed, min_support):
     assert frac == got
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_pruned_extensions_keep_every_canonical_child(seed):
+    """gSpan's label bounds (used by the miners) skip only extensions whose code is not minimal."""
+    rng = random.Random(200 + seed)
+    graphs = [G._as_graph(random_connected(rng, 4, 7, 2, 2, 0.4)) for _ in range(4)]
+    skipped = 0
+    for code, _ in G.frequent_patterns(graphs, 1, max_size=4):
+        embs = G._embeddings(code, graphs)
+        info = G._code_info(code)
+        full = G._extend(info, graphs, embs)
+        pruned = G._extend(info, graphs, embs, G._bounds(code, info))
+        assert all(pruned[e] == full[e] for e in pruned)
+        assert {e for e in full if G.is_min_code(code + (e,))} <= set(pruned)
+        skipped += len(full) - len(pruned)
+    assert skipped > 0
+
+
 def test_frequent_patterns_sizes():
     graphs = _data(4)
     got = G.frequent_patterns(graphs, 1, max_size=2)

@@ -22,6 +22,7 @@ from structtorch.mining import (
     parent,
     separating_weights,
 )
+from structtorch.mining import sequences as S
 
 f = frozenset
 a, b, c, d = 0, 1, 2, 3
@@ -237,6 +238,106 @@ def test_best_patterns_exhaustive_sets(seed):
             gains.append(abs(gain(s, y, lam)))
     got = best_patterns(data, y, lam, top_k=3, max_size=3, min_support=2)
     assert np.allclose([g for _, _, g in got], sorted(gains, reverse=True)[:3])
+
+
+# ---- sequences of single items (the level-wise pseudo-projection path) ----------------------------
+
+
+def item_sequences(rng, n, alphabet, max_len):
+    """Sequences of single items from ``alphabet`` (ints), about one itemset in ten empty."""
+    return [tuple(f() if rng.random() < 0.1 else f({int(rng.choice(alphabet))})
+                  for _ in range(rng.integers(0, max_len + 1))) for _ in range(n)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_frequent_item_sequences_exhaustive(seed):
+    rng = np.random.default_rng(seed)
+    alphabet = [2, 5, 11]
+    data = item_sequences(rng, 30, alphabet, 6)
+    for sigma, max_size in [(1, None), (3, None), (0.2, 2), (2, 3)]:
+        got = frequent_patterns(data, sigma, max_size=max_size)
+        count = sigma if isinstance(sigma, int) else int(np.ceil(sigma * len(data)))
+        expected = {}
+        for k in range(1, (max_size or 6) + 1):
+            for p in itertools.product(alphabet, repeat=k):
+                p = tuple(f({i}) for i in p)
+                c = sum(brute_contains(p, x) for x in data)
+                if c >= count:
+                    expected[p] = c
+        assert len(got) == len(expected) and dict(got) == expected
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_frequent_item_sequences_match_reverse_search(seed):
+    """The level-wise path returns what the reverse search over position masks returns, in its order."""
+    rng = np.random.default_rng(seed)
+    small = item_sequences(rng, 60, rng.choice(100, size=5, replace=False), 8)
+    large = item_sequences(rng, 60, rng.choice(10**12, size=300, replace=False), 8)  # sparse counts
+    for data in (small, large):
+        for sigma, max_size in [(1, None), (4, None), (2, 1), (3, 3)]:
+            got = frequent_patterns(data, sigma, max_size=max_size)
+            limit = S._check_max_size(max_size)
+            assert got == S._frequent_search(S._encode(data), sigma, limit)
+
+
+@pytest.mark.parametrize("chunk", [7, 300])
+def test_frequent_item_sequences_in_batches(monkeypatch, chunk):
+    """Levels too large for one scan are split into batches and counted run by run: same result."""
+    rng = np.random.default_rng(5)
+    small = item_sequences(rng, 80, [1, 2, 3, 4], 9)
+    large = item_sequences(rng, 80, np.arange(0, 10**6, 997), 9)  # sparse counts
+    cases = [(small, 1, None), (small, 6, None), (small, 3, 2), (large, 1, 3), (large, 2, None)]
+    expected = [frequent_patterns(data, sigma, max_size=size) for data, sigma, size in cases]
+    monkeypatch.setattr(S, "_CHUNK", chunk)
+    assert [frequent_patterns(data, sigma, max_size=size) for data, sigma, size in cases] == expected
+    assert frequent_patterns(small, 81) == []
+
+
+def test_frequent_keys_dense_and_sparse():
+    keys = np.random.default_rng(0).integers(0, 50, 300)
+    values, counts = np.unique(keys, return_counts=True)
+    for size in (50, 10**6):  # a bincount, then a sort
+        freq, count, rank = S._frequent_keys(keys.astype(np.int32), size, 8)
+        assert freq.tolist() == values[counts >= 8].tolist() and count.tolist() == counts[counts >= 8].tolist()
+        hit = rank >= 0
+        assert hit.tolist() == np.isin(keys, freq).tolist() and (freq[rank[hit]] == keys[hit]).all()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_frequent_item_sequences_match_prefixspan(seed):
+    prefixspan = pytest.importorskip("prefixspan")
+    rng = np.random.default_rng(seed)
+    db = [rng.integers(0, 8, size=rng.integers(1, 12)).tolist() for _ in range(80)]
+    data = [tuple(f({i}) for i in x) for x in db]
+    for sigma in (2, 5, 12):
+        ours = {tuple(min(e) for e in p): c for p, c in frequent_patterns(data, sigma)}
+        peer = {tuple(p): c for c, p in prefixspan.PrefixSpan(db).frequent(sigma)}
+        assert ours == peer
+
+
+def test_plain_and_checked_inputs_agree():
+    """Lists, numpy ints and tuple subclasses (validated item by item) mine like tuples of frozensets of int."""
+    rng = np.random.default_rng(4)
+    for data in (item_sequences(rng, 20, [0, 1, 2], 5), random_sequences(rng, 20, np.arange(4), 5, 2)):
+        expected = frequent_patterns(data, 2)
+        as_lists = [[set(e) for e in x] for x in data]
+        numpy_ints = [tuple(f(np.int64(i) for i in e) for e in x) for x in data]
+
+        class Seq(tuple):
+            pass
+
+        for variant in (as_lists, numpy_ints, [Seq(x) for x in data], tuple(data)):
+            assert frequent_patterns(variant, 2) == expected
+            assert occurrence_matrix([p for p, _ in expected], variant).all(axis=0).tolist() == \
+                occurrence_matrix([p for p, _ in expected], data).all(axis=0).tolist()
+    with pytest.raises(TypeError, match=r"data\[0\]\[0\]"):
+        frequent_patterns([seq({True})], 1)
+    with pytest.raises(ValueError, match=r"data\[1\]\[0\]"):
+        frequent_patterns([seq({1}), seq({2**63})], 1)
+    with pytest.raises(TypeError, match=r"data\[0\]\[0\]"):
+        frequent_patterns([seq({1.0})], 1)
+    assert frequent_patterns([seq({2**63 - 1}, {2**63 - 1})], 1)[-1] == (seq({2**63 - 1}, {2**63 - 1}), 1)
+    assert frequent_patterns([(), (f(),)], 1) == []
 
 
 # ---- bad input ------------------------------------------------------------------------------------
