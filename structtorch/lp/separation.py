@@ -23,13 +23,14 @@ its non-support neighbours: vertices further out can neither be reached from i_o
 in the residual graph, so both nearest minimum cuts are the ones of the whole network. The
 components come from one breadth-first search, or, for a support that several pairs of a round
 share (the first cut of one representative i is the same for every j), from one labelling of all
-components. The cuts, and so the LP's rows and optimum, are exactly those of one max-flow per pair
-on the whole network; on thin, noisy label planes the support components are small and most pairs
-lie in different ones.
+components, kept for the round in a cache of bounded size (least recently used out). The cuts,
+and so the LP's rows and optimum, are exactly those of one max-flow per pair on the whole network;
+on thin, noisy label planes the support components are small and most pairs lie in different ones.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -46,6 +47,7 @@ __all__ = ["connectivity_cut", "Separator"]
 
 _INF = 2**30
 _MARGIN = 1e-9  # certificates of "not violated" keep this far from the tolerance (rounding)
+_CACHED_LABELS = 1 << 22  # vertex labels a round keeps at most (about): bounds _Plane.seen
 
 Cut = tuple[float, int, int, np.ndarray]  # (violation, i, j, separator)
 Weighted = tuple[float, np.ndarray]  # (exact y-weight, separator)
@@ -71,6 +73,7 @@ class Separator:
 
     @classmethod
     def build(cls, edges: Tensor, num_nodes: int) -> Separator:
+        """The separator of the graph with ``num_nodes`` vertices and validated ``edges`` (E, 2)."""
         adj = adjacency(edges, num_nodes)
         adj.sort_indices()
         adj.indices, adj.indptr = adj.indices.astype(np.int32), adj.indptr.astype(np.int32)
@@ -103,17 +106,18 @@ class Separator:
         Parameters
         ----------
         y : np.ndarray (V,)
-            The label plane, in [0, 1].
+            The label plane, in [0, 1] (the certificate of ``floor`` needs y >= 0).
         i, j : int
             The pair, non-adjacent.
         scale : float
-            Capacities are ``round(y * scale)``.
+            Capacities are ``round(y * scale)`` (those of ``plane`` when it is given).
         blocked : np.ndarray of int, optional
             Vertices the separator may not use (infinite capacity).
         near_source : bool
             Return the minimum cut nearest to i (True) or to j.
         plane : _Plane, optional
-            The capacities of y with the components found so far, shared by the calls on one y.
+            The capacities of y with the components found so far, shared by the calls on one y: it
+            must have been built from this ``y`` and ``scale``.
         floor : float, optional
             Give up (None) without a flow when an i-j path has only inner vertices with
             y >= floor or blocked: every separator then weighs at least ``floor``.
@@ -258,14 +262,18 @@ class _Plane:
     identified by the vertices added to the positive ones. The pairs of one round share a few
     supports (no blocked vertex before the first cut, the same first cut for one representative
     i), so a support met a second time gets all its components labelled once; one met once gets
-    a breadth-first search from the vertex asked about.
+    a breadth-first search from the vertex asked about. ``seen`` keeps the supports met (None
+    until labelled), the least recently used dropped beyond ``capacity`` entries: a round with no
+    cut limit can meet a new support for almost every pair, and (V,) labels for each would grow
+    without bound. A dropped support is searched afresh, with the same result.
     """
 
     def __init__(self, sep: Separator, y: np.ndarray, scale: float):
         self.sep = sep
         self.caps = sep.capacities(y, scale)
         self.positive = self.caps > 0
-        self.seen: dict[bytes, _Components | None] = {}
+        self.seen: OrderedDict[bytes, _Components | None] = OrderedDict()
+        self.capacity = max(16, _CACHED_LABELS // max(1, sep.num_nodes))
 
     def side(self, i: int, j: int, blocked: np.ndarray, s: int) -> _Side:
         """The component of s (i or j) in the support of the pair (i, j) with ``blocked``."""
@@ -276,8 +284,11 @@ class _Plane:
         key = added.tobytes()
         if key not in self.seen:  # first time: one search from s
             self.seen[key] = None
+            if len(self.seen) > self.capacity:
+                self.seen.popitem(last=False)
             reached = self.sep.reach(support, s)
             return _Side(reached & support, np.nonzero(reached & ~support)[0])
+        self.seen.move_to_end(key)
         if self.seen[key] is None:  # second time: label every component
             self.seen[key] = self._label(support)
         V, labels, keys = self.sep.num_nodes, self.seen[key].labels, self.seen[key].boundary_keys

@@ -330,6 +330,8 @@ class _Bounds(NamedTuple):
 
 
 def _bounds(code: DFSCode, info: _CodeInfo) -> _Bounds:
+    """The :class:`_Bounds` of a non-empty minimum code with its :func:`_code_info` (labels are
+    non-negative, so ``(-1, -1)`` bounds nothing)."""
     rp = info.rmpath
     step = dict.fromkeys(rp, (-1, -1))
     for i, j, _, le, lj in code:

@@ -378,6 +378,7 @@ def _arrays(data: object) -> tuple[str, np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _encode(data: object) -> _Encoded:
+    """Validate ``data`` and encode it for the reverse search (:class:`_Encoded`)."""
     return _Encoded(*_arrays(data))
 
 
@@ -667,7 +668,7 @@ def _grow(seqs: _ItemSequences, node: np.ndarray, state: np.ndarray, n_nodes: in
     freq, support = _count_runs(seqs, node, state, n_nodes, runs)
     freq, support = freq[support >= sigma], support[support >= sigma]
     nodes, states = [np.zeros(0, np.int64)], [np.zeros(0, seqs.dtype)]
-    for a, b in runs if pairs and freq.size else ():
+    for a, b in runs if pairs and freq.size else []:  # the second pass, when there are pairs to keep
         keys, q = seqs.extensions(node[a:b], state[a:b], n_nodes)
         rank = np.minimum(np.searchsorted(freq, keys), freq.size - 1)
         keep = (freq[rank] == keys) & seqs.has_next[q]
@@ -695,14 +696,16 @@ def _count_runs(seqs: _ItemSequences, node: np.ndarray, state: np.ndarray, n_nod
 def _batches(seqs: _ItemSequences, ids: np.ndarray, node: np.ndarray,
              state: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Split the patterns ``ids`` (with their pairs) into runs of patterns with about ``_CHUNK`` suffix
-    entries each: ``(ids, node, state)`` per run, ``node`` indexing the run's ``ids``."""
+    entries each: ``(ids, node, state)`` per run, ``node`` indexing the run's ``ids``. A run of
+    patterns without pairs (each ends every sequence that holds it) has nothing to extend: dropped."""
     cuts = _runs(np.bincount(node, weights=seqs.end[state] - state, minlength=ids.size), _CHUNK)
     if cuts.size == 2:
         return [(ids, node, state)]
     out = []
     for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
         sel = (node >= a) & (node < b)
-        out.append((ids[a:b], node[sel] - a, state[sel]))
+        if sel.any():
+            out.append((ids[a:b], node[sel] - a, state[sel]))
     return out
 
 

@@ -22,6 +22,7 @@ from hypothesis import strategies as st_
 from scipy.sparse.csgraph import breadth_first_order, connected_components, maximum_flow
 
 from structtorch import lp
+from structtorch.lp import separation
 from structtorch.lp.graph import adjacency
 from structtorch.lp.separation import _INF, Separator, _Plane
 
@@ -171,6 +172,40 @@ def test_violated_equals_the_loop_before_issue_26(seed, limit, nested, offset):
     got = sep.violated(y, 1e-6, limit, nested, offset)
     want = reference_violated(adjacency(edges, H * H), y, 1e-6, limit, nested, offset)
     assert same_cuts(got, want) and (len(want) > 0 or seed > 0)
+
+
+@settings(deadline=None, max_examples=40)
+@given(graph=lp_graphs(max_nodes=9), seed=st_.integers(0, 2**31), tol=st_.sampled_from([1e-6, 1e-9]),
+       nested=st_.integers(1, 4), limit=st_.sampled_from([None, 1, 3]), offset=st_.sampled_from([0.0, 0.1]))
+def test_violated_equals_the_loop_before_issue_26_on_any_graph(graph, seed, tol, nested, limit, offset):
+    """Disconnected graphs, ties, values just above the tolerance and below the capacity resolution
+    (with tol = 1e-9, as stability.py uses: pairs whose ends have zero capacity), y near 1."""
+    V, edges = graph
+    rng = np.random.default_rng(seed)
+    y = rng.choice([0.0, 1.0, 1.0, 0.5, 0.25, 0.75, 4e-7, 5e-7, 2e-9, 1 - 1e-7, 1 / 3, 2 / 3], size=V)
+    got = Separator.build(edges, V).violated(y, tol, limit, nested, offset)
+    assert same_cuts(got, reference_violated(adjacency(edges, V), y, tol, limit, nested, offset))
+
+
+def test_bounded_cache_keeps_the_cuts(monkeypatch):
+    """With room for 16 supports only (least recently used dropped), a round without a cut limit
+    that meets many more gives the cuts of the reference, and no plane holds more than 16."""
+    planes = []
+    init = _Plane.__init__
+    monkeypatch.setattr(_Plane, "__init__", lambda self, *a: init(self, *a) or planes.append(self))
+    H = 7
+    y = thin_plane(H, np.random.default_rng(3))
+    sep = Separator.build(lp.grid_edges(H, H), H * H)
+    want = sep.violated(y, 1e-6, None, 4)
+    assert len(planes[0].seen) > 16  # unbounded here: the supports the round meets
+    monkeypatch.setattr(separation, "_CACHED_LABELS", 1)
+    sizes = []
+    side = _Plane.side
+    monkeypatch.setattr(_Plane, "side", lambda self, *a: sizes.append(len(self.seen)) or side(self, *a))
+    got = sep.violated(y, 1e-6, None, 4)
+    assert same_cuts(got, want)
+    assert same_cuts(got, reference_violated(adjacency(lp.grid_edges(H, H), H * H), y, 1e-6, None, 4, 0.0))
+    assert planes[1].capacity == 16 and max(sizes) == 16
 
 
 @pytest.mark.parametrize("seed", range(4))

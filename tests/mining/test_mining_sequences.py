@@ -293,6 +293,25 @@ def test_frequent_item_sequences_in_batches(monkeypatch, chunk):
     assert frequent_patterns(small, 81) == []
 
 
+def test_frequent_item_sequences_batch_of_patterns_without_suffix(monkeypatch):
+    """A batch split whose first patterns end every sequence holding them (no pair to extend: item 0
+    comes last, and its key comes first) is dropped, not scanned as an empty run."""
+    data = [seq({1}, {2}, {3}, {4}, {5}, {0})] * 3
+    expected = S._frequent_search(S._encode(data), 2, S._check_max_size(None))
+    monkeypatch.setattr(S, "_CHUNK", 7)
+    assert frequent_patterns(data, 2) == expected and len(expected) == 2**6 - 1
+
+
+def test_frequent_item_sequences_one_sequence_with_repeats():
+    """One instance, repeated items, an empty itemset: every distinct subsequence once, support 1."""
+    data = [seq({a}, {b}, set(), {a}, {a})]
+    got = frequent_patterns(data, 1)
+    expected = {seq(*map(set, p)) for k in range(1, 5) for p in itertools.combinations([{a}, {b}, {a}, {a}], k)}
+    assert len(got) == len(expected) and {p for p, _ in got} == expected and {n for _, n in got} == {1}
+    assert got == S._frequent_search(S._encode(data), 1, S._check_max_size(None))
+    assert frequent_patterns(data, 2) == []
+
+
 def test_frequent_keys_dense_and_sparse():
     keys = np.random.default_rng(0).integers(0, 50, 300)
     values, counts = np.unique(keys, return_counts=True)
