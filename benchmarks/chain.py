@@ -6,6 +6,7 @@ shared transitions. Peers that are not installed are skipped with a note; torch-
 where its O(B T N^3) scan would need more than --ts-max-gb of memory.
 
     python benchmarks/chain.py [--threads 1] [--device cpu] [--budget 1.5] [--sizes 32,128,16 ...]
+    python benchmarks/chain.py --busy    # structtorch under load: default threads against one
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import statistics
 import time
 
 import torch
+from busy import busy_table
 
 import structtorch as st
 
@@ -125,11 +127,16 @@ def main() -> None:
     p.add_argument("--budget", type=float, default=1.5, help="seconds of repeats per case")
     p.add_argument("--ts-max-gb", type=float, default=4.0, help="skip torch-struct above this")
     p.add_argument("--sizes", nargs="*", default=None, help="B,T,N triples")
+    p.add_argument("--busy", action="store_true", help="time structtorch beside a competing busy process")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     sizes = [tuple(int(v) for v in s.split(",")) for s in args.sizes] if args.sizes else SIZES
     st.viterbi(*inputs(1, 3, 2, device)[:2])  # build the compiled kernels before timing
+    if args.busy:
+        busy_table({f"{op} {B},{T},{N}": fn for B, T, N in sizes
+                    for op, fn in structtorch_cases(*inputs(B, T, N, device)).items()}, args.budget)
+        return
     print(f"# structtorch {st.__version__}, torch {torch.__version__}, device {device}, "
           f"threads {torch.get_num_threads()}, float32, shared transitions")
     print("| B,T,N | op | structtorch | pytorch-crf | torch-struct | st/crf | st/ts |")

@@ -7,6 +7,7 @@ same size, and the batched PyTorch loop over t (the compiled kernel disabled) as
 reference. No peer library computes slack-rescaled inference.
 
     python benchmarks/hamming.py [--threads 1] [--budget 1.0]
+    python benchmarks/hamming.py --busy    # under load: default threads against one
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 
 import torch
+from busy import busy_table
 from chain import fmt, median_time
 
 import structtorch as st
@@ -35,13 +37,24 @@ def cases(u, A, y):
     }
 
 
+def problem(B: int, T: int, N: int):
+    g = torch.Generator().manual_seed(0)
+    u, A = torch.randn(B, T, N, generator=g), torch.randn(N, N, generator=g)
+    return u, A, torch.randint(0, N, (B, T), generator=g)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--budget", type=float, default=1.0)
+    p.add_argument("--busy", action="store_true", help="time structtorch beside a competing busy process")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
+    if args.busy:
+        busy_table({f"{op} {B},{T},{N}": fn for B, T, N in SIZES
+                    for op, fn in cases(*problem(B, T, N)).items()}, args.budget)
+        return
     print(f"# structtorch {st.__version__}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
           "float32, shared transitions, h(k) = k")
     names = list(cases(*(torch.zeros(1, 2, 2), torch.zeros(2, 2), torch.zeros(1, 2, dtype=torch.long))))
@@ -49,9 +62,7 @@ def main() -> None:
           "| torch loop / compiled |")
     print("|---" * (len(names) + 5) + "|")
     for B, T, N in SIZES:
-        g = torch.Generator().manual_seed(0)
-        u, A = torch.randn(B, T, N, generator=g), torch.randn(N, N, generator=g)
-        y = torch.randint(0, N, (B, T), generator=g)
+        u, A, y = problem(B, T, N)
         times = {k: median_time(f, args.budget, device) for k, f in cases(u, A, y).items()}
         with st.use_backend("torch"):
             loop = median_time(lambda: st.loss_augmented(u, A, y, rescaling="slack"),  # noqa: B023

@@ -12,6 +12,7 @@ log-partition with a segment PLiF (forward+backward) and the count tables of los
 inference under slack rescaling (position and segment losses).
 
     python benchmarks/semimarkov.py [--threads 1] [--budget 1.0] [--no-gene] [--no-reference]
+    python benchmarks/semimarkov.py --busy    # under load: default threads against one
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import subprocess
 import sys
 
 import torch
+from busy import busy_table
 from chain import fmt, median_time
 
 import structtorch as st
@@ -82,7 +84,8 @@ def reference_cases(B, T, S, N):
     content, A, length = inputs(B, T, S, N)
     g = torch.Generator().manual_seed(1)
     tracks, ordinates = torch.randn(B, T, N, generator=g), torch.randn(N, 30, generator=g)
-    _, labels, starts = st.semimarkov_viterbi(torch.randn(B, T, N, generator=g), A, max_len=S, length_scores=length)
+    target = torch.randn(B, T, N, generator=g)
+    _, labels, starts = st.semimarkov_viterbi(target, A, max_len=S, length_scores=length)
 
     def plif_fwd_bwd():
         c, o = content.detach().requires_grad_(), ordinates.detach().requires_grad_()
@@ -90,8 +93,8 @@ def reference_cases(B, T, S, N):
         st.semimarkov_log_partition(c, A, max_len=S, length_scores=length, segment_plif=plif).sum().backward()
 
     def slack(loss):
-        return lambda: st.semimarkov_loss_augmented(content, A, labels, starts, max_len=S, length_scores=length,
-                                                    rescaling="slack", loss=loss)
+        return lambda: st.semimarkov_loss_augmented(content, A, labels, starts, max_len=S,
+                                                    length_scores=length, rescaling="slack", loss=loss)
 
     return {"logZ fwd+bwd, segment PLiF": plif_fwd_bwd, "slack, position Hamming": slack("hamming"),
             "slack, segment loss": slack("segment")}
@@ -153,9 +156,17 @@ def main() -> None:
     p.add_argument("--no-gene", action="store_true")
     p.add_argument("--gene-only", action="store_true")
     p.add_argument("--no-reference", action="store_true", help="skip the compiled-vs-reference table")
+    p.add_argument("--busy", action="store_true", help="time structtorch beside a competing busy process")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
+    if args.busy:
+        cases = {f"{op} {','.join(map(str, size))}": fn for size in SIZES
+                 for op, fn in ours(*inputs(*size)).items()}
+        cases.update({f"{op} {','.join(map(str, size))}": fn for size in REFERENCE_SIZES
+                      for op, fn in reference_cases(*size).items()})
+        busy_table(cases, args.budget)
+        return
     print(f"# structtorch {st.__version__}, torch {torch.__version__}, "
           f"threads {torch.get_num_threads()}, float32")
     print("| B,T,S,N | op | structtorch | torch-struct | st/ts |")

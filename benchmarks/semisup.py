@@ -2,6 +2,7 @@
 gradients) and training a kernel chain model (medians of repeats).
 
     python benchmarks/semisup.py [--repeats 3] [--quick] [--device cuda]
+    python benchmarks/semisup.py --busy    # knn_graph under load: default threads against one
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable
 
 import torch
+from busy import busy_table
 
 import structtorch as st
 from structtorch.data import SequenceData, pitch_accent_like
@@ -118,8 +120,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--busy", action="store_true", help="time knn_graph beside a competing busy process")
     args = p.parse_args(argv)
     device = torch.device(args.device)
+    if args.busy:
+        x = torch.randn(20_000, 64)
+        busy_table({"knn_graph 20,000 x 64": lambda: knn_graph(x, 5)}, 0.0, min_runs=args.repeats)
+        return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {device}, "
           f"medians of {args.repeats}")
     knn(args.repeats, args.quick, device)

@@ -11,6 +11,7 @@ import importlib
 from . import metrics
 from ._backend import use_backend
 from ._checks import set_validation, validation_enabled
+from ._threads import set_adaptive_threads
 from .chain import (
     Viterbi,
     kbest,
@@ -110,6 +111,7 @@ __all__ = [
     "use_backend",
     "set_validation",
     "validation_enabled",
+    "set_adaptive_threads",
 ]
 
 __version__ = "0.4.0.dev0"

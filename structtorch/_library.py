@@ -2,7 +2,8 @@
 
 Each dynamic program's kernel entry point is one operator: its schema is inferred from the Python
 signature, its implementation (which picks the backend named by its ``backend`` argument) serves
-every device, and a fake implementation gives ``torch.compile`` the output shapes without running
+every device, on fewer threads while the machine is busy (:func:`structtorch._threads.call_threads`),
+and a fake implementation gives ``torch.compile`` the output shapes without running
 it. Registered with the plain ``torch.library.Library`` API, so that neither importing structtorch
 nor calling an operator imports ``torch._dynamo``. Autograd is not registered on the operators:
 the autograd Functions of ``chain/_ops.py`` and ``semimarkov/_ops.py`` call them outside autograd.
@@ -14,6 +15,8 @@ from collections.abc import Callable
 
 import torch
 
+from ._threads import call_threads
+
 LIBRARY = torch.library.Library("structtorch", "DEF")
 
 
@@ -23,7 +26,7 @@ def operator(name: str, fake: Callable) -> Callable[[Callable], Callable]:
 
     def register(fn: Callable):
         LIBRARY.define(name + torch.library.infer_schema(fn, mutates_args=()))
-        LIBRARY.impl(name, fn, "CompositeExplicitAutograd")
+        LIBRARY.impl(name, call_threads()(fn), "CompositeExplicitAutograd")  # fewer threads when busy
         torch.library.register_fake(f"structtorch::{name}", fake, lib=LIBRARY)
         return getattr(torch.ops.structtorch, name).default
 

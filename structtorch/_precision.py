@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from ._checks import cast_checked, one_assertion
+from ._threads import call_threads
 
 __all__ = ["HALF_DTYPES", "mixed_precision", "map_tensors", "widen"]
 
@@ -98,13 +99,15 @@ def widen(inputs: Any) -> tuple[Any, torch.dtype | None]:
 
 
 def mixed_precision(fn: F) -> F:
-    """Wrap ``fn`` so that it accepts float16/bfloat16 potentials (see the module docstring)."""
+    """Wrap ``fn`` so that it accepts float16/bfloat16 potentials (see the module docstring); the
+    public entry points it wraps also run under :func:`structtorch._threads.call_threads`, so
+    their eager checks use fewer threads while other processes keep the CPUs busy."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         device = _device_of(args, kwargs)
         (args, kwargs), result = widen((args, kwargs))
-        with _no_autocast(device), one_assertion():
+        with _no_autocast(device), one_assertion(), call_threads():
             out = fn(*args, **kwargs)
         if result is None:
             return out

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from structtorch._checks import check_finite, check_int, check_number
+from structtorch._threads import call_threads
 
 __all__ = ["knn_graph", "laplacian", "laplacian_penalty"]
 
@@ -344,6 +345,7 @@ def _heat(d2: Tensor, e: int, t: float | None) -> Tensor:
     return torch.exp(-torch.exp(torch.log(d2) + (2 * e * math.log(2.0) - math.log(t))))
 
 
+@call_threads()
 def knn_graph(x: Tensor, k: int = 5, *, t: float | None = None, mutual: bool = False,
               chunk: int = 2048) -> Tensor:
     """The symmetric k-nearest-neighbour graph with heat-kernel weights (eq. 19).

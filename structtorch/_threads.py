@@ -1,0 +1,95 @@
+"""Threads per call on a busy machine.
+
+PyTorch's CPU operators each open a parallel region over ``torch.get_num_threads()`` threads and
+wait at its end for all of them. When another process keeps a core busy (a data-loader worker,
+another job), one of those threads is often descheduled, and every region waits for it: a call made
+of dozens of regions ran 3-40x slower at two threads than at one on a two-core machine.
+
+So each structtorch entry point and operator runs under :func:`call_threads`: when other processes'
+runnable threads leave fewer free CPUs than the thread count, the call runs on the free ones only
+(at least one) and restores the thread count after. On a quiet machine nothing changes. Free CPUs
+are ``os.cpu_count()`` minus the runnable threads of other processes: the instantaneous count in
+``/proc/loadavg`` minus this process's own runnable threads (``/proc/self/task``), read at most
+every :data:`INTERVAL` seconds (Linux; elsewhere nothing changes).
+
+:func:`set_adaptive_threads` switches it off (or the environment variable
+``STRUCTTORCH_ADAPTIVE_THREADS=0``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterator
+
+import torch
+
+__all__ = ["call_threads", "free_cpus", "set_adaptive_threads"]
+
+INTERVAL = 0.05
+"""Seconds for which one reading of the machine's load is reused."""
+
+_STATE = {"on": os.environ.get("STRUCTTORCH_ADAPTIVE_THREADS", "1") != "0", "until": 0.0, "free": None}
+_LOCAL = threading.local()  # depth: calls nested inside one that already chose
+
+
+def set_adaptive_threads(enabled: bool) -> None:
+    """Let structtorch calls use fewer threads while other processes keep CPUs busy (the
+    default), or always ``torch.get_num_threads()`` (``enabled=False``)."""
+    _STATE["on"] = bool(enabled)
+
+
+def _own_running() -> int:
+    """This process's runnable threads (state R in ``/proc/self/task/*/stat``)."""
+    count = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:  # the thread ended meanwhile
+            continue
+        count += stat[stat.rindex(")") + 2] == "R"
+    return count
+
+
+def free_cpus() -> int | None:
+    """CPUs not taken by other processes' runnable threads, now; None where unknown (no /proc)."""
+    try:
+        with open("/proc/loadavg") as f:
+            running = int(f.read().split()[3].split("/")[0])
+        total = os.cpu_count() or 1
+        if running <= 1:  # this thread alone
+            return total
+        return total - max(running - _own_running(), 0)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _free() -> int | None:
+    now = time.monotonic()
+    if now >= _STATE["until"]:
+        _STATE["free"], _STATE["until"] = free_cpus(), now + INTERVAL
+    return _STATE["free"]
+
+
+@contextlib.contextmanager
+def call_threads() -> Iterator[None]:
+    """Run the block on at most the free CPUs (see the module docstring); calls nested inside it
+    keep its choice."""
+    if getattr(_LOCAL, "depth", 0) or not _STATE["on"] or torch.compiler.is_compiling():
+        yield
+        return
+    threads = torch.get_num_threads()
+    free = _free() if threads > 1 else None
+    fewer = free is not None and free < threads
+    _LOCAL.depth = 1
+    if fewer:
+        torch.set_num_threads(max(free, 1))
+    try:
+        yield
+    finally:
+        _LOCAL.depth = 0
+        if fewer:
+            torch.set_num_threads(threads)
