@@ -212,12 +212,22 @@ def check_values(name: str, x: Tensor, *, posinf: bool = False) -> None:
             require(~_bad_values(x, posinf).any(), f"{name} contains {what}")
         return None
     x = plain(x)
+    if x.numel() and not _may_hold_bad_values(x, posinf):
+        return None
     bad = _bad_values(x, posinf)
     if bool(bad.any()):
         idx = tuple(int(i) for i in bad.nonzero()[0].tolist())
         what = "NaN" if bool(torch.isnan(x[idx])) else "+inf"
         rule = "must not be NaN" if posinf else "potentials must be finite or -inf"
         raise ValueError(f"{name} contains {what} at index {idx}; {rule}")
+
+
+def _may_hold_bad_values(x: Tensor, posinf: bool) -> bool:
+    """False when one reduction proves ``x`` (on the host) free of NaN (and of +inf unless
+    ``posinf``): a NaN makes the sum NaN, a +inf makes it +inf or NaN (beside a -inf), and -inf
+    entries alone make it -inf. True (look closer) otherwise, also when finite entries overflow."""
+    total = float(x.detach().sum())
+    return total != total or (not posinf and total == float("inf"))
 
 
 def _bad_values(x: Tensor, posinf: bool) -> Tensor:

@@ -102,21 +102,24 @@ def fuzz_chain(args, data):
     B, T, N, x, lengths, valid = args
     _call(OPS.viterbi_forward, x["unary"], x["trans"], x["start"], x["end"], lengths, valid=valid)
     r, f = normalized(x["trans"])
-    _call(OPS.logz_forward, x["unary"], x["trans"], r, f, x["start"], x["end"], lengths, valid=valid)
+    target, target_ok = int_tensor(data, (B, T), 0, N - 1)
+    inside = torch.arange(T) < lengths.clamp(0, T)[:, None] if valid else None
+    # only the positions inside each length are read: a corrupted entry beyond them is fine
+    target_ok = target_ok or (valid and bool(((target >= 0) & (target < N) | ~inside).all()))
+    gold = data.draw(st.sampled_from([target, target.new_empty(0)]))
+    gold_ok = gold.numel() == 0 or target_ok
+    _call(OPS.logz_forward, x["unary"], x["trans"], r, f, x["start"], x["end"], lengths, gold,
+          valid=valid and gold_ok)
     d = torch.float64
     g = torch.ones(B, dtype=d)
     alpha, p, m = torch.zeros(B, T, N, dtype=d), torch.zeros(B, T, N, dtype=d), torch.zeros(B, T, dtype=d)
     ft = f.transpose(-1, -2).contiguous() if f.dim() >= 2 else f
-    _call(OPS.logz_backward, g, x["unary"], x["trans"], r, ft, x["end"], lengths, g.clone(), alpha, p, m,
-          valid=valid)
-    target, target_ok = int_tensor(data, (B, T), 0, N - 1)
+    _call(OPS.logz_backward, g, x["unary"], x["trans"], r, f, ft, x["end"], lengths, g.clone(), alpha, p, m,
+          gold, data.draw(st.booleans()), valid=valid and gold_ok)
     weights, weights_ok = int_tensor(data, (B, T), 0, 2)
     K = data.draw(st.one_of(st.integers(2 * T, 2 * T + 2), st.integers(-2, 2 * T + 2),
                             st.sampled_from([2**62, 2**63 - 2])))
-    inside = torch.arange(T) < lengths.clamp(0, T)[:, None] if valid else None
     fits = valid and K <= 2 * T + 2 and bool(((weights * inside).sum(1) <= K).all()) and K >= 0
-    # only the positions inside each length are read: a corrupted entry beyond them is fine
-    target_ok = target_ok or (valid and bool(((target >= 0) & (target < N) | ~inside).all()))
     weights_ok = weights_ok or (valid and bool(((weights >= 0) & (weights <= 2) | ~inside).all()))
     forward_ok = fits and target_ok and weights_ok
     out = _call(OPS.hamming_forward, x["unary"], x["trans"], x["start"], x["end"], lengths, target, weights, K,

@@ -1,8 +1,9 @@
 """Glue between the compiled CPU kernels (``csrc/chain.cpp``) and autograd.
 
-The kernels run the two sequential recursions (alpha forward, beta backward) in double; all other
-work (row-normalized exponentials of the transitions, node and edge marginals, the shared-
-transition gradient as one matrix product) is done here with vectorized tensor ops. k-best lists,
+The kernels run the two sequential recursions (alpha forward, beta backward) in double, with the
+node and edge marginals (summed per sequence for shared transitions) and, for the CRF loss, the
+labeling's score and indicators; the row-normalized exponentials of the transitions are computed
+here. k-best lists,
 sampling and order-l windows run the PyTorch recursions of ``_torch.py`` in double.
 """
 
@@ -27,55 +28,33 @@ def row_normalize(transitions: Tensor) -> tuple[Tensor, Tensor]:
     return r.contiguous(), torch.exp(a - finite_or_zero(r).unsqueeze(-1)).contiguous()
 
 
-def _edge_gradient(chain: Chain, f: Tensor, s_edge: Tensor, q_edge: Tensor, exact: Tensor,
-                   alpha: Tensor, beta: Tensor, logz: Tensor, g: Tensor) -> Tensor:
-    """g-weighted edge marginals (summed over (b, t) when shared), in double.
-
-    edge[b, t, i, j] = s_edge[b, t, i] * f[i, j] * q_edge[b, t, j], except on steps flagged
-    ``exact`` (where that product could overflow), recomputed as
-    exp(alpha_t[i] + a[i, j] + u_{t+1}[j] + beta_{t+1}[j] - logZ).
-    """
-    N = f.shape[-1]
-    if chain.shared:
-        grad = (s_edge.reshape(-1, N).t() @ q_edge.reshape(-1, N)) * f
-    else:
-        grad = s_edge.unsqueeze(-1) * f * q_edge.unsqueeze(-2)
-    if bool(exact.any()):
-        b, t = exact.nonzero(as_tuple=True)
-        a = chain.transitions.double()
-        blocks = a.expand(len(b), N, N) if chain.shared else a[b, t]
-        w = chain.unary[b, t + 1].double() + beta[b, t + 1]
-        log_edge = alpha[b, t, :, None] + blocks + w[:, None, :] - logz[b, None, None]
-        edge = g[b, None, None] * torch.exp(log_edge)
-        if chain.shared:
-            grad += edge.sum(0)
-        else:
-            grad[b, t] += edge
-    return grad
-
-
-def _forward(chain: Chain) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor]]:
-    """logZ (B,) in double and the forward factors (alpha, p, m) the backward reuses."""
+def _forward(chain: Chain, labels: Tensor | None = None) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor], Tensor]:
+    """logZ (B,) in double, the forward factors (alpha, p, m) the backward reuses, and with
+    ``labels`` the CRF loss logZ - score(labels) (B,) (+inf where logZ = -inf; else empty)."""
     r, f = row_normalize(chain.transitions)
-    logz, alpha, p, m = chain_ops().logz_forward(
-        chain.unary, chain.transitions, r, f, chain.start, chain.end, chain.lengths
+    gold = chain.lengths.new_empty(0) if labels is None else labels.contiguous()
+    logz, alpha, p, m, nll = chain_ops().logz_forward(
+        chain.unary, chain.transitions, r, f, chain.start, chain.end, chain.lengths, gold
     )
-    return logz, (alpha, p, m)
+    return logz, (alpha, p, m), nll
 
 
 def _backward(chain: Chain, logz: Tensor, factors: tuple[Tensor, Tensor, Tensor], g: Tensor,
-              edges: bool = True):
-    """(grad unary, grad transitions or None) for upstream gradient g (B,) in double."""
+              edges: bool = True, labels: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    """(grad unary, grad transitions in double or None) for upstream gradient g (B,) in double: of
+    logZ, or with ``labels`` of logZ - score(labels). The kernel adds the edge marginals up per
+    sequence for shared transitions (summed over the batch here)."""
     alpha, p, m = factors
-    g = g.contiguous()
     r, f = row_normalize(chain.transitions)  # recomputed rather than kept alive between passes
     ft = f.transpose(-1, -2).contiguous()
-    g_unary, s_edge, q_edge, exact, beta = chain_ops().logz_backward(
-        g, chain.unary, chain.transitions, r, ft, chain.end, chain.lengths, logz, alpha, p, m
+    gold = chain.lengths.new_empty(0) if labels is None else labels.contiguous()
+    g_unary, g_trans = chain_ops().logz_backward(
+        g.contiguous(), chain.unary, chain.transitions, r, f, ft, chain.end, chain.lengths, logz, alpha, p, m,
+        gold, edges
     )
     if not edges:
         return g_unary, None
-    return g_unary, _edge_gradient(chain, f, s_edge, q_edge, exact, alpha, beta, logz, g)
+    return g_unary, g_trans.sum(0) if chain.shared else g_trans
 
 
 @torch.no_grad()
@@ -88,7 +67,7 @@ def viterbi(chain: Chain) -> tuple[Tensor, Tensor]:
 
 def node_marginals(chain: Chain) -> Tensor:
     """(B, T, N) node marginals straight from the kernels, outside autograd."""
-    logz, factors = _forward(chain)
+    logz, factors, _ = _forward(chain)
     _torch.guard(chain, logz, "the log-partition")  # float64: the marginals may be representable
     ones = torch.ones_like(logz)
     return _backward(chain, logz, factors, ones, edges=False)[0]
@@ -101,15 +80,35 @@ def log_partition_state(B: int, T: int, N: int) -> list[tuple[int, ...]]:
 
 def log_partition_forward(chain: Chain) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor]]:
     """logZ (B,) float64 and the factors the backward reuses (see ``chain/_ops.py``)."""
-    return _forward(chain)
+    logz, factors, _ = _forward(chain)
+    return logz, factors
+
+
+def _gradients(chain: Chain, logz: Tensor, state, g: Tensor, labels: Tensor | None) -> tuple[Tensor, ...]:
+    """Gradients w.r.t. unary, transitions, start and end (input dtype): start's is the first
+    position's unary gradient, end's the last's (zero on empty rows)."""
+    g_unary, g_trans = _backward(chain, logz, tuple(state), g, labels=labels)
+    last = (chain.lengths - 1).clamp(min=0)[:, None, None].expand(-1, 1, chain.unary.shape[2])
+    g_end = g_unary.gather(1, last).squeeze(1)
+    return g_unary, g_trans.to(chain.unary.dtype), g_unary[:, 0].contiguous(), g_end
 
 
 def log_partition_backward(chain: Chain, logz: Tensor, state, g: Tensor) -> tuple[Tensor, ...]:
     """Gradients w.r.t. unary, transitions, start and end (input dtype) for upstream g (B,) float64."""
-    g_unary, g_trans = _backward(chain, logz, tuple(state), g)
-    last = (chain.lengths - 1).clamp(min=0)[:, None, None].expand(-1, 1, chain.unary.shape[2])
-    g_end = g_unary.gather(1, last).squeeze(1)
-    return g_unary, g_trans.to(chain.unary.dtype), g_unary[:, 0].contiguous(), g_end
+    return _gradients(chain, logz, state, g, None)
+
+
+def nll_forward(chain: Chain, labels: Tensor) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor, Tensor]]:
+    """The CRF loss logZ - score(labels) (B,) float64 (+inf where logZ = -inf), logZ and the factors
+    :func:`nll_backward` reuses, in one kernel call."""
+    logz, factors, nll = _forward(chain, labels)
+    return nll, logz, factors
+
+
+def nll_backward(chain: Chain, labels: Tensor, logz: Tensor, state, g: Tensor) -> tuple[Tensor, ...]:
+    """Gradients of logZ - score(labels) w.r.t. unary, transitions, start and end (input dtype) for
+    upstream g (B,) float64: the marginals minus the labeling's indicators, in one kernel call."""
+    return _gradients(chain, logz, state, g, labels)
 
 
 def kbest(chain: Chain, k: int) -> tuple[Tensor, Tensor]:

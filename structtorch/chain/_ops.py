@@ -322,7 +322,7 @@ class NegativeLogLikelihood(torch.autograd.Function):
         return outs, (0,) * len(outs)
 
 
-FUSED_NLL = ("triton",)
+FUSED_NLL = ("triton", "compiled")
 """The backends whose module fuses the CRF loss (``nll_forward``, ``nll_backward``); a name, not a
 module lookup, so that ``torch.compile`` traces the choice."""
 

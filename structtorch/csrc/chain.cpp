@@ -218,14 +218,33 @@ double logz_one(const T* u, const Blocks<T>& blk, const Normalized& nrm, const T
   return finish_lse(m, tot);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_forward(
+// The score of the labeling y[0 .. len) (0 when len = 0), in double.
+template <typename T>
+double gold_score(const T* u, const Blocks<T>& blk, const T* st, const T* en, int64_t b, int64_t len, int64_t n,
+                  const int64_t* y) {
+  if (len == 0) return 0.0;
+  double score = static_cast<double>(st[y[0]]) + static_cast<double>(en[y[len - 1]]);
+  for (int64_t t = 0; t < len; ++t) {
+    score += static_cast<double>(u[t * n + y[t]]);
+    if (t > 0) score += static_cast<double>(blk.at(b, t - 1)[y[t - 1] * n + y[t]]);
+  }
+  return score;
+}
+
+// logZ (B,), the factors alpha, p (B, T, N) and m (B, T) the backward reuses, and with labels
+// (B, T) (empty: none) the CRF loss logZ - score(labels) (B,), +inf where logZ = -inf.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_forward(
     const at::Tensor& unary, const at::Tensor& trans, const at::Tensor& r, const at::Tensor& f,
-    const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths) {
+    const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths, const at::Tensor& labels) {
   int64_t B, T, N;
-  std::tie(B, T, N) = Check{"logz_forward"}.chain(unary, trans, start, end, lengths);
+  const Check c{"logz_forward"};
+  std::tie(B, T, N) = c.chain(unary, trans, start, end, lengths);
   check_normalized("logz_forward", r, f, B, T, N);
+  const bool gold = labels.numel() > 0;
+  if (gold) c.labels(labels, "labels", lengths, B, T, N);
   const auto dopt = unary.options().dtype(at::kDouble);
   auto logz = at::empty({B}, dopt);
+  auto nll = at::empty({gold ? B : 0}, dopt);
   auto alpha = at::empty({B, T, N}, dopt);  // every entry is written below: no fill pass
   auto p = at::empty({B, T, N}, dopt);
   auto m = at::empty({B, T}, dopt);
@@ -242,6 +261,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_forward(
         ForwardOut out{alpha.data_ptr<double>() + b * T * N, p.data_ptr<double>() + b * T * N,
                        m.data_ptr<double>() + b * T};
         lz[b] = logz_one(u + b * T * N, blk, nrm, st + b * N, en + b * N, b, len[b], N, out);
+        if (gold) {
+          const double score = gold_score(u + b * T * N, blk, st + b * N, en + b * N, b, len[b], N,
+                                          labels.data_ptr<int64_t>() + b * T);
+          nll.data_ptr<double>()[b] = lz[b] == kNegInf ? std::numeric_limits<double>::infinity() : lz[b] - score;
+        }
         const int64_t used = std::max<int64_t>(len[b] - 1, 0);  // transitions inside the length
         std::fill(out.alpha + len[b] * N, out.alpha + T * N, kNegInf);
         std::fill(out.p + used * N, out.p + T * N, 0.0);
@@ -249,7 +273,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_forward(
       }
     });
   });
-  return {logz, alpha, p, m};
+  return {logz, alpha, p, m, nll};
 }
 
 // Backward: the beta recursion, with every marginal read off the same factors (``ft`` is f with
@@ -257,13 +281,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_forward(
 //   node_t[i]      = p_t[i] * s_t[i] * c_t,       s_t[i] = sum_j f[i, j] q_t[j],
 //   edge_t[i, j]   = p_t[i] * f[i, j] * q_t[j] * c_t,   q_t[j] = exp(w_t[j] - mw_t),
 //   c_t = exp(m_t + mw_t - logZ),  w_t = u_{t+1} + beta_{t+1},
-// so a step costs one mat-vec, N exponentials, N logarithms and one exp. Steps where c_t would
-// overflow (log c_t > kBigLog) are flagged and done exactly: nodes here, edges in Python.
+// so a step costs one mat-vec, N exponentials, N logarithms, one exp and N^2 products for the
+// edges. Steps where c_t would overflow (log c_t > kBigLog) are done exactly, as
+// exp(alpha_t[i] + a[i, j] + w_t[j] - logZ). The edges go into one (N, N) block per sequence for
+// shared transitions, or one per step; with labels, the labeling's indicators are subtracted (the
+// gradient of the CRF loss logZ - score). Everything is times the upstream gradient g.
 struct BackwardOut {
-  double* s_edge;  // (T - 1, N): g * p_t[i] * c_t, the row factors of the edge marginals
-  double* q_edge;  // (T - 1, N): q_t[j], the column factors
-  bool* exact;     // (T - 1): edges of this step must be computed exactly
-  double* beta;    // (T, N)
+  double* edges;     // (N, N) summed over the steps, or (T - 1, N, N) per step; nullptr: no edges
+  bool per_step;
+  const int64_t* y;  // (T) the labeling whose indicators are subtracted, or nullptr
 };
 
 // Node marginals of one position, renormalized to sum to one (they do exactly; this removes the
@@ -276,36 +302,52 @@ void write_nodes(const double* node, int64_t n, double g, T* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(node[i] * scale);
 }
 
+// One step's edge marginals times g, added into e (N, N): factored (row factors se = g p c, f, q)
+// or, on an exact step, from the raw scores a.
+template <typename T>
+void add_edges(const double* se, const double* f, const double* q, bool exact, const double* at, const T* a,
+               const double* w, double g, double logz, int64_t n, double* e) {
+  for (int64_t i = 0; i < n; ++i) {
+    double* ei = e + i * n;
+    if (!exact) {
+      const double si = se[i];
+      if (si == 0.0) continue;
+      const double* fi = f + i * n;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) ei[j] += si * fi[j] * q[j];
+    } else {
+      for (int64_t j = 0; j < n; ++j) {
+        const double aij = static_cast<double>(a[i * n + j]);
+        if (aij != kNegInf && w[j] != kNegInf) ei[j] += g * std::exp(at[i] + aij + w[j] - logz);
+      }
+    }
+  }
+}
+
 template <typename T>
 void backward_one(double g, double logz, const T* u, const Blocks<T>& blk, const Normalized& nrm,
-                  const T* en, int64_t b, int64_t len, int64_t n, const ForwardOut fw, T* g_unary,
-                  BackwardOut out) {
-  std::vector<double> w(n), s(n), node(n);
+                  const Normalized& nrm_t, const T* en, int64_t b, int64_t len, int64_t n, const ForwardOut fw,
+                  T* g_unary, BackwardOut out) {
+  std::vector<double> w(n), s(n), q(n), se(n), node(n), next_beta(n), this_beta(n);
   const int64_t last = len - 1;
-  double* beta = out.beta;
+  double* nb = next_beta.data();  // beta_{t+1}
+  double* cur = this_beta.data();  // beta_t
   for (int64_t j = 0; j < n; ++j) {
-    beta[last * n + j] = static_cast<double>(en[j]);
-    node[j] = std::exp(fw.alpha[last * n + j] + beta[last * n + j] - logz);
+    nb[j] = static_cast<double>(en[j]);
+    node[j] = std::exp(fw.alpha[last * n + j] + nb[j] - logz);
   }
   write_nodes(node.data(), n, g, g_unary + last * n);
   for (int64_t t = last - 1; t >= 0; --t) {
-    const double* rr = nrm.r_at(b, t);
-    const double* ft = nrm.f_at(b, t);  // the backward receives f transposed
-    const double* nb = beta + (t + 1) * n;
+    const double* rr = nrm_t.r_at(b, t);
+    const double* ft = nrm_t.f_at(b, t);  // f transposed
     const T* un = u + (t + 1) * n;
     for (int64_t j = 0; j < n; ++j) w[j] = static_cast<double>(un[j]) + nb[j];
     const double mw = max_of(w.data(), n);
-    double* cur = beta + t * n;
     if (mw == kNegInf) {  // nothing feasible follows: zero marginals
-      for (int64_t i = 0; i < n; ++i) {
-        cur[i] = kNegInf;
-        out.s_edge[t * n + i] = out.q_edge[t * n + i] = 0.0;
-        g_unary[t * n + i] = T(0);
-      }
-      out.exact[t] = false;
+      for (int64_t i = 0; i < n; ++i) cur[i] = kNegInf, g_unary[t * n + i] = T(0);
+      std::swap(nb, cur);
       continue;
     }
-    double* q = out.q_edge + t * n;
     for (int64_t j = 0; j < n; ++j) q[j] = std::exp(w[j] - mw);
     const T* a = blk.at(b, t);
     double* sp = s.data();
@@ -322,40 +364,52 @@ void backward_one(double g, double logz, const T* u, const Blocks<T>& blk, const
     const double lc = fw.m[t] + mw - logz;
     const double* at = fw.alpha + t * n;
     const double* p = fw.p + t * n;
-    double* se = out.s_edge + t * n;
     const bool exact = !(lc <= kBigLog);
-    out.exact[t] = exact;
     const double c = exact ? 0.0 : std::exp(lc);
     for (int64_t i = 0; i < n; ++i) {
       se[i] = g * p[i] * c;
       node[i] = (!exact && s[i] > kTiny) ? p[i] * s[i] * c : std::exp(at[i] + cur[i] - logz);
     }
     write_nodes(node.data(), n, g, g_unary + t * n);
+    if (out.edges)
+      add_edges(se.data(), nrm.f_at(b, t), q.data(), exact, at, a, w.data(), g, logz, n,
+                out.per_step ? out.edges + t * n * n : out.edges);
+    std::swap(nb, cur);
+  }
+  if (!out.y) return;
+  for (int64_t t = 0; t < len; ++t) {
+    g_unary[t * n + out.y[t]] -= static_cast<T>(g);
+    if (out.edges && t > 0) (out.per_step ? out.edges + (t - 1) * n * n : out.edges)[out.y[t - 1] * n + out.y[t]] -= g;
   }
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_backward(
+// Gradients of logZ (with labels: of logZ - score(labels)) times grad: unary (B, T, N) in the input
+// dtype, and with ``edges`` the transitions' in double, (B, N, N) for shared transitions (summed
+// over the batch by the caller) or (B, T-1, N, N).
+std::tuple<at::Tensor, at::Tensor> logz_backward(
     const at::Tensor& grad, const at::Tensor& unary, const at::Tensor& trans, const at::Tensor& r,
-    const at::Tensor& ft, const at::Tensor& end, const at::Tensor& lengths, const at::Tensor& logz,
-    const at::Tensor& alpha, const at::Tensor& p, const at::Tensor& m) {
+    const at::Tensor& f, const at::Tensor& ft, const at::Tensor& end, const at::Tensor& lengths,
+    const at::Tensor& logz, const at::Tensor& alpha, const at::Tensor& p, const at::Tensor& m,
+    const at::Tensor& labels, bool edges) {
   int64_t B, T, N;
-  std::tie(B, T, N) = Check{"logz_backward"}.chain(unary, trans, at::Tensor(), end, lengths);
-  check_normalized("logz_backward", r, ft, B, T, N);
   const Check c{"logz_backward"};
+  std::tie(B, T, N) = c.chain(unary, trans, at::Tensor(), end, lengths);
+  check_normalized("logz_backward", r, f, B, T, N);
+  check_normalized("logz_backward", r, ft, B, T, N);
   c.tensor(grad, "grad", at::kDouble, {B});
   c.tensor(logz, "logz", at::kDouble, {B});
   c.tensor(alpha, "alpha", at::kDouble, {B, T, N});
   c.tensor(p, "p", at::kDouble, {B, T, N});
   c.tensor(m, "m", at::kDouble, {B, T});
-  const int64_t E = std::max<int64_t>(T - 1, 0);
+  const bool gold = labels.numel() > 0;
+  if (gold) c.labels(labels, "labels", lengths, B, T, N);
+  const bool per_step = trans.dim() == 4;
   const auto dopt = unary.options().dtype(at::kDouble);
   auto g_unary = at::empty({B, T, N}, unary.options());  // every entry is written below
-  auto s_edge = at::empty({B, E, N}, dopt);
-  auto q_edge = at::empty({B, E, N}, dopt);
-  auto exact = at::empty({B, E}, unary.options().dtype(at::kBool));
-  auto beta = at::empty({B, T, N}, dopt);
+  auto g_trans = !edges ? at::empty({0}, dopt)
+                        : per_step ? at::zeros({B, std::max<int64_t>(T - 1, 0), N, N}, dopt) : at::zeros({B, N, N}, dopt);
   const int64_t* len = lengths.data_ptr<int64_t>();
-  const auto nrm = make_normalized(r, ft, N);
+  const auto nrm = make_normalized(r, f, N), nrm_t = make_normalized(r, ft, N);
   AT_DISPATCH_FLOATING_TYPES(unary.scalar_type(), "logz_backward", [&] {
     const auto blk = make_blocks<scalar_t>(trans, N);
     const scalar_t* u = unary.data_ptr<scalar_t>();
@@ -366,29 +420,25 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_back
       for (int64_t b = lo; b < hi; ++b) {
         const ForwardOut fw{alpha.data_ptr<double>() + b * T * N, p.data_ptr<double>() + b * T * N,
                             m.data_ptr<double>() + b * T};
-        BackwardOut out{s_edge.data_ptr<double>() + b * E * N, q_edge.data_ptr<double>() + b * E * N,
-                        exact.data_ptr<bool>() + b * E, beta.data_ptr<double>() + b * T * N};
+        const int64_t block = per_step ? std::max<int64_t>(T - 1, 0) * N * N : N * N;
+        const BackwardOut out{edges ? g_trans.data_ptr<double>() + b * block : nullptr, per_step,
+                              gold ? labels.data_ptr<int64_t>() + b * T : nullptr};
         scalar_t* gu = g_unary.data_ptr<scalar_t>() + b * T * N;
         const bool active = len[b] > 0 && lz[b] != kNegInf && gr[b] != 0.0;
-        if (active) backward_one(gr[b], lz[b], u + b * T * N, blk, nrm, en + b * N, b, len[b], N, fw, gu, out);
-        const int64_t rows = active ? len[b] : 0, edges = active ? len[b] - 1 : 0;
-        std::fill(gu + rows * N, gu + T * N, scalar_t(0));
-        std::fill(out.beta + rows * N, out.beta + T * N, kNegInf);
-        std::fill(out.s_edge + edges * N, out.s_edge + E * N, 0.0);
-        std::fill(out.q_edge + edges * N, out.q_edge + E * N, 0.0);
-        std::fill(out.exact + edges, out.exact + E, false);
+        if (active) backward_one(gr[b], lz[b], u + b * T * N, blk, nrm, nrm_t, en + b * N, b, len[b], N, fw, gu, out);
+        std::fill(gu + (active ? len[b] : 0) * N, gu + T * N, scalar_t(0));
       }
     });
   });
-  return {g_unary, s_edge, q_edge, exact, beta};
+  return {g_unary, g_trans};
 }
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(structtorch_chain, m) {
   m.def("viterbi_forward(Tensor unary, Tensor trans, Tensor start, Tensor end, Tensor lengths) -> (Tensor, Tensor)");
-  m.def("logz_forward(Tensor unary, Tensor trans, Tensor r, Tensor f, Tensor start, Tensor end, Tensor lengths) -> (Tensor, Tensor, Tensor, Tensor)");
-  m.def("logz_backward(Tensor grad, Tensor unary, Tensor trans, Tensor r, Tensor ft, Tensor end, Tensor lengths, Tensor logz, Tensor alpha, Tensor p, Tensor m) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def("logz_forward(Tensor unary, Tensor trans, Tensor r, Tensor f, Tensor start, Tensor end, Tensor lengths, Tensor labels) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def("logz_backward(Tensor grad, Tensor unary, Tensor trans, Tensor r, Tensor f, Tensor ft, Tensor end, Tensor lengths, Tensor logz, Tensor alpha, Tensor p, Tensor m, Tensor labels, bool edges) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(structtorch_chain, CPU, m) {

@@ -2,88 +2,38 @@
 
 from __future__ import annotations
 
-import warnings
+import weakref
 
 import torch
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from .._checks import check_int
+from .._extension import chain_ops
 
 __all__ = ["SparseFeaturePotentials"]
 
 PAD = -1  # the padding feature id of the padded (B, T, K) form
 
 
-class _Bags:
-    """Padded bags of feature ids (B * T, K) as a sparse CSR matrix X (B * T, F) of their values,
-    and its transpose on the features that occur: the unary scores are X W and the weights'
-    gradient X^T G, two sparse products of O(nnz N), against EmbeddingBag's backward, which sorts
-    the ids on every call (0.87 s of a 1.28 s evaluation of a CoNLL-2000-sized CRF). Building it
-    costs more than one EmbeddingBag call, so it is built for an ids tensor seen twice and kept
-    while that tensor comes back unchanged (full-batch training, L-BFGS). The transpose is built on
-    the first backward pass."""
-
-    def __init__(self, ids: Tensor, values: Tensor | None, num_features: int, dtype: torch.dtype) -> None:
-        self.ids, self.values, self.version = ids, values, _versions(ids, values)
-        B, T, K = ids.shape
-        flat = ids.reshape(B * T, K)
-        keep = flat != PAD
-        weights = torch.ones_like(flat, dtype=dtype) if values is None else values.reshape(B * T, K).to(dtype)
-        rows = torch.arange(B * T, device=ids.device).unsqueeze(1).expand(B * T, K)[keep]
-        cols, data = flat[keep].long(), weights[keep]
-        self.entries, self.size = (rows, cols, data), (B * T, num_features)
-        self.matrix = _csr(rows, cols, data, self.size)
-        self._transposed: tuple[Tensor, Tensor] | None = None  # (touched features, X^T on them)
-
-    def gradient(self, grad: Tensor) -> Tensor:
-        """X^T G (F, N) for G (B * T, N): the product over the U features that occur (X^T's rows
-        restricted to them, built on the first backward pass: O(nnz) memory, not O(F)), scattered
-        into the dense gradient."""
-        if self._transposed is None:  # one sort of the ids: by feature, then (stable) by position
-            rows, cols, data = self.entries
-            order = torch.sort(cols, stable=True).indices
-            touched, counts = torch.unique_consecutive(cols[order], return_counts=True)
-            self._transposed = (touched, _csr_from_counts(counts, rows[order], data[order],
-                                                          (len(touched), self.size[0])))
-        touched, transposed = self._transposed
-        out = grad.new_zeros(self.size[1], grad.shape[1])
-        return out.index_copy_(0, touched, transposed @ grad.contiguous())
-
-    def matches(self, ids: Tensor, values: Tensor | None, dtype: torch.dtype) -> bool:
-        return (ids is self.ids and values is self.values and _versions(ids, values) == self.version
-                and self.matrix.dtype == dtype)
-
-
-def _versions(ids: Tensor, values: Tensor | None) -> tuple[int, int]:
-    return ids._version, -1 if values is None else values._version
-
-
-def _csr(rows: Tensor, cols: Tensor, data: Tensor, size: tuple[int, int]) -> Tensor:
-    """A CSR matrix from entries sorted by row."""
-    return _csr_from_counts(torch.bincount(rows, minlength=size[0]), cols, data, size)
-
-
-def _csr_from_counts(counts: Tensor, cols: Tensor, data: Tensor, size: tuple[int, int]) -> Tensor:
-    """A CSR matrix from its entries sorted by row and the count of each row."""
-    crow = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-    with warnings.catch_warnings():  # torch calls its sparse CSR support beta
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.sparse_csr_tensor(crow, cols, data, size, check_invariants=False)
-
-
-class _BagProduct(torch.autograd.Function):
-    """X W with the gradient X^T G for W (X fixed: a :class:`_Bags`)."""
+class _BagSum(torch.autograd.Function):
+    """The unary scores of padded bags, ``out[r] = sum_k values[r, k] * weight[ids[r, k]]`` (ids
+    (R, K) int64 with -1 padding, values (R, K) or empty), by the compiled kernels of
+    ``csrc/bags.cpp``, with the weights' dense gradient scattered straight into the rows of the
+    features that occur: no sort (``nn.EmbeddingBag``'s backward sorts every id on every call,
+    0.87 s of a 1.28 s evaluation of a CoNLL-2000-sized CRF), no cached structure."""
 
     @staticmethod
-    def forward(ctx, weight: Tensor, bags: _Bags) -> Tensor:
-        ctx.bags = bags
-        return bags.matrix @ weight
+    def forward(ctx, weight: Tensor, ids: Tensor, values: Tensor) -> Tensor:
+        ctx.save_for_backward(ids, values)
+        ctx.num_features = weight.shape[0]
+        return chain_ops().bag_sum_forward(ids, values, weight.contiguous())
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
-        return ctx.bags.gradient(grad), None
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
+        ids, values = ctx.saved_tensors
+        return chain_ops().bag_sum_backward(ids, values, grad.contiguous(), ctx.num_features), None, None
 
 
 class SparseFeaturePotentials(nn.Module):
@@ -91,8 +41,10 @@ class SparseFeaturePotentials(nn.Module):
 
     Each position carries a bag of active feature ids (word identity, suffixes, window features,
     ...); its unary score for label j is the sum of ``weight[f, j]`` over the ids f in its bag
-    (times an optional value per id), plus a per-label bias. Scores come from
-    ``nn.EmbeddingBag(mode="sum")``, so time and memory are O(nnz N) for nnz active ids, never
+    (times an optional value per id), plus a per-label bias. Scores come from compiled bag sums on
+    the CPU (their backward adds each position's gradient into the rows of its ids, sorting
+    nothing) and from ``nn.EmbeddingBag(mode="sum")`` elsewhere, with ``sparse_grad``, learned
+    values or the offsets form. Time and memory are O(nnz N) for nnz active ids, never
     O(B T num_features): a dense one-hot input of 823 sentences with 10^5 features would take
     gigabytes, this takes the ids.
 
@@ -146,46 +98,46 @@ class SparseFeaturePotentials(nn.Module):
         self.transitions = nn.Parameter(torch.zeros(num_labels, num_labels))
         self.start = nn.Parameter(torch.zeros(num_labels)) if boundary else None
         self.end = nn.Parameter(torch.zeros(num_labels)) if boundary else None
-        self._bags: _Bags | None = None  # the CSR form of the last ids tensor seen twice
-        self._seen: tuple | None = None  # (ids, values, their versions) of the last call
+        self._checked: tuple | None = None  # (weakref to the last ids checked, their version, least id)
 
     def __getstate__(self) -> dict:
-        """Pickled (``torch.save(model)``, ``copy.deepcopy``) without the cached bags."""
-        return {**super().__getstate__(), "_bags": None, "_seen": None}
+        """Pickled (``torch.save(model)``, ``copy.deepcopy``) without the weak reference."""
+        return {**super().__getstate__(), "_checked": None}
 
     def extra_repr(self) -> str:
         return (f"num_features={self.num_features}, num_labels={self.num_labels}, "
                 f"bias={self.bias is not None}, boundary={self.start is not None}")
 
     def _check_ids(self, name: str, ids: Tensor) -> None:
+        """Dtype, device, and on the CPU the range of the ids; the range once per ids tensor while
+        it stays unchanged (its version counter), so full-batch training scans them once."""
         if ids.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"{name} must be an int64 (or int32) tensor of feature ids, got {ids.dtype}")
         if ids.device != self.emission.weight.device:
             raise ValueError(f"{name} is on {ids.device} but the model is on {self.emission.weight.device}")
+        least = PAD if name == "ids" and ids.dim() == 3 else 0
+        checked = getattr(self, "_checked", None)  # absent in models pickled before it existed
+        if checked is not None and checked[0]() is ids and checked[1:] == (ids._version, least):
+            return
         if ids.numel() and ids.device.type == "cpu":
             low, high = int(ids.min()), int(ids.max())
-            least = PAD if name == "ids" and ids.dim() == 3 else 0
             if low < least or high >= self.num_features:
                 bad = low if low < least else high
                 raise ValueError(f"{name} must hold feature ids in [{least}, num_features) = "
                                  f"[{least}, {self.num_features}), found {bad}")
+        self._checked = (weakref.ref(ids), ids._version, least)
 
     def _padded_scores(self, ids: Tensor, values: Tensor | None, dtype: torch.dtype) -> Tensor:
-        """Scores (B * T, N) of the padded form: EmbeddingBag; or, on the CPU with dense gradients,
-        from the second call with the same unchanged ids tensor on, two sparse products over its
-        CSR matrix (:class:`_Bags`)."""
-        bags = self._bags
-        if bags is not None and bags.matches(ids, values, dtype):
-            return _BagProduct.apply(self.emission.weight, bags)
+        """Scores (B * T, N) of the padded form: on the CPU with dense gradients and fixed values,
+        the compiled bag sums (:class:`_BagSum`); elsewhere ``nn.EmbeddingBag``."""
         self._check_ids("ids", ids)
-        learned_values = values is not None and values.requires_grad
-        seen, self._seen = self._seen, (ids, values, _versions(ids, values))
-        if (seen is not None and seen[0] is ids and seen[1] is values and seen[2] == self._seen[2]
-                and ids.device.type == "cpu" and not self.emission.sparse and not learned_values):
-            self._bags = _Bags(ids, values, self.num_features, dtype)
-            return _BagProduct.apply(self.emission.weight, self._bags)
         B, T, K = ids.shape
         flat = ids.reshape(B * T, K)
+        learned_values = values is not None and values.requires_grad
+        if (ids.device.type == "cpu" and not self.emission.sparse and not learned_values
+                and chain_ops() is not None):
+            given = flat.new_empty(0, dtype=dtype) if values is None else values.reshape(B * T, K).contiguous()
+            return _BagSum.apply(self.emission.weight, flat.long().contiguous(), given)
         keep = (flat != PAD).to(dtype)
         weights = keep if values is None else keep * values.reshape(B * T, K)
         return self.emission(flat.clamp(min=0), per_sample_weights=weights)

@@ -1,15 +1,15 @@
-"""SparseFeaturePotentials' cached CSR path (the same ids tensor seen again: two sparse products)
-against its EmbeddingBag path."""
+"""SparseFeaturePotentials' compiled bag sums (``csrc/bags.cpp``) against nn.EmbeddingBag."""
 
 from __future__ import annotations
-
-import io
 
 import pytest
 import torch
 
 import structtorch as st
-from structtorch.nn.sparse import _Bags
+from structtorch._extension import chain_ops
+from structtorch.nn import sparse
+
+pytestmark = pytest.mark.skipif(chain_ops() is None, reason="compiled kernels unavailable")
 
 
 def scores_and_grad(model, ids, values=None):
@@ -17,56 +17,91 @@ def scores_and_grad(model, ids, values=None):
     unary = model(ids, values=values)[0]
     weights = torch.arange(unary.numel(), dtype=unary.dtype).reshape(unary.shape).sin()
     (unary * weights).sum().backward()
-    return unary.detach().clone(), model.emission.weight.grad.clone()
+    grad = model.emission.weight.grad
+    return unary.detach().clone(), (grad.to_dense() if grad.is_sparse else grad).clone()
 
 
 @pytest.mark.parametrize("with_values", [False, True])
-def test_cached_bags_equal_embedding_bag(with_values):
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("threads", [1, 3])
+def test_bag_sums_equal_embedding_bag(with_values, dtype, threads, monkeypatch):
+    """Duplicate ids in a bag, empty positions, values, both dtypes; three threads split the 40
+    features of the backward into ranges (and the kernel runs: counted)."""
     g = torch.Generator().manual_seed(0)
-    model = st.SparseFeaturePotentials(40, 5).double()
+    model = st.SparseFeaturePotentials(40, 5).to(dtype)
     torch.nn.init.normal_(model.emission.weight, generator=g)
     ids = torch.randint(-1, 40, (3, 7, 6), generator=g)
     ids[1, 3, 2] = ids[1, 3, 4]  # an id twice in one bag
     ids[2, 5:] = -1  # positions with no feature
-    values = torch.rand(3, 7, 6, generator=g, dtype=torch.float64) if with_values else None
-    reference = st.SparseFeaturePotentials(40, 5, sparse_grad=True).double()  # EmbeddingBag
+    values = torch.rand(3, 7, 6, generator=g, dtype=dtype) if with_values else None
+    reference = st.SparseFeaturePotentials(40, 5, sparse_grad=True).to(dtype)  # EmbeddingBag
     reference.load_state_dict(model.state_dict())
-    first = scores_and_grad(reference, ids, values)
-    first = (first[0], first[1].to_dense())
-    torch.testing.assert_close(scores_and_grad(model, ids, values), first, rtol=1e-12, atol=1e-12)
-    assert model._bags is None  # a tensor seen once: EmbeddingBag
-    for _ in range(3):  # seen again: the CSR products, built once for this tensor
-        again = scores_and_grad(model, ids, values)
-        assert isinstance(model._bags, _Bags)
-        torch.testing.assert_close(again, first, rtol=1e-12, atol=1e-12)
-    bags = model._bags
-    ids[0, 0, 0] = (ids[0, 0, 0] + 1) % 40  # changed in place: EmbeddingBag, then built again
-    want = scores_and_grad(reference, ids, values)
-    want = (want[0], want[1].to_dense())
-    for _ in range(2):
-        torch.testing.assert_close(scores_and_grad(model, ids, values), want, rtol=1e-12, atol=1e-12)
-    assert model._bags is not bags and model._bags.matches(ids, values, torch.float64)
+    calls = []
+    real = sparse._BagSum.apply
+    monkeypatch.setattr(sparse._BagSum, "apply", lambda *a: (calls.append(1), real(*a))[1])
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = scores_and_grad(model, ids, values)
+    finally:
+        torch.set_num_threads(before)
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(got, scores_and_grad(reference, ids, values), rtol=tol, atol=tol)
+    assert calls == [1]
 
 
-def test_new_tensors_each_call_keep_embedding_bag():
-    """Minibatches and per-sentence solvers pass a new tensor each call: nothing is built."""
-    ids = torch.randint(-1, 30, (2, 4, 3), generator=torch.Generator().manual_seed(2))
-    model = st.SparseFeaturePotentials(30, 3)
-    for _ in range(3):
-        model(ids.clone())[0].sum().backward()
-    assert model._bags is None
+def test_gradcheck_and_empty_batches():
+    weight = torch.randn(9, 3, dtype=torch.float64, requires_grad=True)
+    ids = torch.randint(-1, 9, (5, 4), generator=torch.Generator().manual_seed(3))
+    values = torch.rand(5, 4, dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda w: sparse._BagSum.apply(w, ids, values), (weight,))
+    assert torch.autograd.gradcheck(lambda w: sparse._BagSum.apply(w, ids, values[:0, :0]), (weight,))
+    model = st.SparseFeaturePotentials(9, 3)
+    for shape in ((0, 4, 2), (2, 0, 2), (2, 3, 0)):
+        unary = model(torch.zeros(shape, dtype=torch.long))[0]
+        assert unary.shape == (*shape[:2], 3)
+        unary.sum().backward()
+    assert torch.equal(model.emission.weight.grad, torch.zeros(9, 3))
 
 
-def test_the_cache_is_not_saved_and_sparse_gradients_keep_embedding_bag():
+def test_learned_values_and_sparse_gradients_keep_embedding_bag():
     ids = torch.randint(-1, 30, (2, 4, 3), generator=torch.Generator().manual_seed(1))
+    values = torch.rand(2, 4, 3, requires_grad=True)
     model = st.SparseFeaturePotentials(30, 3)
+    torch.nn.init.normal_(model.emission.weight)
+    model(ids, values=values)[0].sum().backward()
+    assert values.grad is not None and values.grad.abs().sum() > 0
+    sparse_model = st.SparseFeaturePotentials(30, 3, sparse_grad=True)
+    sparse_model(ids)[0].sum().backward()
+    assert sparse_model.emission.weight.grad.is_sparse
+
+
+def test_kernels_refuse_bad_ids():
+    ops = chain_ops()
+    weight = torch.zeros(4, 2)
+    for bad in (4, -2):
+        ids = torch.tensor([[0, bad]])
+        with pytest.raises(RuntimeError, match="ids must lie in"):
+            ops.bag_sum_forward(ids, weight.new_empty(0), weight)
+        with pytest.raises(RuntimeError, match="ids must lie in"):
+            ops.bag_sum_backward(ids, weight.new_empty(0), torch.zeros(1, 2), 4)
+    with pytest.raises(ValueError, match="feature ids in"):
+        st.SparseFeaturePotentials(4, 2)(torch.tensor([[[0, 4]]]))
+
+
+def test_the_id_check_runs_once_per_unchanged_tensor(monkeypatch):
+    """Full-batch training passes one ids tensor again and again: its range is scanned once, and
+    again after an in-place change (the version counter), which is then refused."""
+    model = st.SparseFeaturePotentials(5, 2)
+    ids = torch.randint(-1, 5, (2, 3, 4), generator=torch.Generator().manual_seed(0))
+    scans = []
+    real = torch.Tensor.min
+    monkeypatch.setattr(torch.Tensor, "min", lambda self, *a: (scans.append(1), real(self, *a))[1])
     for _ in range(3):
         model(ids)
-    assert model._bags is not None
-    buffer = io.BytesIO()
-    torch.save(model, buffer)
-    assert torch.load(io.BytesIO(buffer.getvalue()), weights_only=False)._bags is None
-    sparse = st.SparseFeaturePotentials(30, 3, sparse_grad=True)
-    for _ in range(3):
-        sparse(ids)[0].sum().backward()
-    assert sparse._bags is None and sparse.emission.weight.grad.is_sparse
+    assert len(scans) == 1
+    ids[0, 0, 0] = 5
+    with pytest.raises(ValueError, match="feature ids in"):
+        model(ids)
+    model(ids.clamp(max=4))  # a new tensor: scanned
+    assert len(scans) == 3
