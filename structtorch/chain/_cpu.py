@@ -28,7 +28,8 @@ def row_normalize(transitions: Tensor) -> tuple[Tensor, Tensor]:
     return r.contiguous(), torch.exp(a - finite_or_zero(r).unsqueeze(-1)).contiguous()
 
 
-def _forward(chain: Chain, labels: Tensor | None = None) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor], Tensor]:
+def _forward(chain: Chain,
+             labels: Tensor | None = None) -> tuple[Tensor, tuple[Tensor, Tensor, Tensor], Tensor]:
     """logZ (B,) in double, the forward factors (alpha, p, m) the backward reuses, and with
     ``labels`` the CRF loss logZ - score(labels) (B,) (+inf where logZ = -inf; else empty)."""
     r, f = row_normalize(chain.transitions)

@@ -136,8 +136,8 @@ class SparseFeaturePotentials(nn.Module):
         learned_values = values is not None and values.requires_grad
         if (ids.device.type == "cpu" and not self.emission.sparse and not learned_values
                 and chain_ops() is not None):
-            given = flat.new_empty(0, dtype=dtype) if values is None else values.reshape(B * T, K).contiguous()
-            return _BagSum.apply(self.emission.weight, flat.long().contiguous(), given)
+            given = flat.new_empty(0, dtype=dtype) if values is None else values.reshape(B * T, K)
+            return _BagSum.apply(self.emission.weight, flat.long().contiguous(), given.contiguous())
         keep = (flat != PAD).to(dtype)
         weights = keep if values is None else keep * values.reshape(B * T, K)
         return self.emission(flat.clamp(min=0), per_sample_weights=weights)
