@@ -43,24 +43,16 @@ def threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _median(fn: Callable[[], object], budget: float, min_runs: int = 5, max_runs: int = 50) -> float:
-    fn()
-    times: list[float] = []
-    began = time.perf_counter()
-    while len(times) < min_runs or (len(times) < max_runs and time.perf_counter() - began < budget):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def busy_table(cases: dict[str, Callable[[], object]], budget: float,
                default_threads: int | None = None, min_runs: int = 5) -> None:
     """Print a markdown table: per case, the median under load at ``default_threads`` (PyTorch's
     default when None) and at one thread, and their ratio against :data:`TARGET`.
     The two thread counts alternate in three rounds (each the median of at least ``min_runs``
     calls after a warm-up), so slow drifts of the load hit both alike."""
+    from chain import median_time  # here: chain.py imports this module
+
     default = default_threads or DEFAULT_THREADS
+    cpu = torch.device("cpu")
     print(f"\n### Under load: one competing busy process; {default} threads (the default) against 1\n")
     print(f"| case | {default} threads | 1 thread | ratio | within {TARGET}x |")
     print("|---|---|---|---|---|")
@@ -70,7 +62,7 @@ def busy_table(cases: dict[str, Callable[[], object]], budget: float,
             for _ in range(3):
                 for n in runs:
                     with threads(n):
-                        runs[n].append(_median(fn, budget / 6, min_runs))
+                        runs[n].append(median_time(fn, budget / 6, cpu, min_runs=min_runs))
             many, one = statistics.median(runs[default]), statistics.median(runs[1])
             ok = "yes" if many <= TARGET * one else "no"
             cells = f"{many * 1e3:.2f} ms | {one * 1e3:.2f} ms | {many / one:.2f} | {ok}"

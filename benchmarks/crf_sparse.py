@@ -18,6 +18,12 @@ evaluation, total seconds, evaluations, final objective, test chunk F1.
 
     python benchmarks/crf_sparse.py [--n-train 8936 --n-test 2012] [--threads 1 2] [--iters 100]
     python benchmarks/crf_sparse.py --quick          # 500 sentences, 10 iterations
+    python benchmarks/crf_sparse.py --min-freq 2     # attributes seen at least twice, both trainers
+    python benchmarks/crf_sparse.py --hash 65536     # attributes hashed into 65,536 buckets, both
+    python benchmarks/crf_sparse.py --svm margin slack  # also the structured SVMs on the features
+
+``--min-freq`` and ``--hash`` change the attributes both trainers see (crfsuite gets the pruned
+or hashed attribute names, so the two objectives stay the same function).
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+import zlib
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -55,6 +63,25 @@ def crfpp_features(words: list[str], pos: list[str]) -> list[list[str]]:
     return out
 
 
+class Attributes:
+    """The attributes of each token as both trainers see them: the CRF++ template's, pruned to those
+    seen at least ``min_freq`` times in training, or hashed into ``buckets`` names (CRC-32)."""
+
+    def __init__(self, train: list[Sentence], min_freq: int = 1, buckets: int | None = None) -> None:
+        self.buckets, self.keep = buckets, None
+        if min_freq > 1:
+            counts = Counter(f for w, p, _ in train for tok in crfpp_features(w, p) for f in tok)
+            self.keep = {f for f, c in counts.items() if c >= min_freq}
+
+    def __call__(self, words: list[str], pos: list[str]) -> list[list[str]]:
+        feats = crfpp_features(words, pos)
+        if self.keep is not None:
+            feats = [[f for f in tok if f in self.keep] for tok in feats]
+        if self.buckets is not None:
+            feats = [[f"h{zlib.crc32(f.encode()) % self.buckets}" for f in tok] for tok in feats]
+        return feats
+
+
 def load(args: argparse.Namespace) -> tuple[list[Sentence], list[Sentence], str]:
     if args.data is not None:
         train, test = (read_conll(args.data / name) for name in ("train.txt", "test.txt"))
@@ -67,9 +94,10 @@ def load(args: argparse.Namespace) -> tuple[list[Sentence], list[Sentence], str]
     return fix[0], fix[1], source
 
 
-def encode(sentences: list[Sentence], vocab: dict[str, int], labels: list[str], grow: bool):
-    """Feature ids (B, T, 19) (-1: padding or unseen), labels (B, T), lengths (B,)."""
-    feats = [crfpp_features(s[0], s[1]) for s in sentences]
+def encode(sentences: list[Sentence], vocab: dict[str, int], labels: list[str], grow: bool,
+           attributes=crfpp_features):
+    """Feature ids (B, T, 19) (-1: padding, pruned or unseen), labels (B, T), lengths (B,)."""
+    feats = [attributes(s[0], s[1]) for s in sentences]
     if grow:
         for sent in feats:
             for tok in sent:
@@ -80,17 +108,19 @@ def encode(sentences: list[Sentence], vocab: dict[str, int], labels: list[str], 
     tags = torch.zeros(len(sentences), T, dtype=torch.long)
     index = {t: i for i, t in enumerate(labels)}
     for b, (sent, s) in enumerate(zip(feats, sentences, strict=True)):
-        ids[b, : len(sent)] = torch.tensor([[vocab.get(f, -1) for f in tok] for tok in sent])
+        for t, tok in enumerate(sent):
+            known = [vocab[f] for f in tok if f in vocab]
+            ids[b, t, : len(known)] = torch.tensor(known, dtype=torch.long)
         tags[b, : len(sent)] = torch.tensor([index[t] for t in s[2]])
     return ids, tags, torch.tensor([len(s[0]) for s in sentences])
 
 
-def run_crfsuite(train, test, args) -> dict:
+def run_crfsuite(train, test, args, attributes) -> dict:
     import pycrfsuite
 
     trainer = pycrfsuite.Trainer(verbose=False)
     for words, pos, tags in train:
-        trainer.append(crfpp_features(words, pos), tags)
+        trainer.append(attributes(words, pos), tags)
     trainer.set_params(
         {
             "c1": 0.0,
@@ -110,7 +140,7 @@ def run_crfsuite(train, test, args) -> dict:
         seconds = time.perf_counter() - began
         tagger = pycrfsuite.Tagger()
         tagger.open(path)
-        predicted = [tagger.tag(crfpp_features(w, p)) for w, p, _ in test]
+        predicted = [tagger.tag(attributes(w, p)) for w, p, _ in test]
         info = tagger.info()
     log = trainer.logparser
     evaluations = sum(int(it.get("linesearch_trials", 1)) for it in log.iterations)
@@ -156,14 +186,14 @@ class Trace:
         return next((t for t, v in self.points if v <= target * (1 + 1e-6)), None)
 
 
-def run_structtorch(train, test, args, threads: int, target: float) -> dict:
+def run_structtorch(train, test, args, threads: int, target: float, attributes) -> dict:
     """``st.train.fit`` with the CRF as the loss and full-batch ``torch.optim.LBFGS``: the path a
     user reaches for (fit minimizes the mean NLL + l2 / 2 ||w||^2, with l2 = 2 c2 / n the same
     minimizer as crfsuite's objective)."""
     torch.set_num_threads(threads)
     labels = sorted({t for _, _, tags in train for t in tags})
     vocab: dict[str, int] = {}
-    ids, tags, lengths = encode(train, vocab, labels, grow=True)
+    ids, tags, lengths = encode(train, vocab, labels, grow=True, attributes=attributes)
     data = st.SequenceData(ids, tags, lengths)
     model = Emissions(len(vocab), len(labels))
     crf = st.LinearChainCRF(len(labels)).double()
@@ -192,7 +222,7 @@ def run_structtorch(train, test, args, threads: int, target: float) -> dict:
     )
     seconds = time.perf_counter() - trace.began
     with torch.no_grad():
-        test_ids, _, test_lengths = encode(test, vocab, labels, grow=False)
+        test_ids, _, test_lengths = encode(test, vocab, labels, grow=False, attributes=attributes)
         path = crf.decode(model(test_ids), lengths=test_lengths)[1]
     predicted = [
         [labels[i] for i in row[:n]] for row, n in zip(path.tolist(), test_lengths.tolist(), strict=True)
@@ -209,6 +239,35 @@ def run_structtorch(train, test, args, threads: int, target: float) -> dict:
         "crf": crf,
         "data": data,
     }
+
+
+def run_svm(train, test, args, attributes, rescaling: str) -> dict:
+    """The structured SVM (Hamming hinge) on the same features and the same L2 weight, one thread:
+    margin rescaling by BCFW (``fit(solver="bcfw")``), slack rescaling by 1-slack cutting planes
+    (``fit(solver="cutting_plane")``), for ``--svm-passes`` passes or iterations."""
+    torch.set_num_threads(1)
+    labels = sorted({t for _, _, tags in train for t in tags})
+    vocab: dict[str, int] = {}
+    ids, tags, lengths = encode(train, vocab, labels, grow=True, attributes=attributes)
+    data = st.SequenceData(ids, tags, lengths)
+    model = st.SparseFeaturePotentials(len(vocab), len(labels), bias=False).double()
+    began = time.perf_counter()
+    loss = st.StructuredHingeLoss(rescaling)
+    solver = "bcfw" if rescaling == "margin" else "cutting_plane"
+    options = {"tol": 0.0} if rescaling == "margin" else {"variant": "one_slack", "tol": 0.0}
+    history = st.train.fit(model, data, loss, solver=solver, epochs=args.svm_passes,
+                           l2=2 * args.c2 / len(data), objective=False, progress=False, metrics=(),
+                           solver_options=options)
+    seconds = time.perf_counter() - began
+    with torch.no_grad():
+        test_ids, _, test_lengths = encode(test, vocab, labels, grow=False, attributes=attributes)
+        path = st.viterbi(*model(test_ids), lengths=test_lengths)[1]
+    rows = zip(path.tolist(), test_lengths.tolist(), strict=True)
+    predicted = [[labels[i] for i in row[:n]] for row, n in rows]
+    last = history.epochs[-1]
+    f1 = float(st.chunk_f1(predicted, [t for _, _, t in test]))
+    return {"seconds": seconds, "passes": len(history), "primal": last["objective"], "gap": last["gap"],
+            "f1": f1, "solver": solver}
 
 
 def crfsuite_objective_check(mine: dict, theirs: dict, c2: float) -> float:
@@ -241,13 +300,19 @@ def main() -> None:
     p.add_argument("--c2", type=float, default=0.125)
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--min-freq", type=int, default=1, help="drop attributes seen fewer times in training")
+    p.add_argument("--hash", type=int, default=None, help="hash the attributes into this many buckets")
+    p.add_argument("--svm", nargs="*", choices=["margin", "slack"], default=None,
+                   help="also train the structured SVM (margin: BCFW; slack: 1-slack cutting planes)")
+    p.add_argument("--svm-passes", type=int, default=10)
     args = p.parse_args()
     if args.quick:
         args.n_train, args.n_test, args.iters, args.vocab = 500, 200, 10, 200
     train, test, source = load(args)
     tokens = sum(len(s[0]) for s in train)
     print(f"data: {source}; {len(train)} training sentences ({tokens} tokens), {len(test)} test")
-    theirs = run_crfsuite(train, test, args)
+    attributes = Attributes(train, args.min_freq, args.hash)
+    theirs = run_crfsuite(train, test, args, attributes)
     print(
         f"crfsuite: {theirs['seconds']:.2f} s, {theirs['iterations']} iterations, objective "
         f"{theirs['objective']:.6g}, test chunk F1 {theirs['f1']:.4f}",
@@ -255,7 +320,7 @@ def main() -> None:
     )
     rows = [("crfsuite (1 thread)", theirs)]
     for threads in args.threads:
-        mine = run_structtorch(train, test, args, threads, theirs["objective"])
+        mine = run_structtorch(train, test, args, threads, theirs["objective"], attributes)
         rows.append(
             (f"structtorch, `fit` + torch LBFGS ({threads} thread{'s' if threads > 1 else ''})", mine)
         )
@@ -286,6 +351,13 @@ def main() -> None:
             f"| {name} | {r['seconds']:.1f} | {evals} | {r['seconds'] / max(evals, 1):.3f} | "
             f"{r['objective']:.6g} | {'-' if target is None else f'{target:.1f}'} | {r['f1']:.4f} |"
         )
+    for rescaling in args.svm or ():
+        svm = run_svm(train, test, args, attributes, rescaling)
+        print(f"\nstructured SVM ({rescaling}-rescaled Hamming hinge, {svm['solver']}, 1 thread, "
+              "l2 = 2 c2 / n): "
+              f"{svm['passes']} passes in {svm['seconds']:.1f} s, primal {svm['primal']:.6g}, duality gap "
+              f"{svm['gap']:.3g} ({svm['gap'] / svm['primal']:.2%} of the primal), "
+              f"test chunk F1 {svm['f1']:.4f}")
 
 
 if __name__ == "__main__":

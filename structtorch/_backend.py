@@ -4,7 +4,8 @@ Backends
 --------
 ``"compiled"``
     The C++ CPU kernels of ``csrc/`` (built on first use, double accumulators), for CPU tensors:
-    the linear-chain Viterbi, log-partition (forward and backward) and marginals, the semi-Markov
+    the linear-chain Viterbi, log-partition (forward and backward), marginals and CRF loss (logZ -
+    score fused forward and backward), the bag sums of sparse features, the semi-Markov
     Viterbi and log-partition (forward and backward; segment-mean PLiFs included), and the
     Hamming-count tables of linear chains and segmentations.
 ``"triton"``

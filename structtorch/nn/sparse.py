@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
+from .._backend import backend_for
 from .._checks import check_int
 from .._extension import chain_ops
 
@@ -128,14 +129,14 @@ class SparseFeaturePotentials(nn.Module):
         self._checked = (weakref.ref(ids), ids._version, least)
 
     def _padded_scores(self, ids: Tensor, values: Tensor | None, dtype: torch.dtype) -> Tensor:
-        """Scores (B * T, N) of the padded form: on the CPU with dense gradients and fixed values,
-        the compiled bag sums (:class:`_BagSum`); elsewhere ``nn.EmbeddingBag``."""
+        """Scores (B * T, N) of the padded form: on the "compiled" backend (CPU) with dense gradients
+        and fixed values, the compiled bag sums (:class:`_BagSum`); elsewhere ``nn.EmbeddingBag``."""
         self._check_ids("ids", ids)
         B, T, K = ids.shape
         flat = ids.reshape(B * T, K)
         learned_values = values is not None and values.requires_grad
-        if (ids.device.type == "cpu" and not self.emission.sparse and not learned_values
-                and chain_ops() is not None):
+        compiled = backend_for(self.emission.weight) == "compiled"
+        if compiled and not self.emission.sparse and not learned_values:
             given = flat.new_empty(0, dtype=dtype) if values is None else values.reshape(B * T, K)
             return _BagSum.apply(self.emission.weight, flat.long().contiguous(), given.contiguous())
         keep = (flat != PAD).to(dtype)

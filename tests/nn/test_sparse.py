@@ -105,3 +105,12 @@ def test_the_id_check_runs_once_per_unchanged_tensor(monkeypatch):
         model(ids)
     model(ids.clamp(max=4))  # a new tensor: scanned
     assert len(scans) == 3
+
+
+def test_the_torch_backend_keeps_embedding_bag(monkeypatch):
+    """The backend choice reaches the bag sums: with "torch" no compiled kernel runs."""
+    monkeypatch.setattr(sparse._BagSum, "apply", lambda *a: pytest.fail("compiled bag sums under 'torch'"))
+    model = st.SparseFeaturePotentials(6, 2)
+    with st.use_backend("torch"):
+        model(torch.randint(-1, 6, (2, 3, 4)))[0].sum().backward()
+    assert model.emission.weight.grad.shape == (6, 2)
