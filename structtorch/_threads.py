@@ -10,7 +10,9 @@ runnable threads leave fewer free CPUs than the thread count, the call runs on t
 (at least one) and restores the thread count after. On a quiet machine nothing changes. Free CPUs
 are ``os.cpu_count()`` minus the runnable threads of other processes: the instantaneous count in
 ``/proc/loadavg`` minus this process's own runnable threads (``/proc/self/task``), read at most
-every :data:`INTERVAL` seconds (Linux; elsewhere nothing changes).
+every :data:`INTERVAL` seconds (Linux; elsewhere nothing changes). In PyTorch's OpenMP builds the
+thread count is a setting of the calling OS thread, so calls from several Python threads do not
+undo each other's choice.
 
 :func:`set_adaptive_threads` switches it off (or the environment variable
 ``STRUCTTORCH_ADAPTIVE_THREADS=0``).
@@ -85,9 +87,9 @@ def call_threads() -> Iterator[None]:
     free = _free() if threads > 1 else None
     fewer = free is not None and free < threads
     _LOCAL.depth = 1
-    if fewer:
-        torch.set_num_threads(max(free, 1))
-    try:
+    try:  # depth and thread count restored even when setting the count fails
+        if fewer:
+            torch.set_num_threads(max(free, 1))
         yield
     finally:
         _LOCAL.depth = 0

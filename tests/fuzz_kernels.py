@@ -156,6 +156,9 @@ def fuzz_semimarkov(B, T, N, S, data):
                                                             (0.0, float("nan"))]))
     with_tracks = data.draw(st.booleans())
     tracks = torch.randn(B, T, N, dtype=d) if with_tracks else content.new_empty(0)
+    if with_tracks:  # non-finite tracks (the Python checks off) must not steer an index out of bounds
+        tracks[torch.rand(B, T, N) < data.draw(st.sampled_from([0.0, 0.3]))] = data.draw(
+            st.sampled_from([float("nan"), float("inf"), float("-inf")]))
     plif_ok = not with_tracks or (P >= 2 and support == (0.0, 1.0)) or B * T * N == 0
     plif = (tracks, torch.randn(N, P, dtype=d), *support)
     _call(OPS.semimarkov_viterbi_forward, *args, *plif, valid=valid and plif_ok)

@@ -22,6 +22,7 @@ def two_threads(monkeypatch):
     torch.set_num_threads(2)
     monkeypatch.setattr(_threads, "INTERVAL", 0.0)
     monkeypatch.setitem(_threads._STATE, "on", True)
+    monkeypatch.setitem(_threads._STATE, "until", 0.0)  # no reading cached by an earlier call
     yield
     torch.set_num_threads(before)
 
@@ -51,6 +52,19 @@ def test_nested_calls_keep_the_outer_choice_and_errors_restore(two_threads, monk
     with pytest.raises(RuntimeError), _threads.call_threads():
         raise RuntimeError("inside")
     assert torch.get_num_threads() == 2 and not _threads._LOCAL.depth
+
+
+def test_a_failing_thread_count_change_leaves_the_depth_at_zero(two_threads, monkeypatch):
+    monkeypatch.setattr(_threads, "free_cpus", lambda: 1)
+
+    def refuse(n: int) -> None:
+        raise RuntimeError("refused")
+
+    with monkeypatch.context() as patch:  # undone before the fixture sets the count back
+        patch.setattr(torch, "set_num_threads", refuse)
+        with pytest.raises(RuntimeError, match="refused"), _threads.call_threads():
+            pass
+    assert not _threads._LOCAL.depth  # later calls still choose their thread count
 
 
 def test_switched_off(two_threads, monkeypatch):

@@ -232,7 +232,8 @@ double gold_score(const T* u, const Blocks<T>& blk, const T* st, const T* en, in
 }
 
 // logZ (B,), the factors alpha, p (B, T, N) and m (B, T) the backward reuses, and with labels
-// (B, T) (empty: none) the CRF loss logZ - score(labels) (B,), +inf where logZ = -inf.
+// (B, T) (an empty 1-D tensor: none; (B, 0) labels are labels) the CRF loss logZ - score(labels)
+// (B,), +inf where logZ = -inf.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_forward(
     const at::Tensor& unary, const at::Tensor& trans, const at::Tensor& r, const at::Tensor& f,
     const at::Tensor& start, const at::Tensor& end, const at::Tensor& lengths, const at::Tensor& labels) {
@@ -240,7 +241,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz_forw
   const Check c{"logz_forward"};
   std::tie(B, T, N) = c.chain(unary, trans, start, end, lengths);
   check_normalized("logz_forward", r, f, B, T, N);
-  const bool gold = labels.numel() > 0;
+  const bool gold = !(labels.dim() == 1 && labels.numel() == 0);  // none: an empty 1-D tensor
   if (gold) c.labels(labels, "labels", lengths, B, T, N);
   const auto dopt = unary.options().dtype(at::kDouble);
   auto logz = at::empty({B}, dopt);
@@ -401,7 +402,7 @@ std::tuple<at::Tensor, at::Tensor> logz_backward(
   c.tensor(alpha, "alpha", at::kDouble, {B, T, N});
   c.tensor(p, "p", at::kDouble, {B, T, N});
   c.tensor(m, "m", at::kDouble, {B, T});
-  const bool gold = labels.numel() > 0;
+  const bool gold = !(labels.dim() == 1 && labels.numel() == 0);  // none: an empty 1-D tensor
   if (gold) c.labels(labels, "labels", lengths, B, T, N);
   const bool per_step = trans.dim() == 4;
   const auto dopt = unary.options().dtype(at::kDouble);

@@ -31,7 +31,9 @@ struct SemiInputs {
   // The left support point of x clamped to [low, high], and the fraction toward the next one
   int64_t plif_left(double x, double* frac) const {
     const double pos = (std::min(std::max(x, low), high) - low) * (static_cast<double>(P - 1) / (high - low));
-    const int64_t left = std::min<int64_t>(static_cast<int64_t>(pos), P - 2);
+    // a NaN x (NaN tracks when the Python checks are off) gives a NaN fraction at index 0: the
+    // value and gradients come out NaN, and nothing is read out of bounds
+    const int64_t left = pos >= 0.0 ? std::min<int64_t>(static_cast<int64_t>(pos), P - 2) : 0;
     *frac = pos - static_cast<double>(left);
     return left;
   }

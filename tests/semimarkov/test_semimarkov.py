@@ -257,6 +257,21 @@ def test_gradcheck_compiled_log_partition_with_segment_plif():
     assert torch.autograd.gradcheck(f, (c, tracks, ordinates))
 
 
+def test_compiled_segment_plif_with_nan_tracks_stays_in_bounds():
+    """A NaN track (its check switched off) makes a NaN mean: the interpolation index must stay
+    in bounds (a NaN cast to an integer is undefined; the run itself is the test)."""
+    c = torch.randn(2, 5, 3, dtype=torch.float64, requires_grad=True)
+    tracks = torch.randn(2, 5, 3, dtype=torch.float64)
+    tracks[0, 2, 1] = float("nan")
+    plif = st.SegmentPLiF(tracks.requires_grad_(), torch.randn(3, 4, dtype=torch.float64), -1.0, 1.0)
+    assert backend_for(c) == "compiled"
+    with st.set_validation(False):
+        logz = st.semimarkov_log_partition(c, torch.zeros(3, 3, dtype=torch.float64), max_len=3,
+                                           segment_plif=plif)
+        logz.sum().backward()
+    assert torch.isfinite(logz[1]) and torch.isfinite(tracks.grad[1]).all()
+
+
 def _random_targets(p, S, lengths, rng):
     """A feasible target segmentation per row, drawn from the enumeration: ([(labels, starts,
     score)], labels (B, T), starts (B, T)); hypothesis rejects problems with an infeasible row."""
