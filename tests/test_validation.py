@@ -159,3 +159,24 @@ def test_segmentation_checks_are_counted_on_the_device(labels, starts, message):
         else:
             with pytest.raises(RuntimeError, match=message):
                 st.semimarkov_loss_augmented(c, A, labels, starts, max_len=2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_one_reduction_check_lets_nothing_through(dtype):
+    """The host check's fast path (one sum): -inf entries and finite entries whose sum overflows
+    pass; a NaN, a +inf, and a +inf beside a -inf (sum NaN) are refused and located."""
+    big = torch.finfo(dtype).max
+    fine = [torch.tensor([[0.0, float("-inf")], [1.0, 2.0]], dtype=dtype),
+            torch.tensor([big, big, -1.0], dtype=dtype)]  # the sum overflows to +inf: looked at, fine
+    for x in fine:
+        _checks.check_values("unary", x)
+    for bad, what in ((float("nan"), "NaN"), (float("inf"), r"\+inf")):
+        for other in (0.0, float("-inf")):
+            x = torch.tensor([1.0, other, bad, 2.0], dtype=dtype)
+            with pytest.raises(ValueError, match=rf"unary contains {what} at index \(2,\)"):
+                _checks.check_values("unary", x)
+    _checks.check_values("tracks", torch.tensor([float("inf"), 1.0], dtype=dtype), posinf=True)
+    _checks.check_values("tracks", torch.tensor([float("inf"), float("-inf")], dtype=dtype), posinf=True)
+    with pytest.raises(ValueError, match="NaN"):
+        _checks.check_values("tracks", torch.tensor([float("inf"), float("-inf"), float("nan")], dtype=dtype),
+                             posinf=True)
