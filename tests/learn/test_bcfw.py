@@ -141,3 +141,23 @@ def test_blocks_are_stored_on_their_sequences_features():
     stored = sum(block._nnz() for block in solver.w_blocks)
     assert 0 < stored < 0.01 * n * solver.d
     assert torch.allclose(sum(block.to_dense() for block in solver.w_blocks), solver.w)
+
+
+def test_the_average_and_the_parameters_follow_every_sparse_step():
+    """Each block step touches its support only: the averaged iterate kept as w - drift / T equals
+    Algorithm 4's recurrence w_avg = (1 - rho) w_avg + rho w, rho = 2 / (k + 2), and the model's
+    parameters equal w after every step (float32 parameters: w rounded)."""
+    from structtorch.learn.bcfw import BCFW
+
+    data = tiny(n=10)
+    model = st.LinearChainPotentials(2, 3).float()
+    solver = BCFW(model, data, None, lam=0.05, seed=1)
+    reference = solver.w.clone()
+    order = torch.randperm(10, generator=torch.Generator().manual_seed(0)).tolist() * 3
+    for k, i in enumerate(order):
+        solver._step(i)
+        rho = 2.0 / (k + 2.0)
+        reference = (1 - rho) * reference + rho * solver.w
+        torch.testing.assert_close(solver.w_avg, reference, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(solver.vector.current(), solver.w.float().double(), rtol=0, atol=0)
+    assert solver.k == 30 and bool((solver.w != 0).any())

@@ -120,6 +120,20 @@ class ParameterVector:
             offset += p.numel()
 
     @torch.no_grad()
+    def load_at(self, index: Tensor, w: Tensor) -> None:
+        """Set the parameters' entries at the flat positions ``index`` to those of ``w`` (d,), the
+        others untouched (a sparse step: O(len(index)), not O(d))."""
+        offset = 0
+        for p in self.params:
+            n = p.numel()
+            mine = index[(index >= offset) & (index < offset + n)]
+            if p.is_contiguous():
+                p.view(-1).index_copy_(0, mine - offset, w[mine].to(p.dtype))
+            else:
+                p.copy_(w[offset: offset + n].view_as(p))
+            offset += n
+
+    @torch.no_grad()
     def current(self) -> Tensor:
         """The parameters as they are, as one float64 vector (d,) (after :meth:`load`, ``w``
         rounded to the parameters' dtype)."""
@@ -129,6 +143,23 @@ class ParameterVector:
         """Gradients (one per parameter, None for none, sparse or dense) as one dense float64 (d,)."""
         return torch.cat([(torch.zeros_like(p) if g is None else g.to_dense()).reshape(-1)
                           for g, p in zip(grads, self.params, strict=True)]).double()
+
+    def sparse_grad(self, value: Tensor) -> Tensor:
+        """:meth:`grad` as a coalesced sparse COO vector (d,), each parameter's gradient made sparse
+        on its own (no dense (d,) concatenation)."""
+        grads = torch.autograd.grad(value, self.params, allow_unused=True) if value.requires_grad else \
+            [None] * len(self.params)
+        index, values, offset = [], [], 0
+        for g, p in zip(grads, self.params, strict=True):
+            if g is not None:
+                flat = (g.to_dense() if g.is_sparse else g).reshape(-1)
+                mine = flat.nonzero().squeeze(1)
+                index.append(mine + offset)
+                values.append(flat[mine].double())
+            offset += p.numel()
+        index = torch.cat(index) if index else torch.zeros(0, dtype=torch.long, device=self.device)
+        values = torch.cat(values) if values else torch.zeros(0, dtype=torch.float64, device=self.device)
+        return torch.sparse_coo_tensor(index[None], values, (self.d,)).coalesce()
 
     def grad(self, value: Tensor) -> Tensor:
         """The gradient (d,) float64 of the scalar ``value`` with respect to the parameters."""

@@ -121,7 +121,9 @@ class BCFW:
         # sequence i), so memory is O(sum of supports) rather than O(n d)
         self.w_blocks = [_sparse_zero(d, dev) for _ in range(n)]
         self.ell, self.ell_blocks = 0.0, torch.zeros(n, dtype=torch.float64)
-        self.w_avg, self.ell_avg = self.w.clone(), 0.0
+        # the weighted average of Algorithm 4, w_avg = w - drift / T(k - 1) with T(j) = (j + 1)(j + 2) / 2
+        # (see :attr:`w_avg`): each step updates it on the step's support only
+        self.drift, self.ell_avg = torch.zeros_like(self.w), 0.0
         self.k = 0
         self.gen = torch.Generator().manual_seed(seed)
         self._load(self.w)
@@ -129,9 +131,11 @@ class BCFW:
     def _load(self, w: Tensor) -> None:
         self.vector.load(w)
 
-    def _oracle(self, batch: SequenceData) -> tuple[Tensor, Tensor, Tensor]:
-        """At the loaded parameters: (H_i (B,), L_i(y*) (B,), sum_i psi_i(y*) (d,)) in float64."""
-        pot = _outputs(self.model, batch.x)
+    def _oracle(self, batch: SequenceData, psi: bool = True) -> tuple[Tensor, Tensor, Tensor | None]:
+        """At the loaded parameters: (H_i (B,), L_i(y*) (B,), sum_i psi_i(y*) (d,), a sparse vector;
+        None without ``psi``) in float64."""
+        with torch.set_grad_enabled(psi):
+            pot = _outputs(self.model, batch.x)
         unary, trans = pot.pop("unary"), pot.pop("transitions")
         kw = {**pot, "lengths": batch.lengths}
         with torch.no_grad():
@@ -140,15 +144,16 @@ class BCFW:
                 **{k: v.detach() for k, v in pot.items()}, lengths=batch.lengths)
         # <w, psi_i(y*)> = s(y_i) - s(y*); its gradient is psi_i(y*)
         worst = path.clamp(min=0)
-        diff = path_score(unary, trans, batch.labels, **kw) - path_score(unary, trans, worst, **kw)
-        psi = self.vector.grad(diff.sum())
+        with torch.set_grad_enabled(psi):
+            diff = path_score(unary, trans, batch.labels, **kw) - path_score(unary, trans, worst, **kw)
         value = value.detach().double()
-        return value, value + diff.detach().double(), psi
+        return value, value + diff.detach().double(), self.vector.sparse_grad(diff.sum()) if psi else None
 
     def _step(self, i: int) -> None:
         _, delta, psi = self._oracle(self.data.batch(torch.tensor([i])))
         n, lam = self.n, self.lam
-        w_s, ell_s = (psi / (lam * n)).to_sparse().coalesce(), float(delta[0]) / n
+        w_s = torch.sparse_coo_tensor(psi.indices(), psi.values() / (lam * n), psi.shape).coalesce()
+        ell_s = float(delta[0]) / n
         w_i, ell_i = self.w_blocks[i], float(self.ell_blocks[i])
         dw = (w_i - w_s).coalesce()  # sparse: the union of the two supports
         if self.line_search:
@@ -159,16 +164,27 @@ class BCFW:
             gamma = 2.0 * n / (self.k + 2.0 * n)
         new_w_i = (w_i - gamma * dw).coalesce()  # (1 - gamma) w_i + gamma w_s
         new_ell_i = (1 - gamma) * ell_i + gamma * ell_s
-        self.w.index_add_(0, dw.indices()[0], dw.values(), alpha=-gamma)  # w += new_w_i - w_i
+        support = dw.indices()[0]
+        self.w.index_add_(0, support, dw.values(), alpha=-gamma)  # w += new_w_i - w_i
         self.ell += new_ell_i - ell_i
         self.w_blocks[i] = new_w_i
         self.ell_blocks[i] = new_ell_i
-        if self.averaging:
+        if self.averaging:  # w_avg = (1 - rho) w_avg + rho w, rho = 2 / (k + 2), through the drift
+            self.drift.index_add_(0, support, dw.values(), alpha=-gamma * self.k * (self.k + 1) / 2)
             rho = 2.0 / (self.k + 2.0)
-            self.w_avg.mul_(1 - rho).add_(self.w, alpha=rho)
             self.ell_avg = (1 - rho) * self.ell_avg + rho * self.ell
         self.k += 1
-        self._load(self.w)
+        self.vector.load_at(support, self.w)  # the parameters equal w elsewhere already
+
+    @property
+    def w_avg(self) -> Tensor:
+        """The averaged iterate of Algorithm 4 after k steps. Its recurrence w_avg = (1 - rho_j)
+        w_avg + rho_j w_j, rho_j = 2 / (j + 2), sums to sum_j (j + 1) w_j / T(k - 1), which is
+        w_k - drift / T(k - 1) with drift = sum_j T(j - 1) (w_j - w_{j-1}): updated on each step's
+        support, not over all d weights."""
+        if self.k == 0:
+            return self.w.clone()
+        return self.w - self.drift / (self.k * (self.k + 1) / 2)
 
     def output(self) -> tuple[Tensor, float]:
         """The reported iterate (w (d,), the dual's linear term ell): averaged or the last."""
@@ -180,7 +196,7 @@ class BCFW:
         self._load(w)
         hinge = 0.0
         for idx in torch.arange(self.n).split(self.batch_size):
-            value, _, _ = self._oracle(self.data.batch(idx))
+            value, _, _ = self._oracle(self.data.batch(idx), psi=False)
             hinge += float(value.sum())
         sq = float(w @ w)
         primal = 0.5 * self.lam * sq + hinge / self.n
