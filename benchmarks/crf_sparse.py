@@ -250,7 +250,9 @@ def run_svm(train, test, args, attributes, rescaling: str) -> dict:
     vocab: dict[str, int] = {}
     ids, tags, lengths = encode(train, vocab, labels, grow=True, attributes=attributes)
     data = st.SequenceData(ids, tags, lengths)
-    model = st.SparseFeaturePotentials(len(vocab), len(labels), bias=False).double()
+    # BCFW's steps touch one sequence's features: sparse gradients keep them O(support)
+    model = st.SparseFeaturePotentials(len(vocab), len(labels), bias=False,
+                                       sparse_grad=rescaling == "margin").double()
     began = time.perf_counter()
     loss = st.StructuredHingeLoss(rescaling)
     solver = "bcfw" if rescaling == "margin" else "cutting_plane"

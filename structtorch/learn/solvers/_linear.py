@@ -11,6 +11,7 @@ to the parameters is Psi, exactly.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -95,6 +96,25 @@ def regularizer_is_l2(model: nn.Module) -> bool:
     return abs(reg - norm) <= 1e-6 * max(1.0, norm)
 
 
+def _flat_entries(g: Tensor) -> tuple[Tensor, Tensor]:
+    """The nonzero entries of a gradient as (flat positions, values): a dense gradient scanned
+    once, a sparse COO one (e.g. ``nn.EmbeddingBag(sparse=True)``'s rows) read off its indices
+    without densifying it."""
+    if not g.is_sparse:
+        flat = g.reshape(-1)
+        mine = flat.nonzero().squeeze(1)
+        return mine, flat[mine]
+    g = g.coalesce()
+    sparse_dims, shape = g.sparse_dim(), g.shape
+    strides = torch.tensor([math.prod(shape[i + 1:]) for i in range(sparse_dims)], device=g.device)
+    base = (g.indices() * strides[:, None]).sum(0)  # each stored block's first flat position
+    block = math.prod(shape[sparse_dims:])
+    positions = (base[:, None] + torch.arange(block, device=g.device)).reshape(-1)
+    vals = g.values().reshape(-1)
+    keep = vals != 0
+    return positions[keep], vals[keep]
+
+
 class ParameterVector:
     """The trained parameters of some modules as one float64 vector w (d,).
 
@@ -152,10 +172,9 @@ class ParameterVector:
         index, values, offset = [], [], 0
         for g, p in zip(grads, self.params, strict=True):
             if g is not None:
-                flat = (g.to_dense() if g.is_sparse else g).reshape(-1)
-                mine = flat.nonzero().squeeze(1)
+                mine, vals = _flat_entries(g)
                 index.append(mine + offset)
-                values.append(flat[mine].double())
+                values.append(vals.double())
             offset += p.numel()
         index = torch.cat(index) if index else torch.zeros(0, dtype=torch.long, device=self.device)
         values = torch.cat(values) if values else torch.zeros(0, dtype=torch.float64, device=self.device)
