@@ -178,7 +178,7 @@ class ParameterVector:
             offset += p.numel()
         index = torch.cat(index) if index else torch.zeros(0, dtype=torch.long, device=self.device)
         values = torch.cat(values) if values else torch.zeros(0, dtype=torch.float64, device=self.device)
-        return torch.sparse_coo_tensor(index[None], values, (self.d,)).coalesce()
+        return torch.sparse_coo_tensor(index[None], values, (self.d,), check_invariants=False).coalesce()
 
     def grad(self, value: Tensor) -> Tensor:
         """The gradient (d,) float64 of the scalar ``value`` with respect to the parameters."""

@@ -152,7 +152,8 @@ class BCFW:
     def _step(self, i: int) -> None:
         _, delta, psi = self._oracle(self.data.batch(torch.tensor([i])))
         n, lam = self.n, self.lam
-        w_s = torch.sparse_coo_tensor(psi.indices(), psi.values() / (lam * n), psi.shape).coalesce()
+        w_s = torch.sparse_coo_tensor(psi.indices(), psi.values() / (lam * n), psi.shape,
+                                      check_invariants=False).coalesce()
         ell_s = float(delta[0]) / n
         w_i, ell_i = self.w_blocks[i], float(self.ell_blocks[i])
         dw = (w_i - w_s).coalesce()  # sparse: the union of the two supports
