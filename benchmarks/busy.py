@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import torch
+from timing import median_time
 
 TARGET = 1.5  # the default thread count within this factor of one thread, under load
 DEFAULT_THREADS = torch.get_num_threads()  # PyTorch's default, read before a script sets its own
@@ -49,8 +50,6 @@ def busy_table(cases: dict[str, Callable[[], object]], budget: float,
     default when None) and at one thread, and their ratio against :data:`TARGET`.
     The two thread counts alternate in three rounds (each the median of at least ``min_runs``
     calls after a warm-up), so slow drifts of the load hit both alike."""
-    from chain import median_time  # here: chain.py imports this module
-
     default = default_threads or DEFAULT_THREADS
     cpu = torch.device("cpu")
     print(f"\n### Under load: one competing busy process; {default} threads (the default) against 1\n")

@@ -12,34 +12,14 @@ where its O(B T N^3) scan would need more than --ts-max-gb of memory.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 from busy import busy_table
+from timing import median_time  # also imported from here by the other benchmarks
 
 import structtorch as st
 
 SIZES = [(32, 128, 16), (32, 512, 16), (8, 2000, 4), (64, 256, 64), (1, 10000, 8)]
-
-
-def median_time(fn, budget: float, device: torch.device, min_runs: int = 3, max_runs: int = 30) -> float:
-    """Median seconds of ``fn()`` after one warm-up, repeating within ``budget`` seconds."""
-
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-
-    fn()
-    sync()
-    times: list[float] = []
-    began = time.perf_counter()
-    while len(times) < min_runs or (len(times) < max_runs and time.perf_counter() - began < budget):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def inputs(B: int, T: int, N: int, device: torch.device, seed: int = 0):

@@ -12,10 +12,19 @@ namespace {
 
 using structtorch::Check;
 
-// ids (R, K) int64; their values are checked where they are read (one comparison each).
-void check_bags(const char* op, const at::Tensor& ids) {
+// x (rows, N) float32 or float64 (``name``), ids (R, K) int64 and values empty or (R, K) of x's
+// dtype; returns x's dtype. The ids' values are checked where they are read (one comparison each).
+at::ScalarType check_inputs(const char* op, const at::Tensor& ids, const at::Tensor& values, const at::Tensor& x,
+                            const char* name) {
+  const Check c{op};
+  TORCH_CHECK(x.dim() == 2, op, ": ", name, " must be 2-D");
+  const auto dtype = x.scalar_type();
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kDouble, op, ": ", name, " must be float32 or float64");
+  c.tensor(x, name, dtype, {x.size(0), x.size(1)});
   TORCH_CHECK(ids.dim() == 2, op, ": ids must be (R, K)");
-  Check{op}.tensor(ids, "ids", at::kLong, {ids.size(0), ids.size(1)});
+  c.tensor(ids, "ids", at::kLong, {ids.size(0), ids.size(1)});
+  if (values.numel()) c.tensor(values, "values", dtype, {ids.size(0), ids.size(1)});
+  return dtype;
 }
 
 [[noreturn]] void bad_id(const char* op, int64_t f, int64_t F) {
@@ -36,13 +45,8 @@ const T* values_or_null(const at::Tensor& values) {  // checked by the caller
 
 at::Tensor bag_sum_forward(const at::Tensor& ids, const at::Tensor& values, const at::Tensor& weight) {
   const char* op = "bag_sum_forward";
-  TORCH_CHECK(weight.dim() == 2, op, ": weight must be (F, N)");
+  const auto dtype = check_inputs(op, ids, values, weight, "weight");
   const int64_t F = weight.size(0), N = weight.size(1);
-  const auto dtype = weight.scalar_type();
-  TORCH_CHECK(dtype == at::kFloat || dtype == at::kDouble, op, ": weight must be float32 or float64");
-  Check{op}.tensor(weight, "weight", dtype, {F, N});
-  check_bags(op, ids);
-  if (values.numel()) Check{op}.tensor(values, "values", dtype, {ids.size(0), ids.size(1)});
   const int64_t R = ids.size(0), K = ids.size(1);
   auto out = at::empty({R, N}, weight.options());
   AT_DISPATCH_FLOATING_TYPES(dtype, "bag_sum_forward", [&] {
@@ -71,15 +75,10 @@ at::Tensor bag_sum_forward(const at::Tensor& ids, const at::Tensor& values, cons
 
 at::Tensor bag_sum_backward(const at::Tensor& ids, const at::Tensor& values, const at::Tensor& grad, int64_t F) {
   const char* op = "bag_sum_backward";
-  TORCH_CHECK(grad.dim() == 2, op, ": grad must be (R, N)");
+  const auto dtype = check_inputs(op, ids, values, grad, "grad");
   const int64_t R = grad.size(0), N = grad.size(1);
-  const auto dtype = grad.scalar_type();
-  TORCH_CHECK(dtype == at::kFloat || dtype == at::kDouble, op, ": grad must be float32 or float64");
   TORCH_CHECK(F >= 0, op, ": F must be >= 0");
-  Check{op}.tensor(grad, "grad", dtype, {R, N});
-  check_bags(op, ids);
   TORCH_CHECK(ids.size(0) == R, op, ": ids must have one row per row of grad");
-  if (values.numel()) Check{op}.tensor(values, "values", dtype, {R, ids.size(1)});
   const int64_t K = ids.size(1);
   auto out = at::zeros({F, N}, grad.options());
   AT_DISPATCH_FLOATING_TYPES(dtype, "bag_sum_backward", [&] {

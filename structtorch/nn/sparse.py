@@ -11,6 +11,7 @@ from torch.autograd.function import once_differentiable
 from .._backend import backend_for
 from .._checks import check_int
 from .._extension import chain_ops
+from .._threads import call_threads
 
 __all__ = ["SparseFeaturePotentials"]
 
@@ -25,6 +26,7 @@ class _BagSum(torch.autograd.Function):
     0.87 s of a 1.28 s evaluation of a CoNLL-2000-sized CRF), no cached structure."""
 
     @staticmethod
+    @call_threads()  # as every operator: fewer threads while the machine is busy
     def forward(ctx, weight: Tensor, ids: Tensor, values: Tensor) -> Tensor:
         ctx.save_for_backward(ids, values)
         ctx.num_features = weight.shape[0]
@@ -32,6 +34,7 @@ class _BagSum(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
+    @call_threads()
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
         ids, values = ctx.saved_tensors
         return chain_ops().bag_sum_backward(ids, values, grad.contiguous(), ctx.num_features), None, None

@@ -85,6 +85,13 @@ def test_kernels_refuse_bad_ids():
             ops.bag_sum_forward(ids, weight.new_empty(0), weight)
         with pytest.raises(RuntimeError, match="ids must lie in"):
             ops.bag_sum_backward(ids, weight.new_empty(0), torch.zeros(1, 2), 4)
+    ids = torch.tensor([[0, 1]])
+    with pytest.raises(RuntimeError, match="weight must be float32 or float64"):
+        ops.bag_sum_forward(ids, weight.new_empty(0), weight.long())
+    with pytest.raises(RuntimeError, match="values must have shape"):
+        ops.bag_sum_forward(ids, torch.ones(1, 3), weight)
+    with pytest.raises(RuntimeError, match="one row per row of grad"):
+        ops.bag_sum_backward(ids, weight.new_empty(0), torch.zeros(2, 2), 4)
     with pytest.raises(ValueError, match="feature ids in"):
         st.SparseFeaturePotentials(4, 2)(torch.tensor([[[0, 4]]]))
 
