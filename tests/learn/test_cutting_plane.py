@@ -214,6 +214,36 @@ def test_working_set_qp_is_exact(bound, owners, d, size, method, monkeypatch):
     assert primal - got <= (1e-6 if size == 1.0 else 1e-5) * abs(primal)  # a certificate of w at any norm
 
 
+@pytest.mark.parametrize("bound, owners", [(1.0, [0] * 60), (0.1, [i % 10 for i in range(60)])])
+def test_shrinking_reaches_the_optimum_over_every_plane(bound, owners, monkeypatch):
+    """A large working set is solved by shrinking: the QP over the planes active last time and the
+    new ones, then again with every plane its w violates. Started from one plane (the others marked
+    idle, as if they had been inactive), it must add the violated planes round by round until its
+    alpha is optimal over all 60: cvxpy's value, and the primal of its w equal to it."""
+    import scipy.sparse as sp
+
+    from structtorch.learn.solvers import cutting_plane
+
+    monkeypatch.setattr(cutting_plane, "SHRINK_FROM", 5)
+    parts = []
+    part = WorkingSet._part
+    monkeypatch.setattr(WorkingSet, "_part", lambda self, *args: parts.append(1) or part(self, *args))
+    rng = np.random.default_rng(1)
+    rows, c = rng.normal(size=(60, 8)), 1.0 + rng.random(60)
+    ws = WorkingSet(d=8, lam=0.05, bound=bound)
+    ws.add(owners, c, sp.csr_array(rows))
+    ws.idle[1:] = 1  # only plane 0 counts as active before the first round
+    got = ws.solve()
+    assert len(parts) >= 2  # it did have to add planes
+    want = _dual_qp(rows, c, 0.05, bound, owners)
+    assert got == pytest.approx(want, rel=1e-6)
+    w, groups = ws.weights(), np.asarray(owners)
+    violation = c - rows @ w
+    primal = 0.025 * w @ w + sum(bound * max(0.0, violation[groups == g].max()) for g in np.unique(groups))
+    assert primal - got <= 1e-6 * abs(primal)
+    assert ws.alpha.shape == (60,) and (ws.alpha >= 0).all()
+
+
 class _Segmenter(nn.Module):
     """Semi-Markov potentials linear in the parameters: per-position content from the features,
     length scores and transitions (a SemiMarkovDistribution)."""

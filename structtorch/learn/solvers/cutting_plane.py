@@ -18,17 +18,19 @@ autograd (no model writes a psi). Two variants:
 
 Each iteration solves the dual QP over the working set (:class:`WorkingSet`: DAQP's active-set
 method on the dual or the primal, whichever is smaller; Clarabel's interior-point method where
-DAQP fails), computes w = A^T alpha / lambda and runs the oracle over the training data at w: that gives the
-true primal of w and the new planes. The model keeps the iterate of lowest primal so far. The dual
-value of the working set's QP is a lower bound on the optimum, so ``gap = best primal - dual``
-certifies the model's weights; training stops once ``gap <= tol``. Planes whose dual variable stays
-0 for ``inactive`` iterations leave the working set.
+DAQP fails; over a large working set, by shrinking to the planes likely active), computes
+w = A^T alpha / lambda and runs the oracle over the training data at w: that gives the true primal
+of w and the new planes. The model keeps the iterate of lowest primal so far. The dual value of the
+working set's QP is a lower bound on the optimum, so ``gap = best primal - dual`` certifies the
+model's weights; training stops once ``gap <= tol``. Planes whose dual variable stays 0 for
+``inactive`` iterations leave the working set.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import clarabel
 import daqp
@@ -64,10 +66,37 @@ CLARABEL_CAP = 1e3
 DAQP_PAUSE = 5
 """Solves of the primal form that go straight to Clarabel after DAQP failed on it (its failures run
 to the iteration limit: on a 4,000-plane slack-rescaling working set, 3-7 s each)."""
+DAQP_TIME_SHARE = 2.0
+"""DAQP may spend this many times the last Clarabel solve on the primal form (at least
+``DAQP_MIN_TIME`` seconds): a failure costs at most that (Bauer slack rescaling, n = 1000: twelve
+failures at 16 s each, against 2 s per Clarabel solve)."""
+DAQP_MIN_TIME = 0.1
+SHRINK_FROM = 400
+"""Working sets of more planes are solved by shrinking (:meth:`WorkingSet._solve_shrunk`): the QP
+over the planes likely to be active, then again with every plane its solution violates, until none
+is (at the optimum of a slack-rescaling working set of 4,000 planes, n = 400, about 550 are
+active)."""
+SHRINK_TOL = 1e-9
+"""A plane outside the shrunk QP is violated where it exceeds its owner's slack by more than this
+times max abs(c)."""
 CLARABEL_TOL = 1e-10
 """Clarabel's gap and feasibility tolerances. At its defaults (1e-8) the interior-point alpha keeps
 thousands of planes slightly positive, so they are never dropped as inactive, and the working set of
 a slack-rescaling training stayed at 4,000-6,000 planes (n = 400)."""
+
+
+@dataclass
+class _DaqpPace:
+    """When DAQP may try the primal form and for how long (shared by a working set and the parts it
+    is shrunk to): ``pause`` solves left without it after it failed, and ``clarabel`` the seconds of
+    the last Clarabel solve, its fallback."""
+
+    pause: int = 0
+    clarabel: float = QP_TIME_LIMIT
+
+    def budget(self) -> float:
+        """Seconds DAQP may take (``DAQP_TIME_SHARE`` times the last Clarabel solve)."""
+        return min(QP_TIME_LIMIT, max(DAQP_MIN_TIME, DAQP_TIME_SHARE * self.clarabel))
 
 
 class WorkingSet:
@@ -83,7 +112,8 @@ class WorkingSet:
     go; hot-started from the last active set), or the QP's primal in factored coordinates
     (:meth:`_clarabel`'s problem), alpha its multipliers: F F^T = A A^T with F = A's used columns
     when they are few or sparse, else V sqrt(L) from the Gram matrix's eigendecomposition (its rank
-    r <= k columns), so that its size is r + (owners) whatever k. Where DAQP fails, Clarabel (an
+    r <= k columns), so that its size is r + (owners) whatever k. Working sets of more than
+    ``SHRINK_FROM`` planes are solved by shrinking (:meth:`_solve_shrunk`). Where DAQP fails, Clarabel (an
     interior-point method, robust to scaling) solves that primal. HiGHS's active-set QP solver,
     tried first, stopped 1 % short of the optimum on the dense, singular Gram matrix with thousands
     of planes, and hung or dropped curvature (entries below 1e-9) at the scales planes of norm 1e4
@@ -108,7 +138,7 @@ class WorkingSet:
         self.alpha = np.zeros(0)
         self.idle = np.zeros(0, dtype=np.int64)
         self.qp_time = 0.0
-        self.daqp_pause = 0  # primal-form solves left without DAQP (after it failed)
+        self.pace = _DaqpPace()
         self.w_primal: np.ndarray | None = None  # w of the last solve's primal solution, if it had one
 
     def __len__(self) -> int:
@@ -154,15 +184,65 @@ class WorkingSet:
         if not len(self):
             return 0.0
         began = time.perf_counter()
-        dual_form = self._dual_form()
-        alpha = self._daqp_dual() if dual_form else None
-        self.w_primal = None
-        if alpha is None:
-            alpha, self.w_primal = self._solve_factored(daqp_first=not dual_form)
-        self.alpha = alpha
+        solve = self._solve_shrunk if len(self) > SHRINK_FROM else self._solve_whole
+        self.alpha, self.w_primal = solve()
         self.idle = np.where(self.alpha > 0, 0, self.idle + 1)
         self.qp_time += time.perf_counter() - began
         return self.dual()
+
+    def _solve_whole(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """(alpha, the primal's w or None) over every plane: DAQP on the dual or the factored
+        primal, whichever is smaller, then Clarabel (see :meth:`solve`)."""
+        dual_form = self._dual_form()
+        alpha = self._daqp_dual() if dual_form else None
+        if alpha is not None:
+            return alpha, None
+        return self._solve_factored(daqp_first=not dual_form)
+
+    def _solve_shrunk(self) -> tuple[np.ndarray, np.ndarray]:
+        """(alpha, w) by shrinking: :meth:`_solve_whole` over the planes active at the last solve
+        and the new ones (alpha 0 elsewhere, which is dual-feasible), then again with every plane
+        that w violates by more than ``SHRINK_TOL`` (its c - <w, a> above its owner's slack in the
+        shrunk QP), until none is: then alpha is optimal over all planes. Each QP costs about
+        planes x dimension^2, and most planes of a large working set stay inactive."""
+        chosen = np.flatnonzero(self.idle == 0)  # active at the last solve, or new
+        full = self.alpha.copy()
+        while True:
+            part = self._part(chosen, full[chosen])
+            alpha, w = part._solve_whole()
+            w = part.rows.T @ alpha / self.lam if w is None else w
+            full = np.zeros(len(self))
+            full[chosen] = alpha
+            violated = self._violated(w, chosen)
+            if not len(violated):
+                return full, w
+            chosen = np.union1d(chosen, violated)
+
+    def _part(self, chosen: np.ndarray, alpha: np.ndarray) -> WorkingSet:
+        """The working set of the planes ``chosen`` (sorted indices), with ``alpha`` (a hot start)."""
+        part = WorkingSet(self.d, self.lam, self.bound)
+        part.owners = [self.owners[i] for i in chosen]
+        part.c, part.rows = self.c[chosen], self.rows[chosen]
+        part.alpha, part.idle = alpha, self.idle[chosen]
+        part.gram = None if self.gram is None else self.gram[np.ix_(chosen, chosen)]
+        part.pace = self.pace
+        return part
+
+    def _violated(self, w: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+        """The planes not ``chosen`` whose c - <w, a> exceeds their owner's slack under the chosen
+        planes, max(0, their largest c - <w, a>), by more than ``SHRINK_TOL`` max abs(c)."""
+        values = self.c - self.rows @ w
+        owners = np.asarray(self.owners)
+        slack = np.zeros(owners.max() + 1)
+        np.maximum.at(slack, owners[chosen], values[chosen])
+        excess = values - slack[owners]
+        excess[chosen] = -np.inf
+        over = np.flatnonzero(excess > SHRINK_TOL * self.peak)
+        # the most violated plane of each owner
+        order = over[np.lexsort((-excess[over], owners[over]))]
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = owners[order][1:] != owners[order][:-1]
+        return np.sort(order[first])
 
     def _solve_factored(self, daqp_first: bool) -> tuple[np.ndarray, np.ndarray]:
         """(alpha, w): the dual's feasible solution from the primal in factored coordinates, and the
@@ -182,16 +262,17 @@ class WorkingSet:
         small = self.lam * self.peak / norm**2
         scales = self._scales(small)
         answers = []
-        if daqp_first and not self.daqp_pause:  # at the bound, then (if smaller) one plane's scale
+        if daqp_first and not self.pace.pause:  # at the bound, then (if smaller) one plane's scale
+            deadline = time.perf_counter() + self.pace.budget()
             for scale in (self.bound, small) if small < 1e-3 * self.bound else (self.bound,):
-                answer = self._daqp_primal(factor, norm, scale)
+                answer = self._daqp_primal(factor, norm, scale, deadline - time.perf_counter())
                 if answer is not None:
                     answers = [answer]
                     break
             else:
-                self.daqp_pause = DAQP_PAUSE
+                self.pace.pause = DAQP_PAUSE
         elif daqp_first:
-            self.daqp_pause -= 1
+            self.pace.pause -= 1
         if not answers:
             answers.append(self._clarabel(factor, norm, scales[0]))
             if len(scales) > 1 and (self._owner_sums(answers[0][0]).max(initial=0.0)
@@ -215,9 +296,11 @@ class WorkingSet:
 
     def _dual_form(self) -> bool:
         """Whether DAQP gets the dual (k unknowns) rather than the primal (r + owners unknowns, with
-        r at most the planes' used columns)."""
+        r at most the planes' used columns): where k <= r, so that the Gram matrix may be regular (on
+        a singular one DAQP's proximal-point iterations are slow: 10,000 iterations, 5 s, and a
+        failure on 560 planes in 188 dimensions)."""
         k = len(self)
-        return k <= DENSE_LIMIT and k <= len(np.unique(self.rows.indices)) + len(set(self.owners))
+        return k <= DENSE_LIMIT and k <= len(np.unique(self.rows.indices))
 
     def _groups(self) -> tuple[np.ndarray, np.ndarray]:
         """(the distinct owners, each plane's index among them)."""
@@ -241,10 +324,12 @@ class WorkingSet:
                                       primal_tol=DAQP_TOL, eta_prox=DAQP_TOL, time_limit=QP_TIME_LIMIT)
         return self.feasible(scale * np.asarray(beta)) if flag == 1 else None
 
-    def _daqp_primal(self, factor: sp.csc_matrix, norm: float,
-                     scale: float) -> tuple[np.ndarray, np.ndarray] | None:
+    def _daqp_primal(self, factor: sp.csc_matrix, norm: float, scale: float,
+                     seconds: float = QP_TIME_LIMIT) -> tuple[np.ndarray, np.ndarray] | None:
         """(alpha, v): the dual's feasible solution as DAQP's multipliers of the primal of
-        :meth:`_clarabel`, and that primal's v (None where DAQP fails)."""
+        :meth:`_clarabel`, and that primal's v (None where DAQP fails or takes over ``seconds``)."""
+        if seconds <= 0:
+            return None
         k, r = factor.shape
         peak = self.peak
         groups, member = self._groups()
@@ -260,13 +345,14 @@ class WorkingSet:
         lower = np.concatenate([np.full(r, -1e30), np.zeros(g), self.c / peak])
         sense = np.zeros(r + g + k, dtype=np.intc)
         # hot start: the planes of largest alpha last time active at their lower bounds (DAQP's
-        # ACTIVE | LOWER bits), at most half as many as the unknowns
+        # ACTIVE | LOWER bits), at most as many as the unknowns (with half as many, a Bauer margin
+        # rescaling working set, n = 400, took 1,000-2,000 iterations instead of 100-300)
         last = np.flatnonzero(self.alpha > 0)
-        last = last[np.argsort(-self.alpha[last])[:(r + g) // 2]]
+        last = last[np.argsort(-self.alpha[last])[:r + g]]
         sense[r + g + last] = 3
         x, _, flag, info = daqp.solve(hessian, cost, rows, upper, lower, sense,
                                       primal_tol=DAQP_TOL, eta_prox=DAQP_TOL, iter_limit=DAQP_ITERATIONS,
-                                      time_limit=QP_TIME_LIMIT)
+                                      time_limit=seconds)
         if flag != 1:
             return None
         beta = np.maximum(-np.asarray(info["lam"])[r + g:], 0.0)  # lower bounds active: lam <= 0
@@ -306,6 +392,7 @@ class WorkingSet:
                           sp.hstack([sp.csc_matrix((g, r)), -sp.identity(g)])]).tocsc()
         rhs = np.concatenate([-self.c / peak, np.zeros(g)])
         cones = [clarabel.NonnegativeConeT(k + g)]
+        began = time.perf_counter()
         for tol in (CLARABEL_TOL, None):  # None: Clarabel's defaults, where the tight tolerances fail
             settings = clarabel.DefaultSettings()
             settings.verbose = False
@@ -317,6 +404,7 @@ class WorkingSet:
                 break
         else:
             raise RuntimeError(f"the cutting-plane dual QP did not solve: Clarabel status '{result.status}'")
+        self.pace.clarabel = time.perf_counter() - began
         beta = np.maximum(np.asarray(result.z)[:k], 0.0)
         return self.feasible(scale * beta), np.asarray(result.x)[:r]
 
@@ -544,3 +632,4 @@ class CuttingPlaneSolver(GapSolver):
                                   **dict(options.solver_options))
         self.task = self.state.task
         self.step, self.tol = self.state.iterate, self.state.tol
+
