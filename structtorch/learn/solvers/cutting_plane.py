@@ -149,7 +149,7 @@ class WorkingSet:
         if not owners:
             return
         if self.gram is not None and len(self) + len(owners) <= DENSE_LIMIT:
-            cross = (rows @ self.rows.T).toarray()
+            cross = (self.rows @ rows.T).toarray().T  # (new, old): transposing the few new rows only
             self.gram = np.block([[self.gram, cross.T], [cross, (rows @ rows.T).toarray()]])
         else:
             self.gram = None  # computed again when needed
@@ -300,7 +300,11 @@ class WorkingSet:
         a singular one DAQP's proximal-point iterations are slow: 10,000 iterations, 5 s, and a
         failure on 560 planes in 188 dimensions)."""
         k = len(self)
-        return k <= DENSE_LIMIT and k <= len(np.unique(self.rows.indices))
+        if k > DENSE_LIMIT:
+            return False
+        # one plane with k nonzeros settles it; else count the used columns (without sorting them)
+        indptr, indices = self.rows.indptr, self.rows.indices
+        return np.diff(indptr).max() >= k or np.count_nonzero(np.bincount(indices, minlength=1)) >= k
 
     def _groups(self) -> tuple[np.ndarray, np.ndarray]:
         """(the distinct owners, each plane's index among them)."""
@@ -415,7 +419,7 @@ class WorkingSet:
         columns), else V sqrt(L) of the Gram matrix's eigendecomposition without its null space
         (r = its rank; w = A^T V L^(-1/2) v)."""
         k = len(self)
-        columns = np.unique(self.rows.indices)
+        columns = np.flatnonzero(np.bincount(self.rows.indices, minlength=self.d))
         used = self.rows[:, columns]
 
         def on_columns(v: np.ndarray) -> np.ndarray:
