@@ -217,7 +217,7 @@ def test_working_set_qp_is_exact(bound, owners, d, size, method, monkeypatch):
 @pytest.mark.parametrize("bound, owners", [(1.0, [0] * 60), (0.1, [i % 10 for i in range(60)])])
 def test_shrinking_reaches_the_optimum_over_every_plane(bound, owners, monkeypatch):
     """A large working set is solved by shrinking: the QP over the planes active last time and the
-    new ones, then again with every plane its w violates. Started from one plane (the others marked
+    new ones, then again with the planes its w violates most. Started from one plane (the others marked
     idle, as if they had been inactive), it must add the violated planes round by round until its
     alpha is optimal over all 60: cvxpy's value, and the primal of its w equal to it."""
     import scipy.sparse as sp
@@ -242,6 +242,29 @@ def test_shrinking_reaches_the_optimum_over_every_plane(bound, owners, monkeypat
     primal = 0.025 * w @ w + sum(bound * max(0.0, violation[groups == g].max()) for g in np.unique(groups))
     assert primal - got <= 1e-6 * abs(primal)
     assert ws.alpha.shape == (60,) and (ws.alpha >= 0).all()
+
+
+@pytest.mark.parametrize("shrink_from", [5, 400])
+def test_zero_planes_and_nothing_active(shrink_from, monkeypatch):
+    """Planes that are all zero make the dual linear: alpha is the bound on each owner's plane of
+    largest positive c, and w = 0 (Clarabel failed on the factored primal of a single zero plane).
+    A shrunk solve where no plane was active and none is new starts from the empty QP."""
+    import scipy.sparse as sp
+
+    from structtorch.learn.solvers import cutting_plane
+
+    monkeypatch.setattr(cutting_plane, "SHRINK_FROM", shrink_from)
+    owners, c = [0, 0, 1, 1, 2, 2, 2, 3, 3, 3], np.array([0.5, 2.0, -1.0, -2.0, 1.0, 3.0, 3.0, 0.0, 1.0, 0.5])
+    ws = WorkingSet(d=4, lam=0.1, bound=0.25)
+    ws.add(owners, c, sp.csr_array((10, 4)))
+    assert ws.solve() == pytest.approx(0.25 * (2.0 + 3.0 + 1.0))
+    assert (ws.weights() == 0).all() and (ws.alpha >= 0).all()
+    np.testing.assert_allclose(np.bincount(owners, weights=ws.alpha), [0.25, 0.0, 0.25, 0.25])
+    rng = np.random.default_rng(0)
+    ws = WorkingSet(d=4, lam=0.1, bound=1.0)
+    ws.add([0] * 10, -1.0 - rng.random(10), sp.csr_array(rng.normal(size=(10, 4))))
+    assert ws.solve() == 0.0 and ws.solve() == 0.0  # the second with every plane idle
+    assert (ws.alpha == 0).all() and (ws.idle == 2).all()
 
 
 class _Segmenter(nn.Module):

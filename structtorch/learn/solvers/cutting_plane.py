@@ -64,8 +64,9 @@ QP_TIME_LIMIT = 600.0
 CLARABEL_CAP = 1e3
 """The largest owner sum of alpha / scale Clarabel may give (its unknowns stay of order one)."""
 DAQP_PAUSE = 5
-"""Solves of the primal form that go straight to Clarabel after DAQP failed on it (its failures run
-to the iteration limit: on a 4,000-plane slack-rescaling working set, 3-7 s each)."""
+"""Solves of the primal form (a shrinking round counts as one) that go straight to Clarabel after
+DAQP failed on it (its failures ran to the iteration limit: on a 4,000-plane slack-rescaling working
+set, 3-7 s each)."""
 DAQP_TIME_SHARE = 2.0
 """DAQP may spend this many times the last Clarabel solve on the primal form (at least
 ``DAQP_MIN_TIME`` seconds): a failure costs at most that (Bauer slack rescaling, n = 1000: twelve
@@ -73,9 +74,12 @@ failures at 16 s each, against 2 s per Clarabel solve)."""
 DAQP_MIN_TIME = 0.1
 SHRINK_FROM = 400
 """Working sets of more planes are solved by shrinking (:meth:`WorkingSet._solve_shrunk`): the QP
-over the planes likely to be active, then again with every plane its solution violates, until none
-is (at the optimum of a slack-rescaling working set of 4,000 planes, n = 400, about 550 are
-active)."""
+over the planes likely to be active, then again with the planes its solution violates most, until
+none is violated (at the optimum of a slack-rescaling working set of 4,000 planes, n = 400, about
+550 are active)."""
+SHRINK_ADD = 32
+"""Planes a shrinking round adds at least (each owner's most violated ones, at least one per owner
+with a violated plane): one-slack has a single owner, and one plane per round took 5-13 rounds."""
 SHRINK_TOL = 1e-9
 """A plane outside the shrunk QP is violated where it exceeds its owner's slack by more than this
 times max abs(c)."""
@@ -107,14 +111,15 @@ class WorkingSet:
 
     (the bound is 1 for one slack, 1/n for n slacks); w = A^T alpha / lambda.
 
-    DAQP (a dual active-set method for small dense QPs) solves the smaller of two forms: the dual
-    on the dense Gram matrix A A^T (up to ``DENSE_LIMIT`` planes; kept up to date as planes come and
-    go; hot-started from the last active set), or the QP's primal in factored coordinates
+    DAQP (a dual active-set method for small dense QPs) solves one of two forms: the dual on the
+    dense Gram matrix A A^T (up to ``DENSE_LIMIT`` planes and no more than the used columns, see
+    :meth:`_dual_form`; kept up to date as planes come and go; hot-started from the last active
+    set), or the QP's primal in factored coordinates
     (:meth:`_clarabel`'s problem), alpha its multipliers: F F^T = A A^T with F = A's used columns
     when they are few or sparse, else V sqrt(L) from the Gram matrix's eigendecomposition (its rank
     r <= k columns), so that its size is r + (owners) whatever k. Working sets of more than
-    ``SHRINK_FROM`` planes are solved by shrinking (:meth:`_solve_shrunk`). Where DAQP fails, Clarabel (an
-    interior-point method, robust to scaling) solves that primal. HiGHS's active-set QP solver,
+    ``SHRINK_FROM`` planes are solved by shrinking (:meth:`_solve_shrunk`). Where DAQP fails,
+    Clarabel (an interior-point method, robust to scaling) solves that primal. HiGHS's active-set QP solver,
     tried first, stopped 1 % short of the optimum on the dense, singular Gram matrix with thousands
     of planes, and hung or dropped curvature (entries below 1e-9) at the scales planes of norm 1e4
     give; every method works on costs divided by max abs(c) and alpha over a scale of order one.
@@ -173,9 +178,9 @@ class WorkingSet:
         """Solve the dual QP; returns the dual value of the (feasible) solution, which is a lower
         bound on the primal optimum.
 
-        DAQP (a dual active-set method for small dense QPs) solves whichever form is smaller: the
-        dual on the dense Gram matrix (k unknowns, up to ``DENSE_LIMIT``; hot-started from the
-        last solution), or the primal in the factored coordinates (r + owners unknowns, alpha its
+        DAQP (a dual active-set method for small dense QPs) solves the dual on the dense Gram matrix
+        (k unknowns, where :meth:`_dual_form` says so; hot-started from the last solution), or
+        else the primal in the factored coordinates (r + owners unknowns, alpha its
         multipliers; :meth:`_daqp_primal`). The dual works on alpha / s, s the smaller of the bound
         and the scale of one plane's optimal alpha (lambda max abs(c) / max ||a_k||^2), so that the
         unknowns are of order 1 at any plane norm; the primal on alpha over the scale of the last
@@ -192,19 +197,32 @@ class WorkingSet:
 
     def _solve_whole(self) -> tuple[np.ndarray, np.ndarray | None]:
         """(alpha, the primal's w or None) over every plane: DAQP on the dual or the factored
-        primal, whichever is smaller, then Clarabel (see :meth:`solve`)."""
+        primal (:meth:`_dual_form`), then Clarabel (see :meth:`solve`)."""
+        if not self.rows.nnz:  # every plane is zero (or none is left): no QP (Clarabel fails on it)
+            return self._solve_linear()
         dual_form = self._dual_form()
         alpha = self._daqp_dual() if dual_form else None
         if alpha is not None:
             return alpha, None
         return self._solve_factored(daqp_first=not dual_form)
 
+    def _solve_linear(self) -> tuple[np.ndarray, np.ndarray]:
+        """(alpha, w = 0) where every plane is zero: the dual is then linear, and alpha puts the bound
+        on each owner's plane of largest c where that c is positive."""
+        owners = np.asarray(self.owners, dtype=np.int64)
+        order = np.lexsort((-self.c, owners))
+        top = order[np.diff(owners[order], prepend=-1) != 0]  # the first of each owner
+        alpha = np.zeros(len(self))
+        alpha[top] = np.where(self.c[top] > 0, self.bound, 0.0)
+        return alpha, np.zeros(self.d)
+
     def _solve_shrunk(self) -> tuple[np.ndarray, np.ndarray]:
         """(alpha, w) by shrinking: :meth:`_solve_whole` over the planes active at the last solve
-        and the new ones (alpha 0 elsewhere, which is dual-feasible), then again with every plane
-        that w violates by more than ``SHRINK_TOL`` (its c - <w, a> above its owner's slack in the
-        shrunk QP), until none is: then alpha is optimal over all planes. Each QP costs about
-        planes x dimension^2, and most planes of a large working set stay inactive."""
+        and the new ones (alpha 0 elsewhere, which is dual-feasible), then again with the planes
+        that w violates most (:meth:`_violated`), until none is violated by more than
+        ``SHRINK_TOL`` max abs(c): then alpha is optimal over all planes (the working set's primal
+        at w is within that of the shrunk QP's). Each QP costs about planes x dimension^2, and most
+        planes of a large working set stay inactive."""
         chosen = np.flatnonzero(self.idle == 0)  # active at the last solve, or new
         full = self.alpha.copy()
         while True:
@@ -229,8 +247,9 @@ class WorkingSet:
         return part
 
     def _violated(self, w: np.ndarray, chosen: np.ndarray) -> np.ndarray:
-        """The planes not ``chosen`` whose c - <w, a> exceeds their owner's slack under the chosen
-        planes, max(0, their largest c - <w, a>), by more than ``SHRINK_TOL`` max abs(c)."""
+        """Planes not ``chosen`` whose c - <w, a> exceeds their owner's slack under the chosen planes,
+        max(0, their largest c - <w, a>), by more than ``SHRINK_TOL`` max abs(c): the most violated
+        of each owner, at least ``SHRINK_ADD`` in all where that many are violated (sorted)."""
         values = self.c - self.rows @ w
         owners = np.asarray(self.owners)
         slack = np.zeros(owners.max() + 1)
@@ -238,11 +257,10 @@ class WorkingSet:
         excess = values - slack[owners]
         excess[chosen] = -np.inf
         over = np.flatnonzero(excess > SHRINK_TOL * self.peak)
-        # the most violated plane of each owner
-        order = over[np.lexsort((-excess[over], owners[over]))]
-        first = np.ones(len(order), dtype=bool)
-        first[1:] = owners[order][1:] != owners[order][:-1]
-        return np.sort(order[first])
+        order = over[np.lexsort((-excess[over], owners[over]))]  # by owner, most violated first
+        starts = np.flatnonzero(np.diff(owners[order], prepend=-1))
+        rank = np.arange(len(order)) - np.repeat(starts, np.diff(np.append(starts, len(order))))
+        return np.sort(order[rank < max(1, -(-SHRINK_ADD // max(len(starts), 1)))])
 
     def _solve_factored(self, daqp_first: bool) -> tuple[np.ndarray, np.ndarray]:
         """(alpha, w): the dual's feasible solution from the primal in factored coordinates, and the
@@ -296,9 +314,9 @@ class WorkingSet:
 
     def _dual_form(self) -> bool:
         """Whether DAQP gets the dual (k unknowns) rather than the primal (r + owners unknowns, with
-        r at most the planes' used columns): where k <= r, so that the Gram matrix may be regular (on
-        a singular one DAQP's proximal-point iterations are slow: 10,000 iterations, 5 s, and a
-        failure on 560 planes in 188 dimensions)."""
+        r at most the planes' used columns): where k <= ``DENSE_LIMIT`` and k <= the used columns,
+        so that the Gram matrix may be regular (on a singular one DAQP's proximal-point iterations
+        are slow: 10,000 iterations, 5 s, and a failure on 560 planes in 188 dimensions)."""
         k = len(self)
         if k > DENSE_LIMIT:
             return False
@@ -636,4 +654,3 @@ class CuttingPlaneSolver(GapSolver):
                                   **dict(options.solver_options))
         self.task = self.state.task
         self.step, self.tol = self.state.iterate, self.state.tol
-
