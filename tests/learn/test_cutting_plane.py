@@ -222,9 +222,9 @@ def test_shrinking_reaches_the_optimum_over_every_plane(bound, owners, monkeypat
     alpha is optimal over all 60: cvxpy's value, and the primal of its w equal to it."""
     import scipy.sparse as sp
 
-    from structtorch.learn.solvers import cutting_plane
+    from structtorch.learn.solvers import working_set
 
-    monkeypatch.setattr(cutting_plane, "SHRINK_FROM", 5)
+    monkeypatch.setattr(working_set, "SHRINK_FROM", 5)
     parts = []
     part = WorkingSet._part
     monkeypatch.setattr(WorkingSet, "_part", lambda self, *args: parts.append(1) or part(self, *args))
@@ -251,9 +251,9 @@ def test_zero_planes_and_nothing_active(shrink_from, monkeypatch):
     A shrunk solve where no plane was active and none is new starts from the empty QP."""
     import scipy.sparse as sp
 
-    from structtorch.learn.solvers import cutting_plane
+    from structtorch.learn.solvers import working_set
 
-    monkeypatch.setattr(cutting_plane, "SHRINK_FROM", shrink_from)
+    monkeypatch.setattr(working_set, "SHRINK_FROM", shrink_from)
     owners, c = [0, 0, 1, 1, 2, 2, 2, 3, 3, 3], np.array([0.5, 2.0, -1.0, -2.0, 1.0, 3.0, 3.0, 0.0, 1.0, 0.5])
     ws = WorkingSet(d=4, lam=0.1, bound=0.25)
     ws.add(owners, c, sp.csr_array((10, 4)))

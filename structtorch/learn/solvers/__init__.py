@@ -16,8 +16,8 @@ __all__ = ["FitOptions", "Solver", "SolverFactory", "SOLVERS", "get_solver", "re
 
 
 def _cutting_plane(model, data, loss, options: FitOptions):
-    """The factory of ``solver="cutting_plane"``: imports its module (HiGHS, scipy.sparse) on first
-    use (see :class:`structtorch.learn.solvers.cutting_plane.CuttingPlaneSolver`)."""
+    """The factory of ``solver="cutting_plane"``: imports its module (DAQP, Clarabel, scipy.sparse)
+    on first use (see :class:`structtorch.learn.solvers.cutting_plane.CuttingPlaneSolver`)."""
     from .cutting_plane import CuttingPlaneSolver
 
     return CuttingPlaneSolver(model, data, loss, options)
