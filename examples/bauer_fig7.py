@@ -13,7 +13,8 @@ runs on a laptop CPU in minutes.
                                   [--jobs 2] [--cache examples/out/bauer_fig7_runs.jsonl]
 
 ``--cache`` keeps every finished training (one JSON line each), so a long protocol can run in
-parts: a later call with the same settings reads them back and runs only the missing ones.
+parts: a later call with the same settings reads them back and runs only the missing ones, and
+``--report`` makes the tables from the data sets it holds complete, training nothing.
 """
 
 from __future__ import annotations
@@ -74,31 +75,40 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=1, help="trainings run in parallel (one thread each)")
     p.add_argument("--cache", type=Path, default=None,
                    help="a JSON-lines file of finished trainings: read first, appended to (resumable runs)")
+    p.add_argument("--report", action="store_true",
+                   help="train nothing: tables from the data sets --cache holds complete (up to --repeats)")
     args = p.parse_args()
     began = time.perf_counter()
-    done = _trainings(args)
-    results, iterations = {}, {}  # (rescaling, sigma, n) -> test accuracy at the C best on validation
+    done = _cached(args) if args.report else _trainings(args)
+    results, iterations, sets = {}, {}, {}  # (rescaling, sigma, n) -> test accuracy at the best C, ...
     for rescaling in args.rescalings:
         for sigma in args.sigmas:
             for n in args.sizes:
+                cell = (rescaling, sigma, n)
                 tests, iters = [], []
                 for rep in range(args.repeats):
-                    runs = [done[_key(args, rescaling, sigma, n, rep, C)] for C in args.grid]
+                    keys = [_key(args, rescaling, sigma, n, rep, C) for C in args.grid]
+                    if not all(key in done for key in keys):  # --report: a data set not (fully) run
+                        continue
+                    runs = [done[key] for key in keys]
                     tests.append(max(runs, key=lambda r: r[0])[1])
                     iters.append(sum(r[2] for r in runs) / len(runs))
-                results[rescaling, sigma, n] = sum(tests) / len(tests)
-                iterations[rescaling, sigma, n] = sum(iters) / len(iters)
-                print(f"{rescaling:6s} sigma={sigma:4.1f} n={n:4d}: test accuracy "
-                      f"{results[rescaling, sigma, n]:.3f}, {iterations[rescaling, sigma, n]:.0f} iterations "
-                      f"(mean of {args.repeats})", flush=True)
+                sets[cell] = len(tests)
+                results[cell] = sum(tests) / len(tests) if tests else None
+                iterations[cell] = sum(iters) / len(iters) if iters else None
+                if tests:
+                    print(f"{rescaling:6s} sigma={sigma:4.1f} n={n:4d}: test accuracy {results[cell]:.3f}, "
+                          f"{iterations[cell]:.0f} iterations (mean of {len(tests)})", flush=True)
     how = (f"{args.epochs} epochs of Adam (cosine-annealed learning rate)" if args.solver == "subgradient" else
            f"{args.variant} cutting planes to a duality gap <= {args.tol:g}")
     lines = [f"Test accuracy per position (300 test sequences, T = 100), C from {args.grid} on 100 "
-             f"validation sequences, {how}, mean of {args.repeats} data sets.", ""]
+             f"validation sequences, {how}, mean of {_counted(sets)} data sets.", ""]
     lines += _table(results, args, "{:.3f}")
     if args.solver == "cutting_plane":
         lines += ["", "Iterations to the gap (Fig. 7b), mean over the C grid and the data sets.", ""]
         lines += _table(iterations, args, "{:.0f}")
+    if len(set(sets.values())) > 1:
+        lines += ["", "Data sets per point.", ""] + _table(sets, args, "{}")
     table = "\n".join(lines)
     print(table)
     print(f"total time {time.perf_counter() - began:.0f} s")
@@ -149,12 +159,28 @@ def _trainings(args: argparse.Namespace) -> dict[str, tuple]:
     return done
 
 
+def _cached(args: argparse.Namespace) -> dict[str, tuple]:
+    """Every training ``--cache`` holds, key -> result (``--report``: nothing is trained)."""
+    if args.cache is None or not args.cache.exists():
+        raise SystemExit("--report reads the trainings from --cache: give an existing file")
+    records = (json.loads(line) for line in args.cache.read_text().splitlines() if line.strip())
+    return {record["key"]: tuple(record["result"]) for record in records}
+
+
+def _counted(sets: dict) -> str:
+    """"3" where every point has 3 data sets, else "1-3"."""
+    low, high = min(sets.values()), max(sets.values())
+    return f"{low}" if low == high else f"{low}-{high}"
+
+
 def _table(values: dict, args: argparse.Namespace, fmt: str) -> list[str]:
+    """A markdown table of ``values[rescaling, sigma, n]`` (None: "-", a point not run)."""
     header = "| rescaling | sigma | " + " | ".join(f"n={n}" for n in args.sizes) + " |"
     lines = [header, "|" + "---|" * (2 + len(args.sizes))]
     for rescaling in args.rescalings:
         for sigma in args.sigmas:
-            row = " | ".join(fmt.format(values[rescaling, sigma, n]) for n in args.sizes)
+            row = " | ".join("-" if values[rescaling, sigma, n] is None else fmt.format(values[rescaling, sigma, n])
+                             for n in args.sizes)
             lines.append(f"| {rescaling} | {sigma:g} | {row} |")
     return lines
 
@@ -173,7 +199,10 @@ def plot(results, args, path: Path, iterations: dict | None = None) -> None:
     for row, (values, ylabel) in zip(axes, panels, strict=True):
         for ax, rescaling in zip(row, args.rescalings, strict=True):
             for sigma in args.sigmas:
-                ax.plot(args.sizes, [values[rescaling, sigma, n] for n in args.sizes], "o-", label=f"σ={sigma:g}")
+                points = [(n, values[rescaling, sigma, n]) for n in args.sizes
+                          if values[rescaling, sigma, n] is not None]
+                if points:
+                    ax.plot(*zip(*points, strict=True), "o-", label=f"σ={sigma:g}")
             ax.set(xscale="log", xlabel="number of training examples", title=f"{rescaling} rescaling")
             ax.set_xticks(args.sizes, [str(n) for n in args.sizes])
             ax.minorticks_off()
