@@ -137,12 +137,8 @@ def _trainings(args: argparse.Namespace) -> dict[str, tuple]:
     tasks = {_key(args, r, sigma, n, rep, C): (n, sigma, r, C, 10_000 * rep + n)
              for r in args.rescalings for sigma in args.sigmas for n in args.sizes
              for rep in range(args.repeats) for C in args.grid}
-    done = {}
-    if args.cache is not None and args.cache.exists():
-        for line in args.cache.read_text().splitlines():
-            record = json.loads(line)
-            if record["key"] in tasks:
-                done[record["key"]] = tuple(record["result"])
+    cached = _cached(args) if args.cache is not None and args.cache.exists() else {}
+    done = {key: result for key, result in cached.items() if key in tasks}
     todo = [(key, task, args) for key, task in tasks.items() if key not in done]
     print(f"{len(tasks)} trainings: {len(done)} from the cache, {len(todo)} to run", flush=True)
     pool = multiprocessing.get_context("fork").Pool(args.jobs) if args.jobs > 1 and len(todo) > 1 else None
@@ -160,7 +156,7 @@ def _trainings(args: argparse.Namespace) -> dict[str, tuple]:
 
 
 def _cached(args: argparse.Namespace) -> dict[str, tuple]:
-    """Every training ``--cache`` holds, key -> result (``--report``: nothing is trained)."""
+    """Every training ``--cache`` holds, key -> result (read by every run; ``--report`` trains nothing)."""
     if args.cache is None or not args.cache.exists():
         raise SystemExit("--report reads the trainings from --cache: give an existing file")
     records = (json.loads(line) for line in args.cache.read_text().splitlines() if line.strip())

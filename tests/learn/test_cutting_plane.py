@@ -244,6 +244,26 @@ def test_shrinking_reaches_the_optimum_over_every_plane(bound, owners, monkeypat
     assert ws.alpha.shape == (60,) and (ws.alpha >= 0).all()
 
 
+def test_shrinking_adds_the_most_violated_planes_per_owner():
+    """A shrinking round adds each owner's most violated planes, at least SHRINK_ADD in all: one
+    owner (one-slack) gets its SHRINK_ADD worst, many owners one each; chosen planes and planes
+    under their owner's slack are never added."""
+    import scipy.sparse as sp
+
+    from structtorch.learn.solvers.working_set import SHRINK_ADD
+
+    ws = WorkingSet(d=1, lam=1.0, bound=1.0)
+    ws.add([0] * 100, np.arange(100.0), sp.csr_array(np.zeros((100, 1))))  # c - <w, a> = c
+    chosen = np.array([10])  # owner 0's slack: 10
+    got = ws._violated(np.zeros(1), chosen)
+    np.testing.assert_array_equal(got, np.arange(100 - SHRINK_ADD, 100))
+    ws = WorkingSet(d=1, lam=1.0, bound=0.01)
+    owners = [i // 2 for i in range(200)]  # 100 owners of 2 planes; the second is the larger
+    ws.add(owners, np.tile([1.0, 2.0], 100), sp.csr_array(np.zeros((200, 1))))
+    got = ws._violated(np.zeros(1), np.array([0, 1]))  # owner 0 fully chosen
+    np.testing.assert_array_equal(got, np.arange(3, 200, 2))
+
+
 @pytest.mark.parametrize("shrink_from", [5, 400])
 def test_zero_planes_and_nothing_active(shrink_from, monkeypatch):
     """Planes that are all zero make the dual linear: alpha is the bound on each owner's plane of

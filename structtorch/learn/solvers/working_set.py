@@ -179,9 +179,8 @@ class WorkingSet:
     def _solve_linear(self) -> tuple[np.ndarray, np.ndarray]:
         """(alpha, w = 0) where every plane is zero: the dual is then linear, and alpha puts the bound
         on each owner's plane of largest c where that c is positive."""
-        owners = np.asarray(self.owners, dtype=np.int64)
-        order = np.lexsort((-self.c, owners))
-        top = order[np.diff(owners[order], prepend=-1) != 0]  # the first of each owner
+        order, rank = self._ranked(np.arange(len(self)), self.c)
+        top = order[rank == 0]
         alpha = np.zeros(len(self))
         alpha[top] = np.where(self.c[top] > 0, self.bound, 0.0)
         return alpha, np.zeros(self.d)
@@ -194,7 +193,7 @@ class WorkingSet:
         at w is within that of the shrunk QP's). Each QP costs about planes x dimension^2, and most
         planes of a large working set stay inactive."""
         chosen = np.flatnonzero(self.idle == 0)  # active at the last solve, or new
-        full = self.alpha.copy()
+        full = self.alpha
         while True:
             part = self._part(chosen, full[chosen])
             alpha, w = part._solve_whole()
@@ -226,11 +225,18 @@ class WorkingSet:
         np.maximum.at(slack, owners[chosen], values[chosen])
         excess = values - slack[owners]
         excess[chosen] = -np.inf
-        over = np.flatnonzero(excess > SHRINK_TOL * self.peak)
-        order = over[np.lexsort((-excess[over], owners[over]))]  # by owner, most violated first
+        order, rank = self._ranked(np.flatnonzero(excess > SHRINK_TOL * self.peak), excess)
+        per_owner = max(1, -(-SHRINK_ADD // max(int((rank == 0).sum()), 1)))
+        return np.sort(order[rank < per_owner])
+
+    def _ranked(self, planes: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(``planes`` sorted by owner, then by ``values`` (k,) descending; each one's rank among its
+        owner's, 0 for the largest)."""
+        owners = np.asarray(self.owners, dtype=np.int64)[planes]
+        order = np.lexsort((-values[planes], owners))
         starts = np.flatnonzero(np.diff(owners[order], prepend=-1))
         rank = np.arange(len(order)) - np.repeat(starts, np.diff(np.append(starts, len(order))))
-        return np.sort(order[rank < max(1, -(-SHRINK_ADD // max(len(starts), 1)))])
+        return planes[order], rank
 
     def _solve_factored(self, daqp_first: bool) -> tuple[np.ndarray, np.ndarray]:
         """(alpha, w): the dual's feasible solution from the primal in factored coordinates, and the
@@ -290,9 +296,11 @@ class WorkingSet:
         k = len(self)
         if k > DENSE_LIMIT:
             return False
-        # one plane with k nonzeros settles it; else count the used columns (without sorting them)
-        indptr, indices = self.rows.indptr, self.rows.indices
-        return np.diff(indptr).max() >= k or np.count_nonzero(np.bincount(indices, minlength=1)) >= k
+        return np.diff(self.rows.indptr).max() >= k or len(self._columns()) >= k  # one full plane settles it
+
+    def _columns(self) -> np.ndarray:
+        """The columns some plane uses (sorted; a bincount, no sort of the k x nnz indices)."""
+        return np.flatnonzero(np.bincount(self.rows.indices, minlength=self.d))
 
     def _groups(self) -> tuple[np.ndarray, np.ndarray]:
         """(the distinct owners, each plane's index among them)."""
@@ -407,7 +415,7 @@ class WorkingSet:
         columns), else V sqrt(L) of the Gram matrix's eigendecomposition without its null space
         (r = its rank; w = A^T V L^(-1/2) v)."""
         k = len(self)
-        columns = np.flatnonzero(np.bincount(self.rows.indices, minlength=self.d))
+        columns = self._columns()
         used = self.rows[:, columns]
 
         def on_columns(v: np.ndarray) -> np.ndarray:
@@ -415,8 +423,6 @@ class WorkingSet:
             w[columns] = v[:len(columns)]
             return w
 
-        if used.shape[1] == 0:  # every plane is zero
-            return sp.csr_array((k, 1)), on_columns
         if used.shape[1] <= k or used.nnz + used.shape[1] <= k * k:
             return used, on_columns
         values, vectors = np.linalg.eigh(self.dense_gram())
