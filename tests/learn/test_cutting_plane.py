@@ -195,11 +195,14 @@ def test_working_set_qp_is_exact(bound, owners, d, size, method, monkeypatch):
     monkeypatch.setattr(WorkingSet, "_dual_form", lambda self: method == "daqp-dual")
     if method == "clarabel":
         monkeypatch.setattr(WorkingSet, "_daqp_primal", lambda self, *args: None)
+    else:  # DAQP must answer itself
+        monkeypatch.setattr(WorkingSet, "_clarabel", lambda self, *args: pytest.fail("Clarabel ran"))
     rng = np.random.default_rng(0)
     rows = rng.normal(size=(40, d)) * size
     rows[5] = rows[3] + rows[4]
     c = (20 + 20 * rng.random(40)) if size > 1 else rng.random(40)
     ws = WorkingSet(d=d, lam=0.04, bound=bound)
+    ws.pace.clarabel = 60.0  # as if Clarabel had run (DAQP waits for its time as a yardstick)
     ws.add(owners, c, sp.csr_array(rows))
     got = ws.solve()
     alpha, groups = ws.alpha, np.asarray(owners)
@@ -212,6 +215,53 @@ def test_working_set_qp_is_exact(bound, owners, d, size, method, monkeypatch):
     violation = c - rows @ w
     primal = 0.02 * w @ w + sum(bound * max(0.0, violation[groups == g].max()) for g in np.unique(groups))
     assert primal - got <= (1e-6 if size == 1.0 else 1e-5) * abs(primal)  # a certificate of w at any norm
+
+
+def test_daqp_is_paced_by_clarabel(monkeypatch):
+    """DAQP tries the primal form only once Clarabel has run (Clarabel's time is its yardstick and
+    budget); a failure or a success slower than Clarabel pauses it for DAQP_PAUSE solves, doubled for
+    each such try in a row up to DAQP_PAUSE_MAX; a faster success ends the doubling. (A first budget
+    of QP_TIME_LIMIT let DAQP take a minute per solve where Clarabel took half a second.)"""
+    import scipy.sparse as sp
+
+    from structtorch.learn.solvers.working_set import DAQP_PAUSE, DAQP_PAUSE_MAX, DAQP_TIME_SHARE, _DaqpPace
+
+    def paused(pace: _DaqpPace) -> int:  # solves without DAQP before it may try again
+        count = 0
+        while not pace.ready():
+            count += 1
+        return count
+
+    pace = _DaqpPace()
+    assert not pace.ready()  # no yardstick yet
+    pace.clarabel = 0.5
+    assert pace.ready() and pace.budget() == DAQP_TIME_SHARE * 0.5
+    pace.tried(0.4, solved=True)
+    assert paused(pace) == 0
+    pace.tried(0.6, solved=True)  # slower than Clarabel
+    assert paused(pace) == DAQP_PAUSE
+    pace.tried(0.1, solved=False)  # a second miss in a row
+    assert paused(pace) == 2 * DAQP_PAUSE
+    pace.tried(0.1, solved=True)
+    pace.tried(0.1, solved=False)
+    assert paused(pace) == DAQP_PAUSE
+    for _ in range(20):
+        pace.tried(5.0, solved=True)
+    assert paused(pace) == DAQP_PAUSE_MAX
+    calls = []
+    for name in ("_clarabel", "_daqp_primal"):
+        method = getattr(WorkingSet, name)
+        monkeypatch.setattr(WorkingSet, name, lambda self, *args, name=name, method=method:
+                            calls.append(name) or method(self, *args))
+    monkeypatch.setattr(WorkingSet, "_dual_form", lambda self: False)
+    rng = np.random.default_rng(2)
+    ws = WorkingSet(d=6, lam=0.1, bound=1.0)
+    ws.add([0] * 10, 1.0 + rng.random(10), sp.csr_array(rng.normal(size=(10, 6))))
+    ws.solve()
+    assert calls == ["_clarabel"] and ws.pace.clarabel is not None
+    ws.add([0], np.array([3.0]), sp.csr_array(rng.normal(size=(1, 6))))
+    ws.solve()
+    assert calls[1] == "_daqp_primal"
 
 
 @pytest.mark.parametrize("bound, owners", [(1.0, [0] * 60), (0.1, [i % 10 for i in range(60)])])

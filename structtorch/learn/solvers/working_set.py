@@ -35,12 +35,19 @@ CLARABEL_CAP = 1e3
 """The largest owner sum of alpha / scale Clarabel may give (its unknowns stay of order one)."""
 DAQP_PAUSE = 5
 """Solves of the primal form (a shrinking round counts as one) that go straight to Clarabel after
-DAQP failed on it (its failures ran to the iteration limit: on a 4,000-plane slack-rescaling working
-set, 3-7 s each)."""
+DAQP failed on it or took longer than Clarabel's last solve, doubled after each such try in a row
+(up to ``DAQP_PAUSE_MAX``). Its failures ran to the iteration limit (a 4,000-plane slack-rescaling
+working set, 3-7 s each) or overran its time limit in its setup (hot-started with ~1,150 active
+planes, n = 1000: 4-13 s against a limit of 0.8 s), and on the margin-rescaling working sets of C =
+0.1, n = 1000, its successes took 0.6-1 s against Clarabel's 0.45 s."""
+DAQP_PAUSE_MAX = 320
+"""The longest pause (solves)."""
 DAQP_TIME_SHARE = 2.0
 """DAQP may spend this many times the last Clarabel solve on the primal form (at least
-``DAQP_MIN_TIME`` seconds): a failure costs at most that (Bauer slack rescaling, n = 1000: twelve
-failures at 16 s each, against 2 s per Clarabel solve)."""
+``DAQP_MIN_TIME`` seconds), so a failure costs about that (Bauer slack rescaling, n = 1000: twelve
+failures at 16 s each, against 2 s per Clarabel solve). Until Clarabel has run once there is no
+yardstick, and the primal form goes to Clarabel: a first budget of ``QP_TIME_LIMIT`` let DAQP take
+20-70 s per solve where Clarabel takes 0.5 s (margin rescaling, C = 0.1, n = 1000: 622 s of QP)."""
 DAQP_MIN_TIME = 0.1
 SHRINK_FROM = 400
 """Working sets of more planes are solved by shrinking (:meth:`WorkingSet._solve_shrunk`): the QP
@@ -62,15 +69,34 @@ a slack-rescaling training stayed at 4,000-6,000 planes (n = 400)."""
 @dataclass
 class _DaqpPace:
     """When DAQP may try the primal form and for how long (shared by a working set and the parts it
-    is shrunk to): ``pause`` solves left without it after it failed, and ``clarabel`` the seconds of
-    the last Clarabel solve, its fallback."""
+    is shrunk to): ``pause`` solves left without it after it failed or took longer than Clarabel
+    (``misses`` such tries in a row), and ``clarabel`` the seconds of the last Clarabel solve, its
+    fallback and yardstick (None until Clarabel has run: the first solve of the primal form goes to
+    Clarabel)."""
 
     pause: int = 0
-    clarabel: float = QP_TIME_LIMIT
+    clarabel: float | None = None
+    misses: int = 0
+
+    def ready(self) -> bool:
+        """Whether DAQP may try this solve (counting down the pause where not)."""
+        if self.clarabel is not None and not self.pause:
+            return True
+        self.pause = max(self.pause - 1, 0)
+        return False
 
     def budget(self) -> float:
         """Seconds DAQP may take (``DAQP_TIME_SHARE`` times the last Clarabel solve)."""
-        return min(QP_TIME_LIMIT, max(DAQP_MIN_TIME, DAQP_TIME_SHARE * self.clarabel))
+        return min(QP_TIME_LIMIT, max(DAQP_MIN_TIME, DAQP_TIME_SHARE * (self.clarabel or 0.0)))
+
+    def tried(self, seconds: float, solved: bool) -> None:
+        """After DAQP failed or took longer than Clarabel, it pauses for ``DAQP_PAUSE`` solves, twice
+        as many after each such try in a row."""
+        if solved and seconds <= (self.clarabel or 0.0):
+            self.misses = 0
+            return
+        self.pause = min(DAQP_PAUSE * 2**self.misses, DAQP_PAUSE_MAX)
+        self.misses += 1
 
 
 class WorkingSet:
@@ -155,12 +181,15 @@ class WorkingSet:
         and the scale of one plane's optimal alpha (lambda max abs(c) / max ||a_k||^2), so that the
         unknowns are of order 1 at any plane norm; the primal on alpha over the scale of the last
         solution (:meth:`_scales`). Where DAQP fails, Clarabel (an interior-point method) solves
-        the primal (:meth:`_clarabel`), and DAQP pauses for ``DAQP_PAUSE`` solves."""
+        the primal (:meth:`_clarabel`); DAQP pauses where it failed or was slower than Clarabel
+        (``DAQP_PAUSE``)."""
         if not len(self):
             return 0.0
         began = time.perf_counter()
         solve = self._solve_shrunk if len(self) > SHRINK_FROM else self._solve_whole
         self.alpha, self.w_primal = solve()
+        if self.dual() < 0.0:  # alpha = 0 (w = 0) is better: an interior-point "zero" where no c > 0
+            self.alpha, self.w_primal = np.zeros(len(self)), np.zeros(self.d)
         self.idle = np.where(self.alpha > 0, 0, self.idle + 1)
         self.qp_time += time.perf_counter() - began
         return self.dual()
@@ -241,8 +270,8 @@ class WorkingSet:
     def _solve_factored(self, daqp_first: bool) -> tuple[np.ndarray, np.ndarray]:
         """(alpha, w): the dual's feasible solution from the primal in factored coordinates, and the
         w of that primal's solution, in units of the scale nearest the last solution
-        (:meth:`_scales`): DAQP (if ``daqp_first`` and it has not failed in the last
-        ``DAQP_PAUSE`` solves; in units of the bound, then of one plane's alpha), else Clarabel
+        (:meth:`_scales`): DAQP (if ``daqp_first`` and it is not paused, :class:`_DaqpPace`; in
+        units of the bound, then of one plane's alpha), else Clarabel
         (in units of the last solution's alpha); Clarabel again at the bound where the first scale
         capped the answer, keeping the better.
 
@@ -256,17 +285,15 @@ class WorkingSet:
         small = self.lam * self.peak / norm**2
         scales = self._scales(small)
         answers = []
-        if daqp_first and not self.pace.pause:  # at the bound, then (if smaller) one plane's scale
-            deadline = time.perf_counter() + self.pace.budget()
+        if daqp_first and self.pace.ready():  # at the bound, then (if smaller) one plane's scale
+            began = time.perf_counter()
+            deadline = began + self.pace.budget()
             for scale in (self.bound, small) if small < 1e-3 * self.bound else (self.bound,):
                 answer = self._daqp_primal(factor, norm, scale, deadline - time.perf_counter())
                 if answer is not None:
                     answers = [answer]
                     break
-            else:
-                self.pace.pause = DAQP_PAUSE
-        elif daqp_first:
-            self.pace.pause -= 1
+            self.pace.tried(time.perf_counter() - began, bool(answers))
         if not answers:
             answers.append(self._clarabel(factor, norm, scales[0]))
             if len(scales) > 1 and (self._owner_sums(answers[0][0]).max(initial=0.0)
