@@ -227,10 +227,10 @@ def test_daqp_is_paced_by_clarabel(monkeypatch):
     from structtorch.learn.solvers.working_set import DAQP_PAUSE, DAQP_PAUSE_MAX, DAQP_TIME_SHARE, _DaqpPace
 
     def paused(pace: _DaqpPace) -> int:  # solves without DAQP before it may try again
-        count = 0
-        while not pace.ready():
-            count += 1
-        return count
+        for count in range(10 * DAQP_PAUSE_MAX):
+            if pace.ready():
+                return count
+        raise AssertionError("DAQP never tries again")
 
     pace = _DaqpPace()
     assert not pace.ready()  # no yardstick yet
@@ -238,6 +238,10 @@ def test_daqp_is_paced_by_clarabel(monkeypatch):
     assert pace.ready() and pace.budget() == DAQP_TIME_SHARE * 0.5
     pace.tried(0.4, solved=True)
     assert paused(pace) == 0
+    pace.clarabel = 1e-4
+    pace.tried(1e-3, solved=True)  # slower, but within timing noise
+    assert paused(pace) == 0
+    pace.clarabel = 0.5
     pace.tried(0.6, solved=True)  # slower than Clarabel
     assert paused(pace) == DAQP_PAUSE
     pace.tried(0.1, solved=False)  # a second miss in a row
@@ -262,6 +266,15 @@ def test_daqp_is_paced_by_clarabel(monkeypatch):
     ws.add([0], np.array([3.0]), sp.csr_array(rng.normal(size=(1, 6))))
     ws.solve()
     assert calls[1] == "_daqp_primal"
+    monkeypatch.setattr(WorkingSet, "_daqp_primal", lambda self, *args: calls.append("_daqp_primal"))  # fails
+    ws.pace.misses = ws.pace.pause = 0  # (whatever the machine's speed made of the second solve)
+    tried = []
+    for _ in range(DAQP_PAUSE + 2):
+        calls.clear()
+        ws.add([0], np.array([3.0]), sp.csr_array(rng.normal(size=(1, 6))))
+        ws.solve()
+        tried.append("_daqp_primal" in calls)
+    assert tried == [True] + [False] * DAQP_PAUSE + [True]  # the solves pace DAQP
 
 
 @pytest.mark.parametrize("bound, owners", [(1.0, [0] * 60), (0.1, [i % 10 for i in range(60)])])

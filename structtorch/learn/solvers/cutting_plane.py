@@ -18,9 +18,9 @@ autograd (no model writes a psi). Two variants:
 
 Each iteration solves the dual QP over the working set (:class:`WorkingSet`, in
 :mod:`structtorch.learn.solvers.working_set`: DAQP's active-set method on the dual or the primal;
-Clarabel's interior-point method where DAQP fails; over a large working set, by shrinking to the
-planes likely active), computes
-w = A^T alpha / lambda and runs the oracle over the training data at w: that gives the true primal
+Clarabel's interior-point method where DAQP fails or is slower; over a large working set, by
+shrinking to the planes likely active), takes w from it (the primal's solution, or
+A^T alpha / lambda) and runs the oracle over the training data at w: that gives the true primal
 of w and the new planes. The model keeps the iterate of lowest primal so far. The dual value of the
 working set's QP is a lower bound on the optimum, so ``gap = best primal - dual`` certifies the
 model's weights; training stops once ``gap <= tol``. Planes whose dual variable stays 0 for

@@ -2,7 +2,8 @@
 
 The solvers: DAQP (a dual active-set method for small dense QPs) on the dual or on the primal in
 factored coordinates, hot-started from the last active set; Clarabel (an interior-point method)
-where DAQP fails or takes too long; shrinking to the planes likely active for large working sets.
+where DAQP fails, is slower or has no yardstick yet (its first solve); shrinking to the planes
+likely active for large working sets.
 The cutting-plane method itself is :mod:`structtorch.learn.solvers.cutting_plane`.
 """
 
@@ -30,12 +31,14 @@ DAQP_ITERATIONS = 6000
 from the last active set it solved a 2,333-plane slack-rescaling working set in about 3,500, cold
 in 11,800; where it fails it cycles or runs to the limit)."""
 QP_TIME_LIMIT = 600.0
-"""Seconds Clarabel may spend on one dual QP (a RuntimeError beyond: never a hang)."""
+"""Seconds Clarabel (or DAQP on the dual form) may spend on one dual QP (Clarabel: a RuntimeError
+beyond, never a hang)."""
 CLARABEL_CAP = 1e3
 """The largest owner sum of alpha / scale Clarabel may give (its unknowns stay of order one)."""
 DAQP_PAUSE = 5
 """Solves of the primal form (a shrinking round counts as one) that go straight to Clarabel after
-DAQP failed on it or took longer than Clarabel's last solve, doubled after each such try in a row
+DAQP failed on it or took longer than Clarabel's last solve (and over ``DAQP_MIN_TIME`` /
+``DAQP_TIME_SHARE`` seconds: timing noise is no miss), doubled after each such try in a row
 (up to ``DAQP_PAUSE_MAX``). Its failures ran to the iteration limit (a 4,000-plane slack-rescaling
 working set, 3-7 s each) or overran its time limit in its setup (hot-started with ~1,150 active
 planes, n = 1000: 4-13 s against a limit of 0.8 s), and on the margin-rescaling working sets of C =
@@ -44,8 +47,9 @@ DAQP_PAUSE_MAX = 320
 """The longest pause (solves)."""
 DAQP_TIME_SHARE = 2.0
 """DAQP may spend this many times the last Clarabel solve on the primal form (at least
-``DAQP_MIN_TIME`` seconds), so a failure costs about that (Bauer slack rescaling, n = 1000: twelve
-failures at 16 s each, against 2 s per Clarabel solve). Until Clarabel has run once there is no
+``DAQP_MIN_TIME`` seconds): without it, twelve failures took 16 s each against 2 s per Clarabel
+solve (Bauer slack rescaling, n = 1000), though DAQP can overrun its limit in its setup (see
+``DAQP_PAUSE``). Until Clarabel has run once there is no
 yardstick, and the primal form goes to Clarabel: a first budget of ``QP_TIME_LIMIT`` let DAQP take
 20-70 s per solve where Clarabel takes 0.5 s (margin rescaling, C = 0.1, n = 1000: 622 s of QP)."""
 DAQP_MIN_TIME = 0.1
@@ -70,9 +74,9 @@ a slack-rescaling training stayed at 4,000-6,000 planes (n = 400)."""
 class _DaqpPace:
     """When DAQP may try the primal form and for how long (shared by a working set and the parts it
     is shrunk to): ``pause`` solves left without it after it failed or took longer than Clarabel
-    (``misses`` such tries in a row), and ``clarabel`` the seconds of the last Clarabel solve, its
-    fallback and yardstick (None until Clarabel has run: the first solve of the primal form goes to
-    Clarabel)."""
+    (``misses`` such tries in a row), and ``clarabel`` the seconds of the last Clarabel solve (one
+    or two calls, :meth:`WorkingSet._solve_factored`), its fallback and yardstick (None until
+    Clarabel has run: the first solve of the primal form goes to Clarabel)."""
 
     pause: int = 0
     clarabel: float | None = None
@@ -90,12 +94,13 @@ class _DaqpPace:
         return min(QP_TIME_LIMIT, max(DAQP_MIN_TIME, DAQP_TIME_SHARE * (self.clarabel or 0.0)))
 
     def tried(self, seconds: float, solved: bool) -> None:
-        """After DAQP failed or took longer than Clarabel, it pauses for ``DAQP_PAUSE`` solves, twice
-        as many after each such try in a row."""
-        if solved and seconds <= (self.clarabel or 0.0):
+        """After DAQP failed or took longer than Clarabel (and than ``DAQP_MIN_TIME`` /
+        ``DAQP_TIME_SHARE``), it pauses for ``DAQP_PAUSE`` solves, twice as many after each such try
+        in a row, up to ``DAQP_PAUSE_MAX``."""
+        if solved and seconds <= max(self.clarabel or 0.0, DAQP_MIN_TIME / DAQP_TIME_SHARE):
             self.misses = 0
             return
-        self.pause = min(DAQP_PAUSE * 2**self.misses, DAQP_PAUSE_MAX)
+        self.pause = min(DAQP_PAUSE * 2 ** min(self.misses, 16), DAQP_PAUSE_MAX)
         self.misses += 1
 
 
@@ -114,8 +119,9 @@ class WorkingSet:
     (:meth:`_clarabel`'s problem), alpha its multipliers: F F^T = A A^T with F = A's used columns
     when they are few or sparse, else V sqrt(L) from the Gram matrix's eigendecomposition (its rank
     r <= k columns), so that its size is r + (owners) whatever k. Working sets of more than
-    ``SHRINK_FROM`` planes are solved by shrinking (:meth:`_solve_shrunk`). Where DAQP fails,
-    Clarabel (an interior-point method, robust to scaling) solves that primal. HiGHS's active-set QP solver,
+    ``SHRINK_FROM`` planes are solved by shrinking (:meth:`_solve_shrunk`). Where DAQP fails or is
+    paused (:class:`_DaqpPace`; always on the first solve of the primal form), Clarabel (an
+    interior-point method, robust to scaling) solves that primal. HiGHS's active-set QP solver,
     tried first, stopped 1 % short of the optimum on the dense, singular Gram matrix with thousands
     of planes, and hung or dropped curvature (entries below 1e-9) at the scales planes of norm 1e4
     give; every method works on costs divided by max abs(c) and alpha over a scale of order one.
@@ -180,16 +186,17 @@ class WorkingSet:
         multipliers; :meth:`_daqp_primal`). The dual works on alpha / s, s the smaller of the bound
         and the scale of one plane's optimal alpha (lambda max abs(c) / max ||a_k||^2), so that the
         unknowns are of order 1 at any plane norm; the primal on alpha over the scale of the last
-        solution (:meth:`_scales`). Where DAQP fails, Clarabel (an interior-point method) solves
-        the primal (:meth:`_clarabel`); DAQP pauses where it failed or was slower than Clarabel
-        (``DAQP_PAUSE``)."""
+        solution (:meth:`_scales`). Where DAQP fails or is paused, Clarabel (an interior-point
+        method) solves the primal (:meth:`_clarabel`); DAQP pauses where it failed or was slower
+        than Clarabel (:class:`_DaqpPace`). An answer whose dual value is below 0 becomes alpha = 0
+        (e.g. an interior-point alpha of tiny positive entries where no plane is worth any)."""
         if not len(self):
             return 0.0
         began = time.perf_counter()
         solve = self._solve_shrunk if len(self) > SHRINK_FROM else self._solve_whole
         self.alpha, self.w_primal = solve()
-        if self.dual() < 0.0:  # alpha = 0 (w = 0) is better: an interior-point "zero" where no c > 0
-            self.alpha, self.w_primal = np.zeros(len(self)), np.zeros(self.d)
+        if self.dual() < 0.0:  # alpha = 0 is better (its dual value is 0)
+            self.alpha = np.zeros(len(self))
         self.idle = np.where(self.alpha > 0, 0, self.idle + 1)
         self.qp_time += time.perf_counter() - began
         return self.dual()
@@ -295,10 +302,12 @@ class WorkingSet:
                     break
             self.pace.tried(time.perf_counter() - began, bool(answers))
         if not answers:
+            began = time.perf_counter()
             answers.append(self._clarabel(factor, norm, scales[0]))
             if len(scales) > 1 and (self._owner_sums(answers[0][0]).max(initial=0.0)
                                     >= 0.99 * CLARABEL_CAP * scales[0]):
                 answers.append(self._clarabel(factor, norm, scales[1]))
+            self.pace.clarabel = time.perf_counter() - began
         alpha, v = max(answers, key=lambda answer: self.dual(answer[0]))
         return alpha, lift(self.peak * v / norm)
 
@@ -419,7 +428,6 @@ class WorkingSet:
                           sp.hstack([sp.csc_matrix((g, r)), -sp.identity(g)])]).tocsc()
         rhs = np.concatenate([-self.c / peak, np.zeros(g)])
         cones = [clarabel.NonnegativeConeT(k + g)]
-        began = time.perf_counter()
         for tol in (CLARABEL_TOL, None):  # None: Clarabel's defaults, where the tight tolerances fail
             settings = clarabel.DefaultSettings()
             settings.verbose = False
@@ -431,7 +439,6 @@ class WorkingSet:
                 break
         else:
             raise RuntimeError(f"the cutting-plane dual QP did not solve: Clarabel status '{result.status}'")
-        self.pace.clarabel = time.perf_counter() - began
         beta = np.maximum(np.asarray(result.z)[:k], 0.0)
         return self.feasible(scale * beta), np.asarray(result.x)[:r]
 
