@@ -267,7 +267,7 @@ def test_daqp_is_paced_by_clarabel(monkeypatch):
     ws.solve()
     assert calls[1] == "_daqp_primal"
     monkeypatch.setattr(WorkingSet, "_daqp_primal", lambda self, *args: calls.append("_daqp_primal"))  # fails
-    ws.pace.misses = ws.pace.pause = 0  # (whatever the machine's speed made of the second solve)
+    ws.pace.pause, ws.pace.next_pause = 0, DAQP_PAUSE  # (whatever the machine's speed made of solve 2)
     tried = []
     for _ in range(DAQP_PAUSE + 2):
         calls.clear()

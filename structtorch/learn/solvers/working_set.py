@@ -42,15 +42,15 @@ DAQP failed on it or took longer than Clarabel's last solve (and over ``DAQP_MIN
 (up to ``DAQP_PAUSE_MAX``). Its failures ran to the iteration limit (a 4,000-plane slack-rescaling
 working set, 3-7 s each) or overran its time limit in its setup (hot-started with ~1,150 active
 planes, n = 1000: 4-13 s against a limit of 0.8 s), and on the margin-rescaling working sets of C =
-0.1, n = 1000, its successes took 0.6-1 s against Clarabel's 0.45 s."""
+0.1, n = 1000, its successes took 0.5-1.2 s against Clarabel's 0.45-0.5 s."""
 DAQP_PAUSE_MAX = 320
 """The longest pause (solves)."""
 DAQP_TIME_SHARE = 2.0
 """DAQP may spend this many times the last Clarabel solve on the primal form (at least
 ``DAQP_MIN_TIME`` seconds): without it, twelve failures took 16 s each against 2 s per Clarabel
 solve (Bauer slack rescaling, n = 1000), though DAQP can overrun its limit in its setup (see
-``DAQP_PAUSE``). Until Clarabel has run once there is no
-yardstick, and the primal form goes to Clarabel: a first budget of ``QP_TIME_LIMIT`` let DAQP take
+``DAQP_PAUSE``). Until Clarabel has run once there is no yardstick, and the primal form goes to
+Clarabel: a first budget of ``QP_TIME_LIMIT`` let DAQP take
 20-70 s per solve where Clarabel takes 0.5 s (margin rescaling, C = 0.1, n = 1000: 622 s of QP)."""
 DAQP_MIN_TIME = 0.1
 SHRINK_FROM = 400
@@ -74,13 +74,13 @@ a slack-rescaling training stayed at 4,000-6,000 planes (n = 400)."""
 class _DaqpPace:
     """When DAQP may try the primal form and for how long (shared by a working set and the parts it
     is shrunk to): ``pause`` solves left without it after it failed or took longer than Clarabel
-    (``misses`` such tries in a row), and ``clarabel`` the seconds of the last Clarabel solve (one
-    or two calls, :meth:`WorkingSet._solve_factored`), its fallback and yardstick (None until
-    Clarabel has run: the first solve of the primal form goes to Clarabel)."""
+    (``next_pause``: the pause after the next such try), and ``clarabel`` the seconds of the last
+    Clarabel solve (one or two calls, :meth:`WorkingSet._solve_factored`), its fallback and
+    yardstick (None until Clarabel has run: the first solve of the primal form goes to Clarabel)."""
 
     pause: int = 0
     clarabel: float | None = None
-    misses: int = 0
+    next_pause: int = DAQP_PAUSE
 
     def ready(self) -> bool:
         """Whether DAQP may try this solve (counting down the pause where not)."""
@@ -98,10 +98,9 @@ class _DaqpPace:
         ``DAQP_TIME_SHARE``), it pauses for ``DAQP_PAUSE`` solves, twice as many after each such try
         in a row, up to ``DAQP_PAUSE_MAX``."""
         if solved and seconds <= max(self.clarabel or 0.0, DAQP_MIN_TIME / DAQP_TIME_SHARE):
-            self.misses = 0
-            return
-        self.pause = min(DAQP_PAUSE * 2 ** min(self.misses, 16), DAQP_PAUSE_MAX)
-        self.misses += 1
+            self.next_pause = DAQP_PAUSE
+        else:
+            self.pause, self.next_pause = self.next_pause, min(2 * self.next_pause, DAQP_PAUSE_MAX)
 
 
 class WorkingSet:
@@ -195,11 +194,12 @@ class WorkingSet:
         began = time.perf_counter()
         solve = self._solve_shrunk if len(self) > SHRINK_FROM else self._solve_whole
         self.alpha, self.w_primal = solve()
-        if self.dual() < 0.0:  # alpha = 0 is better (its dual value is 0)
-            self.alpha = np.zeros(len(self))
+        value = self.dual()
+        if value < 0.0:  # alpha = 0 is better (its dual value is 0)
+            self.alpha, value = np.zeros(len(self)), 0.0
         self.idle = np.where(self.alpha > 0, 0, self.idle + 1)
         self.qp_time += time.perf_counter() - began
-        return self.dual()
+        return value
 
     def _solve_whole(self) -> tuple[np.ndarray, np.ndarray | None]:
         """(alpha, the primal's w or None) over every plane: DAQP on the dual or the factored
