@@ -183,11 +183,13 @@ def _fmt(shape) -> str:
 
 
 def check_float(name: str, x: object, ref: Tensor | None = None, ref_name: str = "unary", *,
-                posinf: bool = False) -> Tensor:
+                posinf: bool = False, values: bool = True) -> Tensor:
     """Check that ``x`` is a float32/float64 tensor without NaN/+inf (-inf is allowed; +inf too
     with ``posinf``, for inputs that are clamped rather than scores).
 
-    With ``ref`` (the unary scores), ``x`` must also share its dtype and device.
+    With ``ref`` (the unary scores), ``x`` must also share its dtype and device. With
+    ``values=False`` only the metadata is checked: the caller checks the values of several
+    arguments at once (:func:`check_all_values`).
     """
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -197,7 +199,8 @@ def check_float(name: str, x: object, ref: Tensor | None = None, ref_name: str =
         if x.dtype != ref.dtype:
             raise TypeError(f"{name} has dtype {x.dtype} but {ref_name} has dtype {ref.dtype}; use one dtype")
         check_device(name, x, ref, ref_name)
-    check_values(name, x, posinf=posinf)
+    if values:
+        check_values(name, x, posinf=posinf)
     return x
 
 
@@ -220,6 +223,49 @@ def check_values(name: str, x: Tensor, *, posinf: bool = False) -> None:
         what = "NaN" if bool(torch.isnan(x[idx])) else "+inf"
         rule = "must not be NaN" if posinf else "potentials must be finite or -inf"
         raise ValueError(f"{name} contains {what} at index {idx}; {rule}")
+
+
+_MODES = {"values": 0, "nan": 1, "finite": 2}  # the float checks of csrc/checks.cpp
+
+
+def first_bad(floats: Sequence[tuple[Tensor, str]], lengths: Tensor | None = None, T: int = 0,
+              labels: Tensor | None = None, N: int = 0) -> int | None:
+    """The value checks of host tensors in one compiled pass (``csrc/checks.cpp``): -1 when all
+    pass; else the index of the first bad float tensor in ``floats`` ((tensor, mode) pairs, mode
+    "values": no NaN or +inf, "nan": no NaN, "finite"), ``len(floats)`` for ``lengths`` outside
+    [0, T], ``len(floats) + 1`` for ``labels`` (B, T) outside [0, N) within the lengths. None
+    where the pass cannot run (kernels unavailable, a tensor not on the host, under ``torch.func``
+    transforms): the caller checks each tensor as usual."""
+    ops = _backend.fast_ops()
+    if ops is None or torch._C._are_functorch_transforms_active() or torch.compiler.is_compiling():
+        return None
+    tensors = [x for x, _ in floats]
+    if any(x.device.type != "cpu" for x in tensors):
+        return None
+    return ops.first_bad(tensors, [_MODES[m] for _, m in floats], lengths, T, labels, N)
+
+
+def check_all_values(floats: Sequence[tuple[str, Tensor, bool]], lengths: Tensor | None = None,
+                     T: int = 0) -> None:
+    """The value checks of several arguments at once: ``floats`` as (name, tensor, posinf) for
+    :func:`check_values`, ``lengths`` in [0, T] as :func:`check_lengths`. On the host one compiled
+    pass looks at them all, and only when it finds a bad entry do the single checks run, raising
+    their usual errors; elsewhere the single checks run (asynchronous assertions)."""
+    if not _VALIDATION["on"] or not floats:
+        return
+    if on_host(floats[0][1]):
+        if first_bad([(x, "nan" if posinf else "values") for _, x, posinf in floats], lengths, T) == -1:
+            return
+    for name, x, posinf in floats:
+        check_values(name, x, posinf=posinf)
+    if lengths is not None:
+        check_length_values(lengths, T)
+
+
+def all_finite(x: Tensor) -> bool:
+    """Whether every entry of host tensor ``x`` is finite (one compiled pass where available)."""
+    found = first_bad([(x, "finite")])
+    return found == -1 if found is not None else bool(torch.isfinite(plain(x)).all())
 
 
 def _may_hold_bad_values(x: Tensor, posinf: bool) -> bool:
@@ -273,9 +319,10 @@ def check_device(name: str, x: Tensor, ref: Tensor, ref_name: str = "unary") -> 
 
 
 def check_lengths(lengths: LengthsLike, B: int, T: int, device: torch.device,
-                  ref_name: str = "unary") -> Tensor:
+                  ref_name: str = "unary", *, values: bool = True) -> Tensor:
     """Return lengths as an int64 (B,) tensor on ``device``; None means all T (``ref_name`` names
-    the tensor that sets the device in errors)."""
+    the tensor that sets the device in errors). With ``values=False`` the range [0, T] is left to
+    the caller (:func:`check_all_values`)."""
     if lengths is None:
         return torch.full((B,), T, dtype=torch.long, device=device)
     if not isinstance(lengths, Tensor):
@@ -290,7 +337,15 @@ def check_lengths(lengths: LengthsLike, B: int, T: int, device: torch.device,
         raise ValueError(f"lengths must have shape (B,) = ({B},), got {_fmt(lengths.shape)}")
     if lengths.device != device:
         raise ValueError(f"lengths is on {lengths.device} but {ref_name} is on {device}; use one device")
-    if not B or not _VALIDATION["on"]:
+    if values:
+        check_length_values(lengths, T)
+    return lengths.long().contiguous()
+
+
+def check_length_values(lengths: Tensor, T: int) -> None:
+    """Raise a ValueError when a length lies outside [0, T] (an asynchronous assertion off the CPU,
+    nothing when value checks are off)."""
+    if not lengths.shape[0] or not _VALIDATION["on"]:
         pass
     elif not on_host(lengths):
         message = f"lengths must lie in [0, T] = [0, {T}]"
@@ -301,17 +356,16 @@ def check_lengths(lengths: LengthsLike, B: int, T: int, device: torch.device,
             f"lengths must lie in [0, T] = [0, {T}], got min {int(lengths.min())} "
             f"and max {int(lengths.max())}"
         )
-    return lengths.long().contiguous()
 
 
-def check_unary(unary: object, name: str = "unary") -> Tensor:
+def check_unary(unary: object, name: str = "unary", *, values: bool = True) -> Tensor:
     if not isinstance(unary, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape (B, T, N), got {type(unary).__name__}")
     if unary.dim() != 3:
         raise ValueError(f"{name} must have shape (B, T, N), got {_fmt(unary.shape)}")
     if unary.shape[2] < 1:
         raise ValueError(f"{name} must have at least one label (N >= 1), got {_fmt(unary.shape)}")
-    return check_float(name, unary)
+    return check_float(name, unary, values=values)
 
 
 def check_labels(labels: object, mask: Tensor, N: int, name: str = "labels") -> Tensor:
@@ -341,8 +395,12 @@ def check_label_values(labels: Tensor, lengths: Tensor, N: int, name: str = "lab
         return
     T = labels.shape[-1]
     message = f"{name} must lie in [0, N) = [0, {N}) within each length"
-    if on_host(labels) or not _counted(labels, "labels", message, lo=0, hi=N - 1, lengths=lengths, T=T):
-        check_labels(labels, torch.arange(T, device=labels.device) < lengths[:, None], N, name)
+    if on_host(labels):
+        if first_bad([], lengths, T, labels, N) == -1:  # one compiled pass; else the errors below
+            return
+    elif _counted(labels, "labels", message, lo=0, hi=N - 1, lengths=lengths, T=T):
+        return
+    check_labels(labels, torch.arange(T, device=labels.device) < lengths[:, None], N, name)
 
 
 def check_label_tensor(labels: object, shape: tuple[int, int], device: torch.device,
@@ -384,9 +442,9 @@ def guard_overflow(result: Tensor, potentials: Sequence[Tensor], terms: int, fea
         if not _counted(result, "values", message):
             require(~(torch.isnan(result) | torch.isposinf(result)).any(), message)
         return result
-    bad = ~torch.isfinite(plain(result))
-    if not bool(bad.any()):
+    if all_finite(result):
         return result
+    bad = ~torch.isfinite(plain(result))
     hint = _overflow(what, result.dtype, names)
     if bool((torch.isnan(plain(result)) | torch.isposinf(plain(result))).any()):
         raise ValueError(hint)
@@ -405,10 +463,9 @@ def cast_checked(x: Tensor, dtype: torch.dtype, what: str, names: str) -> Tensor
     narrows = x.is_floating_point() and torch.finfo(dtype).max < torch.finfo(x.dtype).max
     if not _VALIDATION["on"] or not narrows:  # a cast that does not narrow cannot overflow
         return out
-    overflowed = (torch.isfinite(x) & ~torch.isfinite(out)).any()
     if not on_host(x):
-        require(~overflowed, _overflow(what, dtype, names))
-    elif bool(plain(overflowed).any()):
+        require(~(torch.isfinite(x) & ~torch.isfinite(out)).any(), _overflow(what, dtype, names))
+    elif not all_finite(out) and bool((torch.isfinite(plain(x)) & ~torch.isfinite(plain(out))).any()):
         raise ValueError(_overflow(what, dtype, names))
     return out
 

@@ -1,6 +1,7 @@
 """Build-on-first-use loader for the compiled CPU kernels in ``csrc/*.cpp``.
 
-The kernels are registered as torch operators (``torch.ops.structtorch_chain.*``) and compiled
+The kernels are registered as torch operators (``torch.ops.structtorch_chain.*``), and those that
+small calls use are also bound as a Python module (:func:`fast_ops`); they are compiled
 with ``-march=native`` for the machine that runs them; the build is cached by torch under
 ``~/.cache/torch_extensions`` (or ``$TORCH_EXTENSIONS_DIR``) in a folder named after the CPU, so
 machines sharing a home directory never load each other's builds. Building needs a C++ compiler
@@ -81,6 +82,13 @@ def chain_ops():
     A build (first use on a machine, or after the sources changed) prints one line to stderr saying
     so; ``make test``/``make demo`` build ahead of time (:func:`main`).
     """
+    return None if fast_ops() is None else torch.ops.structtorch_chain
+
+
+@functools.cache
+def fast_ops():
+    """The Python module of the same build (``csrc/python.cpp``): the kernels small calls use,
+    called without the dispatcher; ``None`` when the kernels are unavailable."""
     if os.environ.get("STRUCTTORCH_NO_EXTENSION", "") not in ("", "0"):
         return None
     with _quiet("torch.utils.cpp_extension"):
@@ -93,15 +101,14 @@ def chain_ops():
                 print(f"structtorch: compiling the C++ CPU kernels for this machine ({name}; once, "
                       "about 1-3 minutes)...", file=sys.stderr, flush=True)
             try:
-                load(
+                return load(
                     name=name,
                     sources=_SOURCES,
                     extra_cflags=flags,
                     extra_ldflags=["-fopenmp"] if "-fopenmp" in flags else [],
-                    is_python_module=False,
+                    is_python_module=True,
                     verbose=False,
                 )
-                return torch.ops.structtorch_chain
             except Exception as exc:  # pragma: no cover - depends on the machine's toolchain
                 errors.append(f"{' '.join(flags)}: {type(exc).__name__}: {exc}")
     warnings.warn(

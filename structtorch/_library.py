@@ -11,6 +11,7 @@ the autograd Functions of ``chain/_ops.py`` and ``semimarkov/_ops.py`` call them
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -20,17 +21,55 @@ from ._threads import call_threads
 LIBRARY = torch.library.Library("structtorch", "DEF")
 
 
+OPERATORS: dict[str, Callable] = {}
+"""The registered operators by name, as :func:`operator` returns them."""
+
+
 def operator(name: str, fake: Callable) -> Callable[[Callable], Callable]:
     """Decorator: register the function as ``torch.ops.structtorch.<name>`` with the fake
-    implementation ``fake``; returns the operator."""
+    implementation ``fake``; returns the operator's caller (:func:`eager_call`), which also
+    stays in :data:`OPERATORS` under ``name``."""
 
     def register(fn: Callable):
+        threaded = call_threads()(fn)  # fewer threads when busy
         LIBRARY.define(name + torch.library.infer_schema(fn, mutates_args=()))
-        LIBRARY.impl(name, call_threads()(fn), "CompositeExplicitAutograd")  # fewer threads when busy
+        LIBRARY.impl(name, threaded, "CompositeExplicitAutograd")
         torch.library.register_fake(f"structtorch::{name}", fake, lib=LIBRARY)
-        return getattr(torch.ops.structtorch, name).default
+        OPERATORS[name] = eager_call(getattr(torch.ops.structtorch, name).default, threaded)
+        return OPERATORS[name]
 
     return register
+
+
+def eager_call(op: torch._ops.OpOverload, implementation: Callable) -> Callable:
+    """A caller of ``op`` that runs its Python ``implementation`` straight away on plain eager
+    tensors (what the dispatcher would do, without its 20-60 us of boxing and Python callback per
+    call), and the operator itself under ``torch.compile``, ``torch.func`` transforms, dispatch or
+    function modes (fake tensors, ``FlopCounterMode``) and for tensor subclasses or meta tensors.
+    The operator stays reachable as its attribute ``op``."""
+
+    @functools.wraps(implementation)
+    def call(*args):
+        return implementation(*args) if _plain_eager(args) else op(*args)
+
+    call.op = op  # type: ignore[attr-defined]
+    return call
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _plain_eager(args: tuple) -> bool:
+    """Whether ``args`` are plain tensors (lists of them, or other values) on a real device, in
+    eager mode with no transform or mode in the way (see :func:`eager_call`)."""
+    if (torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active()
+            or torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled()):
+        return False
+    for x in args:
+        for t in x if isinstance(x, (list, tuple)) else (x,):
+            if isinstance(t, torch.Tensor) and (type(t) not in _PLAIN or t.is_meta):
+                return False
+    return True
 
 
 def vmap_rule(op, rule: Callable) -> None:
@@ -49,3 +88,33 @@ def save_for_backward(ctx, inputs: tuple, output: tuple) -> None:
     ctx.save_for_backward(*inputs[:first], *output)
     ctx.mark_non_differentiable(*output[1:])
     ctx.set_materialize_grads(False)
+
+
+def apply(function: type[torch.autograd.Function], *args):
+    """``function.apply(*args)`` for an autograd Function written with ``setup_context`` (the form
+    ``torch.func`` transforms and ``torch.compile`` need), at the cost of the old form in eager
+    mode: there PyTorch binds the arguments of every call to the forward's signature with
+    ``inspect`` (about 50 us, more than a small kernel), so outside transforms and compilation the
+    call goes to an equivalent Function in the old form (forward and setup_context in one), and
+    where no input requires grad (or grad mode is off) to the forward alone."""
+    if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+        return function.apply(*args)
+    if not torch.is_grad_enabled() or not any(isinstance(x, torch.Tensor) and x.requires_grad for x in args):
+        with torch.no_grad():  # no graph to record: the forward alone (as apply runs it)
+            return function.forward(*args)
+    return _eager_form(function).apply(*args)
+
+
+@functools.cache
+def _eager_form(function: type[torch.autograd.Function]) -> type[torch.autograd.Function]:
+    """``function`` (forward, setup_context, backward) as one old-form Function (its forward takes
+    ``ctx``), with the same backward."""
+
+    def forward(ctx, *args):
+        output = function.forward(*args)
+        function.setup_context(ctx, args, output)
+        return output
+
+    body = {"forward": staticmethod(forward), "backward": staticmethod(function.backward),
+            "__doc__": function.__doc__, "__module__": function.__module__}
+    return type(function.__name__, (torch.autograd.Function,), body)

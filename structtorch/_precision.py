@@ -71,6 +71,18 @@ def _float_dtypes(args: tuple, kwargs: dict) -> list[torch.dtype]:
     return found
 
 
+def _no_half(args: tuple, kwargs: dict) -> bool:
+    """True when no argument is a half-precision tensor, seen without a walk (tensors, None and
+    scalars only); False means "look closer" (:func:`widen`)."""
+    for x in (*args, *kwargs.values()):
+        if isinstance(x, Tensor):
+            if x.dtype in HALF_DTYPES:
+                return False
+        elif x is not None and not isinstance(x, (str, int, float, bool)):
+            return False
+    return True
+
+
 def _device_of(args: tuple, kwargs: dict) -> str | None:
     """The device type of the first tensor argument (None when there is none)."""
     for x in (*args, *kwargs.values()):
@@ -106,7 +118,9 @@ def mixed_precision(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         device = _device_of(args, kwargs)
-        (args, kwargs), result = widen((args, kwargs))
+        result = None
+        if not _no_half(args, kwargs):
+            (args, kwargs), result = widen((args, kwargs))
         with _no_autocast(device), one_assertion(), call_threads():
             out = fn(*args, **kwargs)
         if result is None:

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from .. import _backend
-from .._library import operator, save_for_backward
+from .._library import apply, operator, save_for_backward
 from .._numerics import accumulate, grads_through
 from . import _torch
 from .layout import Chain
@@ -278,7 +278,7 @@ class LogPartition(torch.autograd.Function):
     def vmap(info, in_dims, unary, transitions, start, end, lengths, backend):
         chain = fold_vmapped(info.batch_size, in_dims[:5], unary, transitions, start, end, lengths)
         args = (chain.unary, chain.transitions, chain.start, chain.end, chain.lengths)
-        logz, *state = LogPartition.apply(*args, backend_of(chain))
+        logz, *state = apply(LogPartition, *args, backend_of(chain))
         V = info.batch_size
         return (logz.view(V, -1), *(s.view(V, -1, *s.shape[1:]) for s in state)), (0,) * (1 + len(state))
 
@@ -336,7 +336,7 @@ def nll(chain: Chain, labels: Tensor, backend: str | None = None) -> tuple[Tenso
     """(logZ - score(labels) (B,) float64, differentiable; logZ; saved factors) of a canonical chain
     on a backend that fuses it (:func:`fuses_nll`); ``labels`` (B, T) int64, any value beyond each
     length."""
-    return NegativeLogLikelihood.apply(chain.unary, chain.transitions, chain.start, chain.end, chain.lengths,
+    return apply(NegativeLogLikelihood, chain.unary, chain.transitions, chain.start, chain.end, chain.lengths,
                                        labels, backend or backend_of(chain))
 
 
@@ -370,13 +370,13 @@ class Marginals(torch.autograd.Function):
 def marginals(chain: Chain) -> Tensor:
     """(B, T, N) node marginals of a canonical chain on a kernel backend (``backend_of(chain)`` is
     not "torch"), differentiable."""
-    return Marginals.apply(chain.unary, chain.transitions, chain.start, chain.end, chain.lengths,
+    return apply(Marginals, chain.unary, chain.transitions, chain.start, chain.end, chain.lengths,
                            backend_of(chain))
 
 
 def log_partition(chain: Chain) -> Tensor:
     """(B,) float64 log-partition of a canonical chain, differentiable."""
-    return LogPartition.apply(chain.unary, chain.transitions, chain.start, chain.end, chain.lengths,
+    return apply(LogPartition, chain.unary, chain.transitions, chain.start, chain.end, chain.lengths,
                               backend_of(chain))[0]
 
 
@@ -415,7 +415,7 @@ class Viterbi(torch.autograd.Function):
 def viterbi(chain: Chain) -> tuple[Tensor, Tensor]:
     """The best score (B,) float64, differentiable, and labeling (B, T) of a canonical chain (see
     :func:`viterbi_forward`)."""
-    return Viterbi.apply(chain.unary, chain.transitions, chain.start, chain.end, chain.lengths,
+    return apply(Viterbi, chain.unary, chain.transitions, chain.start, chain.end, chain.lengths,
                          backend_of(chain))
 
 
@@ -452,7 +452,7 @@ class KBest(torch.autograd.Function):
 def kbest(chain: Chain, k: int) -> tuple[Tensor, Tensor]:
     """The k best scores (B, k) float64, differentiable, and labelings (B, k, T) of a canonical
     chain (see :func:`kbest_forward`)."""
-    return KBest.apply(chain.unary, chain.transitions, chain.start, chain.end, chain.lengths, k,
+    return apply(KBest, chain.unary, chain.transitions, chain.start, chain.end, chain.lengths, k,
                        backend_of(chain))
 
 
@@ -493,4 +493,4 @@ class WindowViterbi(torch.autograd.Function):
 def window_viterbi(scores: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
     """The best score (B,) float64, differentiable, and labeling (B, T) of window scores (B, T) +
     (N,) * (l + 1) with T >= 1 (see :func:`window_viterbi_forward`)."""
-    return WindowViterbi.apply(scores, lengths, _backend.backend_for(scores))
+    return apply(WindowViterbi, scores, lengths, _backend.backend_for(scores))

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from .._checks import LengthsLike, _fmt, check_float, check_lengths, check_unary
+from .._checks import LengthsLike, _fmt, check_all_values, check_float, check_lengths, check_unary
 from .._numerics import accumulate
 
 __all__ = ["Chain", "check_chain", "labeling_score"]
@@ -63,7 +63,7 @@ class Chain:
 
 
 def _check_transitions(transitions: object, B: int, T: int, N: int, ref: Tensor, ref_name: str) -> Tensor:
-    t = check_float("transitions", transitions, ref, ref_name)
+    t = check_float("transitions", transitions, ref, ref_name, values=False)
     steps = max(T - 1, 0)
     if t.dim() == 2 and t.shape == (N, N):
         return t.contiguous()
@@ -78,9 +78,9 @@ def _check_transitions(transitions: object, B: int, T: int, N: int, ref: Tensor,
 def _check_boundary(name: str, x: Tensor | None, B: int, N: int, ref: Tensor, ref_name: str) -> Tensor:
     if x is None:
         return ref.new_zeros(B, N)
-    x = check_float(name, x, ref, ref_name)
+    x = check_float(name, x, ref, ref_name, values=False)
     if x.shape == (N,):
-        return x.unsqueeze(0).expand(B, N).contiguous()
+        return x.expand(B, N).contiguous()
     if x.shape == (B, N):
         return x.contiguous()
     raise ValueError(f"{name} must have shape (N,) = ({N},) or (B, N) = ({B}, {N}), got {_fmt(x.shape)}")
@@ -97,18 +97,22 @@ def check_chain(
 ) -> Chain:
     """Validate chain potentials and return them in canonical form; ``name`` is what the errors
     call the unary scores (``"emissions"`` for :class:`structtorch.LinearChainCRF`)."""
-    unary = check_unary(unary, name)
+    unary = check_unary(unary, name, values=False)
     B, T, N = unary.shape
+    given = [(name, unary), ("transitions", transitions), ("start", start), ("end", end)]
     if start is None and end is None:
         start, end = unary.new_zeros(2, B, N)  # one fill for both (contiguous rows)
-    return Chain(
+    chain = Chain(
         unary=unary.contiguous(),
         transitions=_check_transitions(transitions, B, T, N, unary, name),
         start=_check_boundary("start", start, B, N, unary, name),
         end=_check_boundary("end", end, B, N, unary, name),
-        lengths=check_lengths(lengths, B, T, unary.device, name),
+        lengths=check_lengths(lengths, B, T, unary.device, name, values=False),
         name=name,
     )
+    floats = [(what, x, False) for what, x in given if x is not None]  # defaults need no look
+    check_all_values(floats, chain.lengths if lengths is not None else None, T)
+    return chain
 
 
 def labeling_score(chain: Chain, labels: Tensor) -> Tensor:

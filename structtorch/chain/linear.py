@@ -32,6 +32,7 @@ from torch import Tensor, nn
 from .. import _expectations
 from .._checks import (
     LengthsLike,
+    all_finite,
     cast_checked,
     check_label_tensor,
     check_label_values,
@@ -39,6 +40,7 @@ from .._checks import (
     forbidden_pattern,
     on_host,
     plain,
+    validation_enabled,
 )
 from .._numerics import NEG_INF, accumulate, negative_log_likelihood
 from .._precision import mixed_precision
@@ -154,6 +156,9 @@ def expectations_chain(chain: Chain) -> tuple[Tensor, list[Tensor], list[Tensor]
 def _cast_guarded(chain: Chain, scores: Tensor, what: str, feasible=None) -> Tensor:
     """(B,) scores in the accumulation dtype, checked for overflow (see :func:`_torch.guard`)
     and cast to the input dtype."""
+    out = scores.to(chain.unary.dtype)
+    if not validation_enabled() or (on_host(scores) and all_finite(out)):  # then so are the scores
+        return out
     _torch.guard(chain, scores, what, feasible)
     return cast_checked(scores, chain.unary.dtype, what, chain.potentials)
 

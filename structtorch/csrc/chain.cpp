@@ -436,6 +436,60 @@ std::tuple<at::Tensor, at::Tensor> logz_backward(
 
 }  // namespace
 
+// The kernels as the Python bindings of python.cpp call them (no dispatcher in between), with the
+// glue of a call in C++ too: the row-normalized transitions, the gradients of start and end and
+// the sum of shared transitions' gradients.
+namespace structtorch::chain {
+
+std::tuple<at::Tensor, at::Tensor> viterbi(const at::Tensor& unary, const at::Tensor& trans,
+                                           const at::Tensor& start, const at::Tensor& end,
+                                           const at::Tensor& lengths) {
+  return viterbi_forward(unary, trans, start, end, lengths);
+}
+
+// r = max_j a[.., i, j] (may be -inf) and f = exp(a - r) <= 1 (0 on all -inf rows), in double.
+std::tuple<at::Tensor, at::Tensor> normalized(const at::Tensor& trans) {
+  const at::Tensor a = trans.to(at::kDouble);
+  const at::Tensor r = a.amax(-1).contiguous();
+  const at::Tensor finite = at::where(at::isfinite(r), r, at::zeros({}, r.options()));
+  return {r, at::exp(a - finite.unsqueeze(-1)).contiguous()};
+}
+
+at::Tensor gold_or_none(const std::optional<at::Tensor>& labels, const at::Tensor& lengths) {
+  return labels.has_value() ? labels->contiguous() : at::empty({0}, lengths.options());
+}
+
+// logZ (B,), the factors alpha, p, m the backward reuses, and with labels the CRF loss (B,).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz(
+    const at::Tensor& unary, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
+    const at::Tensor& lengths, const std::optional<at::Tensor>& labels) {
+  at::Tensor r, f;
+  std::tie(r, f) = normalized(trans);
+  return logz_forward(unary, trans, r, f, start, end, lengths, gold_or_none(labels, lengths));
+}
+
+// Gradients of logZ (with labels: of logZ - score(labels)) for upstream grad (B,) double w.r.t.
+// unary, transitions, start and end, in the input dtype (with edges false: unary's alone).
+std::vector<at::Tensor> logz_grad(const at::Tensor& grad, const at::Tensor& unary, const at::Tensor& trans,
+                                  const at::Tensor& end, const at::Tensor& lengths, const at::Tensor& logz,
+                                  const at::Tensor& alpha, const at::Tensor& p, const at::Tensor& m,
+                                  const std::optional<at::Tensor>& labels, bool edges) {
+  at::Tensor r, f;
+  std::tie(r, f) = normalized(trans);
+  const at::Tensor ft = f.transpose(-1, -2).contiguous();
+  at::Tensor g_unary, g_trans;
+  std::tie(g_unary, g_trans) = logz_backward(grad.contiguous(), unary, trans, r, f, ft, end, lengths, logz, alpha,
+                                             p, m, gold_or_none(labels, lengths), edges);
+  if (!edges) return {g_unary};
+  if (trans.dim() == 2) g_trans = g_trans.sum(0);  // per sequence for shared transitions
+  const int64_t B = unary.size(0), N = unary.size(2);
+  const at::Tensor last = (lengths - 1).clamp_min(0).view({B, 1, 1}).expand({B, 1, N});
+  return {g_unary, g_trans.to(unary.scalar_type()), g_unary.select(1, 0).contiguous(),
+          g_unary.gather(1, last).squeeze(1)};
+}
+
+}  // namespace structtorch::chain
+
 TORCH_LIBRARY_FRAGMENT(structtorch_chain, m) {
   m.def("viterbi_forward(Tensor unary, Tensor trans, Tensor start, Tensor end, Tensor lengths) -> (Tensor, Tensor)");
   m.def("logz_forward(Tensor unary, Tensor trans, Tensor r, Tensor f, Tensor start, Tensor end, Tensor lengths, Tensor labels) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from .._backend import kernel_module
 from .._checks import cast_checked, guard_overflow
-from .._library import operator
+from .._library import OPERATORS, apply, operator
 from ..chain._torch import indicator_grads
 from ..chain.layout import Chain
 from ..chain.window import _window_indices
@@ -112,7 +112,7 @@ def semimarkov_loss_augmented(content: Tensor, transitions: Tensor, length_score
 def most_violating(model: _Structure, spec: LossSpec, target: Tensor, algorithm: str, gold: Tensor) -> Tensor:
     """The (B, T) most violating structure of ``model``, through its operator (``model.operator``
     on ``model.arguments()``, detached)."""
-    op = getattr(torch.ops.structtorch, model.operator).default
+    op = OPERATORS[model.operator]
     args = (x.detach() if isinstance(x, Tensor) else x for x in model.arguments())
     return op(*args, target, *_loss_arguments(spec, gold, algorithm))
 
@@ -213,7 +213,7 @@ def fused_search(chain: Chain, target: Tensor, rescaling: str, table: bool) -> t
     """(value (B,) float64, differentiable; path (B, T); count (B,) int64; gold (B,) float64) of
     the unweighted Hamming loss with h the identity, on a backend in :data:`FUSED` (T > 0, B > 0);
     ``target`` (B, T) int64, read inside each length."""
-    value, path, count, _, gold = FusedSearch.apply(chain.unary, chain.transitions, chain.start, chain.end,
+    value, path, count, _, gold = apply(FusedSearch, chain.unary, chain.transitions, chain.start, chain.end,
                                                     chain.lengths, target, rescaling, table)
     return value, path, count, gold
 
@@ -287,5 +287,5 @@ class FusedWindowSearch(torch.autograd.Function):
 
 def fused_window_search(scores: Tensor, lengths: Tensor, target: Tensor) -> tuple[Tensor, ...]:
     """:func:`fused_search` for an order-l chain (margin rescaling only)."""
-    value, path, count, _, gold = FusedWindowSearch.apply(scores, lengths, target)
+    value, path, count, _, gold = apply(FusedWindowSearch, scores, lengths, target)
     return value, path, count, gold

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from .. import _backend
-from .._library import operator, save_for_backward
+from .._library import apply, operator, save_for_backward
 from .._numerics import NEG_INF, grads_through
 from . import _torch
 from .layout import SemiMarkov, semimarkov_score
@@ -169,7 +169,7 @@ class LogPartition(torch.autograd.Function):
 
 def log_partition(sm: SemiMarkov) -> Tensor:
     """(B,) float64 log-partition of canonical potentials, differentiable."""
-    return LogPartition.apply(*_args(sm), backend_of(sm))[0]
+    return apply(LogPartition, *_args(sm), backend_of(sm))[0]
 
 
 _SHARED = (4, 9)  # transitions and ordinates among the tensors of _args: not per sequence
@@ -278,7 +278,7 @@ def score(sm: SemiMarkov, labels: Tensor, starts: Tensor) -> Tensor:
     if not has_kernel(sm, "score"):
         return semimarkov_score(sm, labels, starts)
     *tensors, low, high = _args(sm)
-    return Score.apply(*tensors, low, high, labels, starts, backend_of(sm))
+    return apply(Score, *tensors, low, high, labels, starts, backend_of(sm))
 
 
 class LossAugmented(torch.autograd.Function):
@@ -315,19 +315,19 @@ def loss_augmented(sm: SemiMarkov, labels: Tensor, starts: Tensor) -> tuple[Tens
     """(value (B,) float64, differentiable, labels, starts, count, gold) of :class:`LossAugmented`
     against the checked target segmentation (labels, starts) (B, T)."""
     *tensors, low, high = _args(sm)
-    return LossAugmented.apply(*tensors, low, high, labels, starts, backend_of(sm))
+    return apply(LossAugmented, *tensors, low, high, labels, starts, backend_of(sm))
 
 
 def kbest(sm: SemiMarkov, k: int) -> tuple[Tensor, Tensor, Tensor]:
     """(scores (B, k) float64, differentiable, labels (B, k, T), starts (B, k, T)) of canonical
     potentials by the backend's k-best kernel (see :data:`OPTIONAL`)."""
     *tensors, low, high = _args(sm)
-    return KBest.apply(*tensors, low, high, k, backend_of(sm))
+    return apply(KBest, *tensors, low, high, k, backend_of(sm))
 
 
 def viterbi(sm: SemiMarkov) -> tuple[Tensor, Tensor, Tensor]:
     """(best (B,) float64, differentiable, labels (B, T), starts (B, T)) of canonical potentials."""
-    return Viterbi.apply(*_args(sm), backend_of(sm))
+    return apply(Viterbi, *_args(sm), backend_of(sm))
 
 
 @torch.no_grad()
