@@ -21,29 +21,48 @@ import pstats
 import statistics
 import time
 
+import warnings
+
 import torch
 
 import structtorch as st
 
+warnings.filterwarnings("ignore", message="where received a uint8 condition", category=UserWarning)
+
 SIZES = [(1, 10, 4), (8, 20, 4), (32, 50, 10)]
 
 
-def per_call_us(fn, budget: float) -> float:
-    """Median microseconds of ``fn()`` over batches of calls (a batch lasts about 2 ms), after a
-    warm-up, repeating within ``budget`` seconds."""
-    for _ in range(20):
-        fn()
-    t0 = time.perf_counter()
-    fn()
-    reps = max(1, int(2e-3 / max(time.perf_counter() - t0, 1e-7)))
-    samples: list[float] = []
-    began = time.perf_counter()
-    while len(samples) < 5 or (len(samples) < 200 and time.perf_counter() - began < budget):
-        t0 = time.perf_counter()
-        for _ in range(reps):
+def per_call_us(fns: list, budget: float) -> list[float]:
+    """Median microseconds per call of each function, measured in turns (one batch of calls of each,
+    a batch lasting about 2 ms, then again) within ``budget`` seconds, so that the machine's drifts
+    reach every function alike; after a warm-up."""
+    reps = []
+    for fn in fns:
+        for _ in range(20):
             fn()
-        samples.append((time.perf_counter() - t0) / reps * 1e6)
-    return statistics.median(samples)
+        t0 = time.perf_counter()
+        fn()
+        reps.append(max(1, int(2e-3 / max(time.perf_counter() - t0, 1e-7))))
+    samples: list[list[float]] = [[] for _ in fns]
+    began = time.perf_counter()
+    while len(samples[0]) < 5 or (len(samples[0]) < 200 and time.perf_counter() - began < budget):
+        for fn, n, out in zip(fns, reps, samples, strict=True):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            out.append((time.perf_counter() - t0) / n * 1e6)
+    return [statistics.median(x) for x in samples]
+
+
+class _Unvalidated:
+    """``fn`` called with value checks off."""
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+
+    def __call__(self) -> None:
+        with st.set_validation(False):
+            self.fn()
 
 
 def chain_inputs(B: int, T: int, N: int, seed: int = 0):
@@ -112,23 +131,16 @@ def peer_cases(B: int, T: int, N: int) -> dict:
 
 def table(budget: float) -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); microseconds per call, medians")
-    print(f"{'case':26s} {'(B, T, N)':>12s} {'valid. on':>10s} {'valid. off':>10s} {'pytorch-crf':>12s} "
+    print(f"{'case':26s} {'(B, T, N)':>14s} {'valid. on':>10s} {'valid. off':>10s} {'pytorch-crf':>12s} "
           f"{'ratio':>7s}")
-    for B, T, N in SIZES:
-        ours, peers = structtorch_cases(B, T, N), peer_cases(B, T, N)
+    rows = [((B, T, N), structtorch_cases(B, T, N), peer_cases(B, T, N)) for B, T, N in SIZES]
+    rows.append(("(1, 50, 4) L=8", semimarkov_cases(1, 50, 4, 8), {}))
+    for size, ours, peers in rows:
         for name, fn in ours.items():
-            on = per_call_us(fn, budget)
-            with st.set_validation(False):
-                off = per_call_us(fn, budget)
-            peer = per_call_us(peers[name], budget) if name in peers else None
-            ratio = f"{on / peer:7.3f}" if peer else f"{'':7s}"
-            peer_text = f"{peer:12.1f}" if peer else f"{'':12s}"
-            print(f"{name:26s} {str((B, T, N)):>12s} {on:10.1f} {off:10.1f} {peer_text} {ratio}")
-    for name, fn in semimarkov_cases(1, 50, 4, 8).items():
-        on = per_call_us(fn, budget)
-        with st.set_validation(False):
-            off = per_call_us(fn, budget)
-        print(f"{name:26s} {'(1, 50, 4) L=8':>12s} {on:10.1f} {off:10.1f}")
+            fns = [fn, _Unvalidated(fn)] + ([peers[name]] if name in peers else [])
+            times = per_call_us(fns, budget)
+            peer = f"{times[2]:12.1f} {times[0] / times[2]:7.3f}" if len(times) == 3 else ""
+            print(f"{name:26s} {str(size):>14s} {times[0]:10.1f} {times[1]:10.1f} {peer}")
 
 
 def profile(case: str, B: int, T: int, N: int) -> None:

@@ -144,6 +144,11 @@ def _triton_reason(x: Tensor | str) -> str | None:
     return f"the Triton kernels need CUDA tensors (or TRITON_INTERPRET=1 for CPU ones), not {device}"
 
 
+def triton_interpreted() -> bool:
+    """Whether the Triton kernels can run on CPU tensors (Triton's interpreter)."""
+    return _triton_reason("cpu") is None
+
+
 def backend_for(x: Tensor) -> str:
     """The backend that runs a dynamic program on tensors like ``x``: "compiled", "triton" or "torch"."""
     return _choose(x.device.type)

@@ -108,7 +108,7 @@ def on_host(x: Tensor) -> bool:
     GPU's path, so that the interpreter shows what runs on a GPU."""
     if x.device.type != "cpu" or torch.compiler.is_compiling():
         return False
-    return _backend.backend_for(x) != "triton"  # Triton's interpreter takes the GPU's path
+    return _backend.requested() != "triton" or not _backend.triton_interpreted()
 
 
 def plain(x: Tensor) -> Tensor:

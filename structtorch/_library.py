@@ -50,7 +50,7 @@ def eager_call(op: torch._ops.OpOverload, implementation: Callable) -> Callable:
 
     @functools.wraps(implementation)
     def call(*args):
-        return implementation(*args) if _plain_eager(args) else op(*args)
+        return implementation(*args) if plain_eager(args) else op(*args)
 
     call.op = op  # type: ignore[attr-defined]
     return call
@@ -59,7 +59,7 @@ def eager_call(op: torch._ops.OpOverload, implementation: Callable) -> Callable:
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
-def _plain_eager(args: tuple) -> bool:
+def plain_eager(args: tuple) -> bool:
     """Whether ``args`` are plain tensors (lists of them, or other values) on a real device, in
     eager mode with no transform or mode in the way (see :func:`eager_call`)."""
     if (torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active()

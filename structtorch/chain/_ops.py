@@ -300,13 +300,7 @@ class NegativeLogLikelihood(torch.autograd.Function):
         unary, transitions, start, end, lengths, labels, _nll, logz, *state = ctx.saved_tensors
         needs = ctx.needs_input_grad[:4]
         if torch.is_grad_enabled():  # double backward, torch.func: differentiate the recursion
-            chain = Chain(unary, transitions, start, end, lengths)
-            logz_grads = _torch.double_backward(chain, needs, grad)
-            inside = torch.arange(labels.shape[1], device=labels.device) < lengths[:, None]
-            path = torch.where(inside, labels, -1)
-            gold = _torch.indicator_grads(path, lengths, grad, unary.shape[2], chain.shared)
-            pairs = zip(logz_grads, gold, strict=True)
-            grads = tuple(None if a is None else a - b.to(a.dtype) for a, b in pairs)
+            grads = nll_double_backward(Chain(unary, transitions, start, end, lengths), labels, needs, grad)
         else:
             args = (unary, transitions, start, end, lengths, labels, logz, state, *ctx.options)
             grads = nll_backward(grad, *args)
@@ -320,6 +314,20 @@ class NegativeLogLikelihood(torch.autograd.Function):
         loss, logz, *state = nll(chain, labels, backend)
         outs = (loss.view(V, -1), logz.view(V, -1), *(s.view(V, -1, *s.shape[1:]) for s in state))
         return outs, (0,) * len(outs)
+
+
+def nll_double_backward(chain: Chain, labels: Tensor, needs: tuple[bool, ...],
+                        grad: Tensor) -> tuple[Tensor | None, ...]:
+    """Gradients of logZ - score(labels) (upstream ``grad`` (B,)) w.r.t. unary, transitions, start
+    and end with ``create_graph`` (those ``needs`` marks, else None), through the PyTorch recursion:
+    the double-backward path of the fused CRF loss."""
+    logz_grads = _torch.double_backward(chain, needs, grad)
+    lengths = chain.lengths
+    inside = torch.arange(labels.shape[1], device=labels.device) < lengths[:, None]
+    path = torch.where(inside, labels, -1)
+    gold = _torch.indicator_grads(path, lengths, grad, chain.shape[2], chain.shared)
+    pairs = zip(logz_grads, gold, strict=True)
+    return tuple(None if a is None else a - b.to(a.dtype) for a, b in pairs)
 
 
 FUSED_NLL = ("triton", "compiled")

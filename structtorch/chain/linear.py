@@ -44,7 +44,7 @@ from .._checks import (
 )
 from .._numerics import NEG_INF, accumulate, negative_log_likelihood
 from .._precision import mixed_precision
-from . import _ops, _torch
+from . import _ops, _quick, _torch
 from .layout import Chain, labeling_score
 from .masking import masked_chain
 
@@ -76,6 +76,9 @@ def nll_chain(chain: Chain, labels: Tensor, name: str = "labels") -> Tensor:
         labels = check_label_tensor(labels, chain.shape[:2], chain.unary.device, name)
         check_label_values(labels, chain.lengths, chain.shape[2], name)  # the kernels clamp what they read
         loss, logz, *_ = _ops.nll(chain, labels)
+        out = _plain_cast(loss, chain.unary.dtype)  # a finite loss has a finite logZ
+        if out is not None:
+            return out
         _torch.guard(chain, logz, "the log-partition")
     else:
         wide = chain.map(accumulate)
@@ -153,17 +156,24 @@ def expectations_chain(chain: Chain) -> tuple[Tensor, list[Tensor], list[Tensor]
     return value, grads, parts
 
 
+def _plain_cast(x: Tensor, dtype: torch.dtype) -> Tensor | None:
+    """``x`` cast to ``dtype`` where that needs no closer look: value checks off, or every entry of
+    the cast finite on the host (one compiled pass: nothing overflowed, no row is infeasible);
+    else None, and the caller guards and casts (:func:`structtorch._checks.cast_checked`)."""
+    out = x.to(dtype)
+    return out if not validation_enabled() or (on_host(x) and all_finite(out)) else None
+
+
 def _cast_guarded(chain: Chain, scores: Tensor, what: str, feasible=None) -> Tensor:
     """(B,) scores in the accumulation dtype, checked for overflow (see :func:`_torch.guard`)
     and cast to the input dtype."""
-    out = scores.to(chain.unary.dtype)
-    if not validation_enabled() or (on_host(scores) and all_finite(out)):  # then so are the scores
+    out = _plain_cast(scores, chain.unary.dtype)
+    if out is not None:
         return out
     _torch.guard(chain, scores, what, feasible)
     return cast_checked(scores, chain.unary.dtype, what, chain.potentials)
 
 
-@mixed_precision
 def viterbi(
     unary: Tensor,
     transitions: Tensor,
@@ -199,6 +209,14 @@ def viterbi(
         Best labeling, -1 at positions >= length (outside the mask) and on infeasible rows. Ties:
         see the module doc.
     """
+    quick = None if mask is not None else _quick.viterbi(unary, transitions, start, end, lengths)
+    return quick if quick is not None else _viterbi(unary, transitions, start, end, lengths, mask)
+
+
+@mixed_precision
+def _viterbi(unary: Tensor, transitions: Tensor, start: Tensor | None, end: Tensor | None,
+             lengths: LengthsLike, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """:func:`viterbi` by the general path (the small-call lane declined it)."""
     chain, moved = masked_chain(unary, transitions, start, end, lengths, mask)
     score, path = viterbi_chain(chain)
     return score, moved.put(path, -1)

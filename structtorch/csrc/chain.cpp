@@ -6,6 +6,7 @@
 //   unary  (B, T, N) contiguous;  trans (N, N) shared or (B, T-1, N, N) per position;
 //   start, end (B, N);  lengths (B,) int64 in [0, T].
 //   trans[..., i, j] scores label i at step t followed by label j at step t + 1.
+#include "api.h"
 #include "common.h"
 
 namespace {
@@ -447,12 +448,36 @@ std::tuple<at::Tensor, at::Tensor> viterbi(const at::Tensor& unary, const at::Te
   return viterbi_forward(unary, trans, start, end, lengths);
 }
 
-// r = max_j a[.., i, j] (may be -inf) and f = exp(a - r) <= 1 (0 on all -inf rows), in double.
-std::tuple<at::Tensor, at::Tensor> normalized(const at::Tensor& trans) {
-  const at::Tensor a = trans.to(at::kDouble);
-  const at::Tensor r = a.amax(-1).contiguous();
-  const at::Tensor finite = at::where(at::isfinite(r), r, at::zeros({}, r.options()));
-  return {r, at::exp(a - finite.unsqueeze(-1)).contiguous()};
+// r = max_j a[.., i, j] (may be -inf) and f = exp(a - r) <= 1 (0 on all -inf rows), in double,
+// and with transposed f's transpose in its last two dimensions (contiguous): plain loops, no
+// operator calls (a small call's transitions are a few entries).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> normalized(const at::Tensor& trans, bool transposed) {
+  const at::Tensor a = trans.contiguous();
+  const int64_t N = a.size(-1);
+  const int64_t rows = N ? a.numel() / N : 0;
+  const auto options = a.options().dtype(at::kDouble);
+  at::Tensor r = at::empty(a.sizes().slice(0, a.dim() - 1), options);
+  at::Tensor f = at::empty(a.sizes(), options);
+  at::Tensor ft = transposed ? at::empty(a.sizes(), options) : at::Tensor();
+  AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "normalized", [&] {
+    const scalar_t* x = a.data_ptr<scalar_t>();
+    double* rp = r.data_ptr<double>();
+    double* fp = f.data_ptr<double>();
+    for (int64_t i = 0; i < rows; ++i) {
+      double m = kNegInf;
+      for (int64_t j = 0; j < N; ++j) m = std::max(m, static_cast<double>(x[i * N + j]));
+      rp[i] = m;
+      const double shift = std::isfinite(m) ? m : 0.0;
+      for (int64_t j = 0; j < N; ++j) fp[i * N + j] = std::exp(static_cast<double>(x[i * N + j]) - shift);
+    }
+    if (transposed) {
+      double* tp = ft.data_ptr<double>();
+      for (int64_t blk = 0; blk < (N ? rows / N : 0); ++blk)
+        for (int64_t i = 0; i < N; ++i)
+          for (int64_t j = 0; j < N; ++j) tp[(blk * N + j) * N + i] = fp[(blk * N + i) * N + j];
+    }
+  });
+  return {r, f, ft};
 }
 
 at::Tensor gold_or_none(const std::optional<at::Tensor>& labels, const at::Tensor& lengths) {
@@ -463,8 +488,8 @@ at::Tensor gold_or_none(const std::optional<at::Tensor>& labels, const at::Tenso
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz(
     const at::Tensor& unary, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
     const at::Tensor& lengths, const std::optional<at::Tensor>& labels) {
-  at::Tensor r, f;
-  std::tie(r, f) = normalized(trans);
+  at::Tensor r, f, ft;
+  std::tie(r, f, ft) = normalized(trans, false);
   return logz_forward(unary, trans, r, f, start, end, lengths, gold_or_none(labels, lengths));
 }
 
@@ -474,18 +499,30 @@ std::vector<at::Tensor> logz_grad(const at::Tensor& grad, const at::Tensor& unar
                                   const at::Tensor& end, const at::Tensor& lengths, const at::Tensor& logz,
                                   const at::Tensor& alpha, const at::Tensor& p, const at::Tensor& m,
                                   const std::optional<at::Tensor>& labels, bool edges) {
-  at::Tensor r, f;
-  std::tie(r, f) = normalized(trans);
-  const at::Tensor ft = f.transpose(-1, -2).contiguous();
+  at::Tensor r, f, ft;
+  std::tie(r, f, ft) = normalized(trans, true);
   at::Tensor g_unary, g_trans;
   std::tie(g_unary, g_trans) = logz_backward(grad.contiguous(), unary, trans, r, f, ft, end, lengths, logz, alpha,
                                              p, m, gold_or_none(labels, lengths), edges);
   if (!edges) return {g_unary};
   if (trans.dim() == 2) g_trans = g_trans.sum(0);  // per sequence for shared transitions
-  const int64_t B = unary.size(0), N = unary.size(2);
-  const at::Tensor last = (lengths - 1).clamp_min(0).view({B, 1, 1}).expand({B, 1, N});
-  return {g_unary, g_trans.to(unary.scalar_type()), g_unary.select(1, 0).contiguous(),
-          g_unary.gather(1, last).squeeze(1)};
+  const int64_t B = unary.size(0), T = unary.size(1), N = unary.size(2);
+  at::Tensor g_start = at::zeros({B, N}, g_unary.options());
+  at::Tensor g_end = at::zeros({B, N}, g_unary.options());
+  const int64_t* len = lengths.data_ptr<int64_t>();
+  AT_DISPATCH_FLOATING_TYPES(g_unary.scalar_type(), "logz_grad", [&] {
+    const scalar_t* gu = g_unary.data_ptr<scalar_t>();
+    scalar_t* gs = g_start.data_ptr<scalar_t>();
+    scalar_t* ge = g_end.data_ptr<scalar_t>();
+    for (int64_t b = 0; b < (T ? B : 0); ++b) {
+      const int64_t last = std::max<int64_t>(len[b] - 1, 0);
+      for (int64_t j = 0; j < N; ++j) {
+        gs[b * N + j] = gu[(b * T) * N + j];  // the first position's (zero on empty rows)
+        ge[b * N + j] = gu[(b * T + last) * N + j];
+      }
+    }
+  });
+  return {g_unary, g_trans.to(unary.scalar_type()), g_start, g_end};
 }
 
 }  // namespace structtorch::chain

@@ -3,6 +3,7 @@
 // that are not finite. It only answers which check failed first; Python then names the argument and
 // the index with the same errors as its own checks. A few microseconds for a small call, where the
 // same checks as PyTorch operators cost one operator (and one host read) each.
+#include "api.h"
 #include "common.h"
 
 namespace {

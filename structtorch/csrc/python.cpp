@@ -4,26 +4,8 @@
 // registered as torch operators (torch.ops.structtorch_chain.*) for everything else.
 #include <torch/extension.h>
 
-#include <optional>
-#include <tuple>
-#include <vector>
-
-namespace structtorch {
-int64_t first_bad(at::TensorList xs, at::IntArrayRef modes, const std::optional<at::Tensor>& lengths, int64_t T,
-                  const std::optional<at::Tensor>& labels, int64_t N);
-namespace chain {
-std::tuple<at::Tensor, at::Tensor> viterbi(const at::Tensor& unary, const at::Tensor& trans,
-                                           const at::Tensor& start, const at::Tensor& end,
-                                           const at::Tensor& lengths);
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz(
-    const at::Tensor& unary, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
-    const at::Tensor& lengths, const std::optional<at::Tensor>& labels);
-std::vector<at::Tensor> logz_grad(const at::Tensor& grad, const at::Tensor& unary, const at::Tensor& trans,
-                                  const at::Tensor& end, const at::Tensor& lengths, const at::Tensor& logz,
-                                  const at::Tensor& alpha, const at::Tensor& p, const at::Tensor& m,
-                                  const std::optional<at::Tensor>& labels, bool edges);
-}  // namespace chain
-}  // namespace structtorch
+#include "api.h"
+#include "quick.h"
 
 namespace {
 
@@ -42,4 +24,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "The chain log-partition forward, with labels also the CRF loss (see chain.cpp).");
   m.def("logz_backward", &structtorch::chain::logz_grad,
         "The gradients of the chain log-partition or CRF loss (see chain.cpp).");
+  m.def("quick_viterbi", &structtorch::quick::viterbi, "The Viterbi lane of small calls (see quick.cpp).");
+  m.def("quick_nll", &structtorch::quick::nll, "The CRF-loss lane of small calls (see quick.cpp).");
+  m.def("quick_nll_backward", &structtorch::quick::nll_grad, "Its gradients (see quick.cpp).");
 }

@@ -26,6 +26,7 @@ from .._checks import (
 )
 from .._numerics import NEG_INF, reduce_batch
 from .._precision import mixed_precision
+from ..chain import _quick
 from ..chain.layout import check_chain
 from ..chain.linear import chain_loss, kbest_chain, log_partition_chain, marginals_chain, viterbi_chain
 from ..chain.masking import Compaction, compaction
@@ -234,14 +235,30 @@ class LinearChainCRF(nn.Module):
         """
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+        partial = self.ignore_index is not None
+        quick = None if partial else self._quick(_quick.nll, emissions, mask, lengths, tags)
+        if quick is not None:
+            T = emissions.shape[1 if self.batch_first else 0]
+            return _reduce(quick, reduction, lambda: T * quick.numel() if lengths is None else lengths.sum())
         batch = self._batch(emissions, tags, mask, lengths)
         if not isinstance(batch.tags, Tensor):
             raise TypeError(f"tags must be an integer tensor of shape {self._layout()}")
         nll = _negative_log_likelihood(batch.emissions, *self.scores(), batch.tags, batch.lengths,
                                        self.ignore_index)
-        if reduction == "token_mean":
-            return nll.sum() / batch.lengths.sum().clamp(min=1).to(nll.dtype)
-        return reduce_batch(nll, reduction)
+        return _reduce(nll, reduction, lambda: batch.lengths.sum())
+
+    def _quick(self, lane, emissions: object, mask: object, lengths: object, *args):
+        """``lane`` (:mod:`structtorch.chain._quick`) on the CRF's chain: its answer, or None (a mask,
+        partial tags, a call the lane declines; then the general path)."""
+        if mask is not None or not isinstance(emissions, Tensor):
+            return None
+        if not self.batch_first:
+            if emissions.dim() != 3 or any(isinstance(x, Tensor) and x.dim() != 2 for x in args):
+                return None
+            emissions = emissions.transpose(0, 1)
+            args = tuple(x.transpose(0, 1) if isinstance(x, Tensor) else x for x in args)
+        return lane(emissions, *self.scores(), lengths, *args)
+
 
     def log_likelihood(self, emissions: Tensor, tags: Tensor, mask: Tensor | None = None, *,
                        lengths: LengthsLike = None, reduction: str = "none") -> Tensor:
@@ -263,6 +280,9 @@ class LinearChainCRF(nn.Module):
             -1 outside each sequence (and on rows with no valid labeling); (T, B) or (T, B, k) when
             ``batch_first=False``.
         """
+        quick = None if k is not None else self._quick(_quick.viterbi, emissions, mask, lengths)
+        if quick is not None:
+            return quick[0], quick[1] if self.batch_first else quick[1].t()
         batch = self._batch(emissions, None, mask, lengths)
         trans, start, end = self.scores()
         if k is None:
@@ -321,6 +341,15 @@ class LinearChainCRF(nn.Module):
         draws = self._distribution(batch).sample(n, generator=generator)  # (n, B, T)
         aligned = batch.align(draws.permute(1, 2, 0), -1)  # (B, T, n)
         return aligned.permute(2, 0, 1) if self.batch_first else aligned.permute(2, 1, 0)
+
+
+def _reduce(nll: Tensor, reduction: str, tokens) -> Tensor:
+    """Per-sequence losses reduced; ``tokens()`` (a tensor or an int) counts the tokens for
+    "token_mean"."""
+    if reduction != "token_mean":
+        return reduce_batch(nll, reduction)
+    count = tokens()
+    return nll.sum() / (count.clamp(min=1).to(nll.dtype) if isinstance(count, Tensor) else max(count, 1))
 
 
 def _check_constraints(constraints: Constraints, N: int) -> tuple[Tensor, Tensor, Tensor]:

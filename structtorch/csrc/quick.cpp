@@ -1,0 +1,99 @@
+// Small-call lanes: the common case of a public call (structtorch.viterbi, LinearChainCRF's loss)
+// in one C++ call from Python, so that one sentence costs microseconds rather than the Python of
+// the general path. A lane takes what Python already checked for metadata (CPU, float32/float64,
+// shapes); here it makes start, end and lengths canonical, runs the value checks (when asked)
+// and the kernel, and casts the result. Its status tells Python what to do: kOk, the result;
+// kBadInput, a value check failed; kNotFinite, a result is not finite (an infeasible row, an
+// overflow). For both Python takes the general path, which raises the usual error or returns the
+// exact result for those rows.
+#include "quick.h"
+
+#include <limits>
+
+#include "api.h"
+
+namespace structtorch::quick {
+namespace {
+
+constexpr int64_t kOk = 0, kBadInput = 1, kNotFinite = 2;
+constexpr int64_t kValues = 0, kFinite = 2;  // modes of first_bad (checks.cpp)
+
+struct Canonical {
+  at::Tensor unary, trans, start, end, lengths;
+};
+
+// start or end: None -> zeros (B, N); (N,) -> one row per sequence; (B, N) as it is.
+at::Tensor boundary(const Opt& x, const at::Tensor& unary) {
+  const int64_t B = unary.size(0), N = unary.size(2);
+  if (!x.has_value()) return at::zeros({B, N}, unary.options());
+  return x->dim() == 1 ? x->expand({B, N}).contiguous() : x->contiguous();
+}
+
+Canonical canonical(const at::Tensor& unary, const at::Tensor& trans, const Opt& start, const Opt& end,
+                    const Opt& lengths) {
+  const int64_t B = unary.size(0), T = unary.size(1);
+  at::Tensor len = lengths.has_value() ? lengths->to(at::kLong).contiguous()
+                                       : at::full({B}, T, unary.options().dtype(at::kLong));
+  return {unary.contiguous(), trans.contiguous(), boundary(start, unary), boundary(end, unary), len};
+}
+
+// Whether a value check fails: NaN or +inf potentials, lengths outside [0, T], labels outside
+// [0, N) within the lengths.
+bool bad_input(const at::Tensor& unary, const at::Tensor& trans, const Opt& start, const Opt& end,
+               const Opt& lengths, const Opt& labels) {
+  std::vector<at::Tensor> xs{unary, trans};
+  if (start.has_value()) xs.push_back(*start);
+  if (end.has_value()) xs.push_back(*end);
+  const std::vector<int64_t> modes(xs.size(), kValues);
+  return first_bad(xs, modes, lengths, unary.size(1), labels, unary.size(2)) >= 0;
+}
+
+bool not_finite(const at::Tensor& x) { return first_bad({x}, {kFinite}, std::nullopt, 0, std::nullopt, 0) >= 0; }
+
+}  // namespace
+
+// The best score (B,) in the input dtype and labeling (B, T), and the status.
+std::tuple<at::Tensor, at::Tensor, int64_t> viterbi(const at::Tensor& unary, const at::Tensor& trans,
+                                                    const Opt& start, const Opt& end, const Opt& lengths,
+                                                    bool validate) {
+  if (validate && bad_input(unary, trans, start, end, lengths, std::nullopt)) return {{}, {}, kBadInput};
+  const Canonical c = canonical(unary, trans, start, end, lengths);
+  at::Tensor score, path;
+  std::tie(score, path) = chain::viterbi(c.unary, c.trans, c.start, c.end, c.lengths);
+  at::Tensor out = score.to(unary.scalar_type());
+  return {out, path, validate && not_finite(out) ? kNotFinite : kOk};
+}
+
+// The CRF loss logZ - score(labels) (B,) in the input dtype, the state nll_grad takes (logZ, the
+// factors alpha, p, m, and the canonical end, lengths and labels), and the status.
+std::tuple<at::Tensor, std::vector<at::Tensor>, int64_t> nll(const at::Tensor& unary, const at::Tensor& trans,
+                                                             const Opt& start, const Opt& end,
+                                                             const Opt& lengths, const at::Tensor& labels,
+                                                             bool validate) {
+  if (validate && bad_input(unary, trans, start, end, lengths, labels)) return {{}, {}, kBadInput};
+  const Canonical c = canonical(unary, trans, start, end, lengths);
+  const at::Tensor gold = labels.to(at::kLong).contiguous();
+  auto [logz, alpha, p, m, loss] = chain::logz(c.unary, c.trans, c.start, c.end, c.lengths, gold);
+  at::Tensor out = loss.to(unary.scalar_type());
+  const int64_t status = validate && not_finite(out) ? kNotFinite : kOk;
+  return {out, {logz, alpha, p, m, c.end, c.lengths, gold}, status};
+}
+
+// Gradients of the loss (upstream grad (B,)) w.r.t. unary, transitions, start and end, each of
+// its input's shape: summed over the batch for a start or end of shape (N,) (start_dims,
+// end_dims: 1), undefined for one that was None (0).
+std::vector<at::Tensor> nll_grad(const at::Tensor& grad, const at::Tensor& unary, const at::Tensor& trans,
+                                 int64_t start_dims, int64_t end_dims, const std::vector<at::Tensor>& state) {
+  TORCH_CHECK(state.size() == 7, "nll_grad: the state of nll");
+  std::vector<at::Tensor> g = chain::logz_grad(grad.to(at::kDouble), unary.contiguous(), trans.contiguous(),
+                                               state[4], state[5], state[0], state[1], state[2], state[3],
+                                               state[6], true);
+  const int64_t dims[2] = {start_dims, end_dims};
+  for (int i = 0; i < 2; ++i) {
+    at::Tensor& x = g[2 + i];
+    x = dims[i] == 0 ? at::Tensor() : dims[i] == 1 ? x.sum(0) : x;
+  }
+  return g;
+}
+
+}  // namespace structtorch::quick

@@ -1,0 +1,24 @@
+// Small-call lanes (quick.cpp): a whole public call of the common case in one C++ call.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <tuple>
+#include <vector>
+
+namespace structtorch::quick {
+
+using Opt = std::optional<at::Tensor>;
+
+std::tuple<at::Tensor, at::Tensor, int64_t> viterbi(const at::Tensor& unary, const at::Tensor& trans,
+                                                    const Opt& start, const Opt& end, const Opt& lengths,
+                                                    bool validate);
+std::tuple<at::Tensor, std::vector<at::Tensor>, int64_t> nll(const at::Tensor& unary, const at::Tensor& trans,
+                                                             const Opt& start, const Opt& end,
+                                                             const Opt& lengths, const at::Tensor& labels,
+                                                             bool validate);
+std::vector<at::Tensor> nll_grad(const at::Tensor& grad, const at::Tensor& unary, const at::Tensor& trans,
+                                 int64_t start_dims, int64_t end_dims, const std::vector<at::Tensor>& state);
+
+}  // namespace structtorch::quick
