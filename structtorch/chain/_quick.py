@@ -23,7 +23,7 @@ from .._checks import validation_enabled
 from .._extension import fast_ops
 from .._library import plain_eager
 from .._threads import call_threads
-from . import _ops
+from . import _ops, _torch
 from .layout import Chain
 
 __all__ = ["viterbi", "nll"]
@@ -32,10 +32,12 @@ _FLOATS = (torch.float32, torch.float64)
 
 
 def _canonical_shapes(unary: object, transitions: object, start: object, end: object,
-                      lengths: object) -> bool:
+                      lengths: object, mask: object) -> bool:
     """Whether the arguments are what the lanes take: plain CPU tensors of one float dtype, unary
     (B, T, N) with T >= 1 and N <= 32767, transitions (N, N) or (B, T-1, N, N), start and end None,
-    (N,) or (B, N), lengths None or (B,) integers; eager, on the "compiled" backend, no autocast."""
+    (N,) or (B, N), lengths None or (B,) integers, or instead a (B, T) bool or uint8 mask (whose
+    rows the kernel accepts when they are prefixes); eager, on the "compiled" backend, no
+    autocast."""
     if not isinstance(unary, Tensor) or unary.dim() != 3 or unary.dtype not in _FLOATS:
         return False
     B, T, N = unary.shape
@@ -51,7 +53,10 @@ def _canonical_shapes(unary: object, transitions: object, start: object, end: ob
     if lengths is not None and not (isinstance(lengths, Tensor) and lengths.shape == (B,)
                                     and not lengths.is_floating_point() and lengths.dtype != torch.bool):
         return False
-    tensors = (unary, transitions, start, end, lengths)
+    if mask is not None and not (lengths is None and isinstance(mask, Tensor) and mask.shape == (B, T)
+                                 and mask.dtype in (torch.bool, torch.uint8)):
+        return False
+    tensors = (unary, transitions, start, end, lengths, mask)
     return (all(x is None or x.device.type == "cpu" for x in tensors) and plain_eager(tensors)
             and not torch.is_autocast_enabled("cpu") and _backend.backend_for(unary) == "compiled")
 
@@ -61,29 +66,56 @@ def _needs_grad(*tensors: Tensor | None) -> bool:
 
 
 def viterbi(unary: Tensor, transitions: Tensor, start: Tensor | None = None, end: Tensor | None = None,
-            lengths: Tensor | None = None) -> tuple[Tensor, Tensor] | None:
-    """(score (B,), path (B, T)) as :func:`structtorch.viterbi` returns them, or None: take the
-    general path (the arguments are not the lane's, a gradient is wanted, a check failed or a
-    score is not finite)."""
-    if not _canonical_shapes(unary, transitions, start, end, lengths) or _needs_grad(
-            unary, transitions, start, end):
+            lengths: Tensor | None = None, mask: Tensor | None = None) -> tuple[Tensor, Tensor] | None:
+    """(score (B,), path (B, T)) as :func:`structtorch.viterbi` returns them (the score's gradient
+    the indicator of the path), or None: take the general path (the arguments are not the lane's,
+    a check failed or a score is not finite)."""
+    if not _canonical_shapes(unary, transitions, start, end, lengths, mask):
         return None
+    args = (unary, transitions, start, end, lengths, mask, validation_enabled())
     with call_threads():
-        score, path, status = fast_ops().quick_viterbi(unary, transitions, start, end, lengths,
-                                                       validation_enabled())
+        if _needs_grad(unary, transitions, start, end):
+            score, path, status = _Viterbi.apply(*args)
+        else:
+            score, path, status = fast_ops().quick_viterbi(*args)
     return (score, path) if status == 0 else None
 
 
+class _Viterbi(torch.autograd.Function):
+    """The lane's Viterbi with the score's gradient, the indicator of the path (the old form: the
+    lanes run eagerly only)."""
+
+    @staticmethod
+    def forward(ctx, unary, transitions, start, end, *rest):  # rest: lengths, mask, validate
+        score, path, status = fast_ops().quick_viterbi(unary, transitions, start, end, *rest)
+        if status == 0:
+            ctx.save_for_backward(path)
+            ctx.mark_non_differentiable(path)
+            ctx.shapes = unary.shape[2], transitions.dim() == 2, tuple(
+                None if x is None else (x.dim(), x.dtype) for x in (unary, transitions, start, end))
+        return score, path, status
+
+    @staticmethod
+    def backward(ctx, grad, *_):
+        (path,) = ctx.saved_tensors
+        N, shared, inputs = ctx.shapes
+        grads = _torch.indicator_grads(path, (path >= 0).sum(1), grad, N, shared)  # finite: no infeasible row
+        out = [None if x is None else (g.sum(0) if i >= 2 and x[0] == 1 else g).to(x[1])  # (N,) start, end
+               for i, (g, x) in enumerate(zip(grads, inputs, strict=True))]
+        needs = ctx.needs_input_grad[:4]
+        return (*(g if need else None for g, need in zip(out, needs, strict=True)), None, None, None)
+
+
 def nll(unary: Tensor, transitions: Tensor, start: Tensor | None, end: Tensor | None, lengths: Tensor | None,
-        labels: object) -> Tensor | None:
+        mask: Tensor | None, labels: object) -> Tensor | None:
     """The CRF loss logZ - score(labels) (B,) as :class:`structtorch.LinearChainCRF` computes it
     (differentiable, double backward included), or None: take the general path."""
-    if not (_canonical_shapes(unary, transitions, start, end, lengths) and isinstance(labels, Tensor)
+    if not (_canonical_shapes(unary, transitions, start, end, lengths, mask) and isinstance(labels, Tensor)
             and labels.shape == unary.shape[:2] and labels.device.type == "cpu"
             and not labels.is_floating_point() and labels.dtype != torch.bool):
         return None
     with call_threads():
-        loss, status = _NegativeLogLikelihood.apply(unary, transitions, start, end, lengths, labels,
+        loss, status = _NegativeLogLikelihood.apply(unary, transitions, start, end, lengths, mask, labels,
                                                     validation_enabled())
     return loss if status == 0 else None
 
@@ -93,8 +125,9 @@ class _NegativeLogLikelihood(torch.autograd.Function):
     form, without ``setup_context``: the lanes never run under transforms or compilation)."""
 
     @staticmethod
-    def forward(ctx, unary, transitions, start, end, lengths, labels, validate):
-        loss, state, status = fast_ops().quick_nll(unary, transitions, start, end, lengths, labels, validate)
+    def forward(ctx, unary, transitions, start, end, lengths, mask, labels, validate):
+        loss, state, status = fast_ops().quick_nll(unary, transitions, start, end, lengths, mask, labels,
+                                                   validate)
         if status == 0:
             ctx.save_for_backward(unary, transitions, start, end, *state)
             ctx.dims = tuple(0 if x is None else x.dim() for x in (start, end))
@@ -108,7 +141,7 @@ class _NegativeLogLikelihood(torch.autograd.Function):
             grads = _double_backward(unary, transitions, start, end, state, needs, grad)
         else:
             grads = fast_ops().quick_nll_backward(grad, unary, transitions, *ctx.dims, state)
-        return (*(g if need else None for g, need in zip(grads, needs, strict=True)), None, None, None)
+        return (*(g if need else None for g, need in zip(grads, needs, strict=True)), None, None, None, None)
 
 
 def _double_backward(unary, transitions, start, end, state, needs, grad):

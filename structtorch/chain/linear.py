@@ -209,7 +209,7 @@ def viterbi(
         Best labeling, -1 at positions >= length (outside the mask) and on infeasible rows. Ties:
         see the module doc.
     """
-    quick = None if mask is not None else _quick.viterbi(unary, transitions, start, end, lengths)
+    quick = _quick.viterbi(unary, transitions, start, end, lengths, mask)
     return quick if quick is not None else _viterbi(unary, transitions, start, end, lengths, mask)
 
 

@@ -5,7 +5,8 @@
 // and the kernel, and casts the result. Its status tells Python what to do: kOk, the result;
 // kBadInput, a value check failed; kNotFinite, a result is not finite (an infeasible row, an
 // overflow). For both Python takes the general path, which raises the usual error or returns the
-// exact result for those rows.
+// exact result for those rows; kNotPrefix, a mask that is not a prefix in every row (the general
+// path moves its positions). A mask that is gives the lengths.
 #include "quick.h"
 
 #include <limits>
@@ -15,7 +16,7 @@
 namespace structtorch::quick {
 namespace {
 
-constexpr int64_t kOk = 0, kBadInput = 1, kNotFinite = 2;
+constexpr int64_t kOk = 0, kBadInput = 1, kNotFinite = 2, kNotPrefix = 3;
 constexpr int64_t kValues = 0, kFinite = 2;  // modes of first_bad (checks.cpp)
 
 struct Canonical {
@@ -37,6 +38,34 @@ Canonical canonical(const at::Tensor& unary, const at::Tensor& trans, const Opt&
   return {unary.contiguous(), trans.contiguous(), boundary(start, unary), boundary(end, unary), len};
 }
 
+// The lengths (B,) of a (B, T) bool or uint8 mask whose every row is a prefix (true then false),
+// or nullopt for any other pattern (the general path moves such rows).
+std::optional<at::Tensor> prefix_lengths(const at::Tensor& mask) {
+  TORCH_CHECK(mask.dim() == 2, "quick: mask must be (B, T)");
+  const at::Tensor m = mask.to(at::kByte).contiguous();
+  const int64_t B = m.size(0), T = m.size(1);
+  at::Tensor len = at::empty({B}, m.options().dtype(at::kLong));
+  const uint8_t* mp = m.data_ptr<uint8_t>();
+  int64_t* lp = len.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t n = 0;
+    while (n < T && mp[b * T + n]) ++n;
+    for (int64_t t = n; t < T; ++t)
+      if (mp[b * T + t]) return std::nullopt;
+    lp[b] = n;
+  }
+  return len;
+}
+
+// lengths, or the lengths of mask when given (nullopt and a false ok when it is not a prefix).
+Opt lengths_of(const Opt& lengths, const Opt& mask, bool& ok) {
+  ok = true;
+  if (!mask.has_value()) return lengths;
+  Opt len = prefix_lengths(*mask);
+  ok = len.has_value();
+  return len;
+}
+
 // Whether a value check fails: NaN or +inf potentials, lengths outside [0, T], labels outside
 // [0, N) within the lengths.
 bool bad_input(const at::Tensor& unary, const at::Tensor& trans, const Opt& start, const Opt& end,
@@ -52,10 +81,14 @@ bool not_finite(const at::Tensor& x) { return first_bad({x}, {kFinite}, std::nul
 
 }  // namespace
 
-// The best score (B,) in the input dtype and labeling (B, T), and the status.
+// The best score (B,) in the input dtype and labeling (B, T), and the status; the lengths are
+// given, or those of a mask, or T.
 std::tuple<at::Tensor, at::Tensor, int64_t> viterbi(const at::Tensor& unary, const at::Tensor& trans,
-                                                    const Opt& start, const Opt& end, const Opt& lengths,
-                                                    bool validate) {
+                                                    const Opt& start, const Opt& end, const Opt& given,
+                                                    const Opt& mask, bool validate) {
+  bool prefix;
+  const Opt lengths = lengths_of(given, mask, prefix);
+  if (!prefix) return {{}, {}, kNotPrefix};
   if (validate && bad_input(unary, trans, start, end, lengths, std::nullopt)) return {{}, {}, kBadInput};
   const Canonical c = canonical(unary, trans, start, end, lengths);
   at::Tensor score, path;
@@ -68,8 +101,11 @@ std::tuple<at::Tensor, at::Tensor, int64_t> viterbi(const at::Tensor& unary, con
 // factors alpha, p, m, and the canonical end, lengths and labels), and the status.
 std::tuple<at::Tensor, std::vector<at::Tensor>, int64_t> nll(const at::Tensor& unary, const at::Tensor& trans,
                                                              const Opt& start, const Opt& end,
-                                                             const Opt& lengths, const at::Tensor& labels,
-                                                             bool validate) {
+                                                             const Opt& given, const Opt& mask,
+                                                             const at::Tensor& labels, bool validate) {
+  bool prefix;
+  const Opt lengths = lengths_of(given, mask, prefix);
+  if (!prefix) return {{}, {}, kNotPrefix};
   if (validate && bad_input(unary, trans, start, end, lengths, labels)) return {{}, {}, kBadInput};
   const Canonical c = canonical(unary, trans, start, end, lengths);
   const at::Tensor gold = labels.to(at::kLong).contiguous();

@@ -13,11 +13,11 @@ using Opt = std::optional<at::Tensor>;
 
 std::tuple<at::Tensor, at::Tensor, int64_t> viterbi(const at::Tensor& unary, const at::Tensor& trans,
                                                     const Opt& start, const Opt& end, const Opt& lengths,
-                                                    bool validate);
+                                                    const Opt& mask, bool validate);
 std::tuple<at::Tensor, std::vector<at::Tensor>, int64_t> nll(const at::Tensor& unary, const at::Tensor& trans,
                                                              const Opt& start, const Opt& end,
-                                                             const Opt& lengths, const at::Tensor& labels,
-                                                             bool validate);
+                                                             const Opt& lengths, const Opt& mask,
+                                                             const at::Tensor& labels, bool validate);
 std::vector<at::Tensor> nll_grad(const at::Tensor& grad, const at::Tensor& unary, const at::Tensor& trans,
                                  int64_t start_dims, int64_t end_dims, const std::vector<at::Tensor>& state);
 

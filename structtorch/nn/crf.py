@@ -238,8 +238,7 @@ class LinearChainCRF(nn.Module):
         partial = self.ignore_index is not None
         quick = None if partial else self._quick(_quick.nll, emissions, mask, lengths, tags)
         if quick is not None:
-            T = emissions.shape[1 if self.batch_first else 0]
-            return _reduce(quick, reduction, lambda: T * quick.numel() if lengths is None else lengths.sum())
+            return _reduce(quick, reduction, lambda: _tokens(emissions, mask, lengths))
         batch = self._batch(emissions, tags, mask, lengths)
         if not isinstance(batch.tags, Tensor):
             raise TypeError(f"tags must be an integer tensor of shape {self._layout()}")
@@ -248,17 +247,17 @@ class LinearChainCRF(nn.Module):
         return _reduce(nll, reduction, lambda: batch.lengths.sum())
 
     def _quick(self, lane, emissions: object, mask: object, lengths: object, *args):
-        """``lane`` (:mod:`structtorch.chain._quick`) on the CRF's chain: its answer, or None (a mask,
-        partial tags, a call the lane declines; then the general path)."""
-        if mask is not None or not isinstance(emissions, Tensor):
+        """``lane`` (:mod:`structtorch.chain._quick`) on the CRF's chain: its answer, or None (then
+        the general path: a mask that is not a prefix of each row, partial tags, a call the lane
+        declines)."""
+        if not isinstance(emissions, Tensor):
             return None
         if not self.batch_first:
-            if emissions.dim() != 3 or any(isinstance(x, Tensor) and x.dim() != 2 for x in args):
+            if emissions.dim() != 3 or any(isinstance(x, Tensor) and x.dim() != 2 for x in (mask, *args)):
                 return None
             emissions = emissions.transpose(0, 1)
-            args = tuple(x.transpose(0, 1) if isinstance(x, Tensor) else x for x in args)
-        return lane(emissions, *self.scores(), lengths, *args)
-
+            mask, *args = (x.transpose(0, 1) if isinstance(x, Tensor) else x for x in (mask, *args))
+        return lane(emissions, *self.scores(), lengths, mask, *args)
 
     def log_likelihood(self, emissions: Tensor, tags: Tensor, mask: Tensor | None = None, *,
                        lengths: LengthsLike = None, reduction: str = "none") -> Tensor:
@@ -341,6 +340,13 @@ class LinearChainCRF(nn.Module):
         draws = self._distribution(batch).sample(n, generator=generator)  # (n, B, T)
         aligned = batch.align(draws.permute(1, 2, 0), -1)  # (B, T, n)
         return aligned.permute(2, 0, 1) if self.batch_first else aligned.permute(2, 1, 0)
+
+
+def _tokens(emissions: Tensor, mask: Tensor | None, lengths: Tensor | None) -> Tensor | int:
+    """The number of tokens of a batch (a mask's count, the lengths' sum, or B T)."""
+    if mask is not None:
+        return mask.sum()
+    return lengths.sum() if lengths is not None else emissions.shape[0] * emissions.shape[1]
 
 
 def _reduce(nll: Tensor, reduction: str, tokens) -> Tensor:

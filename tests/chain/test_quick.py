@@ -1,0 +1,166 @@
+"""The small-call lanes (``chain/_quick.py``, ``csrc/quick.cpp``): where a lane answers, it answers
+as the general path does (values, paths, gradients and double backward, on random instances with
+-inf entries, ties, empty rows, every form of start/end/lengths/mask); where the general path must
+answer (bad values, infeasible rows, moved masks, gradients under transforms) the lane declines."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as hst
+
+import structtorch as st
+from structtorch.chain import _quick
+
+
+def _instance(seed: int, B: int, T: int, N: int, dtype=torch.float64, ties=False, forbid=0.0):
+    g = torch.Generator().manual_seed(seed)
+    rand = (lambda *s: torch.randint(-2, 3, s, generator=g).to(dtype)) if ties else (
+        lambda *s: torch.randn(*s, generator=g, dtype=dtype))
+    u, A = rand(B, T, N), rand(N, N)
+    A = torch.where(torch.rand(N, N, generator=g) < forbid, float("-inf"), A)
+    return u, A, rand(N), rand(N), torch.randint(0, T + 1, (B,), generator=g), torch.randint(N, (B, T), generator=g)
+
+
+def _general(fn):
+    """``fn()`` by the general path alone (the lane switched off)."""
+    keep = (_quick.viterbi, _quick.nll)
+    try:
+        _quick.viterbi = _quick.nll = lambda *a, **k: None
+        return fn()
+    finally:
+        _quick.viterbi, _quick.nll = keep
+
+
+def _both(fn):
+    lane = fn()
+    return lane, _general(fn)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=hst.integers(0, 10_000), B=hst.integers(1, 3), T=hst.integers(1, 5), N=hst.integers(1, 4),
+       form=hst.sampled_from(["none", "vector", "rows"]), lengths=hst.booleans(), ties=hst.booleans(),
+       shared=hst.booleans())
+def test_viterbi_lane_equals_the_general_path(seed, B, T, N, form, lengths, ties, shared):
+    u, A, s, e, L, _ = _instance(seed, B, T, N, ties=ties, forbid=0.3)
+    if not shared:
+        A = A.expand(B, T - 1, N, N).contiguous() + torch.randn(B, T - 1, N, N, dtype=u.dtype)
+    s, e = {"none": (None, None), "vector": (s, e), "rows": (s.expand(B, N) + 0, e.expand(B, N) + 0)}[form]
+    kwargs = dict(start=s, end=e, lengths=L if lengths else None)
+    (score, path), (ref_score, ref_path) = _both(lambda: st.viterbi(u, A, **kwargs))
+    torch.testing.assert_close(score, ref_score, rtol=0, atol=1e-12)
+    assert torch.equal(path, ref_path)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=hst.integers(0, 10_000), B=hst.integers(1, 3), T=hst.integers(1, 5), N=hst.integers(1, 4),
+       lengths=hst.sampled_from(["none", "lengths", "mask"]), batch_first=hst.booleans(),
+       reduction=hst.sampled_from(["none", "sum", "mean", "token_mean"]), constrained=hst.booleans())
+def test_crf_loss_lane_equals_the_general_path(seed, B, T, N, lengths, batch_first, reduction, constrained):
+    u, _, _, _, L, tags = _instance(seed, B, T, N)
+    torch.manual_seed(seed)
+    allowed = torch.rand(N, N) < 0.7 if constrained else None
+    crf = st.LinearChainCRF(N, batch_first=batch_first, constraints=allowed).double()
+    mask = torch.arange(T) < L[:, None]
+    args = {"none": {}, "lengths": {"lengths": L}, "mask": {"mask": mask if batch_first else mask.t()}}[lengths]
+    if not batch_first:
+        u, tags = u.transpose(0, 1), tags.t()
+
+    def loss_and_grads():
+        x = u.detach().requires_grad_()
+        loss = crf(x, tags, reduction=reduction, **args)
+        finite = torch.where(torch.isfinite(loss), loss, 0.0).sum()
+        grads = torch.autograd.grad(finite, (x, *crf.parameters()), allow_unused=True)
+        return loss.detach(), grads
+
+    (loss, grads), (ref, ref_grads) = _both(loss_and_grads)
+    torch.testing.assert_close(loss, ref, rtol=1e-12, atol=1e-12)
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-12)
+    (score, path), (ref_score, ref_path) = _both(lambda: crf.decode(u, **args))
+    torch.testing.assert_close(score, ref_score, rtol=0, atol=1e-12)
+    assert torch.equal(path, ref_path)
+
+
+def test_the_lanes_answer_the_common_calls():
+    u, A, s, e, L, tags = _instance(0, 2, 4, 3, dtype=torch.float32)
+    assert _quick.viterbi(u, A, s, e, L) is not None
+    assert _quick.viterbi(u, A, None, None, None, torch.arange(4) < L[:, None]) is not None
+    assert _quick.nll(u.requires_grad_(), A, s, e, None, None, tags) is not None
+
+
+@pytest.mark.parametrize("case", ["nan", "posinf", "lengths", "labels", "interleaved", "infeasible", "vmap"])
+def test_the_lanes_decline_what_the_general_path_must_answer(case):
+    u, A, s, e, L, tags = _instance(1, 2, 4, 3)
+    mask = None
+    if case == "nan":
+        u[0, 1, 2] = float("nan")
+    elif case == "posinf":
+        A[1, 1] = float("inf")
+    elif case == "lengths":
+        L[0] = 5
+    elif case == "labels":
+        tags[1, 0] = 3
+        L[1] = 4
+    elif case == "interleaved":
+        mask, L = torch.tensor([[True, False, True, True], [True] * 4]), None
+    elif case == "infeasible":
+        A[:] = float("-inf")
+        L = torch.tensor([4, 3])
+    if case == "vmap":
+        seen = []
+        torch.func.vmap(lambda x: seen.append(_quick.viterbi(x, A, s, e, L)) or x)(u[None])
+        assert seen == [None]
+        return
+    assert _quick.nll(u, A, s, e, L, mask, tags) is None
+    if case != "labels":
+        assert _quick.viterbi(u, A, s, e, L, mask) is None
+
+
+def test_the_general_errors_are_unchanged_behind_the_lanes():
+    u, A, _, _, _, tags = _instance(2, 2, 4, 3)
+    u[1, 2, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"unary contains NaN at index \(1, 2, 0\)"):
+        st.viterbi(u, A)
+    crf = st.LinearChainCRF(3).double()
+    with pytest.raises(ValueError, match=r"emissions contains NaN at index \(1, 2, 0\)"):
+        crf(u, tags)
+    tags[0, 1] = 7
+    with pytest.raises(ValueError, match=r"tags must lie in \[0, N\) = \[0, 3\)"):
+        crf(u.nan_to_num(), tags)
+
+
+def test_lane_gradients_pass_gradcheck_and_gradgradcheck():
+    u, A, s, e, L, tags = _instance(3, 2, 4, 3)
+    L = torch.tensor([4, 2])
+
+    def loss(u, A, s, e):
+        out = _quick.nll(u, A, s, e, L, None, tags)
+        assert out is not None  # the lane answered
+        return out
+
+    inputs = tuple(x.requires_grad_() for x in (u, A, s, e))
+    assert torch.autograd.gradcheck(loss, inputs)
+    assert torch.autograd.gradgradcheck(loss, inputs)
+
+
+def test_lane_viterbi_gradient_is_the_path_indicator():
+    u, A, s, e, L, _ = _instance(4, 3, 5, 3)
+    leaves = [x.requires_grad_() for x in (u, A, s, e)]
+    score, path = st.viterbi(u, A, start=s, end=e, lengths=L)
+    score.sum().backward()
+    ref = [x.detach().clone().requires_grad_() for x in (u, A, s, e)]
+    ref_score, _ = _general(lambda: st.viterbi(*ref[:2], start=ref[2], end=ref[3], lengths=L))
+    ref_score.sum().backward()
+    for x, r in zip(leaves, ref, strict=True):
+        torch.testing.assert_close(x.grad, r.grad)
+
+
+def test_lanes_follow_the_validation_switch():
+    u, A, _, _, _, _ = _instance(5, 1, 3, 2)
+    with st.set_validation(False):
+        assert _quick.viterbi(u, A) is not None
+        u[0, 0, 0] = float("nan")
+        assert _quick.viterbi(u, A) is not None  # unchecked: undefined results, as on the general path
+    assert _quick.viterbi(u, A) is None
