@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 # are tested. Override with e.g. `make TORCH_SPEC="torch torchvision" test`.
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: demo test docs bench lint clean gpu-wheels triton36
+.PHONY: demo test docs bench lint clean gpu-wheels tritons triton36
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,14 +36,23 @@ gpu-wheels: $(VENV)/.installed
 	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d .gpu-wheels \
 		torch-struct pytorch-crf flash-semicrf
 
-# every Triton kernel compiled ahead of time for sm_90 with Triton 3.6 (the GPU machine's; CI's test
-# compiles with the Triton the venv has): installed beside the venv, not into it
-triton36: $(VENV)/.installed
-	$(PY) -m pip install -q --no-deps --target .triton36 triton==3.6.0
-	env -u TRITON_INTERPRET PYTHONPATH=.triton36 TRITON_CACHE_DIR=.triton36/cache $(PY) tests/compile_kernels.py
+# every Triton kernel compiled ahead of time for sm_90 with each Triton of TRITON_VERSIONS (3.6: the
+# GPU machine's; 3.9: the newest; CI's test compiles with the Triton the venv has, 3.8), each
+# installed beside the venv in .triton-<version>, not into it. `make tritons TRITON_VERSIONS=3.9.0`
+# for one; `make triton36` is the first alone.
+TRITON_VERSIONS ?= 3.6.0 3.9.0
+tritons: $(VENV)/.installed
+	for v in $(TRITON_VERSIONS); do \
+		$(PY) -m pip install -q --no-deps --target .triton-$$v triton==$$v && \
+		env -u TRITON_INTERPRET PYTHONPATH=.triton-$$v TRITON_CACHE_DIR=.triton-$$v/cache \
+			$(PY) tests/compile_kernels.py || exit 1; \
+	done
+
+triton36:
+	$(MAKE) tritons TRITON_VERSIONS=3.6.0
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check structtorch tests examples benchmarks
 
 clean:
-	rm -rf $(VENV) .pytest_cache .triton36
+	rm -rf $(VENV) .pytest_cache .triton36 .triton-*

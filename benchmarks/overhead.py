@@ -20,7 +20,6 @@ import cProfile
 import pstats
 import statistics
 import time
-
 import warnings
 
 import torch
@@ -157,7 +156,8 @@ def profile(case: str, B: int, T: int, N: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--budget", type=float, default=0.5, help="seconds per measurement")
     parser.add_argument("--profile", help="a case name: print its cProfile breakdown instead")

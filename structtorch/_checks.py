@@ -236,8 +236,10 @@ def first_bad(floats: Sequence[tuple[Tensor, str]], lengths: Tensor | None = Non
     [0, T], ``len(floats) + 1`` for ``labels`` (B, T) outside [0, N) within the lengths. None
     where the pass cannot run (kernels unavailable, a tensor not on the host, under ``torch.func``
     transforms): the caller checks each tensor as usual."""
+    if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+        return None
     ops = _backend.fast_ops()
-    if ops is None or torch._C._are_functorch_transforms_active() or torch.compiler.is_compiling():
+    if ops is None:
         return None
     tensors = [x for x, _ in floats]
     if any(x.device.type != "cpu" for x in tensors):

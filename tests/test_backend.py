@@ -121,21 +121,25 @@ def test_one_lookup_and_the_structures_vetoes():
 
 def test_the_choice_reaches_every_structure():
     """With "torch" no compiled kernel runs; with "compiled" they do (counted at the op table)."""
-    ops = chain_ops()
-    if ops is None:
+    from structtorch._extension import fast_ops
+
+    if chain_ops() is None:
         pytest.skip("compiled kernels unavailable")
     calls = []
 
     class Counting:
+        def __init__(self, ops):
+            self.ops = ops
+
         def __getattr__(self, name):
             calls.append(name)
-            return getattr(ops, name)
+            return getattr(self.ops, name)
 
     u, a = torch.randn(2, 5, 3), torch.randn(3, 3)
     y = torch.zeros(2, 5, dtype=torch.long)
-    targets = ["structtorch.chain._cpu.chain_ops", "structtorch.lossaug._cpu.chain_ops",
-               "structtorch.semimarkov._cpu.chain_ops"]
-    patches = [mock.patch(t, lambda: Counting()) for t in targets]
+    targets = {"structtorch.chain._cpu.fast_ops": fast_ops, "structtorch.chain._quick.fast_ops": fast_ops,
+               "structtorch.lossaug._cpu.chain_ops": chain_ops, "structtorch.semimarkov._cpu.chain_ops": chain_ops}
+    patches = [mock.patch(t, lambda ops=ops: Counting(ops())) for t, ops in targets.items()]
     for p in patches:
         p.start()
     try:
@@ -149,7 +153,7 @@ def test_the_choice_reaches_every_structure():
                 st.semimarkov_viterbi(u, a, max_len=2)
                 st.semimarkov_log_partition(u.clone().requires_grad_(), a, max_len=2).sum().backward()
             assert bool(calls) == expect_calls, (name, calls)
-        assert {"viterbi_forward", "logz_forward", "logz_backward", "hamming_forward",
+        assert {"quick_viterbi", "logz_forward", "logz_backward", "hamming_forward",
                 "semimarkov_viterbi_forward", "semimarkov_logz_forward", "semimarkov_logz_backward"} <= set(calls)
     finally:
         for p in patches:

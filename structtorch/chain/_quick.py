@@ -38,7 +38,8 @@ def _canonical_shapes(unary: object, transitions: object, start: object, end: ob
     (N,) or (B, N), lengths None or (B,) integers, or instead a (B, T) bool or uint8 mask (whose
     rows the kernel accepts when they are prefixes); eager, on the "compiled" backend, no
     autocast."""
-    if not isinstance(unary, Tensor) or unary.dim() != 3 or unary.dtype not in _FLOATS:
+    if torch.compiler.is_compiling() or not isinstance(unary, Tensor) or unary.dim() != 3 or (
+            unary.dtype not in _FLOATS):
         return False
     B, T, N = unary.shape
     if T < 1 or not 1 <= N <= 32767 or unary.device.type != "cpu" or fast_ops() is None:

@@ -510,17 +510,19 @@ def _kbest_kernel(unary, trans, start, end, lengths, top, bp, scores, codes, pat
     for q0 in range(0, K, BLOCK):
         q = q0 + r
         mq = q < K
-        score = tl.load(scores + b * K + q, mask=mq & (L > 0), other=NEG)
+        live = mq & ((q * 0 + L) > 0)  # a block, not a scalar: Triton 3.9's interpreter needs bool blocks
+        score = tl.load(scores + b * K + q, mask=live, other=NEG)
         score = tl.where(L > 0, score, tl.where(q == 0, 0.0, NEG))  # an empty row: one empty labeling
         tl.store(scores + b * K + q, score, mask=mq)
-        valid = mq & (score > NEG) & (L > 0)
+        valid = live & (score > NEG)
         code = tl.load(codes + b * K + q, mask=valid, other=0)
         out = path + (b * K + q) * T
         for s in range(0, L):
             t = L - 1 - s
             label = code // K
             tl.store(out + t, label.to(tl.int64), mask=valid)
-            code = tl.load(bp + ((b * T + t) * N + label) * K + code % K, mask=valid & (t > 0), other=0)
+            step = valid & ((q * 0 + t) > 0)  # a block (see live)
+            code = tl.load(bp + ((b * T + t) * N + label) * K + code % K, mask=step, other=0)
         first = tl.where(valid, L, 0)  # -1 from here on
         for t0 in range(0, T, BLOCK):
             t = t0 + r

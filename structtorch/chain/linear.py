@@ -50,6 +50,9 @@ from .masking import masked_chain
 
 __all__ = ["viterbi", "log_partition", "marginals", "path_score", "kbest", "Viterbi"]
 
+quick_viterbi = _quick.viterbi  # the small-call lanes, for the layers above (LinearChainCRF)
+quick_nll = _quick.nll
+
 def log_partition_chain(chain: Chain, *, accumulated: bool = False) -> Tensor:
     """:func:`log_partition` of a validated :class:`Chain`; with ``accumulated`` in the accumulation
     dtype (float64 on CPU), not cast back."""

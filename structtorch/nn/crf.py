@@ -26,9 +26,16 @@ from .._checks import (
 )
 from .._numerics import NEG_INF, reduce_batch
 from .._precision import mixed_precision
-from ..chain import _quick
 from ..chain.layout import check_chain
-from ..chain.linear import chain_loss, kbest_chain, log_partition_chain, marginals_chain, viterbi_chain
+from ..chain.linear import (
+    chain_loss,
+    kbest_chain,
+    log_partition_chain,
+    marginals_chain,
+    quick_nll,
+    quick_viterbi,
+    viterbi_chain,
+)
 from ..chain.masking import Compaction, compaction
 
 if TYPE_CHECKING:
@@ -236,7 +243,7 @@ class LinearChainCRF(nn.Module):
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
         partial = self.ignore_index is not None
-        quick = None if partial else self._quick(_quick.nll, emissions, mask, lengths, tags)
+        quick = None if partial else self._quick(quick_nll, emissions, mask, lengths, tags)
         if quick is not None:
             return _reduce(quick, reduction, lambda: _tokens(emissions, mask, lengths))
         batch = self._batch(emissions, tags, mask, lengths)
@@ -247,9 +254,9 @@ class LinearChainCRF(nn.Module):
         return _reduce(nll, reduction, lambda: batch.lengths.sum())
 
     def _quick(self, lane, emissions: object, mask: object, lengths: object, *args):
-        """``lane`` (:mod:`structtorch.chain._quick`) on the CRF's chain: its answer, or None (then
-        the general path: a mask that is not a prefix of each row, partial tags, a call the lane
-        declines)."""
+        """``lane`` (``quick_nll`` or ``quick_viterbi`` of :mod:`structtorch.chain.linear`) on the
+        CRF's chain: its answer, or None (then the general path: a mask that is not a prefix of
+        each row, partial tags, a call the lane declines)."""
         if not isinstance(emissions, Tensor):
             return None
         if not self.batch_first:
@@ -279,7 +286,7 @@ class LinearChainCRF(nn.Module):
             -1 outside each sequence (and on rows with no valid labeling); (T, B) or (T, B, k) when
             ``batch_first=False``.
         """
-        quick = None if k is not None else self._quick(_quick.viterbi, emissions, mask, lengths)
+        quick = None if k is not None else self._quick(quick_viterbi, emissions, mask, lengths)
         if quick is not None:
             return quick[0], quick[1] if self.batch_first else quick[1].t()
         batch = self._batch(emissions, None, mask, lengths)
