@@ -4,7 +4,8 @@
 The rooms of every structure package: the public API (``linear.py``, ``sampling.py``,
 ``window.py``), the canonical form and its checks (``layout.py``), the PyTorch reference loops
 and the overflow guard (``_torch.py``), the compiled CPU glue (``_cpu.py``), the Triton kernels
-(``_triton.py``) and the operators (``_ops.py``); :mod:`structtorch._backend` decides which runs.
+(``_triton.py``), the operators (``_ops.py``) and the small-call lanes (``_quick.py``: the common
+case of a call in one C++ call); :mod:`structtorch._backend` decides which runs.
 """
 
 from .linear import Viterbi, kbest, log_partition, marginals, path_score, viterbi
