@@ -59,11 +59,20 @@ def eager_call(op: torch._ops.OpOverload, implementation: Callable) -> Callable:
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
+PLAIN = _PLAIN
+
+
+def intercepted() -> bool:
+    """Whether something stands between a call and the kernels: ``torch.compile`` tracing,
+    ``torch.func`` transforms, dispatch or function modes."""
+    return (torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active()
+            or bool(torch._C._len_torch_dispatch_stack()) or torch._C._is_torch_function_mode_enabled())
+
+
 def plain_eager(args: tuple) -> bool:
     """Whether ``args`` are plain tensors (lists of them, or other values) on a real device, in
     eager mode with no transform or mode in the way (see :func:`eager_call`)."""
-    if (torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active()
-            or torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled()):
+    if intercepted():
         return False
     for x in args:
         for t in x if isinstance(x, (list, tuple)) else (x,):

@@ -21,7 +21,7 @@ from torch import Tensor
 from .. import _backend
 from .._checks import validation_enabled
 from .._extension import fast_ops
-from .._library import plain_eager
+from .._library import PLAIN, intercepted
 from .._threads import call_threads
 from . import _ops, _torch
 from .layout import Chain
@@ -57,9 +57,11 @@ def _canonical_shapes(unary: object, transitions: object, start: object, end: ob
     if mask is not None and not (lengths is None and isinstance(mask, Tensor) and mask.shape == (B, T)
                                  and mask.dtype in (torch.bool, torch.uint8)):
         return False
-    tensors = (unary, transitions, start, end, lengths, mask)
-    return (all(x is None or x.device.type == "cpu" for x in tensors) and plain_eager(tensors)
-            and not torch.is_autocast_enabled("cpu") and _backend.backend_for(unary) == "compiled")
+    for x in (transitions, start, end, lengths, mask):  # plain CPU tensors (not meta, not subclasses)
+        if x is not None and (type(x) not in PLAIN or x.device.type != "cpu"):
+            return False
+    return (type(unary) in PLAIN and not intercepted() and not torch.is_autocast_enabled("cpu")
+            and _backend.backend_for(unary) == "compiled")
 
 
 def _needs_grad(*tensors: Tensor | None) -> bool:
@@ -92,8 +94,10 @@ class _Viterbi(torch.autograd.Function):
         if status == 0:
             ctx.save_for_backward(path)
             ctx.mark_non_differentiable(path)
-            ctx.shapes = unary.shape[2], transitions.dim() == 2, tuple(
-                None if x is None else (x.dim(), x.dtype) for x in (unary, transitions, start, end))
+            ctx.shapes = (unary.shape[2], transitions.dim() == 2,
+                          ((3, unary.dtype), (transitions.dim(), unary.dtype),
+                           None if start is None else (start.dim(), unary.dtype),
+                           None if end is None else (end.dim(), unary.dtype)))
         return score, path, status
 
     @staticmethod
