@@ -56,10 +56,8 @@ def eager_call(op: torch._ops.OpOverload, implementation: Callable) -> Callable:
     return call
 
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
-
-
-PLAIN = _PLAIN
+PLAIN = (torch.Tensor, torch.nn.Parameter)
+"""The tensor types that run without the dispatcher (no subclass)."""
 
 
 def intercepted() -> bool:
@@ -76,7 +74,7 @@ def plain_eager(args: tuple) -> bool:
         return False
     for x in args:
         for t in x if isinstance(x, (list, tuple)) else (x,):
-            if isinstance(t, torch.Tensor) and (type(t) not in _PLAIN or t.is_meta):
+            if isinstance(t, torch.Tensor) and (type(t) not in PLAIN or t.is_meta):
                 return False
     return True
 

@@ -5,12 +5,13 @@ A sentence at a time (a tagging service, a BCFW block step) makes calls whose ke
 microseconds; the general path's Python (argument checks as PyTorch operators, the backend lookup,
 the autograd Function, result guards) took ten times that. A lane takes a call whose arguments are
 plain eager CPU tensors of one float dtype in the shapes the kernels take, on the "compiled"
-backend, with no mask: it checks their metadata here and leaves the rest to one C++ call
-(``csrc/quick.cpp``): start, end and lengths made canonical, the value checks (while
-:func:`structtorch.set_validation` is on), the kernel and the cast of the result. Anything else,
-and any call whose value checks fail or whose result is not finite (an infeasible row, an
-overflow), returns None and takes the general path, which raises the usual error or returns the
-exact result: a lane never answers differently from the general path.
+backend, with lengths or a mask whose rows are prefixes: it checks their metadata here and leaves
+the rest to one C++ call (``csrc/quick.cpp``): start, end and lengths made canonical, the value
+checks (while :func:`structtorch.set_validation` is on), the kernel and the cast of the result.
+Anything else, and any call whose value checks fail or whose result is not finite (an infeasible
+row, an overflow) or whose mask has gaps, returns None and takes the general path, which raises
+the usual error or returns the exact result: a lane never answers differently from the general
+path.
 """
 
 from __future__ import annotations

@@ -92,7 +92,3 @@ int64_t first_bad(at::TensorList xs, at::IntArrayRef modes, const std::optional<
 
 }  // namespace structtorch
 
-TORCH_LIBRARY_FRAGMENT(structtorch_chain, m) {
-  m.def("first_bad(Tensor[] xs, int[] modes, Tensor? lengths, int T, Tensor? labels, int N) -> int",
-        &structtorch::first_bad);
-}

@@ -1,7 +1,7 @@
 // Python bindings of the kernels that small calls use (structtorch._extension.fast_ops): a
 // pybind11 call costs about a microsecond, against 5-10 through the dispatcher (torch.ops), which
-// matters where the kernel itself takes a few microseconds (one sentence). The same functions stay
-// registered as torch operators (torch.ops.structtorch_chain.*) for everything else.
+// matters where the kernel itself takes a few microseconds (one sentence). The other kernels are
+// torch operators (torch.ops.structtorch_chain.*).
 #include <torch/extension.h>
 
 #include "api.h"

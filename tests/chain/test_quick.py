@@ -12,6 +12,7 @@ from hypothesis import strategies as hst
 
 import structtorch as st
 from structtorch.chain import _quick
+from structtorch.nn import crf as crf_module
 
 
 def _instance(seed: int, B: int, T: int, N: int, dtype=torch.float64, ties=False, forbid=0.0):
@@ -23,14 +24,19 @@ def _instance(seed: int, B: int, T: int, N: int, dtype=torch.float64, ties=False
     return u, A, rand(N), rand(N), torch.randint(0, T + 1, (B,), generator=g), torch.randint(N, (B, T), generator=g)
 
 
+_LANES = [(_quick, "viterbi"), (_quick, "nll"), (crf_module, "quick_viterbi"), (crf_module, "quick_nll")]
+
+
 def _general(fn):
-    """``fn()`` by the general path alone (the lane switched off)."""
-    keep = (_quick.viterbi, _quick.nll)
+    """``fn()`` by the general path alone (every caller's lane switched off)."""
+    keep = [getattr(module, name) for module, name in _LANES]
     try:
-        _quick.viterbi = _quick.nll = lambda *a, **k: None
+        for module, name in _LANES:
+            setattr(module, name, lambda *a, **k: None)
         return fn()
     finally:
-        _quick.viterbi, _quick.nll = keep
+        for (module, name), lane in zip(_LANES, keep, strict=True):
+            setattr(module, name, lane)
 
 
 def _both(fn):
