@@ -527,3 +527,14 @@ std::vector<at::Tensor> logz_grad(const at::Tensor& grad, const at::Tensor& unar
 
 }  // namespace structtorch::chain
 
+TORCH_LIBRARY_FRAGMENT(structtorch_chain, m) {
+  m.def("viterbi_forward(Tensor unary, Tensor trans, Tensor start, Tensor end, Tensor lengths) -> (Tensor, Tensor)");
+  m.def("logz_forward(Tensor unary, Tensor trans, Tensor r, Tensor f, Tensor start, Tensor end, Tensor lengths, Tensor labels) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def("logz_backward(Tensor grad, Tensor unary, Tensor trans, Tensor r, Tensor f, Tensor ft, Tensor end, Tensor lengths, Tensor logz, Tensor alpha, Tensor p, Tensor m, Tensor labels, bool edges) -> (Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(structtorch_chain, CPU, m) {
+  m.impl("viterbi_forward", &viterbi_forward);
+  m.impl("logz_forward", &logz_forward);
+  m.impl("logz_backward", &logz_backward);
+}

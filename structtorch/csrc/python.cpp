@@ -1,7 +1,8 @@
 // Python bindings of the kernels that small calls use (structtorch._extension.fast_ops): a
 // pybind11 call costs about a microsecond, against 5-10 through the dispatcher (torch.ops), which
-// matters where the kernel itself takes a few microseconds (one sentence). The other kernels are
-// torch operators (torch.ops.structtorch_chain.*).
+// matters where the kernel itself takes a few microseconds (one sentence). The kernels stay
+// registered as torch operators too (torch.ops.structtorch_chain.*): the raw entry points that
+// tests/fuzz_kernels.py calls with bad counts and shapes.
 #include <torch/extension.h>
 
 #include "api.h"
