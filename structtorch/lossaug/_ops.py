@@ -10,11 +10,11 @@ Every operator takes the structure's tensors (the first one (B, T, N, ...)) and 
 the same trailing loss arguments (see :func:`_loss`): one decorator, :func:`loss_operator`, builds
 each from a function that rebuilds the structure from its tensors.
 
-The fused searches of linear and order-l chains (``structtorch::chain_hamming_search``,
-``structtorch::window_hamming_search`` and their backwards, on the "triton" backend, see
-:func:`fused_search`) read no value on the host: the kernels return the value too, and
-:class:`FusedSearch` and :class:`FusedWindowSearch` make it differentiable (the gradient: the
-indicators of the found labeling minus the target's, scaled).
+The fused searches of the unweighted Hamming loss with any h on linear and order-l chains
+(``structtorch::chain_hamming_search``, ``structtorch::window_hamming_search`` and their backwards,
+on the "triton" backend, see :func:`fused_search`) read no value on the host: the kernels return
+the value too, and :class:`FusedSearch` and :class:`FusedWindowSearch` make it differentiable (the
+gradient: the indicators of the found labeling minus the target's, scaled).
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ FUSED = ("triton",)
 ``indicator_backward``); a name, not a module lookup, so that ``torch.compile`` traces the choice."""
 
 
-def _search_fake(unary, transitions, start, end, lengths, target, rescaling, table):
+def _search_fake(unary, transitions, start, end, lengths, target, rescaling, table, htab=None):
     B, T = unary.shape[:2]
     value, scale, gold = (unary.new_empty(B, dtype=torch.float64) for _ in range(3))
     return value, unary.new_empty(B, T, dtype=torch.long), unary.new_empty(B, dtype=torch.long), scale, gold
@@ -153,15 +153,16 @@ def _search_backward_fake(grad, path, target, lengths, scale, N, shared):
 
 @operator("chain_hamming_search", _search_fake)
 def chain_hamming_search(unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor, lengths: Tensor,
-                         target: Tensor, rescaling: str,
-                         table: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """(value, path, count, scale, gold) of the unweighted Hamming loss, h the identity, on the
-    "triton" backend (see ``lossaug/_triton.py``): through the table when ``table`` (slack rescaling
-    needs it), else by the folded Viterbi (margin only)."""
+                         target: Tensor, rescaling: str, table: bool,
+                         htab: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(value, path, count, scale, gold) of the unweighted Hamming loss, Delta = h(H) with h the
+    identity or the table ``htab`` (B, T + 1) float64, on the "triton" backend (see
+    ``lossaug/_triton.py``): through the table when ``table`` (slack rescaling and a custom h need
+    it), else by the folded Viterbi (margin with h the identity only)."""
     chain = Chain(unary, transitions, start, end, lengths)
     module = kernel_module("triton", __package__)
-    if table:
-        return module.table_search(chain, target, rescaling == "margin")
+    if table or htab is not None:
+        return module.table_search(chain, target, rescaling == "margin", htab)
     return module.fold_search(chain, target)
 
 
@@ -180,8 +181,8 @@ class FusedSearch(torch.autograd.Function):
     target was kept)."""
 
     @staticmethod
-    def forward(unary, transitions, start, end, lengths, target, rescaling, table):
-        return chain_hamming_search(unary, transitions, start, end, lengths, target, rescaling, table)
+    def forward(unary, transitions, start, end, lengths, target, rescaling, table, htab):
+        return chain_hamming_search(unary, transitions, start, end, lengths, target, rescaling, table, htab)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -195,7 +196,7 @@ class FusedSearch(torch.autograd.Function):
     def backward(ctx, grad, *_):
         needs = ctx.needs_input_grad[:4]
         if grad is None:
-            return (None,) * 8
+            return (None,) * 9
         path, target, lengths, scale = ctx.saved_tensors
         if torch.is_grad_enabled():  # double backward: differentiable in grad
             g = grad * scale
@@ -206,30 +207,35 @@ class FusedSearch(torch.autograd.Function):
         else:
             grads = chain_hamming_search_backward(grad, path, target, lengths, scale, ctx.N, ctx.shared)
         pairs = zip(grads, ctx.dtypes, needs, strict=True)
-        return (*(g.to(d) if need else None for g, d, need in pairs), None, None, None, None)
+        return (*(g.to(d) if need else None for g, d, need in pairs), None, None, None, None, None)
 
 
-def fused_search(chain: Chain, target: Tensor, rescaling: str, table: bool) -> tuple[Tensor, ...]:
+def fused_search(chain: Chain, target: Tensor, rescaling: str, table: bool,
+                 htab: Tensor | None = None) -> tuple[Tensor, ...]:
     """(value (B,) float64, differentiable; path (B, T); count (B,) int64; gold (B,) float64) of
-    the unweighted Hamming loss with h the identity, on a backend in :data:`FUSED` (T > 0, B > 0);
-    ``target`` (B, T) int64, read inside each length."""
+    the unweighted Hamming loss with h the identity or the table ``htab`` (B, T + 1) float64, on a
+    backend in :data:`FUSED` (T > 0, B > 0); ``target`` (B, T) int64, read inside each length."""
     value, path, count, _, gold = apply(FusedSearch, chain.unary, chain.transitions, chain.start, chain.end,
-                                                    chain.lengths, target, rescaling, table)
+                                        chain.lengths, target, rescaling, table, htab)
     return value, path, count, gold
 
 
-def _window_search_fake(scores, lengths, target):
-    return _search_fake(scores, None, None, None, lengths, target, "margin", False)
+def _window_search_fake(scores, lengths, target, rescaling="margin", table=False, htab=None):
+    return _search_fake(scores, None, None, None, lengths, target, rescaling, table)
 
 
 @operator("window_hamming_search", _window_search_fake)
-def window_hamming_search(scores: Tensor, lengths: Tensor,
-                          target: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """(value, path, count, scale, gold) of margin rescaling with the unweighted Hamming loss on an
-    order-l chain (``scores`` (B, T) + (N,) * (l + 1)), on the "triton" backend, by the folded
-    Viterbi."""
+def window_hamming_search(scores: Tensor, lengths: Tensor, target: Tensor, rescaling: str = "margin",
+                          table: bool = False,
+                          htab: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(value, path, count, scale, gold) of the unweighted Hamming loss on an order-l chain
+    (``scores`` (B, T) + (N,) * (l + 1)), on the "triton" backend, as :func:`chain_hamming_search`:
+    through the table when ``table`` or a table ``htab`` of h is given, else by the folded Viterbi."""
     module = kernel_module("triton", __package__)
-    return module.window_fold_search(scores, scores.dim() - 3, lengths, target)
+    order = scores.dim() - 3
+    if table or htab is not None:
+        return module.window_table_search(scores, order, lengths, target, rescaling == "margin", htab)
+    return module.window_fold_search(scores, order, lengths, target)
 
 
 def _window_backward_fake(grad, path, target, lengths, scale, shape):
@@ -261,8 +267,8 @@ class FusedWindowSearch(torch.autograd.Function):
     gradient is ``scale`` times the window indicators of the path minus the target's."""
 
     @staticmethod
-    def forward(scores, lengths, target):
-        return window_hamming_search(scores, lengths, target)
+    def forward(scores, lengths, target, rescaling, table, htab):
+        return window_hamming_search(scores, lengths, target, rescaling, table, htab)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -274,7 +280,7 @@ class FusedWindowSearch(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad, *_):
         if grad is None or not ctx.needs_input_grad[0]:
-            return None, None, None
+            return (None,) * 6
         path, target, lengths, scale = ctx.saved_tensors
         if torch.is_grad_enabled():  # double backward: differentiable in grad
             g, shape = grad * scale, tuple(ctx.shape)
@@ -282,10 +288,11 @@ class FusedWindowSearch(torch.autograd.Function):
             result = found - gold
         else:
             result = window_hamming_search_backward(grad, path, target, lengths, scale, ctx.shape)
-        return result.to(ctx.dtype), None, None
+        return result.to(ctx.dtype), None, None, None, None, None
 
 
-def fused_window_search(scores: Tensor, lengths: Tensor, target: Tensor) -> tuple[Tensor, ...]:
-    """:func:`fused_search` for an order-l chain (margin rescaling only)."""
-    value, path, count, _, gold = apply(FusedWindowSearch, scores, lengths, target)
+def fused_window_search(scores: Tensor, lengths: Tensor, target: Tensor, rescaling: str = "margin",
+                        table: bool = False, htab: Tensor | None = None) -> tuple[Tensor, ...]:
+    """:func:`fused_search` for an order-l chain."""
+    value, path, count, _, gold = apply(FusedWindowSearch, scores, lengths, target, rescaling, table, htab)
     return value, path, count, gold

@@ -43,6 +43,12 @@ def _weight(weights, b, T, t, WEIGHTED: tl.constexpr):
 
 
 @triton.jit
+def _signed(x, sign):
+    """``sign * x`` (sign +-1) with -inf kept: what the min table reads."""
+    return tl.where(x > NEG, x * sign, x)
+
+
+@triton.jit
 def _table_kernel(unary, trans, start, end, lengths, target, weights, ring, bp, best, last, T, N, K1,
                   SHARED: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_J: tl.constexpr):
     """The table with position weights ``weights`` (B, T) int64."""
@@ -63,8 +69,17 @@ def _table(unary, trans, start, end, lengths, target, weights, ring, bp, best, l
            SHARED: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_J: tl.constexpr, WEIGHTED: tl.constexpr):
     """One program's table: best[b, k] and the last label last[b, k] for every count k, the
     backpointers in ``bp`` (B, T, N, K1); counts weighted by ``weights`` when WEIGHTED, else 1 per
-    mistake."""
+    mistake. A second column of programs (``program_id(1)`` = 1) runs the min table: the same on
+    the negated scores (-inf kept), into the second halves of ``ring``, ``bp``, ``best`` and
+    ``last`` (each (2, B, ...) then)."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
+    side = tl.program_id(1).to(tl.int64)
+    B = tl.num_programs(0).to(tl.int64)
+    sign = 1.0 - 2.0 * side.to(tl.float64)
+    ring += side * B * 2 * N * K1
+    bp += side * B * T * N * K1
+    best += side * B * K1
+    last += side * B * K1
     L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
     rk = tl.arange(0, BLOCK_K)
     rj = tl.arange(0, BLOCK_J)
@@ -76,8 +91,8 @@ def _table(unary, trans, start, end, lengths, target, weights, ring, bp, best, l
             j = j0 + rj
             mj = j < N
             shift = tl.where(j != y0, w0, 0)
-            first = tl.load(start + b * N + j, mask=mj, other=NEG).to(tl.float64)
-            first += tl.load(unary + b * T * N + j, mask=mj, other=NEG).to(tl.float64)
+            first = _signed(tl.load(start + b * N + j, mask=mj, other=NEG).to(tl.float64), sign)
+            first += _signed(tl.load(unary + b * T * N + j, mask=mj, other=NEG).to(tl.float64), sign)
             for k0 in range(0, K1, BLOCK_K):
                 k = k0 + rk
                 tile = (k[:, None] < K1) & mj[None, :]
@@ -94,7 +109,7 @@ def _table(unary, trans, start, end, lengths, target, weights, ring, bp, best, l
                 j = j0 + rj
                 mj = j < N
                 shift = tl.where(j != yt, wt, 0)
-                u = tl.load(unary + (b * T + t) * N + j, mask=mj, other=NEG).to(tl.float64)
+                u = _signed(tl.load(unary + (b * T + t) * N + j, mask=mj, other=NEG).to(tl.float64), sign)
                 for k0 in range(0, K1, BLOCK_K):
                     k = k0 + rk
                     tile = (k[:, None] < K1) & mj[None, :]
@@ -104,7 +119,7 @@ def _table(unary, trans, start, end, lengths, target, weights, ring, bp, best, l
                     arg = tl.zeros([BLOCK_K, BLOCK_J], tl.int32)
                     for i in range(0, N):
                         a = tl.load(src + i * K1 + ks, mask=reach, other=NEG)
-                        w = tl.load(A + i * N + j, mask=mj, other=NEG).to(tl.float64)
+                        w = _signed(tl.load(A + i * N + j, mask=mj, other=NEG).to(tl.float64), sign)
                         cand = a + w[None, :]
                         better = cand > top  # strict: the first maximal previous label wins ties
                         top = tl.where(better, cand, top)
@@ -123,7 +138,7 @@ def _table(unary, trans, start, end, lengths, target, weights, ring, bp, best, l
                 j = j0 + rj
                 mj = j < N
                 v = tl.load(final + j[None, :] * K1 + k[:, None], mask=mk[:, None] & mj[None, :], other=NEG)
-                v += tl.load(end + b * N + j, mask=mj, other=NEG).to(tl.float64)[None, :]
+                v += _signed(tl.load(end + b * N + j, mask=mj, other=NEG).to(tl.float64), sign)[None, :]
                 top, label = argmax_update(top, label, v, j0, 1)
             tl.store(best + b * K1 + k, top, mask=mk)
             tl.store(last + b * K1 + k, label.to(tl.int64), mask=mk)
@@ -188,23 +203,32 @@ def _mistakes(path, target, b, L, T, r, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _settle(target, path, value, count, scale, gold_out, b, L, T, gold, found, found_ok,
-            MARGIN: tl.constexpr, BLOCK: tl.constexpr):
+def _h(hrow, count, CUSTOM: tl.constexpr):
+    """h(count) in float64: ``hrow[count]`` (the row's table of h) when CUSTOM, else the count."""
+    if CUSTOM:
+        return tl.load(hrow + count)
+    return count.to(tl.float64)
+
+
+@triton.jit
+def _settle(target, path, value, count, scale, gold_out, b, L, T, gold, found, found_ok, hrow,
+            MARGIN: tl.constexpr, CUSTOM: tl.constexpr, BLOCK: tl.constexpr):
     """With the found labeling in ``path[b, :L]`` (when ``found_ok``), its score ``found`` and the
-    target's ``gold``: the two values, h the identity (margin: s(y') + H - s(y); slack:
-    H (1 + s(y') - s(y))); keeps the target where it attains the maximum; writes the value, the
-    labeling (-1 beyond L), its count, the slope of the value in s(y') (0 for the target) and the
-    target's score."""
+    target's ``gold``: the two values, Delta = h(H) (see :func:`_h`; margin: s(y') + Delta - s(y);
+    slack: Delta (1 + s(y') - s(y))); keeps the target where it attains the maximum; writes the
+    value, the labeling (-1 beyond L), its count, the slope of the value in s(y') (0 for the
+    target) and the target's score."""
     r = tl.arange(0, BLOCK)
     H = _mistakes(path, target, b, L, T, r, BLOCK)
-    delta = H.to(tl.float64)
+    delta = _h(hrow, H, CUSTOM)
+    h0 = _h(hrow, H * 0, CUSTOM)
     if MARGIN:
         v_found = found + delta - gold
-        v_truth = gold + 0.0 - gold
+        v_truth = gold + h0 - gold
         slope = tl.full([], 1.0, tl.float64)
     else:
         v_found = delta * (1.0 + found - gold)
-        v_truth = 0.0 * (1.0 + gold - gold)
+        v_truth = h0 * (1.0 + gold - gold)
         slope = delta
     v_found = tl.where(found_ok, v_found, NEG)
     keep = v_truth >= v_found  # ties: the target itself (a zero subgradient)
@@ -224,13 +248,15 @@ def _settle(target, path, value, count, scale, gold_out, b, L, T, gold, found, f
 
 
 @triton.jit
-def _settle_chain(unary, trans, start, end, target, path, value, count, scale, gold_out, b, L, T, N, found_ok,
-                  MARGIN: tl.constexpr, SHARED: tl.constexpr, BLOCK: tl.constexpr):
+def _settle_chain(unary, trans, start, end, target, path, value, count, scale, gold_out, b, L, T, N,
+                  found_ok, hrow, MARGIN: tl.constexpr, CUSTOM: tl.constexpr, SHARED: tl.constexpr,
+                  BLOCK: tl.constexpr):
     """:func:`_settle` with the chain's scores of the target and of the found labeling."""
     tl.debug_barrier()  # the backtrack's scalar stores, read back below
     gold = _gold_score(unary, trans, start, end, target, b, L, T, N, SHARED)
     found = _gold_score(unary, trans, start, end, path, b, L, T, N, SHARED)
-    _settle(target, path, value, count, scale, gold_out, b, L, T, gold, found, found_ok, MARGIN, BLOCK)
+    _settle(target, path, value, count, scale, gold_out, b, L, T, gold, found, found_ok, hrow, MARGIN, CUSTOM,
+            BLOCK)
 
 
 @triton.jit
@@ -282,46 +308,81 @@ def _fold_kernel(unary, trans, start, end, lengths, target, ring, bp, value, pat
                 label = tl.load(bp + (b * T + t) * N + label).to(tl.int32)
             tl.store(path + b * T, label.to(tl.int64))
     _settle_chain(unary, trans, start, end, target, path, value, count, scale, gold, b, L, T, N, best > NEG,
-                  True, SHARED, BLOCK)
+                  target, True, False, SHARED, BLOCK)
 
 
 @triton.jit
-def _choose_kernel(unary, trans, start, end, lengths, target, bp, best, last, value, path, count, scale, gold,
-                   T, N, K1, MARGIN: tl.constexpr, SHARED: tl.constexpr, BLOCK_K: tl.constexpr,
-                   BLOCK: tl.constexpr):
-    """After :func:`_table_kernel` (unweighted): the first count k maximizing best[k] + k (margin) or
-    k (1 + best[k] - s(y)) (slack) over the feasible ones, its labeling backtracked, then
-    :func:`_settle`."""
+def _pick_count(best, b, B, K1, hrow, g, MARGIN: tl.constexpr, CUSTOM: tl.constexpr, LOW: tl.constexpr,
+                BLOCK_K: tl.constexpr):
+    """(value, first maximizing count k) of best[b, k] + h(k) (margin) or h(k) (1 + best[b, k] - g)
+    (slack) over the feasible counts (``best`` (B, K1), -inf where infeasible; h: :func:`_h`); with
+    LOW, where h(k) < 0, h(k) (1 - low[b, k] - g) from the min table (``best``'s second half)."""
+    rk = tl.arange(0, BLOCK_K)
+    top = tl.full([], NEG, tl.float64)
+    k = tl.full([], 0, tl.int32)
+    for k0 in range(0, K1, BLOCK_K):
+        kk = k0 + rk
+        mk = kk < K1
+        score = tl.load(best + b * K1 + kk, mask=mk, other=NEG)
+        if CUSTOM:
+            h = tl.load(hrow + kk, mask=mk, other=0.0)
+        else:
+            h = kk.to(tl.float64)
+        feasible = score > NEG
+        score = tl.where(feasible, score, 0.0)  # no inf * 0 below
+        if MARGIN:
+            cand = score + h
+        else:
+            cand = h * (1.0 + score - g)
+        cand = tl.where(feasible, cand, NEG)
+        if LOW:
+            low = tl.load(best + (B + b) * K1 + kk, mask=mk, other=NEG)
+            reach = low > NEG
+            low_value = h * (1.0 - tl.where(reach, low, 0.0) - g)
+            cand = tl.where(h < 0, tl.where(reach, low_value, NEG), cand)
+        top, k = argmax_update(top, k, cand, k0, 0)
+    return top, k
+
+
+@triton.jit
+def _side(hrow, k, CUSTOM: tl.constexpr, LOW: tl.constexpr):
+    """Which table count k was picked from: 1 (the min table) where LOW and h(k) < 0, else 0."""
+    side = tl.full([], 0, tl.int64)
+    if LOW:
+        side = tl.where(_h(hrow, k, CUSTOM) < 0, 1, 0).to(tl.int64)
+    return side
+
+
+@triton.jit
+def _choose_kernel(unary, trans, start, end, lengths, target, bp, best, last, htab, h_stride, value, path,
+                   count, scale, gold, T, N, K1, MARGIN: tl.constexpr, CUSTOM: tl.constexpr,
+                   LOW: tl.constexpr, SHARED: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK: tl.constexpr):
+    """After :func:`_table_kernel` (unweighted): the first count k maximizing best[k] + h(k) (margin)
+    or h(k) (1 + best[k] - s(y)) (slack) over the feasible ones (h: :func:`_h`; with LOW, where
+    h(k) < 0, h(k) (1 - low[k] - s(y)) from the min table, the tables' second half), its labeling
+    backtracked through the table it came from, then :func:`_settle`."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
+    B = tl.num_programs(0).to(tl.int64)
     L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
+    hrow = htab + b * h_stride
     found_ok = L >= 0
     if L > 0:
         g = _gold_score(unary, trans, start, end, target, b, L, T, N, SHARED)
-        rk = tl.arange(0, BLOCK_K)
-        top = tl.full([], NEG, tl.float64)
-        k = tl.full([], 0, tl.int32)
-        for k0 in range(0, K1, BLOCK_K):
-            kk = k0 + rk
-            score = tl.load(best + b * K1 + kk, mask=kk < K1, other=NEG)
-            h = kk.to(tl.float64)
-            if MARGIN:
-                cand = score + h
-            else:
-                cand = h * (1.0 + score - g)
-            top, k = argmax_update(top, k, tl.where(score > NEG, cand, NEG), k0, 0)
+        top, k = _pick_count(best, b, B, K1, hrow, g, MARGIN, CUSTOM, LOW, BLOCK_K)
         found_ok = top > NEG
         if found_ok:
             kb = k.to(tl.int64)
-            j = tl.load(last + b * K1 + kb).to(tl.int32)
+            side = _side(hrow, kb, CUSTOM, LOW)
+            j = tl.load(last + (side * B + b) * K1 + kb).to(tl.int32)
             for s in range(0, L - 1):
                 t = L - 1 - s
                 tl.store(path + b * T + t, j.to(tl.int64))
-                i = tl.load(bp + ((b * T + t) * N + j) * K1 + tl.maximum(kb, 0)).to(tl.int32)
+                i = tl.load(bp + (((side * B + b) * T + t) * N + j) * K1 + tl.maximum(kb, 0)).to(tl.int32)
                 kb = kb - tl.where(j != tl.load(target + b * T + t), 1, 0)
                 j = i
             tl.store(path + b * T, j.to(tl.int64))
     _settle_chain(unary, trans, start, end, target, path, value, count, scale, gold, b, L, T, N, found_ok,
-                  MARGIN, SHARED, BLOCK)
+                  hrow, MARGIN, CUSTOM, SHARED, BLOCK)
 
 
 def _outputs(B: int, T: int, dev: torch.device) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -365,23 +426,28 @@ def fold_search(chain: Chain, target: Tensor) -> tuple[Tensor, Tensor, Tensor, T
     return out
 
 
-def table_search(chain: Chain, target: Tensor, margin: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Margin or slack rescaling with the (unweighted) Hamming loss, h the identity, through the
-    table (K = T) in two launches; the returns as for :func:`fold_search` (``scale``: 1 (margin) or
-    H (slack), 0 where the target was kept)."""
+def table_search(chain: Chain, target: Tensor, margin: bool,
+                 htab: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Margin or slack rescaling with the (unweighted) Hamming loss through the table (K = T):
+    Delta = h(H) with h the identity, or the table ``htab`` (B, T + 1) float64 (any row stride,
+    unit stride along the counts); slack rescaling with a table also runs the min table (for the
+    counts where h < 0), in the same launch. Two launches; the returns as for :func:`fold_search`
+    (``scale``: 1 (margin) or h(H) (slack), 0 where the target was kept)."""
     B, T, N = chain.shape
     K1, dev = T + 1, chain.unary.device
-    ring = torch.empty(B, 2, N, K1, dtype=torch.float64, device=dev)
-    bp = torch.empty(B, T, N, K1, dtype=torch.uint8 if N <= 256 else torch.int16, device=dev)
-    best = torch.empty(B, K1, dtype=torch.float64, device=dev)  # written on non-empty rows, read there only
-    last = torch.empty(B, K1, dtype=torch.long, device=dev)
-    launch("hamming_table", _unweighted_table_kernel, (B,), chain.unary, chain.transitions, chain.start,
+    sides = 2 if htab is not None and not margin else 1
+    ring = torch.empty(sides, B, 2, N, K1, dtype=torch.float64, device=dev)
+    bp = torch.empty(sides, B, T, N, K1, dtype=torch.uint8 if N <= 256 else torch.int16, device=dev)
+    best = torch.empty(sides, B, K1, dtype=torch.float64, device=dev)  # written on non-empty rows, read there
+    last = torch.empty(sides, B, K1, dtype=torch.long, device=dev)
+    launch("hamming_table", _unweighted_table_kernel, (B, sides), chain.unary, chain.transitions, chain.start,
            chain.end, chain.lengths, target, ring, bp, best, last, T, N, K1, SHARED=chain.shared,
            BLOCK_K=block(K1), BLOCK_J=block(N, 32))
     out = _outputs(B, T, dev)
+    h, h_stride = (target, 0) if htab is None else (htab, htab.stride(0))
     launch("hamming_choose", _choose_kernel, (B,), chain.unary, chain.transitions, chain.start, chain.end,
-           chain.lengths, target, bp, best, last, *out, T, N, K1, MARGIN=margin, SHARED=chain.shared,
-           BLOCK_K=block(K1), BLOCK=block(T))
+           chain.lengths, target, bp, best, last, h, h_stride, *out, T, N, K1, MARGIN=margin,
+           CUSTOM=htab is not None, LOW=sides == 2, SHARED=chain.shared, BLOCK_K=block(K1), BLOCK=block(T))
     return out
 
 
@@ -555,7 +621,8 @@ def _window_fold_kernel(scores, lengths, target, ring, bp, value, path, count, s
     tl.debug_barrier()  # the backtrack's scalar stores, read back below
     g_target = _window_score(scores, target, b, L, T, N, S, P)
     found = _window_score(scores, path, b, L, T, N, S, P)
-    _settle(target, path, value, count, scale, gold, b, L, T, g_target, found, top > NEG, True, BLOCK)
+    _settle(target, path, value, count, scale, gold, b, L, T, g_target, found, top > NEG, target, True, False,
+            BLOCK)
 
 
 def window_fold_search(scores: Tensor, order: int, lengths: Tensor,
@@ -585,6 +652,141 @@ def window_fold_search(scores: Tensor, order: int, lengths: Tensor,
     bp = torch.empty(B, T, S, dtype=torch.int16 if N <= 32767 else torch.int32, device=dev)
     launch("lossaug_window_fold", _window_fold_kernel, (B,), scores.contiguous(), lengths, target, ring, bp,
            *out, T, N, S, N**order, states, BLOCK=block(max(S, T)))
+    return out
+
+
+@triton.jit
+def _window_table_kernel(scores, lengths, target, ring, bp, best, last, T, N, S, P, ORDER, K1,
+                         BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr):
+    """The unweighted Hamming table of an order-l chain (``ORDER`` = max(l, 1), S = N^ORDER states
+    (y_{t-l+1}, ..., y_t), oldest most significant): best[b, k] and the last state last[b, k] for
+    every count k, the oldest previous labels in ``bp`` (B, T, S, K1) (ties: the first maximal
+    oldest label, then the first maximal state in newest-first order, as the folded Viterbi). A
+    second column of programs runs the min table, as :func:`_table`."""
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
+    side = tl.program_id(1).to(tl.int64)
+    B = tl.num_programs(0).to(tl.int64)
+    sign = 1.0 - 2.0 * side.to(tl.float64)
+    ring += side * B * 2 * S * K1
+    bp += side * B * T * S * K1
+    best += side * B * K1
+    last += side * B * K1
+    L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
+    rk = tl.arange(0, BLOCK_K)
+    rs = tl.arange(0, BLOCK_S)
+    buf = ring + b * 2 * S * K1
+    R = S // N
+    if L > 0:
+        y0 = tl.load(target + b * T)
+        for s0 in range(0, S, BLOCK_S):
+            s = s0 + rs
+            ms = s < S
+            first = _signed(tl.load(scores + b * T * P * N + s, mask=s < N, other=NEG).to(tl.float64), sign)
+            shift = tl.where(s != y0, 1, 0)  # the labels before the start are 0: state s < N is label s
+            for k0 in range(0, K1, BLOCK_K):
+                k = k0 + rk
+                tile = (k[:, None] < K1) & ms[None, :]
+                value = tl.where(k[:, None] == shift[None, :], first[None, :], NEG)
+                tl.store(buf + s[None, :] * K1 + k[:, None], value, mask=tile)
+        tl.debug_barrier()
+        for t in range(1, L):
+            yt = tl.load(target + b * T + t)
+            src = buf + ((t - 1) % 2) * S * K1
+            dst = buf + (t % 2) * S * K1
+            for s0 in range(0, S, BLOCK_S):
+                s = s0 + rs  # the new state (rest, j)
+                ms = s < S
+                rest = s // N
+                j = s % N
+                shift = tl.where(j != yt, 1, 0)
+                for k0 in range(0, K1, BLOCK_K):
+                    k = k0 + rk
+                    tile = (k[:, None] < K1) & ms[None, :]
+                    ks = k[:, None] - shift[None, :]
+                    reach = tile & (ks >= 0)
+                    top = tl.full([BLOCK_K, BLOCK_S], NEG, tl.float64)
+                    arg = tl.zeros([BLOCK_K, BLOCK_S], tl.int32)
+                    for o in range(0, N):
+                        prev = o * R + rest
+                        w = tl.load(scores + ((b * T + t) * P + prev % P) * N + j, mask=ms, other=NEG)
+                        cand = tl.load(src + prev[None, :] * K1 + ks, mask=reach, other=NEG)
+                        cand += _signed(w.to(tl.float64), sign)[None, :]
+                        better = cand > top  # strict: the first maximal oldest label wins ties
+                        top = tl.where(better, cand, top)
+                        arg = tl.where(better, o, arg)
+                    tl.store(dst + s[None, :] * K1 + k[:, None], top, mask=tile)
+                    at = ((b * T + t) * S + s[None, :]) * K1 + k[:, None]
+                    tl.store(bp + at, arg.to(bp.dtype.element_ty), mask=tile)
+            tl.debug_barrier()
+        final = buf + ((L - 1) % 2) * S * K1
+        for k0 in range(0, K1, BLOCK_K):
+            k = k0 + rk
+            mk = k < K1
+            top = tl.full([BLOCK_K], NEG, tl.float64)
+            pick = tl.zeros([BLOCK_K], tl.int32)
+            for m0 in range(0, S, BLOCK_S):
+                m = m0 + rs
+                at = _newest_first(m, N, ORDER)
+                tile = mk[:, None] & (m < S)[None, :]
+                v = tl.load(final + at[None, :] * K1 + k[:, None], mask=tile, other=NEG)
+                top, pick = argmax_update(top, pick, v, m0, 1)
+            tl.store(best + b * K1 + k, top, mask=mk)
+            tl.store(last + b * K1 + k, _newest_first(pick.to(tl.int64), N, ORDER), mask=mk)
+
+
+@triton.jit
+def _window_choose_kernel(scores, lengths, target, bp, best, last, htab, h_stride, value, path, count, scale,
+                          gold, T, N, S, P, K1, MARGIN: tl.constexpr, CUSTOM: tl.constexpr, LOW: tl.constexpr,
+                          BLOCK_K: tl.constexpr, BLOCK: tl.constexpr):
+    """After :func:`_window_table_kernel`: the count as :func:`_choose_kernel` picks it, its
+    labeling backtracked through the table it came from, then :func:`_settle`."""
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
+    B = tl.num_programs(0).to(tl.int64)
+    L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
+    hrow = htab + b * h_stride
+    R = S // N
+    g = _window_score(scores, target, b, L, T, N, S, P)
+    found_ok = L >= 0
+    if L > 0:
+        top, k = _pick_count(best, b, B, K1, hrow, g, MARGIN, CUSTOM, LOW, BLOCK_K)
+        found_ok = top > NEG
+        if found_ok:
+            kb = k.to(tl.int64)
+            side = _side(hrow, kb, CUSTOM, LOW)
+            cur = tl.load(last + (side * B + b) * K1 + kb)
+            for q in range(0, L - 1):
+                t = L - 1 - q
+                tl.store(path + b * T + t, cur % N)
+                oldest = tl.load(bp + (((side * B + b) * T + t) * S + cur) * K1 + kb).to(tl.int64)
+                kb = kb - tl.where(cur % N != tl.load(target + b * T + t), 1, 0)
+                cur = oldest * R + cur // N
+            tl.store(path + b * T, cur % N)
+    tl.debug_barrier()  # the backtrack's scalar stores, read back below
+    found = _window_score(scores, path, b, L, T, N, S, P)
+    _settle(target, path, value, count, scale, gold, b, L, T, g, found, found_ok, hrow, MARGIN, CUSTOM, BLOCK)
+
+
+def window_table_search(scores: Tensor, order: int, lengths: Tensor, target: Tensor, margin: bool,
+                        htab: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """:func:`table_search` for a chain of order l (``scores`` (B, T) + (N,) * (l + 1), T > 0):
+    both rescalings, h the identity or the table ``htab`` (B, T + 1), in two launches."""
+    B, T, N = scores.shape[:3]
+    dev = scores.device
+    states = max(order, 1)
+    S, K1 = N**states, T + 1
+    sides = 2 if htab is not None and not margin else 1
+    ring = torch.empty(sides, B, 2, S, K1, dtype=torch.float64, device=dev)
+    bp = torch.empty(sides, B, T, S, K1, dtype=torch.uint8 if N <= 256 else torch.int16, device=dev)
+    best = torch.empty(sides, B, K1, dtype=torch.float64, device=dev)  # written on non-empty rows, read there
+    last = torch.empty(sides, B, K1, dtype=torch.long, device=dev)
+    scores = scores.contiguous()
+    launch("hamming_window_table", _window_table_kernel, (B, sides), scores, lengths, target, ring, bp, best,
+           last, T, N, S, N**order, states, K1, BLOCK_K=block(K1), BLOCK_S=block(S, 32))
+    out = _outputs(B, T, dev)
+    h, h_stride = (target, 0) if htab is None else (htab, htab.stride(0))
+    launch("hamming_window_choose", _window_choose_kernel, (B,), scores, lengths, target, bp, best, last, h,
+           h_stride, *out, T, N, S, N**order, K1, MARGIN=margin, CUSTOM=htab is not None, LOW=sides == 2,
+           BLOCK_K=block(K1), BLOCK=block(T))
     return out
 
 

@@ -15,10 +15,10 @@ The returned ``value`` is recomputed from the potentials along the returned path
 gradient is the exact subgradient: indicator(y') - indicator(y) for margin rescaling, scaled by
 h(H(y, y')) for slack rescaling.
 
-On the "triton" backend the unweighted Hamming loss with h the identity (both rescalings on linear
-chains, margin rescaling on order-l chains) runs whole in Triton kernels (``_triton.py``): the
-search, the scores of both labelings, the tie rule and the value, then the indicators in the
-backward, with no value read on the host and a number of device ops that does not grow with T.
+On the "triton" backend the unweighted Hamming loss (any h, both rescalings, linear and order-l
+chains) runs whole in Triton kernels (``_triton.py``): the search, the scores of both labelings,
+the tie rule and the value, then the indicators in the backward, with no value read on the host and
+a number of device ops that does not grow with T.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from ..chain.linear import allowed_labels, consistent_chain
 from ..chain.masking import masked_chain
 from ..chain.window import _check_scores
 from ._ops import FUSED, fused_search, fused_window_search, solve
-from .spec import ALGORITHMS, RESCALINGS, HLike, resolve_loss
+from .spec import ALGORITHMS, RESCALINGS, HLike, h_table, resolve_loss
 from .structures import _ChainStructure, _WindowStructure
 
 __all__ = ["loss_augmented", "window_loss_augmented", "loss_augmented_chain", "loss_augmented_viterbi",
@@ -149,7 +149,7 @@ def loss_augmented_chain(chain: Chain, target: Tensor, *, h: HLike = None, resca
     """:func:`loss_augmented` on an already validated :class:`Chain` (the target and the
     loss arguments are checked here)."""
     if pair_cost is None and _fuses(chain, h, rescaling, weights, cost, algorithm):
-        return _fused(chain, target, rescaling, algorithm)
+        return _fused(chain, target, rescaling, algorithm, h)
     mask = chain.mask()
     target = check_labels(target, mask, chain.shape[2], name="target")
     spec = resolve_loss(h, rescaling, weights, cost, target, mask, chain.unary, algorithm, pair_cost)
@@ -184,22 +184,32 @@ def partial_loss_augmented_chain(chain: Chain, allowed: Tensor, *, h: HLike = No
 def _fuses(chain: Chain, h: HLike, rescaling: str, weights: Tensor | None, cost: Tensor | None,
            algorithm: str) -> bool:
     """Whether the chain's backend runs the whole search (:data:`FUSED`): the unweighted Hamming
-    loss with h the identity, on a non-empty batch of non-empty chains (every other case, and every
-    bad loss argument, takes :func:`solve`)."""
+    loss with any h, on a non-empty batch of non-empty chains (every other case, and every bad loss
+    argument, takes :func:`solve`; so does ``algorithm="viterbi"`` with a custom h, which needs h
+    known to be affine)."""
     B, T, _ = chain.shape
-    plain = h is None and weights is None and cost is None and B > 0 and T > 0
+    plain = weights is None and cost is None and B > 0 and T > 0
+    return plain and _fusable(h, rescaling, algorithm) and _chain_ops.backend_of(chain) in FUSED
+
+
+def _fusable(h: HLike, rescaling: str, algorithm: str) -> bool:
+    """Whether the fused searches take these loss arguments: valid names, and no
+    ``algorithm="viterbi"`` where the loss does not fold (slack rescaling, or a custom h, which the
+    device cannot know to be affine): those take :func:`solve` and its message."""
     valid = rescaling in RESCALINGS and algorithm in ALGORITHMS
-    valid = valid and (rescaling, algorithm) != ("slack", "viterbi")
-    return plain and valid and _chain_ops.backend_of(chain) in FUSED
+    return valid and (algorithm != "viterbi" or (h is None and rescaling == "margin"))
 
 
-def _fused(chain: Chain, target: Tensor, rescaling: str, algorithm: str) -> tuple[Tensor, Tensor, Tensor]:
+def _fused(chain: Chain, target: Tensor, rescaling: str, algorithm: str,
+           h: HLike) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`loss_augmented_chain` by the backend's kernels: nothing read on the host, a constant
-    number of device ops (the table for slack rescaling or ``algorithm="hamming"``, else the folded
-    Viterbi)."""
+    number of device ops (the table for slack rescaling, a custom h or ``algorithm="hamming"``,
+    else the folded Viterbi)."""
     target = _checked_target(target, chain.unary, chain.lengths)
+    B, T, _ = chain.shape
+    htab = None if h is None else h_table(h, T, B, chain.unary, "T+1")
     table = rescaling == "slack" or algorithm == "hamming"
-    value, path, count, gold = fused_search(chain, target, rescaling, table)
+    value, path, count, gold = fused_search(chain, target, rescaling, table, htab)
     return _checked_value(value, gold, chain.unary.dtype), path, count
 
 
@@ -245,10 +255,9 @@ def window_loss_augmented(
     if pair_cost is not None and order == 0:
         raise ValueError("pair_cost needs windows of order l >= 1 (order-0 scores do not see the previous "
                          "label)")
-    plain = h is None and weights is None and cost is None and pair_cost is None and B > 0 and T > 0
-    plain = plain and rescaling == "margin" and algorithm in ("auto", "viterbi")
-    if plain and _backend.backend_for(scores) in FUSED:
-        return _fused_window(scores, lengths, target)
+    plain = weights is None and cost is None and pair_cost is None and B > 0 and T > 0
+    if plain and _fusable(h, rescaling, algorithm) and _backend.backend_for(scores) in FUSED:
+        return _fused_window(scores, lengths, target, rescaling, algorithm, h)
     mask = torch.arange(T, device=scores.device) < lengths[:, None]
     target = check_labels(target, mask, N, name="target")
     spec = resolve_loss(h, rescaling, weights, cost, target, mask, scores.new_zeros(B, T, N), algorithm,
@@ -257,11 +266,15 @@ def window_loss_augmented(
     return solve(model, spec, target, N, algorithm, scores.dtype)
 
 
-def _fused_window(scores: Tensor, lengths: Tensor, target: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """:func:`window_loss_augmented` by the backend's kernel (margin rescaling, the unweighted
-    Hamming loss): nothing read on the host, a constant number of device ops."""
+def _fused_window(scores: Tensor, lengths: Tensor, target: Tensor, rescaling: str, algorithm: str,
+                  h: HLike) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`window_loss_augmented` by the backend's kernels (the unweighted Hamming loss, any h,
+    both rescalings): nothing read on the host, a constant number of device ops."""
     target = _checked_target(target, scores, lengths)
-    value, path, count, gold = fused_window_search(scores, lengths, target)
+    B, T = scores.shape[:2]
+    htab = None if h is None else h_table(h, T, B, scores, "T+1")
+    table = rescaling == "slack" or algorithm == "hamming"
+    value, path, count, gold = fused_window_search(scores, lengths, target, rescaling, table, htab)
     return _checked_value(value, gold, scores.dtype), path, count
 
 

@@ -193,8 +193,12 @@ def integer_counts(values: Tensor, name: str) -> tuple[Tensor, int]:
     return (values.double() * scale).round().long(), scale
 
 
-def _h_table(h: HLike, K: int, B: int, ref: Tensor, what: str, scale: float = 1.0) -> Tensor:
-    counts = torch.arange(K + 1, dtype=torch.float64, device=ref.device) / scale
+def h_table(h: HLike, K: int, B: int, ref: Tensor, what: str, scale: float = 1.0) -> Tensor:
+    """(B, K + 1) float64 table of h over the counts 0..K (in units of 1/``scale``), on ``ref``'s
+    device, checked finite; a (K + 1,) table comes back expanded (row stride 0). ``what`` names
+    the table's length in the messages ("T+1" or "K+1")."""
+    counts = torch.arange(K + 1, dtype=torch.float64, device=ref.device)
+    counts = counts if scale == 1.0 else counts / scale
     if isinstance(h, Tensor) and scale != 1.0:
         raise ValueError(f"h as a tensor indexes integer counts; the loss counts in units of 1/{scale:g} "
                          "here (real weights or costs), so pass h as a callable")
@@ -227,6 +231,7 @@ def _h_table(h: HLike, K: int, B: int, ref: Tensor, what: str, scale: float = 1.
     else:
         raise TypeError(f"h must be None, a callable or a tensor, got {type(h).__name__}")
     table = table.detach().double()
+    table = table if table.stride(-1) == 1 else table.contiguous()
     check_finite("h", table)  # (K+1,) or (B, K+1): the message indexes h as the caller gave it
     return table.expand(B, K + 1)
 
@@ -303,7 +308,7 @@ def _cost_spec(h: HLike, rescaling: str, weights: Tensor | None, cost: Tensor | 
     if K + 1 > MAX_COUNTS:
         raise ValueError(f"the costs sum to K = {K} in some row (in units of 1/{scale}): the table would "
                          f"need K+1 counts (at most {MAX_COUNTS}); use smaller integer costs")
-    htab = _h_table(h, K, B, ref, "K+1", scale)
+    htab = h_table(h, K, B, ref, "K+1", scale)
     # always the table (a cost is folded only with h=None, above): exact for any h
     return LossSpec(rescaling, mask.long(), htab, unit, None, nonnegative=h is None, pair=pair,
                     scale=float(scale))
@@ -338,7 +343,7 @@ def resolve_loss(h: HLike, rescaling: str, weights: Tensor | None, cost: Tensor 
             f"Hamming table would need K+1 counts (at most {MAX_COUNTS}); use smaller integer weights"
         )
     K = int(K)
-    htab = _h_table(h, K, B, ref, "T+1" if weights is None else "K+1", scale)
+    htab = h_table(h, K, B, ref, "T+1" if weights is None else "K+1", scale)
     if h is None:  # the identity: affine and non-negative, known without reading the table
         fold = identity_fold() if rescaling == "margin" else None
         if fold is not None and scale != 1:
@@ -363,7 +368,7 @@ def resolve_segment_loss(kind: str, h: HLike, rescaling: str, weights: Tensor | 
     if algorithm == "viterbi":
         raise ValueError(f"algorithm='viterbi' needs a loss that folds into the scores; loss={kind!r} runs "
                          "the table")
-    htab = _h_table(h, K, B, ref, "K+1")
+    htab = h_table(h, K, B, ref, "K+1")
     if kind == "zero_one":
         htab = htab[:, :2].gather(1, torch.arange(K + 1, device=htab.device).clamp(max=1).expand(B, K + 1))
     return LossSpec(rescaling, ref.new_zeros(B, 0, dtype=torch.long), htab, None, None,
