@@ -31,7 +31,16 @@ from .._numerics import NEG_INF
 from .._triton_common import NEG, argmax_update, block, close, launch, transition_step, transitions_at
 from ..chain._triton import _gold_score
 from ..chain.layout import Chain
-from ._torch import Tables
+from ..semimarkov._triton import (
+    _clear_segmentation,
+    _inputs,
+    _max_length,
+    _plif_args,
+    _plif_value,
+    segmentation_score,
+)
+from ..semimarkov.layout import SemiMarkov
+from ._torch import SegmentCountTerms, Tables
 
 
 @triton.jit
@@ -826,3 +835,295 @@ def window_indicator_backward(path: Tensor, target: Tensor, lengths: Tensor, gra
     launch("lossaug_window_indicators", _window_indicator_kernel, (B,), path, target, lengths, grad,
            grad.stride(0), scale, g_scores, T, N, N ** max(order, 1), N**order, BLOCK=block(N ** (order + 1)))
     return g_scores
+
+
+@triton.jit
+def _segment_count(target, prefix, first, target_end, target_label, b, s, e, n, mask, T, N, MATCH,
+                   TERMS: tl.constexpr):
+    """What segments [s, e) of labels n (int64, a vector over n) add to the count: with TERMS, the
+    :class:`~structtorch.lossaug._torch.SegmentCountTerms` (prefix[e] - prefix[s] + first[s], plus
+    MATCH where (s, e, n) is the target segment starting at s); else the positions of [s, e) whose
+    target label is not n (the unweighted Hamming loss)."""
+    if TERMS:
+        row = b * (T + 1)
+        count = tl.load(prefix + (row + e) * N + n, mask=mask, other=0)
+        count += tl.load(first + (row + s) * N + n, mask=mask, other=0)
+        count -= tl.load(prefix + (row + s) * N + n, mask=mask, other=0)
+        same = (tl.load(target_end + row + s) == e) & (tl.load(target_label + row + s) == n)
+        count += tl.where(same & mask, MATCH, 0)
+    else:
+        count = n.to(tl.int64) * 0
+        for t in range(s, e):
+            count += tl.where(tl.load(target + b * T + t) != n, 1, 0).to(tl.int64)
+    return count
+
+
+@triton.jit
+def _segment_step(b, e, d, n, ok, carry, tcarry, content, length, segment, tracks, plif, T, S, N, P, low,
+                  high, pscale, sign, HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr):
+    """Segments [e - d, e) of labels n (a vector; ``ok`` masks the lengths allowed), grown by the
+    position e - d from the running content and track sums (``carry``, ``tcarry``): (their signed
+    scores but the boundary's, carry, tcarry). -inf content stays -inf for every longer segment."""
+    s = e - d
+    carry += _signed(tl.load(content + (b * T + s) * N + n, mask=ok, other=0.0).to(tl.float64), sign)
+    v = carry + _signed(tl.load(length + (b * S + d - 1) * N + n, mask=ok, other=0.0).to(tl.float64), sign)
+    if HAS_SEGMENT:
+        at = ((b * T + e - 1) * S + d - 1) * N + n
+        v += _signed(tl.load(segment + at, mask=ok, other=0.0).to(tl.float64), sign)
+    if HAS_PLIF:
+        tcarry += tl.load(tracks + (b * T + s) * N + n, mask=ok, other=0.0).to(tl.float64)
+        mean = (tcarry / d)[None, :]
+        v += sign * tl.sum(_plif_value(mean, n, ok[None, :], plif, P, low, high, pscale), axis=0)
+    return v, carry, tcarry
+
+
+@triton.jit
+def _count_transitions(al, ic, bp_m, trans, e, K1, N, sign, rk, rn, BLOCK_K: tl.constexpr,
+                       BLOCK_N: tl.constexpr):
+    """inc[e][k][n] = max_m alpha[e][k][m] + trans[m, n] (signed; the count is unchanged), with the
+    first maximal m in ``bp_m``."""
+    for n0 in range(0, N, BLOCK_N):
+        n = n0 + rn
+        mn = n < N
+        for k0 in range(0, K1, BLOCK_K):
+            k = k0 + rk
+            top = tl.full([BLOCK_K, BLOCK_N], NEG, tl.float64)
+            arg = tl.zeros([BLOCK_K, BLOCK_N], tl.int32)
+            for m in range(0, N):
+                a = tl.load(al + (e * K1 + k) * N + m, mask=k < K1, other=NEG)
+                w = _signed(tl.load(trans + m * N + n, mask=mn, other=NEG).to(tl.float64), sign)
+                cand = a[:, None] + w[None, :]
+                better = cand > top  # strict: the first maximal previous label wins ties
+                top = tl.where(better, cand, top)
+                arg = tl.where(better, m, arg)
+            at = (e * K1 + k[:, None]) * N + n[None, :]
+            tile = (k[:, None] < K1) & mn[None, :]
+            tl.store(ic + at, top, mask=tile)
+            tl.store(bp_m + at, arg.to(bp_m.dtype.element_ty), mask=tile)
+
+
+@triton.jit
+def _semimarkov_table_kernel(content, length, boundary, segment, trans, start, end, lengths, tracks, plif,
+                             target, prefix, first, target_end, target_label, offset, inc, alpha, bp_d, bp_m,
+                             best, last, T, S, N, P, low: tl.float64, high: tl.float64, pscale: tl.float64,
+                             K1, MATCH, TERMS: tl.constexpr, HAS_SEGMENT: tl.constexpr,
+                             HAS_PLIF: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The count table of a segmentation (the tables of ``lossaug._torch.semimarkov_tables``, one
+    program per sequence): alpha[e][k][n], the best prefix of [0, e) whose last segment has label n
+    and whose count is k, and inc[e][k][n] = max_m alpha[e][k][m] + trans[m, n]; counts start at
+    ``offset`` (B,) and stay in [0, K1); a segment adds :func:`_segment_count`. Ties: the shortest
+    segment, then the first previous label, then the first last label. A second column of programs
+    runs the min table on the negated scores, as :func:`_table`."""
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
+    side = tl.program_id(1).to(tl.int64)
+    B = tl.num_programs(0).to(tl.int64)
+    sign = 1.0 - 2.0 * side.to(tl.float64)
+    plane = (T + 1) * K1 * N
+    row = (side * B + b) * plane
+    ic, al, bp_d, bp_m = inc + row, alpha + row, bp_d + row, bp_m + row
+    best += (side * B + b) * K1
+    last += (side * B + b) * K1
+    L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
+    rn = tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    start_count = tl.load(offset + b)
+    if L > 0:
+        for n0 in range(0, N, BLOCK_N):
+            n = n0 + rn
+            first_score = _signed(tl.load(start + b * N + n, mask=n < N, other=NEG).to(tl.float64), sign)
+            for k0 in range(0, K1, BLOCK_K):
+                k = k0 + rk
+                tile = (k[:, None] < K1) & (n < N)[None, :]
+                value = tl.where(k[:, None] == start_count, first_score[None, :], NEG)
+                tl.store(ic + k[:, None] * N + n[None, :], value, mask=tile)
+        tl.debug_barrier()
+        for e in range(1, L + 1):
+            for n0 in range(0, N, BLOCK_N):
+                n = n0 + rn
+                mn = n < N
+                dmax = _max_length(b, e, n, mn, boundary, T, S, N)
+                closing = tl.load(boundary + (b * T + e - 1) * N + n, mask=mn, other=0.0).to(tl.float64)
+                closing = _signed(closing, sign)
+                for k0 in range(0, K1, BLOCK_K):
+                    k = k0 + rk
+                    tile = (k[:, None] < K1) & mn[None, :]
+                    top = tl.full([BLOCK_K, BLOCK_N], NEG, tl.float64)
+                    arg = tl.zeros([BLOCK_K, BLOCK_N], tl.int32)
+                    carry = tl.zeros([BLOCK_N], tl.float64)
+                    tcarry = tl.zeros([BLOCK_N], tl.float64)
+                    count = tl.zeros([BLOCK_N], tl.int64)
+                    for d in range(1, tl.max(dmax, axis=0) + 1):
+                        s = e - d
+                        ok = (d <= dmax) & mn
+                        v, carry, tcarry = _segment_step(b, e, d, n, ok, carry, tcarry, content, length,
+                                                         segment, tracks, plif, T, S, N, P, low, high, pscale,
+                                                         sign, HAS_SEGMENT, HAS_PLIF)
+                        if TERMS:
+                            count = _segment_count(target, prefix, first, target_end, target_label, b, s, e,
+                                                   n, ok, T, N, MATCH, TERMS)
+                        else:  # one more position, s
+                            count += tl.where(tl.load(target + b * T + s) != n, 1, 0).to(tl.int64)
+                        ks = k[:, None] - count[None, :]
+                        reach = tile & ok[None, :] & (ks >= 0) & (ks < K1)
+                        cand = tl.load(ic + (s * K1 + ks) * N + n[None, :], mask=reach, other=NEG)
+                        cand += (v + closing)[None, :]
+                        better = cand > top  # strict: the shortest segment wins ties
+                        top = tl.where(better, cand, top)
+                        arg = tl.where(better, d, arg)
+                    at = (e * K1 + k[:, None]) * N + n[None, :]
+                    tl.store(al + at, top, mask=tile)
+                    tl.store(bp_d + at, arg.to(bp_d.dtype.element_ty), mask=tile)
+            tl.debug_barrier()
+            if e < L:
+                _count_transitions(al, ic, bp_m, trans, e, K1, N, sign, rk, rn, BLOCK_K, BLOCK_N)
+                tl.debug_barrier()
+        for k0 in range(0, K1, BLOCK_K):
+            k = k0 + rk
+            mk = k < K1
+            top = tl.full([BLOCK_K], NEG, tl.float64)
+            label = tl.zeros([BLOCK_K], tl.int32)
+            for n0 in range(0, N, BLOCK_N):
+                n = n0 + rn
+                mn = n < N
+                tile = mk[:, None] & mn[None, :]
+                v = tl.load(al + (L * K1 + k[:, None]) * N + n[None, :], mask=tile, other=NEG)
+                v += _signed(tl.load(end + b * N + n, mask=mn, other=NEG).to(tl.float64), sign)[None, :]
+                top, label = argmax_update(top, label, v, n0, 1)
+            tl.store(best + k, top, mask=mk)
+            tl.store(last + k, label.to(tl.int64), mask=mk)
+
+
+@triton.jit
+def _semimarkov_choose_kernel(content, length, boundary, segment, trans, start, end, lengths, tracks, plif,
+                              target, target_starts, prefix, first, target_end, target_label, bp_d, bp_m,
+                              best, last, htab, h_stride, value, labels, starts, count, scale, gold, T, S, N,
+                              P, low: tl.float64, high: tl.float64, pscale: tl.float64, K1, MATCH,
+                              MARGIN: tl.constexpr, CUSTOM: tl.constexpr, LOW: tl.constexpr,
+                              TERMS: tl.constexpr, HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr,
+                              BLOCK_K: tl.constexpr, BLOCK: tl.constexpr):
+    """After :func:`_semimarkov_table_kernel`: the count k as :func:`_choose_kernel` picks it (the
+    found segmentation's count is k itself), its segmentation backtracked through the table it came
+    from, then the values of both segmentations, the tie rule (the target where it attains the
+    maximum) and the outputs as :func:`_settle` writes them (labels -1 and starts False beyond L)."""
+    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
+    B = tl.num_programs(0).to(tl.int64)
+    L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
+    hrow = htab + b * h_stride
+    plane = (T + 1) * K1 * N
+    g = segmentation_score(content, length, boundary, segment, trans, start, end, tracks, plif, target,
+                           target_starts, b, L, T, S, N, P, low, high, pscale, HAS_SEGMENT, HAS_PLIF)
+    _clear_segmentation(labels + b * T, starts + b * T, T, BLOCK)
+    found_ok = L >= 0
+    H = tl.full([], 0, tl.int64)
+    if L > 0:
+        top, k = _pick_count(best, b, B, K1, hrow, g, MARGIN, CUSTOM, LOW, BLOCK_K)
+        found_ok = top > NEG
+        if found_ok:
+            H = k.to(tl.int64)
+            kb = H
+            rows = (_side(hrow, kb, CUSTOM, LOW) * B + b)
+            label = tl.load(last + rows * K1 + kb)
+            stop = L
+            while stop > 0:
+                d = tl.load(bp_d + rows * plane + (stop * K1 + kb) * N + label).to(tl.int64)
+                s = stop - d
+                for t in range(s, stop):
+                    tl.store(labels + b * T + t, label)
+                tl.store(starts + b * T + s, 1)
+                kb -= _segment_count(target, prefix, first, target_end, target_label, b, s, stop, label,
+                                     s >= 0, T, N, MATCH, TERMS)
+                label = tl.load(bp_m + rows * plane + (s * K1 + tl.maximum(kb, 0)) * N + label, mask=s > 0,
+                                other=0).to(tl.int64)
+                stop = s
+    tl.debug_barrier()  # the backtrack's scalar stores, read back below
+    found = segmentation_score(content, length, boundary, segment, trans, start, end, tracks, plif, labels,
+                               starts, b, L, T, S, N, P, low, high, pscale, HAS_SEGMENT, HAS_PLIF)
+    delta = _h(hrow, H, CUSTOM)
+    h0 = _h(hrow, H * 0, CUSTOM)
+    if MARGIN:
+        v_found = found + delta - g
+        slope = tl.full([], 1.0, tl.float64)
+    else:
+        v_found = delta * (1.0 + found - g)
+        slope = delta
+    v_found = tl.where(found_ok, v_found, NEG)
+    keep = h0 >= v_found  # ties: the target itself (a zero subgradient); its count is 0
+    if keep:
+        r = tl.arange(0, BLOCK)
+        for t0 in range(0, L, BLOCK):
+            t = t0 + r
+            tl.store(labels + b * T + t, tl.load(target + b * T + t, mask=t < L, other=0), mask=t < L)
+            tl.store(starts + b * T + t, tl.load(target_starts + b * T + t, mask=t < L, other=0), mask=t < L)
+    tl.store(value + b, tl.where(keep, h0, v_found))
+    tl.store(count + b, tl.where(keep, 0, H))
+    tl.store(scale + b, tl.where(keep, 0.0, slope))
+    tl.store(gold + b, g)
+
+
+def _narrow(n: int) -> torch.dtype:
+    """The smallest integer dtype holding 0..n: the backpointers'."""
+    return torch.uint8 if n <= 255 else torch.int16 if n <= 32767 else torch.int32
+
+
+def semimarkov_table_search(sm: SemiMarkov, labels: Tensor, starts: Tensor, terms: SegmentCountTerms | None,
+                            offset: Tensor, K: int, margin: bool,
+                            htab: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The whole loss-augmented search of a segmentation through the count table, in two launches.
+
+    Parameters
+    ----------
+    sm : SemiMarkov
+        Canonical potentials (B, T, S, N), T > 0.
+    labels, starts : Tensor (B, T)
+        The target segmentation (int64, bool), read inside each length.
+    terms : SegmentCountTerms or None
+        What a segment adds to the count (:class:`~structtorch.lossaug._torch.SegmentCounts`), or
+        None for the unweighted Hamming loss.
+    offset : Tensor (B,) int64
+        The count of the empty prefix.
+    K : int
+        A bound on every count (the table's size is K + 1).
+    margin : bool
+        Margin (else slack) rescaling.
+    htab : Tensor (B, K + 1) float64 or None
+        h over the counts (unit stride along them), or None for the identity; slack rescaling with a
+        table also runs the min table.
+
+    Returns
+    -------
+    value, labels, starts, count, scale, gold
+        (B,) float64 value, the found segmentation (B, T) (the target's where it attains the
+        maximum), its count (B,) int64, the value's slope in its score (B,) float64 (0 where the
+        target was kept) and the target's score (B,) float64.
+    """
+    B, T, S, N = sm.shape
+    dev = sm.content.device
+    K1 = K + 1
+    sides = 2 if htab is not None and not margin else 1
+    inc, alpha = torch.empty(2, sides, B, T + 1, K1, N, dtype=torch.float64, device=dev)
+    bp_d = torch.empty(sides, B, T + 1, K1, N, dtype=_narrow(S), device=dev)
+    bp_m = torch.empty(sides, B, T + 1, K1, N, dtype=_narrow(N), device=dev)
+    best = torch.empty(sides, B, K1, dtype=torch.float64, device=dev)  # written on non-empty rows, read there
+    last = torch.empty(sides, B, K1, dtype=torch.long, device=dev)
+    tensors = _inputs(sm)
+    tracks, ordinates, P, low, high, pscale = _plif_args(sm)
+    labels, starts = labels.contiguous(), starts.contiguous()
+    term_args = (labels, labels, labels, labels) if terms is None else tuple(
+        x.contiguous() for x in (terms.prefix, terms.first, terms.target_end, terms.target_label))
+    offset = offset.contiguous()
+    match = 0 if terms is None else terms.match
+    meta = dict(TERMS=terms is not None, HAS_SEGMENT=sm.segment_scores is not None,
+                HAS_PLIF=sm.segment_plif is not None, BLOCK_K=block(K1))
+    launch("semimarkov_hamming_table", _semimarkov_table_kernel, (B, sides), *tensors, sm.lengths, tracks,
+           ordinates, labels, *term_args, offset, inc, alpha, bp_d, bp_m, best, last, T, S, N, P, low, high,
+           pscale, K1, match, BLOCK_N=block(N, 32), **meta)
+    value, scale, gold = (torch.empty(B, dtype=torch.float64, device=dev) for _ in range(3))
+    found = torch.empty(B, T, dtype=torch.long, device=dev)
+    found_starts = torch.empty(B, T, dtype=torch.bool, device=dev)
+    count = torch.empty(B, dtype=torch.long, device=dev)
+    h, h_stride = (value, 0) if htab is None else (htab, htab.stride(0))
+    launch("semimarkov_hamming_choose", _semimarkov_choose_kernel, (B,), *tensors, sm.lengths, tracks,
+           ordinates, labels, starts, *term_args, bp_d, bp_m, best, last, h, h_stride, value, found,
+           found_starts, count, scale, gold, T, S, N, P, low, high, pscale, K1, match, MARGIN=margin,
+           CUSTOM=htab is not None, LOW=sides == 2, BLOCK=block(T), **meta)
+    return value, found, found_starts, count, scale, gold

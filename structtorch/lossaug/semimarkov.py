@@ -21,18 +21,21 @@ as one (B, T) tensor: label + N * (1 where a segment starts), -1 beyond each len
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
+from .._backend import kernel_module
 from .._checks import LengthsLike, cast_checked, guard_overflow
 from .._precision import mixed_precision
 from ..semimarkov import _ops as _semimarkov_ops
 from ..semimarkov.layout import SemiMarkov, check_segmentation, check_semimarkov
 from ..semimarkov.plif import SegmentPLiF
-from ._ops import solve
-from ._torch import SEGMENT_LOSSES
-from .chain import _checked_value
-from .spec import HLike, resolve_loss, resolve_segment_loss
+from ._ops import FUSED, solve
+from ._torch import SEGMENT_LOSSES, SegmentCounts
+from .chain import _checked_value, _fusable
+from .spec import HLike, h_table, resolve_loss, resolve_segment_loss
 from .structures import _SemiMarkovStructure, decode
 
 __all__ = ["semimarkov_loss_augmented", "loss_augmented_semimarkov"]
@@ -110,11 +113,12 @@ def loss_augmented_semimarkov(sm: SemiMarkov, target_labels: Tensor, target_star
     labels, starts = check_target(target_labels, target_starts, sm)
     if loss == "hamming" and _fuses(sm, h, rescaling, weights, algorithm):
         return _fused(sm, labels, starts)
+    if _table_fuses(sm, h, rescaling, weights, algorithm, loss):
+        return _fused_table(sm, labels, starts, h, rescaling, loss)
     B, T, _, N = sm.shape
     mask = torch.arange(T, device=labels.device) < sm.lengths[:, None]
     model = _SemiMarkovStructure(sm, labels, starts, mask)
-    if loss in ("boundary", "segment") and h is None and weights is None and rescaling == "margin" and (
-            algorithm in ("auto", "viterbi")):
+    if _folds(h, rescaling, weights, algorithm, loss):
         return _folded(model, loss, sm.content.dtype)
     if loss == "hamming":
         spec = resolve_loss(h, rescaling, weights, None, labels, mask, sm.content, algorithm)
@@ -156,4 +160,54 @@ def _fused(sm: SemiMarkov, labels: Tensor, starts: Tensor) -> tuple[Tensor, Tens
     Viterbi with the Hamming loss folded into the content and the tie rule): nothing read on the
     host, a constant number of device ops."""
     value, found, found_starts, count, gold = _semimarkov_ops.loss_augmented(sm, labels, starts)
+    return _checked_value(value, gold, sm.content.dtype), found, found_starts, count
+
+
+def _table_fuses(sm: SemiMarkov, h: HLike, rescaling: str, weights: Tensor | None, algorithm: str,
+                 loss: str) -> bool:
+    """Whether the backend's kernels run the whole search through the count table
+    (:func:`_fused_table`): any h and both rescalings for the unweighted position loss, and for the
+    segment losses h None or a callable (a tensor h has the data's bound as its length), on a
+    non-empty batch of non-empty sequences on a backend in ``FUSED``; margin rescaling of the
+    boundary and segment losses with h the identity fold into the potentials instead
+    (:func:`_folded`)."""
+    B, T, _, _ = sm.shape
+    if weights is not None or B == 0 or T == 0 or _semimarkov_ops.backend_of(sm) not in FUSED:
+        return False
+    folds = _folds(h, rescaling, weights, algorithm, loss)
+    if folds or (loss != "hamming" and isinstance(h, Tensor)):
+        return False
+    return _fusable(h, rescaling, algorithm) and algorithm != "viterbi"
+
+
+def _folds(h: HLike, rescaling: str, weights: Tensor | None, algorithm: str, loss: str) -> bool:
+    """Whether the boundary or segment loss folds into the potentials (:func:`_folded`)."""
+    plain = h is None and weights is None and rescaling == "margin" and algorithm in ("auto", "viterbi")
+    return plain and loss in ("boundary", "segment")
+
+
+def _fused_table(sm: SemiMarkov, labels: Tensor, starts: Tensor, h: HLike, rescaling: str,
+                 loss: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`loss_augmented_semimarkov` through the count table in the backend's kernels (see
+    ``lossaug/_triton.py``): nothing read on the host, a constant number of device ops. The table
+    runs to a bound known without reading the target: K = T for the position and boundary losses,
+    2 T for the segment losses (the target has at most T segments)."""
+    B, T, _, _ = sm.shape
+    terms, offset, K = None, sm.lengths.new_zeros(B), T
+    if loss != "hamming":
+        inside = torch.arange(T, device=labels.device) < sm.lengths[:, None]
+        target = torch.where(inside, labels, -1)
+        counts = SegmentCounts(loss, target, starts & inside, sm.lengths, sm.shape[3])
+        terms, offset, K = counts.terms, counts.offset, T if loss == "boundary" else 2 * T
+    htab = None if h is None and loss != "zero_one" else h_table(h, K, B, sm.content,
+                                                                 "T+1" if loss == "hamming" else "K+1")
+    if loss == "zero_one":  # h of the count capped at 1
+        htab = htab[:, (torch.arange(K + 1, device=labels.device) > 0).long()]
+    module = kernel_module(FUSED[0], __package__)
+    search = functools.partial(module.semimarkov_table_search, terms=terms, offset=offset, K=K,
+                               margin=rescaling == "margin", htab=htab)
+    value, found, found_starts, count, _, gold = _semimarkov_ops.loss_augmented_table(sm, labels, starts,
+                                                                                      search)
+    if loss == "zero_one":
+        count = count.clamp(max=1)
     return _checked_value(value, gold, sm.content.dtype), found, found_starts, count

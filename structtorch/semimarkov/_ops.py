@@ -311,6 +311,46 @@ class LossAugmented(torch.autograd.Function):
         return (*grads, None, None, None, None, None)
 
 
+class LossAugmentedTable(torch.autograd.Function):
+    """(value float64 (B,), labels, starts (B, T), count (B,), scale (B,), the target's score (B,))
+    of a whole loss-augmented search against the target segmentation (labels, starts), run by
+    ``search(model, labels, starts)`` (the count table of :mod:`structtorch.lossaug`: any h, both
+    rescalings, the segment losses); the value's gradient is ``scale`` times the indicators of the
+    found segmentation minus the target's."""
+
+    @staticmethod
+    def forward(content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates, low,
+                high, target_labels, target_starts, search):
+        model = _model(content, length, boundary, segment, transitions, start, end, lengths, tracks,
+                       ordinates, low, high)
+        return search(model, target_labels, target_starts)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:10], output[1], output[2], inputs[12], inputs[13], output[4])
+        ctx.options = inputs[10:12]
+        ctx.mark_non_differentiable(*output[1:])
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx, grad, *_):
+        if grad is None:
+            return (None,) * 15
+        *tensors, found, found_starts, labels, starts, scale = ctx.saved_tensors
+        g = grad * scale
+        both = torch.stack([found, labels], 1), torch.stack([found_starts, starts], 1)
+        grads = _indicators(ctx, tensors, *both, torch.stack([g, -g], 1))
+        return (*grads, None, None, None, None, None)
+
+
+def loss_augmented_table(sm: SemiMarkov, labels: Tensor, starts: Tensor, search) -> tuple[Tensor, ...]:
+    """(value (B,) float64, differentiable, labels, starts, count, scale, gold) of
+    :class:`LossAugmentedTable` with ``search(model, labels, starts)`` against the checked target
+    segmentation (labels, starts) (B, T)."""
+    *tensors, low, high = _args(sm)
+    return apply(LossAugmentedTable, *tensors, low, high, labels, starts, search)
+
+
 def loss_augmented(sm: SemiMarkov, labels: Tensor, starts: Tensor) -> tuple[Tensor, ...]:
     """(value (B,) float64, differentiable, labels, starts, count, gold) of :class:`LossAugmented`
     against the checked target segmentation (labels, starts) (B, T)."""

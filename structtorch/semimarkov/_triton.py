@@ -725,15 +725,12 @@ def kbest(sm: SemiMarkov, k: int) -> tuple[Tensor, Tensor, Tensor]:
 
 
 @triton.jit
-def _score_kernel(content, length, boundary, segment, trans, start, end, lengths, tracks, plif, labels,
-                  starts, out, T, S, N, P, low: tl.float64, high: tl.float64, scale: tl.float64,
-                  HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr):
-    """The score of one segmentation per sequence (labels, starts (B, T), trusted inside each
-    length), position by position: content, a transition where a segment starts, and at each
-    segment's end its length, boundary, segment score and the PLiF of its track mean (summed
+def segmentation_score(content, length, boundary, segment, trans, start, end, tracks, plif, labels, starts, b,
+                       L, T, S, N, P, low, high, scale, HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr):
+    """The float64 score of row b's segmentation (labels, starts) (B, T), trusted inside the length
+    L (0 when L = 0), position by position: content, a transition where a segment starts, and at
+    each segment's end its length, boundary, segment score and the PLiF of its track mean (summed
     over the segment as it grows, never a difference of prefix sums); then start and end."""
-    b = tl.program_id(0).to(tl.int64)
-    L = tl.minimum(tl.load(lengths + b), T)
     total = tl.zeros([], tl.float64)
     if L > 0:
         first = tl.load(labels + b * T)
@@ -765,7 +762,19 @@ def _score_kernel(content, length, boundary, segment, trans, start, end, lengths
                 total += tl.where(closes, y0 + (pos - left) * (y1 - y0), 0.0)
             prev = y
         total += tl.load(start + b * N + first).to(tl.float64) + tl.load(end + b * N + prev).to(tl.float64)
-    tl.store(out + b, total)
+    return total
+
+
+@triton.jit
+def _score_kernel(content, length, boundary, segment, trans, start, end, lengths, tracks, plif, labels,
+                  starts, out, T, S, N, P, low: tl.float64, high: tl.float64, scale: tl.float64,
+                  HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr):
+    """The score of one segmentation per sequence (:func:`segmentation_score`)."""
+    b = tl.program_id(0).to(tl.int64)
+    L = tl.minimum(tl.load(lengths + b), T)
+    tl.store(out + b, segmentation_score(content, length, boundary, segment, trans, start, end, tracks, plif,
+                                         labels, starts, b, L, T, S, N, P, low, high, scale, HAS_SEGMENT,
+                                         HAS_PLIF))
 
 
 @torch.no_grad()
