@@ -22,7 +22,7 @@ demo: $(VENV)/.installed
 # pytest-xdist: the suite on PYTEST_WORKERS processes (two cores: 7.4 min against 12 on one)
 PYTEST_WORKERS ?= 2
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS)
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 
 # the API reference from the docstrings (docs/_build/html); warnings are errors
 docs: $(VENV)/.installed

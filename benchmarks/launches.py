@@ -1,11 +1,11 @@
 """GPU launches and host syncs per public call, counted on CPU.
 
-Runs every call of ``tests/budget.py`` on the "triton" backend in Triton's interpreter and prints,
+Runs every call of ``tests/budget.py`` (each under every option set) on the "triton" backend in Triton's interpreter and prints,
 per call and T, the Triton launches, the other leaf ATen ops (each a CUDA launch) and the host
 syncs, with validation off and on (see :mod:`structtorch.profiling`). No GPU needed; the figures
 are op counts, not times.
 
-    .venv/bin/python benchmarks/launches.py [--T 12 40]
+    .venv/bin/python benchmarks/launches.py [--T 12 40] [--match loss_augmented]
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--T", type=int, nargs="+", default=[12, 40])
     parser.add_argument("--names", action="store_true", help="list the ops of each call")
+    parser.add_argument("--match", default="", help="only the calls whose name contains this")
     args = parser.parse_args()
     from budget import CALLS
 
@@ -33,6 +34,8 @@ def main() -> None:
     print("| call | " + " | ".join(columns) + " |")
     print("|---" * (len(args.T) + 1) + "|")
     for name, make in CALLS.items():
+        if args.match not in name:
+            continue
         cells, names = [], None
         for T in args.T:
             row = []

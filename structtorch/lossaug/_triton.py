@@ -40,7 +40,10 @@ from ..semimarkov._triton import (
     segmentation_score,
 )
 from ..semimarkov.layout import SemiMarkov
-from ._torch import SegmentCountTerms, Tables
+from ._torch import Tables
+
+SEGMENT_KINDS = {"hamming": 0, "segment": 1, "boundary": 2}
+"""The losses the semi-Markov table kernel counts (``KIND``), see :func:`_segment_count`."""
 
 
 @triton.jit
@@ -838,24 +841,48 @@ def window_indicator_backward(path: Tensor, target: Tensor, lengths: Tensor, gra
 
 
 @triton.jit
-def _segment_count(target, prefix, first, target_end, target_label, b, s, e, n, mask, T, N, MATCH,
-                   TERMS: tl.constexpr):
-    """What segments [s, e) of labels n (int64, a vector over n) add to the count: with TERMS, the
-    :class:`~structtorch.lossaug._torch.SegmentCountTerms` (prefix[e] - prefix[s] + first[s], plus
-    MATCH where (s, e, n) is the target segment starting at s); else the positions of [s, e) whose
-    target label is not n (the unweighted Hamming loss)."""
-    if TERMS:
-        row = b * (T + 1)
-        count = tl.load(prefix + (row + e) * N + n, mask=mask, other=0)
-        count += tl.load(first + (row + s) * N + n, mask=mask, other=0)
-        count -= tl.load(prefix + (row + s) * N + n, mask=mask, other=0)
-        same = (tl.load(target_end + row + s) == e) & (tl.load(target_label + row + s) == n)
-        count += tl.where(same & mask, MATCH, 0)
-    else:
-        count = n.to(tl.int64) * 0
+def _segment_count(target, starts, b, s, e, L, n, inner, T, KIND: tl.constexpr):
+    """What segments [s, e) of labels n (int64, a vector over n or a scalar) add to the count of
+    the loss ``KIND`` against the target segmentation (target, starts) (B, T), given ``inner``, the
+    target starts inside (s, e) (unused for the position loss):
+
+    - 0, "hamming": the positions of [s, e) whose target label is not n (a loop over them);
+    - 1, "segment": 1, or -1 when [s, e) of label n is a target segment;
+    - 2, "boundary": (s is not a target start) + the target starts inside (s, e).
+    """
+    count = n.to(tl.int64) * 0
+    if KIND == 0:
         for t in range(s, e):
             count += tl.where(tl.load(target + b * T + t) != n, 1, 0).to(tl.int64)
+    else:
+        opens = tl.load(starts + b * T + s).to(tl.int64)
+        if KIND == 1:
+            closes = (e >= L) | (tl.load(starts + b * T + e, mask=e < L, other=0) != 0)
+            same = (opens != 0) & (inner == 0) & closes & (tl.load(target + b * T + s) == n)
+            count += 1 - 2 * same.to(tl.int64)
+        else:
+            count += 1 - opens + inner
     return count
+
+
+@triton.jit
+def _offset(starts, b, L, T, KIND: tl.constexpr):
+    """The count of the empty prefix: the target's segments (its starts inside L) for the segment
+    loss (KIND 1), else 0."""
+    total = tl.full([], 0, tl.int64)
+    if KIND == 1:
+        for t in range(0, L):
+            total += tl.load(starts + b * T + t).to(tl.int64)
+    return total
+
+
+@triton.jit
+def _inner_starts(starts, b, s, e, T):
+    """The target starts inside (s, e), s < e (a loop over them)."""
+    inner = tl.full([], 0, tl.int64)
+    for t in range(s + 1, e):
+        inner += tl.load(starts + b * T + t).to(tl.int64)
+    return inner
 
 
 @triton.jit
@@ -904,14 +931,14 @@ def _count_transitions(al, ic, bp_m, trans, e, K1, N, sign, rk, rn, BLOCK_K: tl.
 
 @triton.jit
 def _semimarkov_table_kernel(content, length, boundary, segment, trans, start, end, lengths, tracks, plif,
-                             target, prefix, first, target_end, target_label, offset, inc, alpha, bp_d, bp_m,
-                             best, last, T, S, N, P, low: tl.float64, high: tl.float64, pscale: tl.float64,
-                             K1, MATCH, TERMS: tl.constexpr, HAS_SEGMENT: tl.constexpr,
-                             HAS_PLIF: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
+                             target, target_starts, inc, alpha, bp_d, bp_m, best, last, T, S, N, P,
+                             low: tl.float64, high: tl.float64, pscale: tl.float64, K1, KIND: tl.constexpr,
+                             HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr, BLOCK_K: tl.constexpr,
+                             BLOCK_N: tl.constexpr):
     """The count table of a segmentation (the tables of ``lossaug._torch.semimarkov_tables``, one
     program per sequence): alpha[e][k][n], the best prefix of [0, e) whose last segment has label n
     and whose count is k, and inc[e][k][n] = max_m alpha[e][k][m] + trans[m, n]; counts start at
-    ``offset`` (B,) and stay in [0, K1); a segment adds :func:`_segment_count`. Ties: the shortest
+    :func:`_offset` and stay in [0, K1); a segment adds :func:`_segment_count`. Ties: the shortest
     segment, then the first previous label, then the first last label. A second column of programs
     runs the min table on the negated scores, as :func:`_table`."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
@@ -926,7 +953,7 @@ def _semimarkov_table_kernel(content, length, boundary, segment, trans, start, e
     L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
     rn = tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
-    start_count = tl.load(offset + b)
+    start_count = _offset(target_starts, b, L, T, KIND)
     if L > 0:
         for n0 in range(0, N, BLOCK_N):
             n = n0 + rn
@@ -951,18 +978,21 @@ def _semimarkov_table_kernel(content, length, boundary, segment, trans, start, e
                     arg = tl.zeros([BLOCK_K, BLOCK_N], tl.int32)
                     carry = tl.zeros([BLOCK_N], tl.float64)
                     tcarry = tl.zeros([BLOCK_N], tl.float64)
-                    count = tl.zeros([BLOCK_N], tl.int64)
+                    mistakes = tl.zeros([BLOCK_N], tl.int64)
+                    inner = tl.full([], 0, tl.int64)
                     for d in range(1, tl.max(dmax, axis=0) + 1):
                         s = e - d
                         ok = (d <= dmax) & mn
                         v, carry, tcarry = _segment_step(b, e, d, n, ok, carry, tcarry, content, length,
                                                          segment, tracks, plif, T, S, N, P, low, high, pscale,
                                                          sign, HAS_SEGMENT, HAS_PLIF)
-                        if TERMS:
-                            count = _segment_count(target, prefix, first, target_end, target_label, b, s, e,
-                                                   n, ok, T, N, MATCH, TERMS)
-                        else:  # one more position, s
-                            count += tl.where(tl.load(target + b * T + s) != n, 1, 0).to(tl.int64)
+                        if KIND == 0:  # one more position, s
+                            mistakes += tl.where(tl.load(target + b * T + s) != n, 1, 0).to(tl.int64)
+                            count = mistakes
+                        else:
+                            if d > 1:  # one more position inside (s, e): s + 1
+                                inner += tl.load(target_starts + b * T + s + 1).to(tl.int64)
+                            count = _segment_count(target, target_starts, b, s, e, L, n, inner, T, KIND)
                         ks = k[:, None] - count[None, :]
                         reach = tile & ok[None, :] & (ks >= 0) & (ks < K1)
                         cand = tl.load(ic + (s * K1 + ks) * N + n[None, :], mask=reach, other=NEG)
@@ -995,12 +1025,11 @@ def _semimarkov_table_kernel(content, length, boundary, segment, trans, start, e
 
 @triton.jit
 def _semimarkov_choose_kernel(content, length, boundary, segment, trans, start, end, lengths, tracks, plif,
-                              target, target_starts, prefix, first, target_end, target_label, bp_d, bp_m,
-                              best, last, htab, h_stride, value, labels, starts, count, scale, gold, T, S, N,
-                              P, low: tl.float64, high: tl.float64, pscale: tl.float64, K1, MATCH,
-                              MARGIN: tl.constexpr, CUSTOM: tl.constexpr, LOW: tl.constexpr,
-                              TERMS: tl.constexpr, HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr,
-                              BLOCK_K: tl.constexpr, BLOCK: tl.constexpr):
+                              target, target_starts, bp_d, bp_m, best, last, htab, h_stride, value, labels,
+                              starts, count, scale, gold, T, S, N, P, low: tl.float64, high: tl.float64,
+                              pscale: tl.float64, K1, MARGIN: tl.constexpr, CUSTOM: tl.constexpr,
+                              LOW: tl.constexpr, KIND: tl.constexpr, HAS_SEGMENT: tl.constexpr,
+                              HAS_PLIF: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK: tl.constexpr):
     """After :func:`_semimarkov_table_kernel`: the count k as :func:`_choose_kernel` picks it (the
     found segmentation's count is k itself), its segmentation backtracked through the table it came
     from, then the values of both segmentations, the tie rule (the target where it attains the
@@ -1030,8 +1059,8 @@ def _semimarkov_choose_kernel(content, length, boundary, segment, trans, start, 
                 for t in range(s, stop):
                     tl.store(labels + b * T + t, label)
                 tl.store(starts + b * T + s, 1)
-                kb -= _segment_count(target, prefix, first, target_end, target_label, b, s, stop, label,
-                                     s >= 0, T, N, MATCH, TERMS)
+                inner = _inner_starts(target_starts, b, s, stop, T)
+                kb -= _segment_count(target, target_starts, b, s, stop, L, label, inner, T, KIND)
                 label = tl.load(bp_m + rows * plane + (s * K1 + tl.maximum(kb, 0)) * N + label, mask=s > 0,
                                 other=0).to(tl.int64)
                 stop = s
@@ -1065,8 +1094,7 @@ def _narrow(n: int) -> torch.dtype:
     return torch.uint8 if n <= 255 else torch.int16 if n <= 32767 else torch.int32
 
 
-def semimarkov_table_search(sm: SemiMarkov, labels: Tensor, starts: Tensor, terms: SegmentCountTerms | None,
-                            offset: Tensor, K: int, margin: bool,
+def semimarkov_table_search(sm: SemiMarkov, labels: Tensor, starts: Tensor, kind: str, K: int, margin: bool,
                             htab: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The whole loss-augmented search of a segmentation through the count table, in two launches.
 
@@ -1076,11 +1104,9 @@ def semimarkov_table_search(sm: SemiMarkov, labels: Tensor, starts: Tensor, term
         Canonical potentials (B, T, S, N), T > 0.
     labels, starts : Tensor (B, T)
         The target segmentation (int64, bool), read inside each length.
-    terms : SegmentCountTerms or None
-        What a segment adds to the count (:class:`~structtorch.lossaug._torch.SegmentCounts`), or
-        None for the unweighted Hamming loss.
-    offset : Tensor (B,) int64
-        The count of the empty prefix.
+    kind : str
+        The loss counted: "hamming" (unweighted), "segment" or "boundary" (see
+        ``lossaug._torch.SEGMENT_LOSSES``; "zero_one" is "segment" with h capped at 1 in ``htab``).
     K : int
         A bound on every count (the table's size is K + 1).
     margin : bool
@@ -1108,22 +1134,18 @@ def semimarkov_table_search(sm: SemiMarkov, labels: Tensor, starts: Tensor, term
     tensors = _inputs(sm)
     tracks, ordinates, P, low, high, pscale = _plif_args(sm)
     labels, starts = labels.contiguous(), starts.contiguous()
-    term_args = (labels, labels, labels, labels) if terms is None else tuple(
-        x.contiguous() for x in (terms.prefix, terms.first, terms.target_end, terms.target_label))
-    offset = offset.contiguous()
-    match = 0 if terms is None else terms.match
-    meta = dict(TERMS=terms is not None, HAS_SEGMENT=sm.segment_scores is not None,
+    meta = dict(KIND=SEGMENT_KINDS[kind], HAS_SEGMENT=sm.segment_scores is not None,
                 HAS_PLIF=sm.segment_plif is not None, BLOCK_K=block(K1))
     launch("semimarkov_hamming_table", _semimarkov_table_kernel, (B, sides), *tensors, sm.lengths, tracks,
-           ordinates, labels, *term_args, offset, inc, alpha, bp_d, bp_m, best, last, T, S, N, P, low, high,
-           pscale, K1, match, BLOCK_N=block(N, 32), **meta)
+           ordinates, labels, starts, inc, alpha, bp_d, bp_m, best, last, T, S, N, P, low, high, pscale, K1,
+           BLOCK_N=block(N, 32), **meta)
     value, scale, gold = (torch.empty(B, dtype=torch.float64, device=dev) for _ in range(3))
     found = torch.empty(B, T, dtype=torch.long, device=dev)
     found_starts = torch.empty(B, T, dtype=torch.bool, device=dev)
     count = torch.empty(B, dtype=torch.long, device=dev)
     h, h_stride = (value, 0) if htab is None else (htab, htab.stride(0))
     launch("semimarkov_hamming_choose", _semimarkov_choose_kernel, (B,), *tensors, sm.lengths, tracks,
-           ordinates, labels, starts, *term_args, bp_d, bp_m, best, last, h, h_stride, value, found,
-           found_starts, count, scale, gold, T, S, N, P, low, high, pscale, K1, match, MARGIN=margin,
-           CUSTOM=htab is not None, LOW=sides == 2, BLOCK=block(T), **meta)
+           ordinates, labels, starts, bp_d, bp_m, best, last, h, h_stride, value, found, found_starts, count,
+           scale, gold, T, S, N, P, low, high, pscale, K1, MARGIN=margin, CUSTOM=htab is not None,
+           LOW=sides == 2, BLOCK=block(T), **meta)
     return value, found, found_starts, count, scale, gold

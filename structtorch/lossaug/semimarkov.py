@@ -33,7 +33,7 @@ from ..semimarkov import _ops as _semimarkov_ops
 from ..semimarkov.layout import SemiMarkov, check_segmentation, check_semimarkov
 from ..semimarkov.plif import SegmentPLiF
 from ._ops import FUSED, solve
-from ._torch import SEGMENT_LOSSES, SegmentCounts
+from ._torch import SEGMENT_LOSSES
 from .chain import _checked_value, _fusable
 from .spec import HLike, h_table, resolve_loss, resolve_segment_loss
 from .structures import _SemiMarkovStructure, decode
@@ -168,14 +168,14 @@ def _table_fuses(sm: SemiMarkov, h: HLike, rescaling: str, weights: Tensor | Non
     """Whether the backend's kernels run the whole search through the count table
     (:func:`_fused_table`): any h and both rescalings for the unweighted position loss, and for the
     segment losses h None or a callable (a tensor h has the data's bound as its length), on a
-    non-empty batch of non-empty sequences on a backend in ``FUSED``; margin rescaling of the
-    boundary and segment losses with h the identity fold into the potentials instead
-    (:func:`_folded`)."""
+    non-empty batch of non-empty sequences on a backend in ``FUSED``. Margin rescaling of the
+    boundary and segment losses with h the identity takes the table there too (a constant number
+    of device ops; elsewhere it folds into the potentials, :func:`_folded`), unless
+    ``algorithm="viterbi"`` asks for the fold."""
     B, T, _, _ = sm.shape
     if weights is not None or B == 0 or T == 0 or _semimarkov_ops.backend_of(sm) not in FUSED:
         return False
-    folds = _folds(h, rescaling, weights, algorithm, loss)
-    if folds or (loss != "hamming" and isinstance(h, Tensor)):
+    if loss != "hamming" and isinstance(h, Tensor):
         return False
     return _fusable(h, rescaling, algorithm) and algorithm != "viterbi"
 
@@ -193,19 +193,15 @@ def _fused_table(sm: SemiMarkov, labels: Tensor, starts: Tensor, h: HLike, resca
     runs to a bound known without reading the target: K = T for the position and boundary losses,
     2 T for the segment losses (the target has at most T segments)."""
     B, T, _, _ = sm.shape
-    terms, offset, K = None, sm.lengths.new_zeros(B), T
-    if loss != "hamming":
-        inside = torch.arange(T, device=labels.device) < sm.lengths[:, None]
-        target = torch.where(inside, labels, -1)
-        counts = SegmentCounts(loss, target, starts & inside, sm.lengths, sm.shape[3])
-        terms, offset, K = counts.terms, counts.offset, T if loss == "boundary" else 2 * T
+    K = T if loss in ("hamming", "boundary") else 2 * T
     htab = None if h is None and loss != "zero_one" else h_table(h, K, B, sm.content,
                                                                  "T+1" if loss == "hamming" else "K+1")
     if loss == "zero_one":  # h of the count capped at 1
         htab = htab[:, (torch.arange(K + 1, device=labels.device) > 0).long()]
     module = kernel_module(FUSED[0], __package__)
-    search = functools.partial(module.semimarkov_table_search, terms=terms, offset=offset, K=K,
-                               margin=rescaling == "margin", htab=htab)
+    kind = "segment" if loss == "zero_one" else loss
+    search = functools.partial(module.semimarkov_table_search, kind=kind, K=K, margin=rescaling == "margin",
+                               htab=htab)
     value, found, found_starts, count, _, gold = _semimarkov_ops.loss_augmented_table(sm, labels, starts,
                                                                                       search)
     if loss == "zero_one":
