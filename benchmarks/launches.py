@@ -1,9 +1,9 @@
 """GPU launches and host syncs per public call, counted on CPU.
 
-Runs every call of ``tests/budget.py`` (each under every option set) on the "triton" backend in Triton's interpreter and prints,
-per call and T, the Triton launches, the other leaf ATen ops (each a CUDA launch) and the host
-syncs, with validation off and on (see :mod:`structtorch.profiling`). No GPU needed; the figures
-are op counts, not times.
+Runs every call of ``tests/budget.py`` (each under every option set) on the "triton" backend in
+Triton's interpreter and prints, per call and T, the Triton launches, the other leaf ATen ops (each
+a CUDA launch) and the host syncs, with validation off and on (see :mod:`structtorch.profiling`).
+No GPU needed; the figures are op counts, not times.
 
     .venv/bin/python benchmarks/launches.py [--T 12 40] [--match loss_augmented]
 """
