@@ -160,7 +160,7 @@ def _chain_scan():
 
 
 def _fused_hamming_signatures():
-    """The fused Hamming searches of ``lossaug/_triton.py`` (unweighted, h the identity)."""
+    """The fused Hamming searches of ``lossaug/_triton.py`` (the unweighted Hamming loss, any h)."""
     from structtorch.lossaug import _triton as hamming
 
     i, f64 = "i32", "*fp64"
@@ -175,11 +175,11 @@ def _fused_hamming_signatures():
             for tile in (16, 64):
                 sig = {**seq, "target": "*i64", "ring": f64, "bp": "*i16", **out, "T": i, "N": i}
                 yield "hamming fold", hamming._fold_kernel, sig, dict(SHARED=shared, BLOCK=max(32, tile))
-                for margin in (True, False):
-                    sig = {**seq, "target": "*i64", "bp": "*u8", "best": f64, "last": "*i64", **out, "T": i, "N": i,
-                           "K1": i}
-                    yield "hamming choose", hamming._choose_kernel, sig, dict(MARGIN=margin, SHARED=shared,
-                                                                            BLOCK_K=tile, BLOCK=tile)
+                for margin, custom, low in _h_options():
+                    sig = {**seq, "target": "*i64", "bp": "*u8", "best": f64, "last": "*i64", "htab": f64,
+                           "h_stride": i, **out, "T": i, "N": i, "K1": i}
+                    yield "hamming choose", hamming._choose_kernel, sig, dict(
+                        MARGIN=margin, CUSTOM=custom, LOW=low, SHARED=shared, BLOCK_K=tile, BLOCK=tile)
             sig = dict(path="*i64", target="*i64", lengths="*i64", grad=f64, grad_stride=i, scale=f64, g_unary=f64,
                        g_trans=f64, g_start=f64, g_end=f64, T=i, N=i)
             yield "hamming indicators", hamming._indicator_kernel, sig, dict(SHARED=shared, BLOCK=64, TILE=16)
@@ -190,6 +190,47 @@ def _fused_hamming_signatures():
         sig = dict(path="*i64", target="*i64", lengths="*i64", grad=x, grad_stride=i, scale=f64, g_scores=f64, T=i,
                    N=i, S=i, P=i)
         yield "window indicators", hamming._window_indicator_kernel, sig, dict(BLOCK=64)
+        tables = dict(bp="*u8", best=f64, last="*i64")
+        for tile in (16, 64):
+            sig = dict(scores=x, lengths="*i64", target="*i64", ring=f64, **tables, T=i, N=i, S=i, P=i, ORDER=i,
+                       K1=i)
+            yield "window table", hamming._window_table_kernel, sig, dict(BLOCK_K=tile, BLOCK_S=min(tile, 32))
+            for margin, custom, low in _h_options():
+                sig = dict(scores=x, lengths="*i64", target="*i64", **tables, htab=f64, h_stride=i, **out, T=i, N=i,
+                           S=i, P=i, K1=i)
+                yield "window choose", hamming._window_choose_kernel, sig, dict(
+                    MARGIN=margin, CUSTOM=custom, LOW=low, BLOCK_K=tile, BLOCK=tile)
+        yield from _semimarkov_table_signatures(x)
+
+
+def _h_options():
+    """(MARGIN, CUSTOM, LOW) of the count pick: h the identity or a table; the min table with slack
+    rescaling and a table."""
+    return (True, False, False), (False, False, False), (True, True, False), (False, True, True)
+
+
+def _semimarkov_table_signatures(x: str):
+    """The semi-Markov count table and its choice (``lossaug/_triton.py``) for inputs of type ``x``."""
+    from structtorch.lossaug import _triton as hamming
+
+    i, f64 = "i32", "*fp64"
+    inputs = dict(content=x, length=x, boundary=x, segment=x, trans=x, start=x, end=x, lengths="*i64", tracks=x,
+                  plif=x)
+    scalars = dict(T=i, S=i, N=i, P=i, low="fp64", high="fp64", pscale="fp64", K1=i)
+    for kind in (0, 1, 2):
+        for segment, plif in ((False, False), (True, True)):
+            flags = dict(KIND=kind, HAS_SEGMENT=segment, HAS_PLIF=plif)
+            for tile, labels in ((16, 16), (64, 32)):
+                sig = {**inputs, "target": "*i64", "target_starts": "*i1", "inc": f64, "alpha": f64, "bp_d": "*u8",
+                       "bp_m": "*u8", "best": f64, "last": "*i64", **scalars}
+                yield "semi table", hamming._semimarkov_table_kernel, sig, dict(**flags, BLOCK_K=tile,
+                                                                                BLOCK_N=labels)
+                for margin, custom, low in _h_options():
+                    sig = {**inputs, "target": "*i64", "target_starts": "*i1", "bp_d": "*u8", "bp_m": "*u8",
+                           "best": f64, "last": "*i64", "htab": f64, "h_stride": i, "value": f64, "labels": "*i64",
+                           "starts": "*i1", "count": "*i64", "scale": f64, "gold": f64, **scalars}
+                    yield "semi choose", hamming._semimarkov_choose_kernel, sig, dict(
+                        **flags, MARGIN=margin, CUSTOM=custom, LOW=low, BLOCK_K=tile, BLOCK=tile)
 
 
 def _chain_backward(x: str) -> dict:

@@ -421,7 +421,9 @@ def test_compiled_tables_match_the_reference(problem, kind, negate, seed):
 def test_segment_losses_fold_like_the_table(backend, kind, monkeypatch):
     """Margin rescaling of the boundary (segment) loss runs one Viterbi on folded boundary
     (segment) scores: the same value and count as the count table (algorithm="hamming"), and the
-    gradient of the value. The segment bonus is built two batch rows at a time."""
+    gradient of the value. The segment bonus is built two batch rows at a time. (On the triton
+    backend "auto" takes the fused count table, a constant number of device ops, and
+    ``algorithm="viterbi"`` asks for the fold.)"""
     monkeypatch.setattr(structures, "FOLD_ELEMENTS", 2 * 14 * 4 * 3)
     folds = []
     fold = structures._SemiMarkovStructure.fold
@@ -436,7 +438,7 @@ def test_segment_losses_fold_like_the_table(backend, kind, monkeypatch):
     with use_backend(backend):
         args = (content, trans, labels.clamp(min=0), starts)
         kw = dict(max_len=S, lengths=lengths, loss=kind)
-        folded = st.semimarkov_loss_augmented(*args, **kw)
+        folded = st.semimarkov_loss_augmented(*args, algorithm="viterbi" if backend == "triton" else "auto", **kw)
         table = st.semimarkov_loss_augmented(*args, algorithm="hamming", **kw)
     assert folds == [kind]  # the first call folded, the table did not
     assert torch.allclose(folded[0], table[0]) and torch.equal(folded[3], table[3])
