@@ -48,6 +48,18 @@ def launch(name: str, kernel, grid: tuple, *args, **meta) -> None:
 
 
 @triton.jit
+def reciprocal(d):
+    """1 / d in float64 for positive integers d (a scalar or a block), without a division: sm_90
+    runs a float64 division's slow path as a subroutine call, and the caller saves its live
+    registers on the stack around it. A fast float32 estimate, refined by two Newton steps (each
+    squares the relative error: 1e-7, 1e-14, then the float64 rounding)."""
+    x = d.to(tl.float64)
+    r = tl.fdiv((x * 0.0 + 1.0).to(tl.float32), x.to(tl.float32)).to(tl.float64)
+    r = r * (2.0 - x * r)
+    return r * (2.0 - x * r)
+
+
+@triton.jit
 def transitions_at(trans, b, T, N, t, SHARED: tl.constexpr):
     """The (N, N) transitions from step t - 1 to step t of sequence b: ``trans`` itself when
     SHARED, else its block (b, t - 1) of (B, T - 1, N, N)."""

@@ -220,16 +220,18 @@ def _semimarkov_table_signatures(x: str):
     for kind in (0, 1, 2):
         for segment, plif in ((False, False), (True, True)):
             flags = dict(KIND=kind, HAS_SEGMENT=segment, HAS_PLIF=plif)
-            for tile, labels in ((16, 16), (64, 32)):
-                sig = {**inputs, "target": "*i64", "target_starts": "*i1", "inc": f64, "alpha": f64, "bp_d": "*u8",
-                       "bp_m": "*u8", "best": f64, "last": "*i64", **scalars}
-                yield "semi table", hamming._semimarkov_table_kernel, sig, dict(**flags, BLOCK_K=tile,
-                                                                                BLOCK_N=labels)
+            for labels in (16, 32):
+                sig = {**inputs, "target": "*i64", "target_starts": "*i1", "gold": f64, "inc": f64, "alpha": f64,
+                       "bp_d": "*u8", "bp_m": "*u8", "best": f64, "last": "*i64", **scalars}
+                yield "semi table", hamming._semimarkov_table_kernel, sig, dict(
+                    **flags, BLOCK_K=hamming.TABLE_COUNTS, BLOCK_N=labels)
+            for tile in (16, 64):
                 for margin, custom, low in _h_options():
                     sig = {**inputs, "target": "*i64", "target_starts": "*i1", "bp_d": "*u8", "bp_m": "*u8",
                            "best": f64, "last": "*i64", "htab": f64, "h_stride": i, "value": f64, "labels": "*i64",
                            "starts": "*i1", "count": "*i64", "scale": f64, "gold": f64, **scalars}
-                    yield "semi choose", hamming._semimarkov_choose_kernel, sig, dict(
+                    name = "semi choose (min table)" if low else "semi choose"
+                    yield name, hamming._semimarkov_choose_kernel, sig, dict(
                         **flags, MARGIN=margin, CUSTOM=custom, LOW=low, BLOCK_K=tile, BLOCK=tile)
 
 
@@ -279,12 +281,15 @@ def scalar_types_ok(kernel, signature: dict) -> bool:
 def main() -> int:
     failures, spills = [], []
     from structtorch.chain import _triton as chain
+    from structtorch.lossaug import _triton as hamming
     from structtorch.semimarkov import _triton as semi
 
     warps = {"semi backward": semi.BACKWARD_WARPS, "semi sample": semi.SAMPLE_WARPS,  # as the wrappers launch
              "chain forward": chain.FORWARD_WARPS, "chain backward": chain.BACKWARD_WARPS,  # them (else 4)
              f"chain backward ({chain.BACKWARD_TILE})": chain.BACKWARD_WARPS,
-             "chain window (64, 64)": chain.WINDOW_WARPS}  # as the wrappers launch them (else Triton's 4)
+             "chain window (64, 64)": chain.WINDOW_WARPS,  # as the wrappers launch them (else Triton's 4)
+             "window table": hamming.TABLE_WARPS, "semi table": hamming.TABLE_WARPS,
+             "semi choose (min table)": hamming.MIN_TABLE_CHOOSE_WARPS}
     for name, kernel, signature, constexprs in itertools.chain(_gpu_signatures(), _fused_hamming_signatures()):
         sig = {**signature, **{k: "constexpr" for k in constexprs}}
         try:

@@ -28,7 +28,16 @@ import triton.language as tl
 from torch import Tensor
 
 from .._numerics import NEG_INF
-from .._triton_common import NEG, argmax_update, block, close, launch, transition_step, transitions_at
+from .._triton_common import (
+    NEG,
+    argmax_update,
+    block,
+    close,
+    launch,
+    reciprocal,
+    transition_step,
+    transitions_at,
+)
 from ..chain._triton import _gold_score
 from ..chain.layout import Chain
 from ..semimarkov._triton import (
@@ -36,11 +45,22 @@ from ..semimarkov._triton import (
     _inputs,
     _max_length,
     _plif_args,
-    _plif_value,
     segmentation_score,
 )
 from ..semimarkov.layout import SemiMarkov
 from ._torch import Tables
+
+TABLE_WARPS = 8
+"""Warps of the window and semi-Markov tables: with 4 the (64 counts x 32 states) tiles put 80 B on
+the stack on sm_90 (255 registers)."""
+
+TABLE_COUNTS = 64
+"""Counts per tile of the semi-Markov table, whatever K: with 16 or 32 (and 2, 4 or 8 warps) some
+variants with segment PLiFs put 8-40 B on the stack on sm_90; 64 at 8 warps is clean in all."""
+
+MIN_TABLE_CHOOSE_WARPS = 8
+"""Warps of the semi-Markov choice with a min table (slack rescaling, a custom h): with 4 (and 2) its
+float variants of the position loss put 8 B on the stack on sm_90 (40 registers)."""
 
 SEGMENT_KINDS = {"hamming": 0, "segment": 1, "boundary": 2}
 """The losses the semi-Markov table kernel counts (``KIND``), see :func:`_segment_count`."""
@@ -793,7 +813,8 @@ def window_table_search(scores: Tensor, order: int, lengths: Tensor, target: Ten
     last = torch.empty(sides, B, K1, dtype=torch.long, device=dev)
     scores = scores.contiguous()
     launch("hamming_window_table", _window_table_kernel, (B, sides), scores, lengths, target, ring, bp, best,
-           last, T, N, S, N**order, states, K1, BLOCK_K=block(K1), BLOCK_S=block(S, 32))
+           last, T, N, S, N**order, states, K1, BLOCK_K=block(K1), BLOCK_S=block(S, 32),
+           num_warps=TABLE_WARPS)
     out = _outputs(B, T, dev)
     h, h_stride = (target, 0) if htab is None else (htab, htab.stride(0))
     launch("hamming_window_choose", _window_choose_kernel, (B,), scores, lengths, target, bp, best, last, h,
@@ -842,26 +863,21 @@ def window_indicator_backward(path: Tensor, target: Tensor, lengths: Tensor, gra
 
 @triton.jit
 def _segment_count(target, starts, b, s, e, L, n, inner, T, KIND: tl.constexpr):
-    """What segments [s, e) of labels n (int64, a vector over n or a scalar) add to the count of
-    the loss ``KIND`` against the target segmentation (target, starts) (B, T), given ``inner``, the
-    target starts inside (s, e) (unused for the position loss):
+    """What segments [s, e) of labels n (a vector over n, or a scalar) add to the count of the
+    segment loss ``KIND`` against the target segmentation (target, starts) (B, T), given
+    ``inner``, the target starts inside (s, e) (the position loss, KIND 0, counts its mistakes as
+    the segments grow):
 
-    - 0, "hamming": the positions of [s, e) whose target label is not n (a loop over them);
     - 1, "segment": 1, or -1 when [s, e) of label n is a target segment;
     - 2, "boundary": (s is not a target start) + the target starts inside (s, e).
     """
-    count = n.to(tl.int64) * 0
-    if KIND == 0:
-        for t in range(s, e):
-            count += tl.where(tl.load(target + b * T + t) != n, 1, 0).to(tl.int64)
+    opens = tl.load(starts + b * T + s).to(tl.int64)
+    if KIND == 1:
+        closes = (e >= L) | (tl.load(starts + b * T + e, mask=e < L, other=0) != 0)
+        same = (opens != 0) & (inner == 0) & closes & (tl.load(target + b * T + s) == n)
+        count = 1 - 2 * same.to(tl.int64)
     else:
-        opens = tl.load(starts + b * T + s).to(tl.int64)
-        if KIND == 1:
-            closes = (e >= L) | (tl.load(starts + b * T + e, mask=e < L, other=0) != 0)
-            same = (opens != 0) & (inner == 0) & closes & (tl.load(target + b * T + s) == n)
-            count += 1 - 2 * same.to(tl.int64)
-        else:
-            count += 1 - opens + inner
+        count = 1 - opens + inner + n * 0
     return count
 
 
@@ -877,15 +893,6 @@ def _offset(starts, b, L, T, KIND: tl.constexpr):
 
 
 @triton.jit
-def _inner_starts(starts, b, s, e, T):
-    """The target starts inside (s, e), s < e (a loop over them)."""
-    inner = tl.full([], 0, tl.int64)
-    for t in range(s + 1, e):
-        inner += tl.load(starts + b * T + t).to(tl.int64)
-    return inner
-
-
-@triton.jit
 def _segment_step(b, e, d, n, ok, carry, tcarry, content, length, segment, tracks, plif, T, S, N, P, low,
                   high, pscale, sign, HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr):
     """Segments [e - d, e) of labels n (a vector; ``ok`` masks the lengths allowed), grown by the
@@ -897,10 +904,13 @@ def _segment_step(b, e, d, n, ok, carry, tcarry, content, length, segment, track
     if HAS_SEGMENT:
         at = ((b * T + e - 1) * S + d - 1) * N + n
         v += _signed(tl.load(segment + at, mask=ok, other=0.0).to(tl.float64), sign)
-    if HAS_PLIF:
+    if HAS_PLIF:  # PLiF_n of the track mean, interpolated on P points in [low, high]
         tcarry += tl.load(tracks + (b * T + s) * N + n, mask=ok, other=0.0).to(tl.float64)
-        mean = (tcarry / d)[None, :]
-        v += sign * tl.sum(_plif_value(mean, n, ok[None, :], plif, P, low, high, pscale), axis=0)
+        pos = (tl.minimum(tl.maximum(tcarry * reciprocal(d), low), high) - low) * pscale
+        left = tl.minimum(pos.to(tl.int32), P - 2)
+        y0 = tl.load(plif + n * P + left, mask=ok, other=0.0).to(tl.float64)
+        y1 = tl.load(plif + n * P + left + 1, mask=ok, other=0.0).to(tl.float64)
+        v += sign * (y0 + (pos - left) * (y1 - y0))
     return v, carry, tcarry
 
 
@@ -931,7 +941,7 @@ def _count_transitions(al, ic, bp_m, trans, e, K1, N, sign, rk, rn, BLOCK_K: tl.
 
 @triton.jit
 def _semimarkov_table_kernel(content, length, boundary, segment, trans, start, end, lengths, tracks, plif,
-                             target, target_starts, inc, alpha, bp_d, bp_m, best, last, T, S, N, P,
+                             target, target_starts, gold, inc, alpha, bp_d, bp_m, best, last, T, S, N, P,
                              low: tl.float64, high: tl.float64, pscale: tl.float64, K1, KIND: tl.constexpr,
                              HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr, BLOCK_K: tl.constexpr,
                              BLOCK_N: tl.constexpr):
@@ -940,17 +950,22 @@ def _semimarkov_table_kernel(content, length, boundary, segment, trans, start, e
     and whose count is k, and inc[e][k][n] = max_m alpha[e][k][m] + trans[m, n]; counts start at
     :func:`_offset` and stay in [0, K1); a segment adds :func:`_segment_count`. Ties: the shortest
     segment, then the first previous label, then the first last label. A second column of programs
-    runs the min table on the negated scores, as :func:`_table`."""
+    runs the min table on the negated scores, as :func:`_table`; the first writes the target's
+    score into ``gold``."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
     side = tl.program_id(1).to(tl.int64)
     B = tl.num_programs(0).to(tl.int64)
     sign = 1.0 - 2.0 * side.to(tl.float64)
     plane = (T + 1) * K1 * N
+    L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
+    if side == 0:
+        g = segmentation_score(content, length, boundary, segment, trans, start, end, tracks, plif, target,
+                               target_starts, b, L, T, S, N, P, low, high, pscale, HAS_SEGMENT, HAS_PLIF)
+        tl.store(gold + b, g)
     row = (side * B + b) * plane
     ic, al, bp_d, bp_m = inc + row, alpha + row, bp_d + row, bp_m + row
     best += (side * B + b) * K1
     last += (side * B + b) * K1
-    L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
     rn = tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     start_count = _offset(target_starts, b, L, T, KIND)
@@ -999,7 +1014,7 @@ def _semimarkov_table_kernel(content, length, boundary, segment, trans, start, e
                         cand += (v + closing)[None, :]
                         better = cand > top  # strict: the shortest segment wins ties
                         top = tl.where(better, cand, top)
-                        arg = tl.where(better, d, arg)
+                        arg = tl.where(better, d, arg).to(tl.int32)
                     at = (e * K1 + k[:, None]) * N + n[None, :]
                     tl.store(al + at, top, mask=tile)
                     tl.store(bp_d + at, arg.to(bp_d.dtype.element_ty), mask=tile)
@@ -1039,8 +1054,7 @@ def _semimarkov_choose_kernel(content, length, boundary, segment, trans, start, 
     L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
     hrow = htab + b * h_stride
     plane = (T + 1) * K1 * N
-    g = segmentation_score(content, length, boundary, segment, trans, start, end, tracks, plif, target,
-                           target_starts, b, L, T, S, N, P, low, high, pscale, HAS_SEGMENT, HAS_PLIF)
+    g = tl.load(gold + b)  # the target's score, from the table's launch
     _clear_segmentation(labels + b * T, starts + b * T, T, BLOCK)
     found_ok = L >= 0
     H = tl.full([], 0, tl.int64)
@@ -1052,18 +1066,30 @@ def _semimarkov_choose_kernel(content, length, boundary, segment, trans, start, 
             kb = H
             rows = (_side(hrow, kb, CUSTOM, LOW) * B + b)
             label = tl.load(last + rows * K1 + kb)
-            stop = L
-            while stop > 0:
-                d = tl.load(bp_d + rows * plane + (stop * K1 + kb) * N + label).to(tl.int64)
-                s = stop - d
-                for t in range(s, stop):
-                    tl.store(labels + b * T + t, label)
-                tl.store(starts + b * T + s, 1)
-                inner = _inner_starts(target_starts, b, s, stop, T)
-                kb -= _segment_count(target, target_starts, b, s, stop, L, label, inner, T, KIND)
-                label = tl.load(bp_m + rows * plane + (s * K1 + tl.maximum(kb, 0)) * N + label, mask=s > 0,
-                                other=0).to(tl.int64)
-                stop = s
+            s = L  # the current segment [s, e), walked back position by position
+            e = L
+            mistakes = tl.full([], 0, tl.int64)
+            inner = tl.full([], 0, tl.int64)
+            for q in range(0, L):
+                t = L - 1 - q
+                if t + 1 == s:  # a segment ends at t + 1
+                    e = t + 1
+                    s = e - tl.load(bp_d + rows * plane + (e * K1 + kb) * N + label).to(tl.int64)
+                    mistakes = mistakes * 0
+                    inner = inner * 0
+                tl.store(labels + b * T + t, label)
+                if KIND == 0:
+                    mistakes += tl.where(tl.load(target + b * T + t) != label, 1, 0).to(tl.int64)
+                else:
+                    inner += tl.where(t > s, tl.load(target_starts + b * T + t).to(tl.int64), 0)
+                if t == s:  # its first position: the count, then the previous segment's label
+                    tl.store(starts + b * T + s, 1)
+                    if KIND == 0:
+                        kb -= mistakes
+                    else:
+                        kb -= _segment_count(target, target_starts, b, s, e, L, label, inner, T, KIND)
+                    at = rows * plane + (s * K1 + tl.maximum(kb, 0)) * N + label
+                    label = tl.load(bp_m + at, mask=s > 0, other=0).to(tl.int64)
     tl.debug_barrier()  # the backtrack's scalar stores, read back below
     found = segmentation_score(content, length, boundary, segment, trans, start, end, tracks, plif, labels,
                                starts, b, L, T, S, N, P, low, high, pscale, HAS_SEGMENT, HAS_PLIF)
@@ -1086,7 +1112,6 @@ def _semimarkov_choose_kernel(content, length, boundary, segment, trans, start, 
     tl.store(value + b, tl.where(keep, h0, v_found))
     tl.store(count + b, tl.where(keep, 0, H))
     tl.store(scale + b, tl.where(keep, 0.0, slope))
-    tl.store(gold + b, g)
 
 
 def _narrow(n: int) -> torch.dtype:
@@ -1135,11 +1160,11 @@ def semimarkov_table_search(sm: SemiMarkov, labels: Tensor, starts: Tensor, kind
     tracks, ordinates, P, low, high, pscale = _plif_args(sm)
     labels, starts = labels.contiguous(), starts.contiguous()
     meta = dict(KIND=SEGMENT_KINDS[kind], HAS_SEGMENT=sm.segment_scores is not None,
-                HAS_PLIF=sm.segment_plif is not None, BLOCK_K=block(K1))
-    launch("semimarkov_hamming_table", _semimarkov_table_kernel, (B, sides), *tensors, sm.lengths, tracks,
-           ordinates, labels, starts, inc, alpha, bp_d, bp_m, best, last, T, S, N, P, low, high, pscale, K1,
-           BLOCK_N=block(N, 32), **meta)
+                HAS_PLIF=sm.segment_plif is not None)
     value, scale, gold = (torch.empty(B, dtype=torch.float64, device=dev) for _ in range(3))
+    launch("semimarkov_hamming_table", _semimarkov_table_kernel, (B, sides), *tensors, sm.lengths, tracks,
+           ordinates, labels, starts, gold, inc, alpha, bp_d, bp_m, best, last, T, S, N, P, low, high, pscale,
+           K1, BLOCK_K=TABLE_COUNTS, BLOCK_N=block(N, 32), num_warps=TABLE_WARPS, **meta)
     found = torch.empty(B, T, dtype=torch.long, device=dev)
     found_starts = torch.empty(B, T, dtype=torch.bool, device=dev)
     count = torch.empty(B, dtype=torch.long, device=dev)
@@ -1147,5 +1172,6 @@ def semimarkov_table_search(sm: SemiMarkov, labels: Tensor, starts: Tensor, kind
     launch("semimarkov_hamming_choose", _semimarkov_choose_kernel, (B,), *tensors, sm.lengths, tracks,
            ordinates, labels, starts, bp_d, bp_m, best, last, h, h_stride, value, found, found_starts, count,
            scale, gold, T, S, N, P, low, high, pscale, K1, MARGIN=margin, CUSTOM=htab is not None,
-           LOW=sides == 2, BLOCK=block(T), **meta)
+           LOW=sides == 2, BLOCK_K=block(K1), BLOCK=block(T),
+           num_warps=MIN_TABLE_CHOOSE_WARPS if sides == 2 else 4, **meta)
     return value, found, found_starts, count, scale, gold

@@ -39,6 +39,7 @@ from .._triton_common import (
     lse_finish,
     lse_total,
     lse_update,
+    reciprocal,
     transition_step,
 )
 from .._triton_common import load_tile as _tile
@@ -754,7 +755,7 @@ def segmentation_score(content, length, boundary, segment, trans, start, end, tr
                 at = ((b * T + t) * S + d - 1) * N + y
                 total += tl.load(segment + at, mask=closes, other=0.0).to(tl.float64)
             if HAS_PLIF:
-                mean = track / d.to(tl.float64)
+                mean = track * reciprocal(d)
                 pos = (tl.minimum(tl.maximum(mean, low), high) - low) * scale
                 left = tl.minimum(pos.to(tl.int32), P - 2)
                 y0 = tl.load(plif + y * P + left, mask=closes, other=0.0).to(tl.float64)
