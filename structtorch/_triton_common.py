@@ -53,7 +53,7 @@ def reciprocal(d):
     runs a float64 division's slow path as a subroutine call, and the caller saves its live
     registers on the stack around it. A fast float32 estimate, refined by two Newton steps (each
     squares the relative error: 1e-7, 1e-14, then the float64 rounding)."""
-    x = d.to(tl.float64)
+    x = tl.full([], 0.0, tl.float64) + d  # d may be a loop's Python int in the interpreter
     r = tl.fdiv((x * 0.0 + 1.0).to(tl.float32), x.to(tl.float32)).to(tl.float64)
     r = r * (2.0 - x * r)
     return r * (2.0 - x * r)
