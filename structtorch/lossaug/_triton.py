@@ -81,6 +81,19 @@ def _signed(x, sign):
 
 
 @triton.jit
+def _table_program(ring, bp, best, last, ring_size, bp_size, K1):
+    """This program's row b (64-bit: B T N may pass 2^31), the sign of the scores it reads (-1 in
+    the second column of programs, the min table) and its halves of the buffers (``ring_size`` and
+    ``bp_size`` entries per row, K1 of ``best`` and ``last``)."""
+    b = tl.program_id(0).to(tl.int64)
+    side = tl.program_id(1).to(tl.int64)
+    B = tl.num_programs(0).to(tl.int64)
+    sign = 1.0 - 2.0 * side.to(tl.float64)
+    rows = side * B
+    return b, sign, ring + rows * ring_size, bp + rows * bp_size, best + rows * K1, last + rows * K1
+
+
+@triton.jit
 def _table_kernel(unary, trans, start, end, lengths, target, weights, ring, bp, best, last, T, N, K1,
                   SHARED: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_J: tl.constexpr):
     """The table with position weights ``weights`` (B, T) int64."""
@@ -104,14 +117,7 @@ def _table(unary, trans, start, end, lengths, target, weights, ring, bp, best, l
     mistake. A second column of programs (``program_id(1)`` = 1) runs the min table: the same on
     the negated scores (-inf kept), into the second halves of ``ring``, ``bp``, ``best`` and
     ``last`` (each (2, B, ...) then)."""
-    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
-    side = tl.program_id(1).to(tl.int64)
-    B = tl.num_programs(0).to(tl.int64)
-    sign = 1.0 - 2.0 * side.to(tl.float64)
-    ring += side * B * 2 * N * K1
-    bp += side * B * T * N * K1
-    best += side * B * K1
-    last += side * B * K1
+    b, sign, ring, bp, best, last = _table_program(ring, bp, best, last, 2 * N * K1, T * N * K1, K1)
     L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
     rk = tl.arange(0, BLOCK_K)
     rj = tl.arange(0, BLOCK_J)
@@ -695,14 +701,7 @@ def _window_table_kernel(scores, lengths, target, ring, bp, best, last, T, N, S,
     every count k, the oldest previous labels in ``bp`` (B, T, S, K1) (ties: the first maximal
     oldest label, then the first maximal state in newest-first order, as the folded Viterbi). A
     second column of programs runs the min table, as :func:`_table`."""
-    b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
-    side = tl.program_id(1).to(tl.int64)
-    B = tl.num_programs(0).to(tl.int64)
-    sign = 1.0 - 2.0 * side.to(tl.float64)
-    ring += side * B * 2 * S * K1
-    bp += side * B * T * S * K1
-    best += side * B * K1
-    last += side * B * K1
+    b, sign, ring, bp, best, last = _table_program(ring, bp, best, last, 2 * S * K1, T * S * K1, K1)
     L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
     rk = tl.arange(0, BLOCK_K)
     rs = tl.arange(0, BLOCK_S)

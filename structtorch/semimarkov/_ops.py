@@ -203,6 +203,16 @@ def _scores_backward(ctx, grad: Tensor) -> tuple:
     return _indicators(ctx, tensors, labels.view(shape), starts.view(shape), weights)
 
 
+def _keep(ctx, inputs: tuple, output: tuple, *saved: Tensor) -> None:
+    """The ``setup_context`` of the Functions with a score and structures as outputs: saves the
+    potentials (the first ten inputs of :func:`_args`) and ``saved``, keeps the PLiF bounds, and
+    marks every output but the score non-differentiable."""
+    ctx.save_for_backward(*inputs[:10], *saved)
+    ctx.options = inputs[10:12]
+    ctx.mark_non_differentiable(*output[1:])
+    ctx.set_materialize_grads(False)
+
+
 class Viterbi(torch.autograd.Function):
     """The best segmentation's score (float64 (B,), from the kernel), labels and starts; the
     score's gradient is the indicator of the segmentation (:func:`_scores_backward`)."""
@@ -215,10 +225,7 @@ class Viterbi(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(*inputs[:10], *output)
-        ctx.options = inputs[10:12]
-        ctx.mark_non_differentiable(*output[1:])
-        ctx.set_materialize_grads(False)
+        _keep(ctx, inputs, output, *output)
 
     @staticmethod
     def backward(ctx, grad, *_):
@@ -296,10 +303,7 @@ class LossAugmented(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(*inputs[:10], output[1], output[2], inputs[12], inputs[13])
-        ctx.options = inputs[10:12]
-        ctx.mark_non_differentiable(*output[1:])
-        ctx.set_materialize_grads(False)
+        _keep(ctx, inputs, output, output[1], output[2], inputs[12], inputs[13])
 
     @staticmethod
     def backward(ctx, grad, *_):
@@ -327,10 +331,7 @@ class LossAugmentedTable(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(*inputs[:10], output[1], output[2], inputs[12], inputs[13], output[4])
-        ctx.options = inputs[10:12]
-        ctx.mark_non_differentiable(*output[1:])
-        ctx.set_materialize_grads(False)
+        _keep(ctx, inputs, output, output[1], output[2], inputs[12], inputs[13], output[4])
 
     @staticmethod
     def backward(ctx, grad, *_):
