@@ -94,6 +94,27 @@ def _table_program(ring, bp, best, last, ring_size, bp_size, K1):
 
 
 @triton.jit
+def _close_table(final, end, best, last, K1, N, label_stride, count_stride, sign, rk, rn,
+                 BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
+    """best[k] = max_n final[n, k] + end[n] (signed) and last[k] its first maximal label, for the
+    table ``final`` of the last position (entry (n, k) at n * label_stride + k * count_stride)."""
+    for k0 in range(0, K1, BLOCK_K):
+        k = k0 + rk
+        mk = k < K1
+        top = tl.full([BLOCK_K], NEG, tl.float64)
+        label = tl.zeros([BLOCK_K], tl.int32)
+        for n0 in range(0, N, BLOCK_N):
+            n = n0 + rn
+            mn = n < N
+            at = n[None, :] * label_stride + k[:, None] * count_stride
+            v = tl.load(final + at, mask=mk[:, None] & mn[None, :], other=NEG)
+            v += _signed(tl.load(end + n, mask=mn, other=NEG).to(tl.float64), sign)[None, :]
+            top, label = argmax_update(top, label, v, n0, 1)
+        tl.store(best + k, top, mask=mk)
+        tl.store(last + k, label.to(tl.int64), mask=mk)
+
+
+@triton.jit
 def _table_kernel(unary, trans, start, end, lengths, target, weights, ring, bp, best, last, T, N, K1,
                   SHARED: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_J: tl.constexpr):
     """The table with position weights ``weights`` (B, T) int64."""
@@ -166,20 +187,8 @@ def _table(unary, trans, start, end, lengths, target, weights, ring, bp, best, l
                     tl.store(bp + ((b * T + t) * N + j[None, :]) * K1 + k[:, None],
                              arg.to(bp.dtype.element_ty), mask=tile)
             tl.debug_barrier()
-        final = buf + ((L - 1) % 2) * N * K1
-        for k0 in range(0, K1, BLOCK_K):
-            k = k0 + rk
-            mk = k < K1
-            top = tl.full([BLOCK_K], NEG, tl.float64)
-            label = tl.zeros([BLOCK_K], tl.int32)
-            for j0 in range(0, N, BLOCK_J):
-                j = j0 + rj
-                mj = j < N
-                v = tl.load(final + j[None, :] * K1 + k[:, None], mask=mk[:, None] & mj[None, :], other=NEG)
-                v += _signed(tl.load(end + b * N + j, mask=mj, other=NEG).to(tl.float64), sign)[None, :]
-                top, label = argmax_update(top, label, v, j0, 1)
-            tl.store(best + b * K1 + k, top, mask=mk)
-            tl.store(last + b * K1 + k, label.to(tl.int64), mask=mk)
+        _close_table(buf + ((L - 1) % 2) * N * K1, end + b * N, best + b * K1, last + b * K1, K1, N, K1, 1,
+                     sign, rk, rj, BLOCK_K, BLOCK_J)
 
 
 @triton.jit
@@ -1021,7 +1030,7 @@ def _semimarkov_table_kernel(content, length, boundary, segment, trans, start, e
             if e < L:
                 _count_transitions(al, ic, bp_m, trans, e, K1, N, sign, rk, rn, BLOCK_K, BLOCK_N)
                 tl.debug_barrier()
-        for k0 in range(0, K1, BLOCK_K):
+        for k0 in range(0, K1, BLOCK_K):  # as _close_table (which sm_90 compiles with a stack here)
             k = k0 + rk
             mk = k < K1
             top = tl.full([BLOCK_K], NEG, tl.float64)
