@@ -5,9 +5,12 @@ A sentence at a time (a tagging service, a BCFW block step) makes calls whose ke
 microseconds; the general path's Python (argument checks as PyTorch operators, the backend lookup,
 the autograd Function, result guards) took ten times that. A lane takes a call whose arguments are
 plain eager CPU tensors of one float dtype in the shapes the kernels take, on the "compiled"
-backend, with lengths or a mask whose rows are prefixes: it checks their metadata here and leaves
-the rest to one C++ call (``csrc/quick.cpp``): start, end and lengths made canonical, the value
-checks (while :func:`structtorch.set_validation` is on), the kernel and the cast of the result.
+backend, with lengths or a mask whose rows are prefixes: it checks here that they are plain tensors
+and leaves the rest to one C++ call (``csrc/quick.cpp``): their shapes, dtypes and devices (it
+declines any other), start, end and lengths made canonical, the value
+checks (while :func:`structtorch.set_validation` is on), the kernel and the cast of the result,
+and the result's autograd node in C++ (``csrc/quick_grad.cpp``), so that neither the forward nor
+the backward of a sentence runs Python beyond the metadata checks.
 Anything else, and any call whose value checks fail or whose result is not finite (an infeasible
 row, an overflow) or whose mask has gaps, returns None and takes the general path, which raises
 the usual error or returns the exact result: a lane never answers differently from the general
@@ -32,126 +35,61 @@ __all__ = ["viterbi", "nll"]
 _FLOATS = (torch.float32, torch.float64)
 
 
-def _canonical_shapes(unary: object, transitions: object, start: object, end: object,
-                      lengths: object, mask: object) -> bool:
-    """Whether the arguments are what the lanes take: plain CPU tensors of one float dtype, unary
-    (B, T, N) with T >= 1 and N <= 32767, transitions (N, N) or (B, T-1, N, N), start and end None,
-    (N,) or (B, N), lengths None or (B,) integers, or instead a (B, T) bool or uint8 mask (whose
-    rows the kernel accepts when they are prefixes); eager, on the "compiled" backend, no
-    autocast."""
-    if torch.compiler.is_compiling() or not isinstance(unary, Tensor) or unary.dim() != 3 or (
-            unary.dtype not in _FLOATS):
+def _plain(unary: object, *others: object) -> bool:
+    """Whether a lane may take the call: ``unary`` a plain tensor (no subclass), the others too or
+    None, on the "compiled" backend, eager and outside autocast. The shapes, dtypes and devices are checked by
+    the C++ call (``lane_shapes`` in ``csrc/quick.cpp``), which declines the others: attribute reads
+    cost more in Python (more still on a Parameter, a subclass) than the whole check in C++."""
+    if type(unary) not in PLAIN or intercepted():  # first: torch.compile must not trace the rest
         return False
-    B, T, N = unary.shape
-    if T < 1 or not 1 <= N <= 32767 or unary.device.type != "cpu" or fast_ops() is None:
-        return False
-    dtype = unary.dtype
-    if not (isinstance(transitions, Tensor) and transitions.dtype == dtype
-            and transitions.shape in ((N, N), (B, T - 1, N, N))):
-        return False
-    for x in (start, end):
-        if x is not None and not (isinstance(x, Tensor) and x.dtype == dtype and x.shape in ((N,), (B, N))):
+    for x in others:
+        if x is not None and type(x) not in PLAIN:
             return False
-    if lengths is not None and not (isinstance(lengths, Tensor) and lengths.shape == (B,)
-                                    and not lengths.is_floating_point() and lengths.dtype != torch.bool):
-        return False
-    if mask is not None and not (lengths is None and isinstance(mask, Tensor) and mask.shape == (B, T)
-                                 and mask.dtype in (torch.bool, torch.uint8)):
-        return False
-    for x in (transitions, start, end, lengths, mask):  # plain CPU tensors (not meta, not subclasses)
-        if x is not None and (type(x) not in PLAIN or x.device.type != "cpu"):
-            return False
-    return (type(unary) in PLAIN and not intercepted() and not torch.is_autocast_enabled("cpu")
+    return (not torch.is_autocast_enabled("cpu") and fast_ops() is not None
             and _backend.backend_for(unary) == "compiled")
-
-
-def _needs_grad(*tensors: Tensor | None) -> bool:
-    return torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in tensors)
 
 
 def viterbi(unary: Tensor, transitions: Tensor, start: Tensor | None = None, end: Tensor | None = None,
             lengths: Tensor | None = None, mask: Tensor | None = None) -> tuple[Tensor, Tensor] | None:
     """(score (B,), path (B, T)) as :func:`structtorch.viterbi` returns them (the score's gradient
-    the indicator of the path), or None: take the general path (the arguments are not the lane's,
-    a check failed or a score is not finite)."""
-    if not _canonical_shapes(unary, transitions, start, end, lengths, mask):
+    the indicator of the path, a C++ autograd node), or None: take the general path (the arguments
+    are not the lane's, a check failed or a score is not finite)."""
+    if not _plain(unary, transitions, start, end, lengths, mask):
         return None
-    args = (unary, transitions, start, end, lengths, mask, validation_enabled())
     with call_threads():
-        if _needs_grad(unary, transitions, start, end):
-            score, path, status = _Viterbi.apply(*args)
-        else:
-            score, path, status = fast_ops().quick_viterbi(*args)
+        score, path, status = fast_ops().quick_viterbi_autograd(unary, transitions, start, end, lengths, mask,
+                                                                validation_enabled())
     return (score, path) if status == 0 else None
-
-
-class _Viterbi(torch.autograd.Function):
-    """The lane's Viterbi with the score's gradient, the indicator of the path (the old form: the
-    lanes run eagerly only)."""
-
-    @staticmethod
-    def forward(ctx, unary, transitions, start, end, *rest):  # rest: lengths, mask, validate
-        score, path, status = fast_ops().quick_viterbi(unary, transitions, start, end, *rest)
-        if status == 0:
-            ctx.save_for_backward(path)
-            ctx.mark_non_differentiable(path)
-            ctx.shapes = (unary.shape[2], transitions.dim() == 2,
-                          ((3, unary.dtype), (transitions.dim(), unary.dtype),
-                           None if start is None else (start.dim(), unary.dtype),
-                           None if end is None else (end.dim(), unary.dtype)))
-        return score, path, status
-
-    @staticmethod
-    def backward(ctx, grad, *_):
-        (path,) = ctx.saved_tensors
-        N, shared, inputs = ctx.shapes
-        grads = _torch.indicator_grads(path, (path >= 0).sum(1), grad, N, shared)  # finite: no infeasible row
-        out = [None if x is None else (g.sum(0) if i >= 2 and x[0] == 1 else g).to(x[1])  # (N,) start, end
-               for i, (g, x) in enumerate(zip(grads, inputs, strict=True))]
-        needs = ctx.needs_input_grad[:4]
-        return (*(g if need else None for g, need in zip(out, needs, strict=True)), None, None, None)
 
 
 def nll(unary: Tensor, transitions: Tensor, start: Tensor | None, end: Tensor | None, lengths: Tensor | None,
         mask: Tensor | None, labels: object) -> Tensor | None:
     """The CRF loss logZ - score(labels) (B,) as :class:`structtorch.LinearChainCRF` computes it
-    (differentiable, double backward included), or None: take the general path."""
-    if not (_canonical_shapes(unary, transitions, start, end, lengths, mask) and isinstance(labels, Tensor)
-            and labels.shape == unary.shape[:2] and labels.device.type == "cpu"
-            and not labels.is_floating_point() and labels.dtype != torch.bool):
+    (differentiable through a C++ autograd node, double backward included), or None: take the
+    general path."""
+    if not (_plain(unary, transitions, start, end, lengths, mask, labels) and labels is not None):
         return None
     with call_threads():
-        loss, status = _NegativeLogLikelihood.apply(unary, transitions, start, end, lengths, mask, labels,
-                                                    validation_enabled())
+        loss, status = fast_ops().quick_nll_autograd(unary, transitions, start, end, lengths, mask, labels,
+                                                     validation_enabled())
     return loss if status == 0 else None
 
 
-class _NegativeLogLikelihood(torch.autograd.Function):
-    """The lane's CRF loss: outputs (loss (B,) in the input dtype, status); eager only (the old
-    form, without ``setup_context``: the lanes never run under transforms or compilation)."""
-
-    @staticmethod
-    def forward(ctx, unary, transitions, start, end, lengths, mask, labels, validate):
-        loss, state, status = fast_ops().quick_nll(unary, transitions, start, end, lengths, mask, labels,
-                                                   validate)
-        if status == 0:
-            ctx.save_for_backward(unary, transitions, start, end, *state)
-            ctx.dims = tuple(0 if x is None else x.dim() for x in (start, end))
-        return loss, status
-
-    @staticmethod
-    def backward(ctx, grad, _):
-        unary, transitions, start, end, *state = ctx.saved_tensors
-        needs = ctx.needs_input_grad[:4]
-        if torch.is_grad_enabled():  # double backward: differentiate the recursion
-            grads = _double_backward(unary, transitions, start, end, state, needs, grad)
-        else:
-            grads = fast_ops().quick_nll_backward(grad, unary, transitions, *ctx.dims, state)
-        return (*(g if need else None for g, need in zip(grads, needs, strict=True)), None, None, None, None)
+def _viterbi_grads(grad: Tensor, path: Tensor, transitions: Tensor, start_dims: int,
+                   end_dims: int) -> tuple[Tensor, ...]:
+    """The Viterbi lane's gradients with ``create_graph`` (called by its C++ node,
+    ``csrc/quick_grad.cpp``): the indicators of ``path`` scaled by ``grad``, as PyTorch operators;
+    start and end (B, N), or (N,) with ``*_dims`` 1 (summed over the batch)."""
+    N, shared = transitions.shape[-1], transitions.dim() == 2
+    grads = _torch.indicator_grads(path, (path >= 0).sum(1), grad, N, shared)  # finite: no infeasible row
+    unary, trans, first, last = (g.to(transitions.dtype) for g in grads)
+    ends = ((first, start_dims), (last, end_dims))
+    return (unary, trans, *(None if d == 0 else g.sum(0) if d == 1 else g for g, d in ends))
 
 
-def _double_backward(unary, transitions, start, end, state, needs, grad):
-    """The lane's gradients with ``create_graph``, through the PyTorch recursion
+def _nll_double_backward(unary, transitions, start, end, state, needs, grad):
+    """The CRF-loss lane's gradients with ``create_graph`` (called by its C++ node,
+    ``csrc/quick_grad.cpp``), through the PyTorch recursion
     (:func:`structtorch.chain._ops.nll_double_backward`) on the canonical chain, start and end
     summed back to their shapes."""
     B, _, N = unary.shape

@@ -28,4 +28,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("quick_viterbi", &structtorch::quick::viterbi, "The Viterbi lane of small calls (see quick.cpp).");
   m.def("quick_nll", &structtorch::quick::nll, "The CRF-loss lane of small calls (see quick.cpp).");
   m.def("quick_nll_backward", &structtorch::quick::nll_grad, "Its gradients (see quick.cpp).");
+  m.def("quick_viterbi_autograd", &structtorch::quick::viterbi_autograd,
+        "quick_viterbi with the score's autograd node (see quick_grad.cpp).");
+  m.def("quick_nll_autograd", &structtorch::quick::nll_autograd,
+        "quick_nll with the loss's autograd node (see quick_grad.cpp).");
 }

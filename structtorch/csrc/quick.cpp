@@ -6,7 +6,8 @@
 // kBadInput, a value check failed; kNotFinite, a result is not finite (an infeasible row, an
 // overflow). For both Python takes the general path, which raises the usual error or returns the
 // exact result for those rows; kNotPrefix, a mask that is not a prefix in every row (the general
-// path moves its positions). A mask that is gives the lengths.
+// path moves its positions). A mask that is gives the lengths. kNotCanonical: the arguments' shapes,
+// dtypes or devices are not the lanes' (Python checked only that they are plain tensors).
 #include "quick.h"
 
 #include <limits>
@@ -16,7 +17,7 @@
 namespace structtorch::quick {
 namespace {
 
-constexpr int64_t kOk = 0, kBadInput = 1, kNotFinite = 2, kNotPrefix = 3;
+constexpr int64_t kOk = 0, kBadInput = 1, kNotFinite = 2, kNotPrefix = 3, kNotCanonical = 4;
 constexpr int64_t kValues = 0, kFinite = 2;  // modes of first_bad (checks.cpp)
 
 struct Canonical {
@@ -66,6 +67,35 @@ Opt lengths_of(const Opt& lengths, const Opt& mask, bool& ok) {
   return len;
 }
 
+bool floating(const at::Tensor& x) { return x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble; }
+
+bool integral(const at::Tensor& x) { return !x.is_floating_point() && !x.is_complex() && x.scalar_type() != at::kBool; }
+
+// Whether the arguments are the lanes' (metadata only): CPU tensors, unary (B, T, N) float32 or
+// float64 with T >= 1 and 1 <= N <= 32767, transitions (N, N) or (B, T-1, N, N), start and end
+// (N,) or (B, N), all of unary's dtype; lengths (B,) integers, or instead a (B, T) bool or uint8
+// mask; labels (B, T) integers.
+bool lane_shapes(const at::Tensor& unary, const at::Tensor& trans, const Opt& start, const Opt& end,
+                 const Opt& lengths, const Opt& mask, const Opt& labels) {
+  if (unary.dim() != 3 || !floating(unary) || !unary.device().is_cpu()) return false;
+  const int64_t B = unary.size(0), T = unary.size(1), N = unary.size(2);
+  const auto dtype = unary.scalar_type();
+  if (T < 1 || N < 1 || N > 32767 || trans.scalar_type() != dtype || !trans.device().is_cpu()) return false;
+  if (!(trans.sizes() == at::IntArrayRef{N, N} || trans.sizes() == at::IntArrayRef{B, T - 1, N, N})) return false;
+  for (const Opt* x : {&start, &end}) {
+    if (!x->has_value()) continue;
+    const at::Tensor& v = **x;
+    if (v.scalar_type() != dtype || !v.device().is_cpu()) return false;
+    if (!(v.sizes() == at::IntArrayRef{N} || v.sizes() == at::IntArrayRef{B, N})) return false;
+  }
+  if (lengths && (lengths->sizes() != at::IntArrayRef{B} || !integral(*lengths) || !lengths->device().is_cpu()))
+    return false;
+  if (mask && (lengths || mask->sizes() != at::IntArrayRef{B, T} || !mask->device().is_cpu() ||
+               !(mask->scalar_type() == at::kBool || mask->scalar_type() == at::kByte)))
+    return false;
+  return !labels || (labels->sizes() == at::IntArrayRef{B, T} && integral(*labels) && labels->device().is_cpu());
+}
+
 // Whether a value check fails: NaN or +inf potentials, lengths outside [0, T], labels outside
 // [0, N) within the lengths.
 bool bad_input(const at::Tensor& unary, const at::Tensor& trans, const Opt& start, const Opt& end,
@@ -86,6 +116,7 @@ bool not_finite(const at::Tensor& x) { return first_bad({x}, {kFinite}, std::nul
 std::tuple<at::Tensor, at::Tensor, int64_t> viterbi(const at::Tensor& unary, const at::Tensor& trans,
                                                     const Opt& start, const Opt& end, const Opt& given,
                                                     const Opt& mask, bool validate) {
+  if (!lane_shapes(unary, trans, start, end, given, mask, std::nullopt)) return {{}, {}, kNotCanonical};
   bool prefix;
   const Opt lengths = lengths_of(given, mask, prefix);
   if (!prefix) return {{}, {}, kNotPrefix};
@@ -103,6 +134,7 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, int64_t> nll(const at::Tensor& u
                                                              const Opt& start, const Opt& end,
                                                              const Opt& given, const Opt& mask,
                                                              const at::Tensor& labels, bool validate) {
+  if (!lane_shapes(unary, trans, start, end, given, mask, labels)) return {{}, {}, kNotCanonical};
   bool prefix;
   const Opt lengths = lengths_of(given, mask, prefix);
   if (!prefix) return {{}, {}, kNotPrefix};

@@ -156,8 +156,9 @@ class LinearChainCRF(nn.Module):
     def scores(self) -> tuple[Tensor, Tensor, Tensor]:
         """(transitions (N, N), start (N,), end (N,)) with -inf where the constraints forbid (the
         constraints are read when the module is built or a state dict is loaded)."""
-        if not self._constrained:
-            return self.transitions, self.start, self.end
+        if not self._constrained:  # the parameters read from their dict (nn.Module's __getattr__ is slow)
+            p = self._parameters
+            return p["transitions"], p["start"], p["end"]
 
         def masked(x: Tensor, ok: Tensor) -> Tensor:
             return torch.where(ok, x, torch.full((), NEG_INF, dtype=x.dtype, device=x.device))
@@ -208,7 +209,6 @@ class LinearChainCRF(nn.Module):
 
     # -- the loss -------------------------------------------------------------------------------
 
-    @one_assertion()
     def forward(self, emissions: Tensor, tags: Tensor, mask: Tensor | None = None, *,
                 lengths: LengthsLike = None, reduction: str = "none") -> Tensor:
         """Negative log-likelihood -log p(tags | emissions): a loss (>= 0).
@@ -246,6 +246,11 @@ class LinearChainCRF(nn.Module):
         quick = None if partial else self._quick(quick_nll, emissions, mask, lengths, tags)
         if quick is not None:
             return _reduce(quick, reduction, lambda: _tokens(emissions, mask, lengths))
+        return self._forward(emissions, tags, mask, lengths, reduction)
+
+    @one_assertion()  # the general path's (the lanes check on the host, in their C++ call)
+    def _forward(self, emissions: Tensor, tags: Tensor, mask: Tensor | None, lengths: LengthsLike,
+                 reduction: str) -> Tensor:
         batch = self._batch(emissions, tags, mask, lengths)
         if not isinstance(batch.tags, Tensor):
             raise TypeError(f"tags must be an integer tensor of shape {self._layout()}")
@@ -274,7 +279,6 @@ class LinearChainCRF(nn.Module):
 
     # -- inference ------------------------------------------------------------------------------
 
-    @one_assertion()
     def decode(self, emissions: Tensor, mask: Tensor | None = None, *, lengths: LengthsLike = None,
                k: int | None = None) -> tuple[Tensor, Tensor]:
         """Best labeling (Viterbi), or the k best with ``k``.
@@ -289,6 +293,11 @@ class LinearChainCRF(nn.Module):
         quick = None if k is not None else self._quick(quick_viterbi, emissions, mask, lengths)
         if quick is not None:
             return quick[0], quick[1] if self.batch_first else quick[1].t()
+        return self._decode(emissions, mask, lengths, k)
+
+    @one_assertion()
+    def _decode(self, emissions: Tensor, mask: Tensor | None, lengths: LengthsLike,
+                k: int | None) -> tuple[Tensor, Tensor]:
         batch = self._batch(emissions, None, mask, lengths)
         trans, start, end = self.scores()
         if k is None:

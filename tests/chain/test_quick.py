@@ -137,30 +137,70 @@ def test_the_general_errors_are_unchanged_behind_the_lanes():
         crf(u.nan_to_num(), tags)
 
 
-def test_lane_gradients_pass_gradcheck_and_gradgradcheck():
+# start and end: None, (N,) or (B, N) each, and which of the inputs need a gradient: the C++ nodes
+# number a None start or end out of their inputs.
+_ENDS = [("none", "vector"), ("vector", "none"), ("rows", "vector"), ("none", "none"), ("rows", "rows")]
+
+
+def _ends(s, e, B, forms):
+    pick = {"none": lambda x: None, "vector": lambda x: x, "rows": lambda x: x.expand(B, -1) + 0}
+    return pick[forms[0]](s), pick[forms[1]](e)
+
+
+@pytest.mark.parametrize("forms", _ENDS)
+@pytest.mark.parametrize("grads", [(True, True, True, True), (False, True, False, True), (True, False, True, False)])
+def test_lane_gradients_pass_gradcheck_and_gradgradcheck(forms, grads):
     u, A, s, e, L, tags = _instance(3, 2, 4, 3)
     L = torch.tensor([4, 2])
+    s, e = _ends(s, e, 2, forms)
+    inputs = [x for x in (u, A, s, e) if x is not None]
+    wanted = [x for x, g in zip((u, A, s, e), grads, strict=True) if x is not None and g]
+    for x in wanted:
+        x.requires_grad_()
 
-    def loss(u, A, s, e):
-        out = _quick.nll(u, A, s, e, L, None, tags)
+    def loss(*xs):
+        it = iter(xs)
+        args = [next(it) if x is not None else None for x in (u, A, s, e)]
+        out = _quick.nll(*args, L, None, tags)
         assert out is not None  # the lane answered
         return out
 
-    inputs = tuple(x.requires_grad_() for x in (u, A, s, e))
-    assert torch.autograd.gradcheck(loss, inputs)
-    assert torch.autograd.gradgradcheck(loss, inputs)
+    assert torch.autograd.gradcheck(loss, tuple(inputs))
+    assert torch.autograd.gradgradcheck(loss, tuple(inputs))
 
 
-def test_lane_viterbi_gradient_is_the_path_indicator():
+@pytest.mark.parametrize("forms", _ENDS)
+@pytest.mark.parametrize("shared", [True, False])
+def test_lane_viterbi_gradient_is_the_path_indicator(forms, shared):
     u, A, s, e, L, _ = _instance(4, 3, 5, 3)
-    leaves = [x.requires_grad_() for x in (u, A, s, e)]
+    if not shared:
+        A = A.expand(3, 4, 3, 3) + torch.randn(3, 4, 3, 3, dtype=u.dtype)
+    s, e = _ends(s, e, 3, forms)
+    leaves = [x.requires_grad_() for x in (u, A, s, e) if x is not None]
+    weights = torch.tensor([1.0, 2.0, 3.0], dtype=u.dtype)
     score, path = st.viterbi(u, A, start=s, end=e, lengths=L)
-    score.sum().backward()
-    ref = [x.detach().clone().requires_grad_() for x in (u, A, s, e)]
-    ref_score, _ = _general(lambda: st.viterbi(*ref[:2], start=ref[2], end=ref[3], lengths=L))
-    ref_score.sum().backward()
+    assert "ViterbiScore" in score.grad_fn.name()  # the lane's C++ node
+    (score * weights).sum().backward()
+    ref = [x.detach().clone().requires_grad_() for x in leaves]
+    it = iter(ref)
+    ru, rA, rs, re = (next(it) if x is not None else None for x in (u, A, s, e))
+    ref_score, _ = _general(lambda: st.viterbi(ru, rA, start=rs, end=re, lengths=L))
+    (ref_score * weights).sum().backward()
     for x, r in zip(leaves, ref, strict=True):
         torch.testing.assert_close(x.grad, r.grad)
+
+
+def test_lane_viterbi_gradient_builds_a_graph_with_create_graph():
+    """The node's create_graph branch (the indicators as PyTorch operators): the gradient is linear
+    in the upstream weights, so its derivative w.r.t. them is the indicator again."""
+    u, A, s, e, L, _ = _instance(5, 2, 4, 3)
+    u.requires_grad_()
+    w = torch.tensor([1.0, 2.0], dtype=u.dtype, requires_grad=True)
+    score, path = st.viterbi(u, A, start=s, end=e, lengths=L)
+    (gu,) = torch.autograd.grad((score * w).sum(), u, create_graph=True)
+    assert gu.requires_grad
+    (gw,) = torch.autograd.grad(gu.sum(), w)
+    torch.testing.assert_close(gw, (path >= 0).sum(1).to(u.dtype))
 
 
 def test_lanes_follow_the_validation_switch():
