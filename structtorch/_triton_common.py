@@ -14,8 +14,9 @@ max-plus with the first maximal index (Viterbi) or by an online log-sum-exp; ``V
 - :func:`close`: the last reduction ``over j of last[j] + end[j]`` (Viterbi: max and argmax);
 - :func:`transitions_at`, :func:`load_tile`, :func:`candidates`: the (N, N) transition block of
   one step (shared or per position), a float64 tile of it, and a tile of candidates;
-- on the host: :func:`block` (a tile size) and :func:`launch` (a launch, labelled
-  ``structtorch::triton::<name>`` in :mod:`torch.profiler` traces while a profiler runs).
+- on the host: :func:`block` (a tile size), :func:`launch` (a launch, labelled
+  ``structtorch::triton::<name>`` in :mod:`torch.profiler` traces while a profiler runs) and
+  :func:`per_triton` (a launch setting that differs between Triton releases).
 
 Ties are broken as on every other backend: the first maximal index.
 """
@@ -30,6 +31,18 @@ from .profiling import TRITON_PREFIX
 
 NEG = tl.constexpr(float("-inf"))  # in kernels; NEG_INF on the host
 POS = tl.constexpr(float("inf"))
+
+
+TRITON = tuple(int(v) for v in triton.__version__.split(".")[:2])
+"""The running Triton's (major, minor) release."""
+
+
+def per_triton(default: int, releases: dict[tuple[int, int], int]) -> int:
+    """A launch setting (warps, a tile) for the running Triton: ``releases[(major, minor)]``, else
+    ``default``. Each release's compiler allocates registers its own way: the ahead-of-time compile
+    for sm_90 (``tests/compile_kernels.py``, ``make tritons``) finds where a kernel puts registers on
+    the stack, and the settings here keep every kernel off it on Triton 3.6, 3.8 and 3.9."""
+    return releases.get(TRITON, default)
 
 
 def block(n: int, most: int = 64) -> int:

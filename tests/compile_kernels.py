@@ -281,6 +281,7 @@ def scalar_types_ok(kernel, signature: dict) -> bool:
 def main() -> int:
     failures, spills = [], []
     from structtorch.chain import _triton as chain
+    from structtorch.chain import _triton_scan as scan
     from structtorch.lossaug import _triton as hamming
     from structtorch.semimarkov import _triton as semi
 
@@ -289,7 +290,10 @@ def main() -> int:
              f"chain backward ({chain.BACKWARD_TILE})": chain.BACKWARD_WARPS,
              "chain window (64, 64)": chain.WINDOW_WARPS,  # as the wrappers launch them (else Triton's 4)
              "window table": hamming.TABLE_WARPS, "semi table": hamming.TABLE_WARPS,
-             "semi choose (min table)": hamming.MIN_TABLE_CHOOSE_WARPS}
+             "semi choose (min table)": hamming.MIN_TABLE_CHOOSE_WARPS,
+             f"chain kbest ({chain.KBEST_TILE})": chain.KBEST_WARPS, "chain kbest (16)": chain.KBEST_WARPS,
+             "chain marginals backward": chain.MARGINALS_BACKWARD_WARPS, "semi forward": semi.FORWARD_WARPS,
+             "chain scan backward": scan.BACKWARD_WARPS, "hamming fold": hamming.FOLD_WARPS}
     for name, kernel, signature, constexprs in itertools.chain(_gpu_signatures(), _fused_hamming_signatures()):
         sig = {**signature, **{k: "constexpr" for k in constexprs}}
         try:

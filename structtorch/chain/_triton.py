@@ -43,6 +43,7 @@ from .._triton_common import (
     launch,
     lse_finish,
     lse_update,
+    per_triton,
     transition_step,
     transitions_at,
 )
@@ -57,6 +58,15 @@ spill registers on sm_90 at 32 x 32 and 64 x 64 (``tests/compile_kernels.py`` re
 KBEST_TILE = 16
 """The k-best kernel's largest label tile: it holds a float64 tile of candidates and an int32 tile
 of their codes, which spill registers on sm_90 at 32 x 32 (``tests/compile_kernels.py``)."""
+
+KBEST_WARPS = per_triton(4, {(3, 9): 2})
+"""Warps of the k-best kernel: with 4, Triton 3.9 puts 8 B on the stack on sm_90 (56 registers),
+with 2 nothing; 3.6 and 3.8 are clean at Triton's 4."""
+
+MARGINALS_BACKWARD_WARPS = per_triton(4, {(3, 6): 2, (3, 9): 8})
+"""Warps of the marginals' backward: with Triton 3.9 at 4 (and 2) its float64 shared variant puts
+8 B on the stack on sm_90, at 8 nothing; with 3.6 at 4 (and 8) some variants put 8 B there, at 2
+none; 3.8 is clean at Triton's 4."""
 
 FORWARD_WARPS = 2
 """Warps of the forward kernel at the 16-label tile (N <= 16; larger tiles take Triton's 4): a
@@ -776,7 +786,7 @@ def marginals_backward(chain: Chain, grad: Tensor) -> tuple[Tensor, ...]:
     ring = torch.empty(B, 4, N, dtype=torch.float64, device=dev)
     _launch("chain_marginals_backward", _hvp_kernel, chain, chain.end, chain.lengths, alpha, logz,
             grad.to(torch.float64).contiguous(), dalpha, ring, g_unary, g_trans, g_start, g_end,
-            tile=BACKWARD_TILE)
+            tile=BACKWARD_TILE, num_warps=MARGINALS_BACKWARD_WARPS)
     grads = (g_unary, g_trans.sum(0) if chain.shared else g_trans, g_start, g_end)
     return tuple(x.to(chain.unary.dtype) for x in grads)
 
@@ -793,7 +803,7 @@ def kbest(chain: Chain, k: int) -> tuple[Tensor, Tensor]:
     codes = torch.empty(B, k, dtype=torch.int32, device=dev)
     paths = torch.empty(B, k, T, dtype=torch.long, device=dev)
     _launch("chain_kbest", _kbest_kernel, chain, chain.start, chain.end, chain.lengths, top, bp, scores,
-            codes, paths, k, tile=KBEST_TILE)
+            codes, paths, k, tile=KBEST_TILE, num_warps=KBEST_WARPS)
     return scores, paths
 
 

@@ -72,6 +72,7 @@ from .._triton_common import (
     launch,
     lse_finish,
     lse_update,
+    per_triton,
     transition_step,
     transitions_at,
 )
@@ -86,6 +87,10 @@ PRODUCT_TILE = 32
 BETA_TILE = 32
 """The boundary betas' largest label tile: its (row-reduced) float64 tiles spill registers on sm_90
 at 64 x 64 (compiled ahead of time as ``tests/compile_kernels.py`` does)."""
+
+BACKWARD_WARPS = per_triton(4, {(3, 9): 2})
+"""Warps of the chunked backward: with Triton 3.9 at 4 (and 8) some variants put 8 B on the stack on
+sm_90, at 2 none; 3.6 and 3.8 are clean at Triton's 4."""
 
 MIN_CHUNK = 16
 """The shortest chunk :func:`chunk_length` proposes."""
@@ -656,7 +661,7 @@ def _backward(chain: Chain, logz: Tensor, alpha: Tensor, g: Tensor, edges: bool 
     launch("chain_scan_backward", _backward_chunk_kernel, (B, C), chain.unary, chain.transitions, chain.end,
            chain.lengths, alpha, logz, bounds, ring, g_unary, g_trans, g_start, g_end, g, g.stride(0),
            labels if gold else chain.lengths, T, N, C, S, SHARED=chain.shared, EDGES=edges, GOLD=gold,
-           BLOCK=block(N, BACKWARD_TILE))
+           BLOCK=block(N, BACKWARD_TILE), num_warps=BACKWARD_WARPS)
     if not edges:
         return g_unary, None, g_start, g_end
     return g_unary, g_trans.sum((0, 1)) if chain.shared else g_trans, g_start, g_end

@@ -34,6 +34,7 @@ from .._triton_common import (
     block,
     close,
     launch,
+    per_triton,
     reciprocal,
     transition_step,
     transitions_at,
@@ -58,9 +59,15 @@ TABLE_COUNTS = 64
 """Counts per tile of the semi-Markov table, whatever K: with 16 or 32 (and 2, 4 or 8 warps) some
 variants with segment PLiFs put 8-40 B on the stack on sm_90; 64 at 8 warps is clean in all."""
 
-MIN_TABLE_CHOOSE_WARPS = 8
-"""Warps of the semi-Markov choice with a min table (slack rescaling, a custom h): with 4 (and 2) its
-float variants of the position loss put 8 B on the stack on sm_90 (40 registers)."""
+FOLD_WARPS = per_triton(4, {(3, 9): 8})
+"""Warps of the Hamming fold (margin rescaling): with Triton 3.9 at 4 its float64 variant with
+per-position transitions and 64-label tiles puts 32 B on the stack on sm_90, at 8 nothing; 3.6 and
+3.8 are clean at Triton's 4."""
+
+MIN_TABLE_CHOOSE_WARPS = per_triton(8, {(3, 9): 2})
+"""Warps of the semi-Markov choice with a min table (slack rescaling, a custom h): with Triton 3.8
+at 4 (and 2) its float variants of the boundary loss put 8 B on the stack on sm_90 (40 registers),
+at 8 nothing; with 3.9 at 8 (and 4) they do, at 2 nothing."""
 
 SEGMENT_KINDS = {"hamming": 0, "segment": 1, "boundary": 2}
 """The losses the semi-Markov table kernel counts (``KIND``), see :func:`_segment_count`."""
@@ -469,7 +476,8 @@ def fold_search(chain: Chain, target: Tensor) -> tuple[Tensor, Tensor, Tensor, T
     # tiles of at least 32 labels: with 16 and shared float64 transitions sm_90 puts 8 B on the stack
     bp = torch.empty(B, T, N, dtype=torch.int16 if N <= 32767 else torch.int32, device=dev)
     launch("lossaug_fold", _fold_kernel, (B,), chain.unary, chain.transitions, chain.start, chain.end,
-           chain.lengths, target, ring, bp, *out, T, N, SHARED=chain.shared, BLOCK=max(32, block(N)))
+           chain.lengths, target, ring, bp, *out, T, N, SHARED=chain.shared, BLOCK=max(32, block(N)),
+           num_warps=FOLD_WARPS)
     return out
 
 
@@ -589,11 +597,12 @@ def _window_score(scores, labels, b, L, T, N, S, P):
     """The score of ``labels[b, :L]`` (clamped into [0, N)) under window scores (B, T, P, N) (P = 1:
     order 0), labels before the start read as 0, in float64 (0 when L = 0)."""
     score = tl.full([], 0.0, tl.float64)
-    prev = tl.full([], 0, tl.int64)  # (y_{t-l}, ..., y_{t-1}), oldest most significant
+    prev = tl.full([], 0, tl.int32)  # (y_{t-l}, ..., y_{t-1}), oldest most significant; < S
+    R = S // N  # (S = N^l: the oldest label dropped first, so nothing passes S in 32 bits)
     for t in range(0, L):
-        y = tl.minimum(tl.maximum(tl.load(labels + b * T + t), 0), N - 1)
+        y = tl.minimum(tl.maximum(tl.load(labels + b * T + t), 0), N - 1).to(tl.int32)
         score += tl.load(scores + ((b * T + t) * P + prev % P) * N + y).to(tl.float64)
-        prev = (prev * N + y) % S
+        prev = (prev % R) * N + y
     return score
 
 
@@ -615,7 +624,8 @@ def _window_fold_kernel(scores, lengths, target, ring, bp, value, path, count, s
     first maximal oldest label, then the first maximal state in newest-first order), as
     ``chain.window._window_path`` on the folded scores, then :func:`_settle`."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
-    L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
+    # positions and states in 32 bits (their divisions inline; sm_90 calls a subroutine for 64-bit ones)
+    L = tl.minimum(tl.load(lengths + b), T).to(tl.int32)  # never past the buffers, even unvalidated
     r = tl.arange(0, BLOCK)
     al = ring + b * 2 * S
     R = S // N
@@ -658,11 +668,11 @@ def _window_fold_kernel(scores, lengths, target, ring, bp, value, path, count, s
             v = tl.load(fin + _newest_first(m, N, ORDER), mask=m < S, other=NEG)
             top, pick = argmax_update(top, pick, v, m0, 0)
         if top > NEG:
-            cur = _newest_first(pick.to(tl.int64), N, ORDER)
+            cur = _newest_first(pick, N, ORDER)
             for q in range(0, L - 1):
                 t = L - 1 - q
                 tl.store(path + b * T + t, cur % N)
-                oldest = tl.load(bp + (b * T + t) * S + cur).to(tl.int64)
+                oldest = tl.load(bp + (b * T + t) * S + cur).to(tl.int32)
                 cur = oldest * R + cur // N
             tl.store(path + b * T, cur % N)
     tl.debug_barrier()  # the backtrack's scalar stores, read back below

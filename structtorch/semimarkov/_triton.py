@@ -39,6 +39,7 @@ from .._triton_common import (
     lse_finish,
     lse_total,
     lse_update,
+    per_triton,
     reciprocal,
     transition_step,
 )
@@ -349,13 +350,20 @@ larger tiles (32 x 16 and up, float64 candidates plus the content and track carr
 registers on the stack in the forward, backward and k-best kernels (``tests/compile_kernels.py``
 reads the cubins)."""
 
-BACKWARD_WARPS = 2
-"""Warps of the backward kernel: with 4 (Triton's default) its segment-score variant puts 48 B of
-registers on the stack on sm_90, with 2 nothing (a 16 x 16 tile is 4 entries per thread)."""
+BACKWARD_WARPS = per_triton(2, {(3, 9): 8})
+"""Warps of the backward kernel: with Triton 3.8 at 4 (Triton's default) its segment-score variant
+puts 48 B of registers on the stack on sm_90, at 2 nothing (a 16 x 16 tile is 4 entries per
+thread); with 3.9 at 2 it puts 16-24 B there, at 8 nothing."""
 
-SAMPLE_WARPS = 8
-"""Warps of the sampling kernel: with 4 or 2 its float64 variant without segment scores puts 16 B
-on the stack on sm_90 (at 80 registers), with 8 nothing (94 registers)."""
+FORWARD_WARPS = per_triton(4, {(3, 6): 8, (3, 9): 2})
+"""Warps of the forward kernel: with Triton 3.9 at 4 (and 8) some variants put 8 B on the stack on
+sm_90, at 2 none; with 3.6 at 4 three variants put 8-16 B there, at 8 one (8 B, at any warps);
+3.8 is clean at Triton's 4."""
+
+SAMPLE_WARPS = per_triton(8, {(3, 9): 4})
+"""Warps of the sampling kernel: with Triton 3.8, at 4 or 2 its float64 variant without segment
+scores puts 16 B on the stack on sm_90 (at 80 registers), at 8 nothing (94 registers); with 3.9 it
+is the other way round (24 B at 8 with segment scores, nothing at 4)."""
 
 
 def _meta(sm: SemiMarkov) -> dict:
@@ -399,7 +407,7 @@ def _forward(sm: SemiMarkov, viterbi: bool, loss: tuple[Tensor, ...] | None = No
     unused = () if target else (labels, starts, out, labels)  # no loss: pointers never read
     launch(name, _forward_kernel, (B,), *_inputs(sm), sm.lengths, tracks, ordinates, alpha, inc, arg, arg_m,
            out, labels, starts, *target, *unused, T, S, N, P, low, high, scale, VITERBI=viterbi,
-           LOSS=bool(target), **_meta(sm))
+           LOSS=bool(target), num_warps=FORWARD_WARPS, **_meta(sm))
     return out, alpha, inc, labels, starts
 
 
