@@ -278,6 +278,13 @@ def scalar_types_ok(kernel, signature: dict) -> bool:
     return all(p.annotation == "fp64" for p in kernel.params if p.name in scalars)
 
 
+def _warps(warps: dict, name: str, signature: dict) -> int:
+    """The warps the wrappers launch ``name`` with: by (name, input pointer type) where they choose
+    by dtype, else by name, else Triton's 4."""
+    dtype = next((t for t in signature.values() if t in ("*fp32", "*fp64")), None)
+    return warps.get((name, dtype), warps.get(name, 4))
+
+
 def main() -> int:
     failures, spills = [], []
     from structtorch.chain import _triton as chain
@@ -293,12 +300,13 @@ def main() -> int:
              "semi choose (min table)": hamming.MIN_TABLE_CHOOSE_WARPS,
              f"chain kbest ({chain.KBEST_TILE})": chain.KBEST_WARPS, "chain kbest (16)": chain.KBEST_WARPS,
              "chain marginals backward": chain.MARGINALS_BACKWARD_WARPS, "semi forward": semi.FORWARD_WARPS,
-             "chain scan backward": scan.BACKWARD_WARPS, "hamming fold": hamming.FOLD_WARPS}
+             "chain scan backward": scan.BACKWARD_WARPS, "hamming fold": hamming.FOLD_WARPS,
+             ("chain scan backward", "*fp64"): scan.BACKWARD_WARPS_FLOAT64}  # (name, input type): by dtype
     for name, kernel, signature, constexprs in itertools.chain(_gpu_signatures(), _fused_hamming_signatures()):
         sig = {**signature, **{k: "constexpr" for k in constexprs}}
         try:
             compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=constexprs),
-                                      target=GPUTarget("cuda", 90, 32), options={"num_warps": warps.get(name, 4)})
+                                      target=GPUTarget("cuda", 90, 32), options={"num_warps": _warps(warps, name, signature)})
         except Exception as exc:  # noqa: BLE001 - every compile error is a finding
             failures.append(name)
             print("FAIL", name, constexprs, str(exc)[-1500:])

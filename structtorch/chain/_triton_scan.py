@@ -88,9 +88,14 @@ BETA_TILE = 32
 """The boundary betas' largest label tile: its (row-reduced) float64 tiles spill registers on sm_90
 at 64 x 64 (compiled ahead of time as ``tests/compile_kernels.py`` does)."""
 
-BACKWARD_WARPS = per_triton(4, {(3, 9): 2})
-"""Warps of the chunked backward: with Triton 3.9 at 4 (and 8) some variants put 8 B on the stack on
-sm_90, at 2 none; 3.6 and 3.8 are clean at Triton's 4."""
+BACKWARD_WARPS = per_triton(4, {(3, 6): 2, (3, 9): 2})
+"""Warps of the chunked backward on float32 inputs: with Triton 3.9 at 4 (and 8) some variants put
+8 B on the stack on sm_90, at 2 none; with 3.6 at 4 two variants put 8 B there, at 2 none; 3.8 is
+clean at Triton's 4."""
+
+BACKWARD_WARPS_FLOAT64 = per_triton(4, {(3, 9): 2})
+"""The same on float64 inputs: Triton 3.6 is clean at 4 (at 2 two variants put 24-40 B on the
+stack), 3.9 at 2, 3.8 at 4."""
 
 MIN_CHUNK = 16
 """The shortest chunk :func:`chunk_length` proposes."""
@@ -661,7 +666,8 @@ def _backward(chain: Chain, logz: Tensor, alpha: Tensor, g: Tensor, edges: bool 
     launch("chain_scan_backward", _backward_chunk_kernel, (B, C), chain.unary, chain.transitions, chain.end,
            chain.lengths, alpha, logz, bounds, ring, g_unary, g_trans, g_start, g_end, g, g.stride(0),
            labels if gold else chain.lengths, T, N, C, S, SHARED=chain.shared, EDGES=edges, GOLD=gold,
-           BLOCK=block(N, BACKWARD_TILE), num_warps=BACKWARD_WARPS)
+           BLOCK=block(N, BACKWARD_TILE),
+           num_warps=BACKWARD_WARPS_FLOAT64 if chain.unary.dtype == torch.float64 else BACKWARD_WARPS)
     if not edges:
         return g_unary, None, g_start, g_end
     return g_unary, g_trans.sum((0, 1)) if chain.shared else g_trans, g_start, g_end
