@@ -178,6 +178,19 @@ def require(ok: Tensor, message: str) -> None:
         torch._assert_async(ok.all(), f"structtorch: {message}")
 
 
+def check_that(ok: Callable[[], Tensor], message: str) -> None:
+    """A value check: ``ok()`` (a bool tensor, built only while value checks are on) holds
+    everywhere, else a ValueError with ``message`` on the host, an asynchronous device assertion
+    elsewhere (see :func:`on_host`)."""
+    if not _VALIDATION["on"]:
+        return
+    flags = ok()
+    if not on_host(flags):
+        require(flags, message)
+    elif not bool(plain(flags).all()):
+        raise ValueError(message)
+
+
 def _fmt(shape) -> str:
     return str(tuple(int(s) for s in shape))
 

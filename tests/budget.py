@@ -55,8 +55,12 @@ def _h(counts: torch.Tensor) -> torch.Tensor:
 
 
 def _costs(T: int, k: int, *shape: int) -> torch.Tensor:
-    """Non-negative costs that are integers after the scale 2 (the table takes them)."""
-    return torch.randint(0, 4, shape, generator=_gen(T, k)).double() / 2
+    """Non-negative integer costs in float64 (the table takes them)."""
+    return torch.randint(0, 4, shape, generator=_gen(T, k)).double()
+
+
+# a table sized by the values of weights or costs reads them on the host unless max_count sizes it
+# (a bound from the shapes: 3 per position here)
 
 
 # -- option sets: T -> keyword arguments (the key "transitions" replaces the positional transitions)
@@ -72,14 +76,14 @@ LOSS = {  # both rescalings
     "": lambda T: {},
     "h callable": lambda T: {"h": _h},
     "h tensor": lambda T: {"h": _h(torch.arange(T + 1.0, dtype=torch.float64))},
-    "weights": lambda T: {"weights": torch.randint(0, 3, (B, T), generator=_gen(T, 6))},
-    "cost": lambda T: {"cost": _costs(T, 7, B, T, N)},
+    "weights": lambda T: {"weights": torch.randint(0, 3, (B, T), generator=_gen(T, 6)), "max_count": 3 * T},
+    "cost": lambda T: {"cost": _costs(T, 7, B, T, N), "max_count": 3 * T},
     "algorithm hamming": lambda T: {"algorithm": "hamming"},
 }
 
 CHAIN_LOSS = {
     **LOSS,
-    "pair_cost": lambda T: {"pair_cost": _costs(T, 8, B, T - 1, N, N)},
+    "pair_cost": lambda T: {"pair_cost": _costs(T, 8, B, T - 1, N, N), "max_count": 3 * T},
     "start/end": lambda T: {"start": _randn(T, 3, N), "end": _randn(T, 4, B, N)},
     "mask": lambda T: {"mask": _word_mask(T, _lengths(T)), "lengths": None},
     "ignore_index": lambda T: {"target": torch.where(torch.arange(T) % 3 == 1, -100, _target(T)),

@@ -62,9 +62,6 @@ def _gpu_signatures():
                 sig = dict(scores=x, lengths="*i64", ring="*fp64", bp=bp, path="*i64", out="*fp64", T=i, N=i, S=i,
                            step=i, s_stride=i, DIGITS=i)
                 yield f"chain window {tiles}", chain._window_kernel, sig, dict(BLOCK_O=tiles[0], BLOCK_S=tiles[1])
-            sig = {**seq, "target": "*i64", "weights": "*i64", "ring": f64, "bp": "*u8", "best": f64, "last": "*i64",
-                   "T": i, "N": i, "K1": i}
-            yield "hamming table", hamming._table_kernel, sig, dict(SHARED=shared, BLOCK_K=16, BLOCK_J=16)
         inputs = dict(content=x, length=x, boundary=x, segment=x, trans=x, start=x, end=x, lengths="*i64")
         for viterbi in (True, False):
             for segment in (True, False):
@@ -159,8 +156,12 @@ def _chain_scan():
         yield f"chain scan walk ({tile})", scan._walk_kernel, sig, dict(BLOCK=tile)
 
 
+LOSS_MODES = ((0, False), (1, False), (2, True))
+"""(UNITS, PAIR) of the fused chain searches: the Hamming count, position weights, costs with pairs."""
+
+
 def _fused_hamming_signatures():
-    """The fused Hamming searches of ``lossaug/_triton.py`` (the unweighted Hamming loss, any h)."""
+    """The fused searches of ``lossaug/_triton.py`` (the Hamming loss, weights and costs, any h)."""
     from structtorch.lossaug import _triton as hamming
 
     i, f64 = "i32", "*fp64"
@@ -168,18 +169,25 @@ def _fused_hamming_signatures():
     for x in ("*fp32", "*fp64"):
         seq = dict(unary=x, trans=x, start=x, end=x, lengths="*i64")
         for shared in (True, False):
-            sig = {**seq, "target": "*i64", "ring": f64, "bp": "*u8", "best": f64, "last": "*i64", "T": i, "N": i,
-                   "K1": i}
-            yield "unweighted table", hamming._unweighted_table_kernel, sig, dict(SHARED=shared, BLOCK_K=16,
-                                                                                   BLOCK_J=32)
+            for units, pair in LOSS_MODES:  # integer units in the table
+                sig = {**seq, "target": "*i64", "units": "*i64", "pair": "*i64", "ring": f64, "bp": "*u8",
+                       "best": f64, "last": "*i64", "T": i, "N": i, "K1": i}
+                yield "hamming table", hamming._table_kernel, sig, dict(SHARED=shared, UNITS=units, PAIR=pair,
+                                                                       BLOCK_K=16, BLOCK_J=32)
             for tile in (16, 64):
-                sig = {**seq, "target": "*i64", "ring": f64, "bp": "*i16", **out, "T": i, "N": i}
-                yield "hamming fold", hamming._fold_kernel, sig, dict(SHARED=shared, BLOCK=max(32, tile))
+                for units, pair in ((0, False), (2, False), (2, True)):  # real costs in the fold (weights too)
+                    sig = {**seq, "target": "*i64", "units": f64, "pair": f64, "steps": f64, "ring": f64,
+                           "bp": "*i16", **out, "count": "*i64" if units == 0 else f64, "T": i, "N": i}
+                    name = f"hamming fold ({max(32, tile)}{', costs' if units and tile > 32 else ''})"
+                    yield name, hamming._fold_kernel, sig, dict(SHARED=shared, UNITS=units, PAIR=pair,
+                                                                BLOCK=max(32, tile))
                 for margin, custom, low in _h_options():
-                    sig = {**seq, "target": "*i64", "bp": "*u8", "best": f64, "last": "*i64", "htab": f64,
-                           "h_stride": i, **out, "T": i, "N": i, "K1": i}
-                    yield "hamming choose", hamming._choose_kernel, sig, dict(
-                        MARGIN=margin, CUSTOM=custom, LOW=low, SHARED=shared, BLOCK_K=tile, BLOCK=tile)
+                    for units, pair in LOSS_MODES if (margin, custom, low) == (False, True, True) else LOSS_MODES[:1]:
+                        sig = {**seq, "target": "*i64", "units": "*i64", "pair": "*i64", "bp": "*u8", "best": f64,
+                               "last": "*i64", "htab": f64, "h_stride": i, **out, "T": i, "N": i, "K1": i}
+                        yield "hamming choose", hamming._choose_kernel, sig, dict(
+                            MARGIN=margin, CUSTOM=custom, LOW=low, SHARED=shared, UNITS=units, PAIR=pair,
+                            BLOCK_K=tile, BLOCK=tile)
             sig = dict(path="*i64", target="*i64", lengths="*i64", grad=f64, grad_stride=i, scale=f64, g_unary=f64,
                        g_trans=f64, g_start=f64, g_end=f64, T=i, N=i)
             yield "hamming indicators", hamming._indicator_kernel, sig, dict(SHARED=shared, BLOCK=64, TILE=16)
@@ -300,9 +308,14 @@ def main() -> int:
              "semi choose (min table)": hamming.MIN_TABLE_CHOOSE_WARPS,
              f"chain kbest ({chain.KBEST_TILE})": chain.KBEST_WARPS, "chain kbest (16)": chain.KBEST_WARPS,
              "chain marginals backward": chain.MARGINALS_BACKWARD_WARPS, "semi forward": semi.FORWARD_WARPS,
-             "chain scan backward": scan.BACKWARD_WARPS, "hamming fold": hamming.FOLD_WARPS,
+             "chain scan backward": scan.BACKWARD_WARPS, "hamming fold (32)": hamming.FOLD_WARPS,
+             "hamming fold (64)": hamming.FOLD_WARPS, "hamming fold (64, costs)": hamming.FOLD_WARPS_WIDE,
+             "hamming choose": hamming.CHOOSE_WARPS,
              ("chain scan backward", "*fp64"): scan.BACKWARD_WARPS_FLOAT64}  # (name, input type): by dtype
+    only = sys.argv[1] if len(sys.argv) > 1 else ""  # a part of the kernels' names: those alone
     for name, kernel, signature, constexprs in itertools.chain(_gpu_signatures(), _fused_hamming_signatures()):
+        if only not in name:
+            continue
         sig = {**signature, **{k: "constexpr" for k in constexprs}}
         try:
             compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=constexprs),

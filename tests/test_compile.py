@@ -198,17 +198,15 @@ ENTRY_POINTS = {
                                                    x["lengths"], reduction="none"),
 }
 
-# Known failures, all in structtorch/lossaug/hamming.py resolve_loss -> _weights: the loss-augmented
-# searches run inside operators (lossaug/_ops.py), but given weights are read in Python before them
-# (a guard on a data-dependent value: torch._dynamo.exc.UserError).
-_TABLE_SIZE = "table size from weights' values (issue 23: size tables from shapes)"
-_COUNT_DTYPE = "the Hamming count's dtype (int64 or float64) from weights' values (integral or not)"
+# Known failures, all in structtorch/lossaug/spec.py resolve_loss: the loss-augmented searches run
+# inside operators (lossaug/_ops.py), but a table sized by the weights' values reads them in Python
+# before them (a guard on a data-dependent value: torch._dynamo.exc.UserError). ``max_count=``
+# sizes the table instead; folded weights read nothing (the count's dtype follows theirs).
+_TABLE_SIZE = "table size from weights' values (pass max_count to size it without reading them)"
 LOSSAUG_BREAKS = {
-    "loss_augmented[margin, real_weights, viterbi; start, end, lengths]": _COUNT_DTYPE,
     "loss_augmented[slack, sqrt h, int_weights; defaults]": _TABLE_SIZE,
     "window_loss_augmented[margin, sqrt h, int_weights]": _TABLE_SIZE,
     "semimarkov_loss_augmented[slack, sqrt h, int_weights; length_scores]": _TABLE_SIZE,
-    "semimarkov_loss_augmented[margin, real_weights; max_len > T, all but segment_scores]": _COUNT_DTYPE,
 }
 
 

@@ -112,7 +112,8 @@ def allowed_labels(labels: object, chain: Chain, ignore_index: int | None,
     if on_host(ignored) and not bool(plain(ignored).any()):
         return None
     known = check_labels(torch.where(ignored, 0, labels), chain.mask(), N, name=name)
-    return ignored.unsqueeze(2) | torch.nn.functional.one_hot(known, N).bool()
+    # a comparison rather than one_hot, which reads the labels' range back on the host
+    return ignored.unsqueeze(2) | (known.unsqueeze(2) == torch.arange(N, device=known.device))
 
 
 def consistent_chain(chain: Chain, allowed: Tensor) -> Chain:

@@ -138,10 +138,13 @@ FUSED = ("triton",)
 ``indicator_backward``); a name, not a module lookup, so that ``torch.compile`` traces the choice."""
 
 
-def _search_fake(unary, transitions, start, end, lengths, target, rescaling, table, htab=None):
+def _search_fake(unary, transitions, start, end, lengths, target, rescaling, table, htab=None, units=None,
+                 pair=None, low=True):
     B, T = unary.shape[:2]
     value, scale, gold = (unary.new_empty(B, dtype=torch.float64) for _ in range(3))
-    return value, unary.new_empty(B, T, dtype=torch.long), unary.new_empty(B, dtype=torch.long), scale, gold
+    real = any(x is not None and x.is_floating_point() for x in (units, pair))
+    count = unary.new_empty(B, dtype=torch.float64 if real else torch.long)
+    return value, unary.new_empty(B, T, dtype=torch.long), count, scale, gold
 
 
 def _search_backward_fake(grad, path, target, lengths, scale, N, shared):
@@ -153,17 +156,20 @@ def _search_backward_fake(grad, path, target, lengths, scale, N, shared):
 
 @operator("chain_hamming_search", _search_fake)
 def chain_hamming_search(unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor, lengths: Tensor,
-                         target: Tensor, rescaling: str, table: bool,
-                         htab: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """(value, path, count, scale, gold) of the unweighted Hamming loss, Delta = h(H) with h the
-    identity or the table ``htab`` (B, T + 1) float64, on the "triton" backend (see
-    ``lossaug/_triton.py``): through the table when ``table`` (slack rescaling and a custom h need
-    it), else by the folded Viterbi (margin with h the identity only)."""
+                         target: Tensor, rescaling: str, table: bool, htab: Tensor | None = None,
+                         units: Tensor | None = None, pair: Tensor | None = None,
+                         low: bool = True) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(value, path, count, scale, gold) of the loss Delta = h(count) with h the identity or the
+    table ``htab`` (B, K + 1) float64, on the "triton" backend (see ``lossaug/_triton.py``): the
+    count is the Hamming count, weighted by ``units`` (B, T), or the sum of the per-label costs
+    ``units`` (B, T, N), plus the pair costs ``pair`` (B, T - 1, N, N) when given. Through the table
+    when ``table`` (slack rescaling and a custom h need it; integer units, the min table unless
+    ``low`` is False), else by the folded Viterbi (margin with h the identity only)."""
     chain = Chain(unary, transitions, start, end, lengths)
     module = kernel_module("triton", __package__)
     if table or htab is not None:
-        return module.table_search(chain, target, rescaling == "margin", htab)
-    return module.fold_search(chain, target)
+        return module.table_search(chain, target, rescaling == "margin", htab, units, pair, low)
+    return module.fold_search(chain, target, units, pair)
 
 
 @operator("chain_hamming_search_backward", _search_backward_fake)
@@ -181,8 +187,9 @@ class FusedSearch(torch.autograd.Function):
     target was kept)."""
 
     @staticmethod
-    def forward(unary, transitions, start, end, lengths, target, rescaling, table, htab):
-        return chain_hamming_search(unary, transitions, start, end, lengths, target, rescaling, table, htab)
+    def forward(unary, transitions, start, end, lengths, target, rescaling, table, htab, units, pair, low):
+        return chain_hamming_search(unary, transitions, start, end, lengths, target, rescaling, table, htab,
+                                    units, pair, low)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -196,7 +203,7 @@ class FusedSearch(torch.autograd.Function):
     def backward(ctx, grad, *_):
         needs = ctx.needs_input_grad[:4]
         if grad is None:
-            return (None,) * 9
+            return (None,) * 12
         path, target, lengths, scale = ctx.saved_tensors
         if torch.is_grad_enabled():  # double backward: differentiable in grad
             g = grad * scale
@@ -207,16 +214,18 @@ class FusedSearch(torch.autograd.Function):
         else:
             grads = chain_hamming_search_backward(grad, path, target, lengths, scale, ctx.N, ctx.shared)
         pairs = zip(grads, ctx.dtypes, needs, strict=True)
-        return (*(g.to(d) if need else None for g, d, need in pairs), None, None, None, None, None)
+        return (*(g.to(d) if need else None for g, d, need in pairs), *(None,) * 8)
 
 
-def fused_search(chain: Chain, target: Tensor, rescaling: str, table: bool,
-                 htab: Tensor | None = None) -> tuple[Tensor, ...]:
-    """(value (B,) float64, differentiable; path (B, T); count (B,) int64; gold (B,) float64) of
-    the unweighted Hamming loss with h the identity or the table ``htab`` (B, T + 1) float64, on a
-    backend in :data:`FUSED` (T > 0, B > 0); ``target`` (B, T) int64, read inside each length."""
+def fused_search(chain: Chain, target: Tensor, rescaling: str, table: bool, htab: Tensor | None = None,
+                 units: Tensor | None = None, pair: Tensor | None = None,
+                 low: bool = True) -> tuple[Tensor, ...]:
+    """(value (B,) float64, differentiable; path (B, T); count (B,); gold (B,) float64) of the loss
+    of :func:`chain_hamming_search` (by default the unweighted Hamming count) with h the identity
+    or the table ``htab`` (B, K + 1) float64, on a backend in :data:`FUSED` (T > 0, B > 0);
+    ``target`` (B, T) int64, read inside each length."""
     value, path, count, _, gold = apply(FusedSearch, chain.unary, chain.transitions, chain.start, chain.end,
-                                        chain.lengths, target, rescaling, table, htab)
+                                        chain.lengths, target, rescaling, table, htab, units, pair, low)
     return value, path, count, gold
 
 

@@ -60,9 +60,18 @@ TABLE_COUNTS = 64
 variants with segment PLiFs put 8-40 B on the stack on sm_90; 64 at 8 warps is clean in all."""
 
 FOLD_WARPS = per_triton(4, {(3, 9): 8})
-"""Warps of the Hamming fold (margin rescaling): with Triton 3.9 at 4 its float64 variant with
-per-position transitions and 64-label tiles puts 32 B on the stack on sm_90, at 8 nothing; 3.6 and
-3.8 are clean at Triton's 4."""
+"""Warps of the fold (margin rescaling) in tiles of 32 labels: with Triton 3.9 at 4 its float64
+variant with per-position transitions puts 32 B on the stack on sm_90, at 8 nothing; 3.6 and 3.8 are
+clean at Triton's 4 (at 8 they put 8-16 B on the stack)."""
+
+FOLD_WARPS_WIDE = 8
+"""Warps of the fold with costs (weights come as costs) in tiles of 64 labels: at 4 they put 8-40 B
+on the stack on sm_90 (168 registers); at 8 nothing (about 100). The Hamming count keeps
+:data:`FOLD_WARPS`."""
+
+CHOOSE_WARPS = per_triton(4, {(3, 6): 8})
+"""Warps of the table's choice: with Triton 3.6 at 4 its variants with costs and pair costs in tiles
+of 64 put 16 B on the stack on sm_90."""
 
 MIN_TABLE_CHOOSE_WARPS = per_triton(8, {(3, 9): 2})
 """Warps of the semi-Markov choice with a min table (slack rescaling, a custom h): with Triton 3.8
@@ -74,11 +83,23 @@ SEGMENT_KINDS = {"hamming": 0, "segment": 1, "boundary": 2}
 
 
 @triton.jit
-def _weight(weights, b, T, t, WEIGHTED: tl.constexpr):
-    """The Hamming weight of position t of row b: weights[b, t], or 1 (unweighted)."""
-    if WEIGHTED:
-        return tl.load(weights + b * T + t)
-    return tl.full([], 1, tl.int64)
+def _unit(units, target, b, T, N, t, j, mj, UNITS: tl.constexpr):
+    """What label j (a scalar or a block, ``mj`` its mask) at position t of row b adds to the count:
+    1 where j != target[b, t] (UNITS 0, the Hamming count), the position weight units[b, t] there
+    (UNITS 1, ``units`` (B, T)), or the cost units[b, t, j] (UNITS 2, ``units`` (B, T, N))."""
+    if UNITS == 2:  # one return: the compiler types every return of the function alike
+        unit = tl.load(units + (b * T + t) * N + j, mask=mj, other=0)
+    else:
+        unit = tl.where(j != tl.load(target + b * T + t), 1, 0)
+        if UNITS == 1:
+            unit = unit * tl.load(units + b * T + t)
+    return unit
+
+
+@triton.jit
+def _pair_unit(pair, b, T, N, t, i, j, mask):
+    """The cost pair[b, t - 1, i, j] of labels i at t - 1 and j at t (``pair`` (B, T - 1, N, N))."""
+    return tl.load(pair + ((b * (T - 1) + t - 1) * N + i) * N + j, mask=mask, other=0)
 
 
 @triton.jit
@@ -122,27 +143,23 @@ def _close_table(final, end, best, last, K1, N, label_stride, count_stride, sign
 
 
 @triton.jit
-def _table_kernel(unary, trans, start, end, lengths, target, weights, ring, bp, best, last, T, N, K1,
-                  SHARED: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_J: tl.constexpr):
-    """The table with position weights ``weights`` (B, T) int64."""
-    _table(unary, trans, start, end, lengths, target, weights, ring, bp, best, last, T, N, K1, SHARED,
-           BLOCK_K, BLOCK_J, True)
+def _table_kernel(unary, trans, start, end, lengths, target, units, pair, ring, bp, best, last, T, N, K1,
+                  SHARED: tl.constexpr, UNITS: tl.constexpr, PAIR: tl.constexpr, BLOCK_K: tl.constexpr,
+                  BLOCK_J: tl.constexpr):
+    """The table of the count :func:`_unit` (plus the pair costs ``pair`` when PAIR), see
+    :func:`_table`."""
+    _table(unary, trans, start, end, lengths, target, units, pair, ring, bp, best, last, T, N, K1, SHARED,
+           BLOCK_K, BLOCK_J, UNITS, PAIR)
 
 
 @triton.jit
-def _unweighted_table_kernel(unary, trans, start, end, lengths, target, ring, bp, best, last, T, N, K1,
-                             SHARED: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_J: tl.constexpr):
-    """The table of the unweighted Hamming count (K1 = T + 1)."""
-    _table(unary, trans, start, end, lengths, target, target, ring, bp, best, last, T, N, K1, SHARED,
-           BLOCK_K, BLOCK_J, False)
-
-
-@triton.jit
-def _table(unary, trans, start, end, lengths, target, weights, ring, bp, best, last, T, N, K1,
-           SHARED: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_J: tl.constexpr, WEIGHTED: tl.constexpr):
+def _table(unary, trans, start, end, lengths, target, units, pair, ring, bp, best, last, T, N, K1,
+           SHARED: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_J: tl.constexpr, UNITS: tl.constexpr,
+           PAIR: tl.constexpr):
     """One program's table: best[b, k] and the last label last[b, k] for every count k, the
-    backpointers in ``bp`` (B, T, N, K1); counts weighted by ``weights`` when WEIGHTED, else 1 per
-    mistake. A second column of programs (``program_id(1)`` = 1) runs the min table: the same on
+    backpointers in ``bp`` (B, T, N, K1); label j at t adds :func:`_unit` to the count, and with
+    PAIR the step i -> j into t adds pair[b, t - 1, i, j]. A second column of programs
+    (``program_id(1)`` = 1) runs the min table: the same on
     the negated scores (-inf kept), into the second halves of ``ring``, ``bp``, ``best`` and
     ``last`` (each (2, B, ...) then)."""
     b, sign, ring, bp, best, last = _table_program(ring, bp, best, last, 2 * N * K1, T * N * K1, K1)
@@ -151,12 +168,10 @@ def _table(unary, trans, start, end, lengths, target, weights, ring, bp, best, l
     rj = tl.arange(0, BLOCK_J)
     buf = ring + b * 2 * N * K1
     if L > 0:
-        w0 = _weight(weights, b, T, 0, WEIGHTED)
-        y0 = tl.load(target + b * T)
         for j0 in range(0, N, BLOCK_J):
             j = j0 + rj
             mj = j < N
-            shift = tl.where(j != y0, w0, 0)
+            shift = _unit(units, target, b, T, N, 0, j, mj, UNITS)
             first = _signed(tl.load(start + b * N + j, mask=mj, other=NEG).to(tl.float64), sign)
             first += _signed(tl.load(unary + b * T * N + j, mask=mj, other=NEG).to(tl.float64), sign)
             for k0 in range(0, K1, BLOCK_K):
@@ -166,15 +181,13 @@ def _table(unary, trans, start, end, lengths, target, weights, ring, bp, best, l
                 tl.store(buf + j[None, :] * K1 + k[:, None], value, mask=tile)
         tl.debug_barrier()
         for t in range(1, L):
-            wt = _weight(weights, b, T, t, WEIGHTED)
-            yt = tl.load(target + b * T + t)
             src = buf + ((t - 1) % 2) * N * K1
             dst = buf + (t % 2) * N * K1
             A = transitions_at(trans, b, T, N, t, SHARED)
             for j0 in range(0, N, BLOCK_J):
                 j = j0 + rj
                 mj = j < N
-                shift = tl.where(j != yt, wt, 0)
+                shift = _unit(units, target, b, T, N, t, j, mj, UNITS)
                 u = _signed(tl.load(unary + (b * T + t) * N + j, mask=mj, other=NEG).to(tl.float64), sign)
                 for k0 in range(0, K1, BLOCK_K):
                     k = k0 + rk
@@ -184,7 +197,11 @@ def _table(unary, trans, start, end, lengths, target, weights, ring, bp, best, l
                     top = tl.full([BLOCK_K, BLOCK_J], NEG, tl.float64)
                     arg = tl.zeros([BLOCK_K, BLOCK_J], tl.int32)
                     for i in range(0, N):
-                        a = tl.load(src + i * K1 + ks, mask=reach, other=NEG)
+                        if PAIR:  # the step's own cost moves the count it comes from
+                            ki = ks - _pair_unit(pair, b, T, N, t, i, j, mj)[None, :]
+                            a = tl.load(src + i * K1 + ki, mask=tile & (ki >= 0), other=NEG)
+                        else:
+                            a = tl.load(src + i * K1 + ks, mask=reach, other=NEG)
                         w = _signed(tl.load(A + i * N + j, mask=mj, other=NEG).to(tl.float64), sign)
                         cand = a + w[None, :]
                         better = cand > top  # strict: the first maximal previous label wins ties
@@ -227,8 +244,8 @@ def chain_tables(chain: Chain, target: Tensor, weights: Tensor, K: int) -> Table
     last = torch.zeros(B, K1, dtype=torch.long, device=dev)
     target, weights = target.contiguous(), weights.contiguous()
     launch("hamming_table", _table_kernel, (B,), chain.unary, chain.transitions, chain.start, chain.end,
-           chain.lengths, target, weights, ring, bp, best, last, T, N, K1, SHARED=chain.shared,
-           BLOCK_K=block(K1), BLOCK_J=block(N, 32))
+           chain.lengths, target, weights, weights, ring, bp, best, last, T, N, K1, SHARED=chain.shared,
+           UNITS=1, PAIR=False, BLOCK_K=block(K1), BLOCK_J=block(N, 32))
     empty = (chain.lengths == 0).unsqueeze(1)
     count_zero = torch.arange(K1, device=dev) == 0
     best = torch.where(empty, torch.where(count_zero, 0.0, NEG_INF), best)
@@ -257,25 +274,51 @@ def _mistakes(path, target, b, L, T, r, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _loss_count(path, target, units, pair, b, L, T, N, r, UNITS: tl.constexpr, PAIR: tl.constexpr,
+                BLOCK: tl.constexpr):
+    """The count of ``path[b, :L]`` in float64 (exact for integer units): :func:`_unit` summed over
+    the positions, plus the pair costs of its steps when PAIR (labels clamped into [0, N))."""
+    count = tl.full([], 0.0, tl.float64)
+    for t0 in range(0, L, BLOCK):
+        t = t0 + r
+        m = t < L
+        p = tl.minimum(tl.maximum(tl.load(path + b * T + t, mask=m, other=0), 0), N - 1)
+        if UNITS == 2:
+            c = tl.load(units + (b * T + t) * N + p, mask=m, other=0)
+        else:
+            y = tl.load(target + b * T + t, mask=m, other=0)
+            c = tl.where(p != y, 1, 0)
+            if UNITS == 1:
+                c = c * tl.load(units + b * T + t, mask=m, other=0)
+        count += tl.sum(tl.where(m, c, 0).to(tl.float64), axis=0)
+        if PAIR:
+            step = m & (t > 0)
+            q = tl.minimum(tl.maximum(tl.load(path + b * T + t - 1, mask=step, other=0), 0), N - 1)
+            count += tl.sum(_pair_unit(pair, b, T, N, t, q, p, step).to(tl.float64), axis=0)
+    return count
+
+
+@triton.jit
 def _h(hrow, count, CUSTOM: tl.constexpr):
-    """h(count) in float64: ``hrow[count]`` (the row's table of h) when CUSTOM, else the count."""
+    """h(count) in float64: ``hrow[count]`` (the row's table of h, ``count`` integral) when CUSTOM,
+    else the count."""
     if CUSTOM:
-        return tl.load(hrow + count)
+        return tl.load(hrow + count.to(tl.int64))
     return count.to(tl.float64)
 
 
 @triton.jit
-def _settle(target, path, value, count, scale, gold_out, b, L, T, gold, found, found_ok, hrow,
+def _settle(target, path, value, count, scale, gold_out, b, L, T, gold, found, found_ok, H, H0, hrow,
             MARGIN: tl.constexpr, CUSTOM: tl.constexpr, BLOCK: tl.constexpr):
-    """With the found labeling in ``path[b, :L]`` (when ``found_ok``), its score ``found`` and the
-    target's ``gold``: the two values, Delta = h(H) (see :func:`_h`; margin: s(y') + Delta - s(y);
+    """With the found labeling in ``path[b, :L]`` (when ``found_ok``), its score ``found`` and count
+    H, and the target's score ``gold`` and count H0 (0 for the Hamming count; costs may charge the
+    target's own labels): the two values, Delta = h(H) (see :func:`_h`; margin: s(y') + Delta - s(y);
     slack: Delta (1 + s(y') - s(y))); keeps the target where it attains the maximum; writes the
     value, the labeling (-1 beyond L), its count, the slope of the value in s(y') (0 for the
     target) and the target's score."""
     r = tl.arange(0, BLOCK)
-    H = _mistakes(path, target, b, L, T, r, BLOCK)
     delta = _h(hrow, H, CUSTOM)
-    h0 = _h(hrow, H * 0, CUSTOM)
+    h0 = _h(hrow, H0, CUSTOM)
     if MARGIN:
         v_found = found + delta - gold
         v_truth = gold + h0 - gold
@@ -296,41 +339,48 @@ def _settle(target, path, value, count, scale, gold_out, b, L, T, gold, found, f
         p = tl.where(keep, y, tl.where(found_ok, p, -1))
         tl.store(path + b * T + t, tl.where(inside, p, -1), mask=mt)
     tl.store(value + b, tl.where(keep, v_truth, v_found))
-    tl.store(count + b, tl.where(keep | (~found_ok), 0, H))
+    tl.store(count + b, tl.where(keep | (~found_ok), H0, H))
     tl.store(scale + b, tl.where(keep, 0.0, slope))
     tl.store(gold_out + b, gold)
 
 
 @triton.jit
-def _settle_chain(unary, trans, start, end, target, path, value, count, scale, gold_out, b, L, T, N,
-                  found_ok, hrow, MARGIN: tl.constexpr, CUSTOM: tl.constexpr, SHARED: tl.constexpr,
-                  BLOCK: tl.constexpr):
-    """:func:`_settle` with the chain's scores of the target and of the found labeling."""
+def _settle_chain(unary, trans, start, end, target, units, pair, path, value, count, scale, gold_out, b, L, T,
+                  N, found_ok, hrow, MARGIN: tl.constexpr, CUSTOM: tl.constexpr, SHARED: tl.constexpr,
+                  UNITS: tl.constexpr, PAIR: tl.constexpr, BLOCK: tl.constexpr):
+    """:func:`_settle` with the chain's scores of the target and of the found labeling, and the
+    latter's count (:func:`_loss_count`)."""
     tl.debug_barrier()  # the backtrack's scalar stores, read back below
     gold = _gold_score(unary, trans, start, end, target, b, L, T, N, SHARED)
     found = _gold_score(unary, trans, start, end, path, b, L, T, N, SHARED)
-    _settle(target, path, value, count, scale, gold_out, b, L, T, gold, found, found_ok, hrow, MARGIN, CUSTOM,
-            BLOCK)
+    r = tl.arange(0, BLOCK)
+    H = _loss_count(path, target, units, pair, b, L, T, N, r, UNITS, PAIR, BLOCK)
+    H0 = H * 0
+    if UNITS == 2 or PAIR:  # costs may charge the target's own labels
+        H0 = _loss_count(target, target, units, pair, b, L, T, N, r, UNITS, PAIR, BLOCK)
+    _settle(target, path, value, count, scale, gold_out, b, L, T, gold, found, found_ok, H, H0, hrow, MARGIN,
+            CUSTOM, BLOCK)
 
 
 @triton.jit
-def _loss_row(add, unary, target, b, T, N, t, r, BLOCK: tl.constexpr):
-    """add[j] = unary[b, t, j] + (j != target[b, t]) in float64: step t's scores with the Hamming
-    loss folded in."""
-    y = tl.load(target + b * T + t)
+def _loss_row(add, unary, target, units, b, T, N, t, r, UNITS: tl.constexpr, BLOCK: tl.constexpr):
+    """add[j] = unary[b, t, j] + :func:`_unit` in float64: step t's scores with the loss folded in."""
     for j0 in range(0, N, BLOCK):
         j = j0 + r
         mj = j < N
         u = tl.load(unary + (b * T + t) * N + j, mask=mj, other=NEG).to(tl.float64)
-        tl.store(add + j, u + tl.where(j != y, 1.0, 0.0).to(tl.float64), mask=mj)
+        tl.store(add + j, u + _unit(units, target, b, T, N, t, j, mj, UNITS).to(tl.float64), mask=mj)
 
 
 @triton.jit
-def _fold_kernel(unary, trans, start, end, lengths, target, ring, bp, value, path, count, scale, gold, T, N,
-                 SHARED: tl.constexpr, BLOCK: tl.constexpr):
-    """Margin rescaling with the Hamming loss: Viterbi on unary + (label != target) (ties: the first
-    maximal previous label, then the first maximal last label), then :func:`_settle`. ``ring``
-    (B, 3, N): two rows of prefix scores and the current step's scores."""
+def _fold_kernel(unary, trans, start, end, lengths, target, units, pair, steps, ring, bp, value, path, count,
+                 scale, gold, T, N, SHARED: tl.constexpr, UNITS: tl.constexpr, PAIR: tl.constexpr,
+                 BLOCK: tl.constexpr):
+    """Margin rescaling with h the identity: Viterbi on unary + :func:`_unit` (ties: the first
+    maximal previous label, then the first maximal last label), then :func:`_settle`. With PAIR the
+    steps run on ``steps`` (B, T - 1, N, N), the transitions plus the pair costs ``pair`` (else on
+    the transitions). ``ring`` (B, 3, N): two rows of prefix scores and the current step's
+    scores."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
     L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
     r = tl.arange(0, BLOCK)
@@ -338,7 +388,7 @@ def _fold_kernel(unary, trans, start, end, lengths, target, ring, bp, value, pat
     add = al + 2 * N
     best = tl.full([], 0.0, tl.float64)
     if L > 0:
-        _loss_row(add, unary, target, b, T, N, 0, r, BLOCK)
+        _loss_row(add, unary, target, units, b, T, N, 0, r, UNITS, BLOCK)
         tl.debug_barrier()
         for j0 in range(0, N, BLOCK):
             j = j0 + r
@@ -347,9 +397,12 @@ def _fold_kernel(unary, trans, start, end, lengths, target, ring, bp, value, pat
             tl.store(al + j, first + tl.load(add + j, mask=mj, other=NEG), mask=mj)
         tl.debug_barrier()
         for t in range(1, L):
-            _loss_row(add, unary, target, b, T, N, t, r, BLOCK)
+            _loss_row(add, unary, target, units, b, T, N, t, r, UNITS, BLOCK)
             tl.debug_barrier()
-            A = transitions_at(trans, b, T, N, t, SHARED)
+            if PAIR:
+                A = transitions_at(steps, b, T, N, t, False)
+            else:
+                A = transitions_at(trans, b, T, N, t, SHARED)
             at = (b * T + t) * N
             src, dst = al + ((t - 1) % 2) * N, al + (t % 2) * N
             transition_step(src, A, dst, bp + at, add, N, r, BLOCK, True, True)
@@ -361,8 +414,8 @@ def _fold_kernel(unary, trans, start, end, lengths, target, ring, bp, value, pat
                 tl.store(path + b * T + t, label.to(tl.int64))
                 label = tl.load(bp + (b * T + t) * N + label).to(tl.int32)
             tl.store(path + b * T, label.to(tl.int64))
-    _settle_chain(unary, trans, start, end, target, path, value, count, scale, gold, b, L, T, N, best > NEG,
-                  target, True, False, SHARED, BLOCK)
+    _settle_chain(unary, trans, start, end, target, units, pair, path, value, count, scale, gold, b, L, T, N,
+                  best > NEG, target, True, False, SHARED, UNITS, PAIR, BLOCK)
 
 
 @triton.jit
@@ -408,10 +461,11 @@ def _side(hrow, k, CUSTOM: tl.constexpr, LOW: tl.constexpr):
 
 
 @triton.jit
-def _choose_kernel(unary, trans, start, end, lengths, target, bp, best, last, htab, h_stride, value, path,
-                   count, scale, gold, T, N, K1, MARGIN: tl.constexpr, CUSTOM: tl.constexpr,
-                   LOW: tl.constexpr, SHARED: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK: tl.constexpr):
-    """After :func:`_table_kernel` (unweighted): the first count k maximizing best[k] + h(k) (margin)
+def _choose_kernel(unary, trans, start, end, lengths, target, units, pair, bp, best, last, htab, h_stride,
+                   value, path, count, scale, gold, T, N, K1, MARGIN: tl.constexpr, CUSTOM: tl.constexpr,
+                   LOW: tl.constexpr, SHARED: tl.constexpr, UNITS: tl.constexpr, PAIR: tl.constexpr,
+                   BLOCK_K: tl.constexpr, BLOCK: tl.constexpr):
+    """After :func:`_table_kernel`: the first count k maximizing best[k] + h(k) (margin)
     or h(k) (1 + best[k] - s(y)) (slack) over the feasible ones (h: :func:`_h`; with LOW, where
     h(k) < 0, h(k) (1 - low[k] - s(y)) from the min table, the tables' second half), its labeling
     backtracked through the table it came from, then :func:`_settle`."""
@@ -432,22 +486,35 @@ def _choose_kernel(unary, trans, start, end, lengths, target, bp, best, last, ht
                 t = L - 1 - s
                 tl.store(path + b * T + t, j.to(tl.int64))
                 i = tl.load(bp + (((side * B + b) * T + t) * N + j) * K1 + tl.maximum(kb, 0)).to(tl.int32)
-                kb = kb - tl.where(j != tl.load(target + b * T + t), 1, 0)
+                kb = kb - _unit(units, target, b, T, N, t, j, j < N, UNITS)
+                if PAIR:
+                    kb = kb - _pair_unit(pair, b, T, N, t, i, j, True)
                 j = i
             tl.store(path + b * T, j.to(tl.int64))
-    _settle_chain(unary, trans, start, end, target, path, value, count, scale, gold, b, L, T, N, found_ok,
-                  hrow, MARGIN, CUSTOM, SHARED, BLOCK)
+    _settle_chain(unary, trans, start, end, target, units, pair, path, value, count, scale, gold, b, L, T, N,
+                  found_ok, hrow, MARGIN, CUSTOM, SHARED, UNITS, PAIR, BLOCK)
 
 
-def _outputs(B: int, T: int, dev: torch.device) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def _outputs(B: int, T: int, dev: torch.device,
+             count: torch.dtype = torch.long) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Uninitialized (value, path, count, scale, gold) of a search: the kernels write every entry."""
     value, scale, gold = (torch.empty(B, dtype=torch.float64, device=dev) for _ in range(3))  # no aliases
     path = torch.empty(B, T, dtype=torch.long, device=dev)
-    return value, path, torch.empty(B, dtype=torch.long, device=dev), scale, gold
+    return value, path, torch.empty(B, dtype=count, device=dev), scale, gold
 
 
-def fold_search(chain: Chain, target: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Margin rescaling with the (unweighted) Hamming loss in one launch.
+def _loss_args(target: Tensor, units: Tensor | None, pair: Tensor | None) -> tuple[tuple, dict, torch.dtype]:
+    """The kernels' loss arguments (units, pair), their modes (UNITS, PAIR, see :func:`_unit`) and
+    the count's dtype (float64 for real units, else int64)."""
+    mode = 0 if units is None else 1 if units.dim() == 2 else 2
+    real = any(x is not None and x.is_floating_point() for x in (units, pair))
+    args = tuple(target if x is None else x.contiguous() for x in (units, pair))
+    return args, {"UNITS": mode, "PAIR": pair is not None}, torch.float64 if real else torch.long
+
+
+def fold_search(chain: Chain, target: Tensor, units: Tensor | None = None,
+                pair: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Margin rescaling with a loss that folds into the scores, in one launch.
 
     Parameters
     ----------
@@ -455,15 +522,20 @@ def fold_search(chain: Chain, target: Tensor) -> tuple[Tensor, Tensor, Tensor, T
         Canonical potentials (B, T, N), T > 0.
     target : Tensor (B, T) int64
         The target labels (read inside each length only).
+    units : Tensor, optional
+        What each label adds to the loss (see :func:`_unit`): None, the Hamming count; (B, T)
+        position weights of it; or (B, T, N) per-label costs (0 beyond each length).
+    pair : Tensor (B, T - 1, N, N), optional
+        Costs of label pairs (0 beyond each length).
 
     Returns
     -------
     value : Tensor (B,) float64
-        max over y' of s(y') + H(y, y') - s(y).
+        max over y' of s(y') + Delta(y, y') - s(y).
     path : Tensor (B, T) int64
         The maximizer (the target where it attains the maximum), -1 beyond each length.
-    count : Tensor (B,) int64
-        H(y, path).
+    count : Tensor (B,)
+        Delta(y, path): int64, float64 for real units or pair costs.
     scale : Tensor (B,) float64
         d value / d s(path): 1, or 0 where the target was kept.
     gold : Tensor (B,) float64
@@ -471,38 +543,48 @@ def fold_search(chain: Chain, target: Tensor) -> tuple[Tensor, Tensor, Tensor, T
     """
     B, T, N = chain.shape
     dev = chain.unary.device
-    out = _outputs(B, T, dev)
+    if units is not None and units.dim() == 2:  # weights as costs: one variant fewer, none spills
+        units = units.unsqueeze(2) * (torch.arange(N, device=dev) != target.unsqueeze(2))
+    loss, modes, count = _loss_args(target, units, pair)
+    out = _outputs(B, T, dev, count)
+    steps = target if pair is None else chain.transitions + pair  # (B, T - 1, N, N), float64
     ring = torch.empty(B, 3, N, dtype=torch.float64, device=dev)  # two rows of scores, one of step scores
     # tiles of at least 32 labels: with 16 and shared float64 transitions sm_90 puts 8 B on the stack
     bp = torch.empty(B, T, N, dtype=torch.int16 if N <= 32767 else torch.int32, device=dev)
     launch("lossaug_fold", _fold_kernel, (B,), chain.unary, chain.transitions, chain.start, chain.end,
-           chain.lengths, target, ring, bp, *out, T, N, SHARED=chain.shared, BLOCK=max(32, block(N)),
-           num_warps=FOLD_WARPS)
+           chain.lengths, target, *loss, steps, ring, bp, *out, T, N, SHARED=chain.shared, **modes,
+           BLOCK=max(32, block(N)), num_warps=FOLD_WARPS_WIDE if units is not None and N > 32 else FOLD_WARPS)
     return out
 
 
-def table_search(chain: Chain, target: Tensor, margin: bool,
-                 htab: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Margin or slack rescaling with the (unweighted) Hamming loss through the table (K = T):
-    Delta = h(H) with h the identity, or the table ``htab`` (B, T + 1) float64 (any row stride,
-    unit stride along the counts); slack rescaling with a table also runs the min table (for the
-    counts where h < 0), in the same launch. Two launches; the returns as for :func:`fold_search`
-    (``scale``: 1 (margin) or h(H) (slack), 0 where the target was kept)."""
+def table_search(chain: Chain, target: Tensor, margin: bool, htab: Tensor | None = None,
+                 units: Tensor | None = None, pair: Tensor | None = None,
+                 low: bool = True) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Margin or slack rescaling through the count table: Delta = h(count) with h the identity, or
+    the table ``htab`` (B, K + 1) float64 (any row stride, unit stride along the counts); the count
+    as for :func:`fold_search` (``units`` and ``pair`` non-negative int64 here), K = T for the
+    Hamming count, else ``htab``'s. Slack rescaling with a table also runs the min table (for the
+    counts where h < 0) in the same launch, unless ``low`` is False (h known non-negative). Two
+    launches; the returns as for :func:`fold_search` (``scale``: 1 (margin) or h(count) (slack), 0
+    where the target was kept)."""
     B, T, N = chain.shape
-    K1, dev = T + 1, chain.unary.device
-    sides = 2 if htab is not None and not margin else 1
+    K1 = T + 1 if htab is None else htab.shape[1]
+    dev = chain.unary.device
+    loss, modes, count = _loss_args(target, units, pair)
+    sides = 2 if htab is not None and not margin and low else 1
     ring = torch.empty(sides, B, 2, N, K1, dtype=torch.float64, device=dev)
     bp = torch.empty(sides, B, T, N, K1, dtype=torch.uint8 if N <= 256 else torch.int16, device=dev)
     best = torch.empty(sides, B, K1, dtype=torch.float64, device=dev)  # written on non-empty rows, read there
     last = torch.empty(sides, B, K1, dtype=torch.long, device=dev)
-    launch("hamming_table", _unweighted_table_kernel, (B, sides), chain.unary, chain.transitions, chain.start,
-           chain.end, chain.lengths, target, ring, bp, best, last, T, N, K1, SHARED=chain.shared,
+    launch("hamming_table", _table_kernel, (B, sides), chain.unary, chain.transitions, chain.start, chain.end,
+           chain.lengths, target, *loss, ring, bp, best, last, T, N, K1, SHARED=chain.shared, **modes,
            BLOCK_K=block(K1), BLOCK_J=block(N, 32))
-    out = _outputs(B, T, dev)
+    out = _outputs(B, T, dev, count)
     h, h_stride = (target, 0) if htab is None else (htab, htab.stride(0))
     launch("hamming_choose", _choose_kernel, (B,), chain.unary, chain.transitions, chain.start, chain.end,
-           chain.lengths, target, bp, best, last, h, h_stride, *out, T, N, K1, MARGIN=margin,
-           CUSTOM=htab is not None, LOW=sides == 2, SHARED=chain.shared, BLOCK_K=block(K1), BLOCK=block(T))
+           chain.lengths, target, *loss, bp, best, last, h, h_stride, *out, T, N, K1, MARGIN=margin,
+           CUSTOM=htab is not None, LOW=sides == 2, SHARED=chain.shared, **modes, BLOCK_K=block(K1),
+           BLOCK=block(T), num_warps=CHOOSE_WARPS)
     return out
 
 
@@ -678,8 +760,9 @@ def _window_fold_kernel(scores, lengths, target, ring, bp, value, path, count, s
     tl.debug_barrier()  # the backtrack's scalar stores, read back below
     g_target = _window_score(scores, target, b, L, T, N, S, P)
     found = _window_score(scores, path, b, L, T, N, S, P)
-    _settle(target, path, value, count, scale, gold, b, L, T, g_target, found, top > NEG, target, True, False,
-            BLOCK)
+    H = _mistakes(path, target, b, L, T, tl.arange(0, BLOCK), BLOCK)
+    _settle(target, path, value, count, scale, gold, b, L, T, g_target, found, top > NEG, H, H * 0, target,
+            True, False, BLOCK)
 
 
 def window_fold_search(scores: Tensor, order: int, lengths: Tensor,
@@ -813,7 +896,9 @@ def _window_choose_kernel(scores, lengths, target, bp, best, last, htab, h_strid
             tl.store(path + b * T, cur % N)
     tl.debug_barrier()  # the backtrack's scalar stores, read back below
     found = _window_score(scores, path, b, L, T, N, S, P)
-    _settle(target, path, value, count, scale, gold, b, L, T, g, found, found_ok, hrow, MARGIN, CUSTOM, BLOCK)
+    H = _mistakes(path, target, b, L, T, tl.arange(0, BLOCK), BLOCK)
+    _settle(target, path, value, count, scale, gold, b, L, T, g, found, found_ok, H, H * 0, hrow, MARGIN,
+            CUSTOM, BLOCK)
 
 
 def window_table_search(scores: Tensor, order: int, lengths: Tensor, target: Tensor, margin: bool,

@@ -45,7 +45,7 @@ from ..chain.linear import allowed_labels, consistent_chain
 from ..chain.masking import masked_chain
 from ..chain.window import _check_scores
 from ._ops import FUSED, fused_search, fused_window_search, solve
-from .spec import ALGORITHMS, RESCALINGS, HLike, h_table, resolve_loss
+from .spec import ALGORITHMS, RESCALINGS, HLike, LossSpec, h_table, resolve_loss
 from .structures import _ChainStructure, _WindowStructure
 
 __all__ = ["loss_augmented", "window_loss_augmented", "loss_augmented_chain", "loss_augmented_viterbi",
@@ -69,6 +69,7 @@ def loss_augmented(
     pair_cost: Tensor | None = None,
     mask: Tensor | None = None,
     ignore_index: int | None = None,
+    max_count: int | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Most violating labeling of a linear chain under a Hamming-based or decomposable loss.
 
@@ -101,8 +102,9 @@ def loss_augmented(
     cost : Tensor (N, N) or (B, T, N), optional
         A loss decomposing over positions, ``cost[y_t, y'_t]`` or ``cost[b, t, y'_t]``; replaces
         weights. Margin rescaling with h=None takes any real costs (folded into the unary scores);
-        slack rescaling and any h take non-negative costs that are integers after a common scale
-        (the loss value, the sum of the costs, is the table's extra dimension; h applies to it).
+        slack rescaling and any h take non-negative costs (integer or floating) that are integers
+        after a common scale (the loss value, the sum of the costs, is the table's extra
+        dimension; h applies to it).
     pair_cost : Tensor (B, T-1, N, N), optional
         Costs of label pairs, ``pair_cost[b, t, i, j]`` for y'_t = i and y'_{t+1} = j (a loss of
         order 2, e.g. on transitions), added to ``cost``'s (or alone); replaces weights. The same
@@ -111,6 +113,14 @@ def loss_augmented(
         "auto" folds margin losses that decompose over positions (affine h, real weights, cost,
         pair_cost with h=None) into the scores and runs Viterbi; otherwise it runs the count
         table. The others force one path (for testing that they agree).
+    max_count : int, optional
+        The size of the count table for ``weights``, ``cost`` and ``pair_cost`` that need one
+        (slack rescaling, a custom h): an upper bound on every row's largest count, in the loss's
+        units. None reads the bound (and a common scale of real values) off the values, a host
+        sync on a GPU; given, nothing is read back (a CUDA graph or a tight training loop keeps
+        running ahead) and the values must be non-negative integers no row of which sums beyond
+        it (a value check, see :func:`structtorch.set_validation`). Ignored where the loss folds
+        into the scores; the unweighted count needs no bound (T).
 
     Returns
     -------
@@ -138,21 +148,28 @@ def loss_augmented(
         cost = moved.take_positions(cost)
     pair_cost = moved.take_transitions(pair_cost) if isinstance(pair_cost, Tensor) else pair_cost
     value, path, count = loss_augmented_chain(chain, target, h=h, rescaling=rescaling, weights=weights,
-                                              cost=cost, algorithm=algorithm, pair_cost=pair_cost)
+                                              cost=cost, algorithm=algorithm, pair_cost=pair_cost,
+                                              max_count=max_count)
     return value, moved.put(path, -1), count
 
 
 def loss_augmented_chain(chain: Chain, target: Tensor, *, h: HLike = None, rescaling: str = "margin",
                          weights: Tensor | None = None, cost: Tensor | None = None,
-                         algorithm: str = "auto",
-                         pair_cost: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                         algorithm: str = "auto", pair_cost: Tensor | None = None,
+                         max_count: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`loss_augmented` on an already validated :class:`Chain` (the target and the
     loss arguments are checked here)."""
-    if pair_cost is None and _fuses(chain, h, rescaling, weights, cost, algorithm):
-        return _fused(chain, target, rescaling, algorithm, h)
+    if _fuses(chain, h, rescaling, algorithm):
+        target = _checked_target(target, chain.unary, chain.lengths)
+        if weights is None and cost is None and pair_cost is None:
+            return _fused(chain, target, rescaling, algorithm, h)
+        spec = resolve_loss(h, rescaling, weights, cost, target, chain.mask(), chain.unary, algorithm,
+                            pair_cost, max_count)
+        return _fused_spec(chain, target, spec)
     mask = chain.mask()
     target = check_labels(target, mask, chain.shape[2], name="target")
-    spec = resolve_loss(h, rescaling, weights, cost, target, mask, chain.unary, algorithm, pair_cost)
+    spec = resolve_loss(h, rescaling, weights, cost, target, mask, chain.unary, algorithm, pair_cost,
+                        max_count)
     return solve(_ChainStructure(chain, target), spec, target, chain.shape[2], algorithm, chain.unary.dtype)
 
 
@@ -176,20 +193,17 @@ def partial_loss_augmented_chain(chain: Chain, allowed: Tensor, *, h: HLike = No
         score, best = _chain_ops.viterbi(consistent_chain(chain.map(torch.Tensor.detach), allowed))
     check_target_score(score, "target allows no labeling in row {}: no labeling is consistent with its "
                               "allowed labels and the potentials' finite entries")
-    cost = (~allowed).to(torch.float64)
-    return loss_augmented_chain(chain, best.clamp(min=0), h=h, rescaling=rescaling, cost=cost,
-                                algorithm=algorithm)
+    # a 0/1 cost: every count is at most T, so the table's size is known without reading it
+    return loss_augmented_chain(chain, best.clamp(min=0), h=h, rescaling=rescaling, cost=(~allowed).long(),
+                                algorithm=algorithm, max_count=chain.shape[1])
 
 
-def _fuses(chain: Chain, h: HLike, rescaling: str, weights: Tensor | None, cost: Tensor | None,
-           algorithm: str) -> bool:
-    """Whether the chain's backend runs the whole search (:data:`FUSED`): the unweighted Hamming
-    loss with any h, on a non-empty batch of non-empty chains (every other case, and every bad loss
-    argument, takes :func:`solve`; so does ``algorithm="viterbi"`` with a custom h, which needs h
-    known to be affine)."""
+def _fuses(chain: Chain, h: HLike, rescaling: str, algorithm: str) -> bool:
+    """Whether the chain's backend runs the whole search (:data:`FUSED`), on a non-empty batch of
+    non-empty chains: any loss (``algorithm="viterbi"`` with slack rescaling or a custom h, which
+    needs h known to be affine, takes :func:`solve` and its message)."""
     B, T, _ = chain.shape
-    plain = weights is None and cost is None and B > 0 and T > 0
-    return plain and _fusable(h, rescaling, algorithm) and _chain_ops.backend_of(chain) in FUSED
+    return B > 0 and T > 0 and _fusable(h, rescaling, algorithm) and _chain_ops.backend_of(chain) in FUSED
 
 
 def _fusable(h: HLike, rescaling: str, algorithm: str) -> bool:
@@ -204,12 +218,25 @@ def _fused(chain: Chain, target: Tensor, rescaling: str, algorithm: str,
            h: HLike) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`loss_augmented_chain` by the backend's kernels: nothing read on the host, a constant
     number of device ops (the table for slack rescaling, a custom h or ``algorithm="hamming"``,
-    else the folded Viterbi)."""
-    target = _checked_target(target, chain.unary, chain.lengths)
+    else the folded Viterbi); ``target`` checked by :func:`_checked_target`."""
     B, T, _ = chain.shape
     htab = None if h is None else h_table(h, T, B, chain.unary, "T+1")
     table = rescaling == "slack" or algorithm == "hamming"
     value, path, count, gold = fused_search(chain, target, rescaling, table, htab)
+    return _checked_value(value, gold, chain.unary.dtype), path, count
+
+
+def _fused_spec(chain: Chain, target: Tensor, spec: LossSpec) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`loss_augmented_chain` by the backend's kernels for position weights or costs (see
+    :func:`~structtorch.lossaug.spec.resolve_loss`, which reads nothing back where the loss folds or
+    the table's size is known): the folded Viterbi where the spec has no table of h, else the table
+    (integer units; the min table only where h may be negative)."""
+    units = spec.weights if spec.hamming else spec.units(target, chain.shape[2])
+    table = spec.htab is not None
+    value, path, count, gold = fused_search(chain, target, spec.rescaling, table, spec.htab, units, spec.pair,
+                                            not spec.nonnegative)
+    if not spec.hamming or spec.scale != 1:  # as LossSpec.count: real costs, or counts in units of 1/scale
+        count = count.double() if spec.scale == 1 else count / spec.scale
     return _checked_value(value, gold, chain.unary.dtype), path, count
 
 
@@ -242,6 +269,7 @@ def window_loss_augmented(
     cost: Tensor | None = None,
     algorithm: str = "auto",
     pair_cost: Tensor | None = None,
+    max_count: int | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`loss_augmented` for chains of order l.
 
@@ -261,7 +289,7 @@ def window_loss_augmented(
     mask = torch.arange(T, device=scores.device) < lengths[:, None]
     target = check_labels(target, mask, N, name="target")
     spec = resolve_loss(h, rescaling, weights, cost, target, mask, scores.new_zeros(B, T, N), algorithm,
-                        pair_cost)
+                        pair_cost, max_count)
     model = _WindowStructure(scores, order, N, lengths, target)
     return solve(model, spec, target, N, algorithm, scores.dtype)
 

@@ -66,12 +66,13 @@ def semimarkov_loss_augmented(
     algorithm: str = "auto",
     segment_plif: SegmentPLiF | None = None,
     loss: str = "hamming",
+    max_count: int | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Most violating segmentation under a position or segment-level loss.
 
     Arguments as for :func:`structtorch.semimarkov_viterbi` (``segment_plif`` included), plus the
     target segmentation (``target_labels`` (B, T) int64 and ``target_starts`` (B, T) bool) and
-    ``h``, ``rescaling``, ``weights`` and ``algorithm`` as for
+    ``h``, ``rescaling``, ``weights``, ``max_count`` and ``algorithm`` as for
     :func:`structtorch.loss_augmented`; Delta = h(H) with H, by ``loss``:
 
     - "hamming": the positions inside the length whose label differs from the target's
@@ -99,13 +100,13 @@ def semimarkov_loss_augmented(
     sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
                           start, end, lengths, segment_plif)
     return loss_augmented_semimarkov(sm, target_labels, target_starts, h=h, rescaling=rescaling,
-                                       weights=weights, algorithm=algorithm, loss=loss)
+                                       weights=weights, algorithm=algorithm, loss=loss, max_count=max_count)
 
 
 def loss_augmented_semimarkov(sm: SemiMarkov, target_labels: Tensor, target_starts: Tensor, *,
                                 h: HLike = None, rescaling: str = "margin", weights: Tensor | None = None,
-                                algorithm: str = "auto",
-                                loss: str = "hamming") -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                                algorithm: str = "auto", loss: str = "hamming",
+                                max_count: int | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """:func:`semimarkov_loss_augmented` on already validated :class:`SemiMarkov` potentials (the
     target and the loss arguments are checked here)."""
     if loss not in SEGMENT_LOSSES:
@@ -121,7 +122,8 @@ def loss_augmented_semimarkov(sm: SemiMarkov, target_labels: Tensor, target_star
     if _folds(h, rescaling, weights, algorithm, loss):
         return _folded(model, loss, sm.content.dtype)
     if loss == "hamming":
-        spec = resolve_loss(h, rescaling, weights, None, labels, mask, sm.content, algorithm)
+        spec = resolve_loss(h, rescaling, weights, None, labels, mask, sm.content, algorithm,
+                            max_count=max_count)
     else:
         spec = resolve_segment_loss(loss, h, rescaling, weights, model.bound(loss), B, sm.content, algorithm)
     value, struct, count = solve(model, spec, labels, N, algorithm, sm.content.dtype)

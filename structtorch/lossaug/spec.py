@@ -14,7 +14,7 @@ from fractions import Fraction
 import torch
 from torch import Tensor
 
-from .._checks import _fmt, check_finite, on_host
+from .._checks import _fmt, check_finite, check_int, check_that, on_host
 
 HLike = Callable[[Tensor], Tensor] | Tensor | None
 RESCALINGS = ("margin", "slack")
@@ -138,15 +138,13 @@ class LossSpec:
             torch.arange(N, device=target.device) != target.unsqueeze(2))
 
 
-def _weights(weights: Tensor | None, mask: Tensor, ref: Tensor) -> tuple[Tensor, bool]:
-    """(B, T) weights, 0 beyond each length, and whether they are non-negative integers.
-
-    Integer weights come back as int64 whenever their row sums fit int64 (so counts stay exact
-    integers); larger ones stay float64 so that no cast or sum can wrap around.
-    """
+def _weights(weights: Tensor | None, mask: Tensor, ref: Tensor) -> Tensor:
+    """(B, T) position weights in their own dtype, 0 beyond each length (``mask``); shape, dtype and
+    device checked, floating ones finite (a value check). None: the unweighted count (``mask``
+    as int64)."""
     B, T = mask.shape
     if weights is None:
-        return mask.long(), True
+        return mask.long()
     if not isinstance(weights, Tensor):
         raise TypeError(f"weights must be a torch.Tensor of shape (B, T) = ({B}, {T})")
     if weights.shape != (B, T):
@@ -157,11 +155,19 @@ def _weights(weights: Tensor | None, mask: Tensor, ref: Tensor) -> tuple[Tensor,
         raise TypeError(f"weights must be an integer or floating tensor, got {weights.dtype}")
     if weights.dtype.is_floating_point:
         check_finite("weights", weights)
-    w = torch.where(mask, weights, torch.zeros((), dtype=weights.dtype, device=weights.device))
+    return torch.where(mask, weights, torch.zeros((), dtype=weights.dtype, device=weights.device))
+
+
+def _folded_weights(w: Tensor) -> Tensor:
+    """Weights folded into the scores (margin rescaling, h = identity): int64 where they are
+    non-negative integers whose row sums fit int64 (the count comes back int64), else float64. On
+    the host that is read off the values; elsewhere (nothing read back) off the dtype."""
+    if not on_host(w):
+        return w if not w.dtype.is_floating_point else w.double()
     integral = bool((w == w.round()).all()) and bool((w >= 0).all())
     # row sums in float64 never wrap (rounded, but far from the int64 limit when they pass)
-    fits = B == 0 or float(w.double().abs().sum(1).max()) < 2.0**62
-    return (w.long() if integral and fits else w.double()), integral
+    fits = w.shape[0] == 0 or float(w.double().abs().sum(1).max()) < 2.0**62
+    return w.long() if integral and fits else w.double()
 
 
 def common_scale(values: Tensor) -> int | None:
@@ -179,11 +185,18 @@ def common_scale(values: Tensor) -> int | None:
     return scale
 
 
-def integer_counts(values: Tensor, name: str) -> tuple[Tensor, int]:
+def integer_counts(values: Tensor, name: str, max_count: int | None = None) -> tuple[Tensor, int]:
     """(values * scale as int64, scale) for non-negative ``values`` that are integers after a
-    common scale (:func:`common_scale`); a ValueError naming ``name`` otherwise."""
-    if not values.dtype.is_floating_point:
-        values = values.double()
+    common scale (:func:`common_scale`, read on the host); a ValueError naming ``name`` otherwise.
+    With ``max_count`` (the table sized by the caller) nothing is read: the values must be
+    non-negative integers (scale 1), a value check (see :func:`~structtorch.set_validation`)."""
+    if max_count is not None:
+        floating = values.dtype.is_floating_point
+        check_that(lambda: (values >= 0) & (values == values.round() if floating else True),
+                   f"{name} must be non-negative integers with max_count (a common scale needs "
+                   "max_count=None, which reads the values on the host)")
+        return values.long(), 1
+    values = values.double()  # the scale of the values in float64 (a float32 one may be spurious)
     scale = common_scale(values) if bool((values >= 0).all()) else None
     if scale is None:
         raise ValueError(
@@ -191,6 +204,27 @@ def integer_counts(values: Tensor, name: str) -> tuple[Tensor, int]:
             f"most {MAX_SCALE}), for slack rescaling, a custom h or algorithm='hamming' (real {name} work "
             "with rescaling='margin' and h=None)")
     return (values.double() * scale).round().long(), scale
+
+
+def table_bound(top: Callable[[], Tensor], max_count: int | None, what: str, units: str) -> int:
+    """K, the count dimension of the table: the largest row count ``top()`` (B,), read on the
+    host, or ``max_count`` when given (then ``top()`` is only computed by the value check that
+    none exceeds it). ``what`` names the counted loss ("weights", "the costs") and ``units`` its
+    units in the messages ("" or " (in units of 1/s)")."""
+    if max_count is not None:
+        if max_count + 1 > MAX_COUNTS:
+            raise ValueError(f"max_count must be below {MAX_COUNTS} (the table holds max_count + 1 counts), "
+                             f"got {max_count}")
+        check_that(lambda: top() <= max_count,
+                   f"{what} sum beyond max_count = {max_count} in some row{units}")
+        return max_count
+    rows = top()
+    K = float(rows.max()) if rows.numel() else 0
+    K = int(K) if K < 2.0**62 else K
+    if K + 1 > MAX_COUNTS:
+        raise ValueError(f"{what} sum to K = {K} in some row{units}: the Hamming table would need K+1 counts "
+                         f"(at most {MAX_COUNTS}); use smaller integers")
+    return K
 
 
 def h_table(h: HLike, K: int, B: int, ref: Tensor, what: str, scale: float = 1.0) -> Tensor:
@@ -247,13 +281,21 @@ def _affine(htab: Tensor) -> tuple[Tensor, Tensor] | None:
     return None
 
 
+def _as_costs(x: Tensor, name: str, shape: str) -> Tensor:
+    """``x`` detached, int64 or float64 (checked finite): costs keep integers integral."""
+    if not isinstance(x, Tensor) or x.dtype == torch.bool or x.dtype.is_complex:
+        raise TypeError(f"{name} must be a real (integer or floating) tensor of shape {shape}")
+    if x.dtype.is_floating_point:
+        check_finite(name, x)
+        return x.detach().double()
+    return x.detach().long()
+
+
 def _cost(cost: Tensor, target: Tensor, mask: Tensor, ref: Tensor) -> Tensor:
-    """(B, T, N) float64 per-label costs, 0 beyond each length."""
+    """(B, T, N) int64 or float64 per-label costs, 0 beyond each length."""
     B, T = mask.shape
     N = ref.shape[-1]
-    if not isinstance(cost, Tensor) or not cost.dtype.is_floating_point:
-        raise TypeError("cost must be a floating tensor of shape (N, N) or (B, T, N)")
-    check_finite("cost", cost)
+    cost = _as_costs(cost, "cost", "(N, N) or (B, T, N)")
     if cost.shape == (N, N):
         per_label = cost.to(ref.device)[target]
     elif cost.shape == (B, T, N):
@@ -262,52 +304,53 @@ def _cost(cost: Tensor, target: Tensor, mask: Tensor, ref: Tensor) -> Tensor:
         raise ValueError(
             f"cost must have shape (N, N) = ({N}, {N}) or (B, T, N) = ({B}, {T}, {N}), got {_fmt(cost.shape)}"
         )
-    return torch.where(mask.unsqueeze(2), per_label.detach().double(), 0.0)
+    return torch.where(mask.unsqueeze(2), per_label, 0)
 
 
 def _pair_cost(pair_cost: Tensor, mask: Tensor, ref: Tensor) -> Tensor:
-    """(B, T - 1, N, N) float64 costs of label pairs, 0 where t + 1 is beyond the length."""
+    """(B, T - 1, N, N) int64 or float64 costs of label pairs, 0 where t + 1 is beyond the length."""
     B, T = mask.shape
     N = ref.shape[-1]
     shape = (B, max(T - 1, 0), N, N)
-    if not isinstance(pair_cost, Tensor) or not pair_cost.dtype.is_floating_point:
-        raise TypeError(f"pair_cost must be a floating tensor of shape (B, T-1, N, N) = {shape}")
+    pair_cost = _as_costs(pair_cost, "pair_cost", f"(B, T-1, N, N) = {shape}")
     if pair_cost.shape != shape:
         raise ValueError(f"pair_cost must have shape (B, T-1, N, N) = {shape}, got {_fmt(pair_cost.shape)}")
-    check_finite("pair_cost", pair_cost)
-    return torch.where(mask[:, 1:, None, None], pair_cost.detach().to(ref.device).double(), 0.0)
+    return torch.where(mask[:, 1:, None, None], pair_cost.to(ref.device), 0)
 
 
 def _cost_spec(h: HLike, rescaling: str, weights: Tensor | None, cost: Tensor | None,
                pair_cost: Tensor | None, target: Tensor, mask: Tensor, ref: Tensor,
-               algorithm: str) -> LossSpec:
+               algorithm: str, max_count: int | None) -> LossSpec:
     """The spec of a loss given by per-label costs and/or costs of label pairs: folded into the
     scores for margin rescaling with h=None, else counted in the table (non-negative integers
-    after a common scale)."""
+    after a common scale, or integers up to ``max_count``)."""
     if weights is not None:
         raise ValueError("cost and pair_cost replace weights: pass weights=None")
     B, T = mask.shape
     unit = None if cost is None else _cost(cost, target, mask, ref)
     pair = None if pair_cost is None else _pair_cost(pair_cost, mask, ref)
     if rescaling == "margin" and h is None and algorithm != "hamming":
+        unit, pair = (None if x is None else x.double() for x in (unit, pair))
         return LossSpec(rescaling, mask.long(), None, unit, None, pair=pair)
     if algorithm == "viterbi":
         raise ValueError("algorithm='viterbi' needs margin rescaling with h=None")
-    parts = torch.cat([x.reshape(-1) for x in (unit, pair) if x is not None])
-    scaled, scale = integer_counts(parts, "cost" if pair is None else "pair_cost" if unit is None
-                                   else "cost and pair_cost")
-    n_unit = 0 if unit is None else unit.numel()
-    unit = None if unit is None else scaled[:n_unit].view(unit.shape)
-    pair = None if pair is None else scaled[n_unit:].view(pair.shape)
-    top = 0
-    if unit is not None:
-        top = unit.amax(2).sum(1)
-    if pair is not None:
-        top = top + pair.flatten(2).amax(2).sum(1)
-    K = int(top.max()) if B else 0
-    if K + 1 > MAX_COUNTS:
-        raise ValueError(f"the costs sum to K = {K} in some row (in units of 1/{scale}): the table would "
-                         f"need K+1 counts (at most {MAX_COUNTS}); use smaller integer costs")
+    name = "cost" if pair is None else "pair_cost" if unit is None else "cost and pair_cost"
+    raw = (unit, pair)  # the bound from the values as given: a cast of huge ones to int64 would wrap
+    if max_count is None:
+        parts = torch.cat([x.reshape(-1) for x in (unit, pair) if x is not None])
+        scaled, scale = integer_counts(parts, name)
+        n_unit = 0 if unit is None else unit.numel()
+        unit = None if unit is None else scaled[:n_unit].view(unit.shape)
+        pair = None if pair is None else scaled[n_unit:].view(pair.shape)
+    else:
+        unit, pair = (None if x is None else integer_counts(x, name, max_count)[0] for x in (unit, pair))
+        scale = 1
+
+    def top() -> Tensor:  # float64 sums of the scaled integers never wrap
+        rows = 0 if raw[0] is None else (raw[0].amax(2).double() * scale).round().sum(1)
+        return rows if raw[1] is None else rows + (raw[1].flatten(2).amax(2).double() * scale).round().sum(1)
+
+    K = table_bound(top, max_count, "the costs", "" if scale == 1 else f" (in units of 1/{scale})")
     htab = h_table(h, K, B, ref, "K+1", scale)
     # always the table (a cost is folded only with h=None, above): exact for any h
     return LossSpec(rescaling, mask.long(), htab, unit, None, nonnegative=h is None, pair=pair,
@@ -316,33 +359,33 @@ def _cost_spec(h: HLike, rescaling: str, weights: Tensor | None, cost: Tensor | 
 
 def resolve_loss(h: HLike, rescaling: str, weights: Tensor | None, cost: Tensor | None,
                  target: Tensor, mask: Tensor, ref: Tensor, algorithm: str = "auto",
-                 pair_cost: Tensor | None = None) -> LossSpec:
-    """Validate the loss arguments and bring them into a :class:`LossSpec`."""
+                 pair_cost: Tensor | None = None, max_count: int | None = None) -> LossSpec:
+    """Validate the loss arguments and bring them into a :class:`LossSpec`. Reads nothing on the
+    host where the loss folds into the scores, or where the table's size is known (unweighted, or
+    ``max_count``); otherwise the weights' or costs' values size the table."""
     if rescaling not in RESCALINGS:
         raise ValueError(f"rescaling must be 'margin' or 'slack', got {rescaling!r}")
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    if max_count is not None:
+        max_count = check_int("max_count", max_count, 0)
     B, T = mask.shape
     if cost is not None or pair_cost is not None:
-        return _cost_spec(h, rescaling, weights, cost, pair_cost, target, mask, ref, algorithm)
-    w, integral = _weights(weights, mask, ref)
+        return _cost_spec(h, rescaling, weights, cost, pair_cost, target, mask, ref, algorithm, max_count)
+    w = _weights(weights, mask, ref)
 
     def identity_fold() -> tuple[Tensor, Tensor]:  # h = identity: intercept 0, slope 1
         ones = torch.ones(B, dtype=torch.float64, device=ref.device)
         return ones.new_zeros(()).expand(B), ones
 
     if rescaling == "margin" and h is None and algorithm != "hamming" and weights is not None:
-        return LossSpec(rescaling, w, None, None, identity_fold())  # no count table needed
-    scale = 1
-    if not integral:
-        w, scale = integer_counts(w, "weights")
-    K = T if weights is None else (float(w.double().sum(1).max()) if B else 0)
-    if K + 1 > MAX_COUNTS:
-        raise ValueError(
-            f"weights sum to K = {K:.6g} in some row{'' if scale == 1 else f' (in units of 1/{scale})'}: the "
-            f"Hamming table would need K+1 counts (at most {MAX_COUNTS}); use smaller integer weights"
-        )
-    K = int(K)
+        return LossSpec(rescaling, _folded_weights(w), None, None, identity_fold())  # no count table needed
+    scale, K = 1, T
+    if weights is not None:
+        raw = w  # the bound from the values as given: a cast of huge ones to int64 would wrap
+        w, scale = integer_counts(w, "weights", max_count)
+        K = table_bound(lambda: (raw.double() * scale).round().sum(1), max_count, "weights",
+                        "" if scale == 1 else f" (in units of 1/{scale})")
     htab = h_table(h, K, B, ref, "T+1" if weights is None else "K+1", scale)
     if h is None:  # the identity: affine and non-negative, known without reading the table
         fold = identity_fold() if rescaling == "margin" else None

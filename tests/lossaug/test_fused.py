@@ -1,6 +1,6 @@
 """The fused chain search (the unweighted Hamming loss, h the identity) against brute force on every
-backend, and its gradients, ties and errors on the "triton" backend, where the kernels run the whole
-search (``lossaug/_triton.py``: the folded Viterbi of chains and of order-l chains, the table and its
+backend, and its gradients (position weights and costs too), ties and errors on the "triton"
+backend, where the kernels run the whole search (``lossaug/_triton.py``: the folded Viterbi of chains and of order-l chains, the table and its
 choice, the indicators)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 from brute import enumerate_row, instances
-from conftest import use_backend
-from hypothesis import assume, given
+from conftest import INTERPRETED_EXAMPLES, use_backend
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st_
 from test_hamming import brute_force, brute_window, feasible_target
 
@@ -65,6 +65,49 @@ def test_triton_matches_torch_with_gradients(inst, case, seed):
     out = _run(inst, target, "triton", rescaling, algorithm, weight)
     torch.testing.assert_close(out[0], ref[0], atol=inst.tol, rtol=inst.tol)
     assert torch.equal(out[1], ref[1]) and torch.equal(out[2], ref[2])
+    for g, r in zip(out[3:], ref[3:], strict=True):
+        torch.testing.assert_close(g, r, atol=inst.tol, rtol=inst.tol)
+
+
+def _loss_kwargs(kind: str, B: int, T: int, N: int, rng, bounded: bool) -> dict:
+    """Loss arguments of one kind, non-negative integers (the table takes them); ``max_count`` from
+    the shapes when ``bounded``."""
+    draw = {"weights": (B, T), "cost": (B, T, N), "pair_cost": (B, max(T - 1, 0), N, N)}
+    kwargs = {name: torch.tensor(rng.integers(0, 3, size=shape), dtype=torch.float64 if name != "weights"
+                                 else torch.long) for name, shape in draw.items() if name in kind}
+    if "cost" in kind and "pair" not in kind and rng.random() < 0.5:
+        kwargs["cost"] = kwargs["cost"].long()  # integer costs are costs too
+    return {**kwargs, "max_count": 4 * T} if bounded else kwargs
+
+
+@settings(max_examples=INTERPRETED_EXAMPLES)
+@given(inst=instances(max_t=5, max_n=3), rescaling=st_.sampled_from(["margin", "slack"]),
+       h=st_.sampled_from([None, "sin"]), kind=st_.sampled_from(["weights", "cost", "pair_cost", "cost+pair_cost"]),
+       bounded=st_.booleans(), seed=st_.integers(0, 2**31))
+def test_triton_weights_and_costs_match_torch_with_gradients(inst, rescaling, h, kind, bounded, seed):
+    """Position weights, per-label costs and pair costs run whole in the kernels (the folded Viterbi
+    for margin rescaling with h the identity, else the table): value, labeling, count and the
+    gradients equal the PyTorch search's (itself checked against enumeration in test_hamming.py),
+    with the table sized by ``max_count`` or by the values."""
+    rng = np.random.default_rng(seed)
+    target = feasible_target(inst, rng)
+    assume(target is not None)
+    B, T, N = inst.unary.shape
+    kwargs = _loss_kwargs(kind, B, T, N, rng, bounded)
+    if h == "sin":
+        kwargs["h"] = lambda k: 2 * torch.sin(k)
+    outs = []
+    for backend in ("torch", "triton"):
+        u, a = inst.unary.clone().requires_grad_(), inst.transitions.clone().requires_grad_()
+        with use_backend(backend):
+            value, path, count = st.loss_augmented(u, a, target, rescaling=rescaling, **kwargs, **inst.kwargs)
+            grads = torch.autograd.grad(value.sum(), (u, a), allow_unused=True)
+        outs.append((value.detach(), path, count, *(torch.zeros_like(x) if g is None else g
+                                                    for g, x in zip(grads, (u, a), strict=True))))
+    ref, out = outs
+    torch.testing.assert_close(out[0], ref[0], atol=inst.tol, rtol=inst.tol)
+    assert torch.equal(out[1], ref[1])
+    assert out[2].dtype == ref[2].dtype and torch.equal(out[2], ref[2])
     for g, r in zip(out[3:], ref[3:], strict=True):
         torch.testing.assert_close(g, r, atol=inst.tol, rtol=inst.tol)
 
@@ -165,6 +208,38 @@ def test_window_identity_h_matches_enumeration_and_torch(order, B, T, N, dtype, 
     assert out[1][0].dtype == dtype and torch.equal(out[1][1], out[0][1]) and torch.equal(out[1][2], out[0][2])
     torch.testing.assert_close(out[1][0], out[0][0])
     torch.testing.assert_close(out[1][3], out[0][3])
+
+
+@settings(max_examples=INTERPRETED_EXAMPLES)
+@given(order=st_.integers(1, 2), B=st_.integers(1, 3), T=st_.integers(1, 4), N=st_.integers(1, 3),
+       rescaling=st_.sampled_from(["margin", "slack"]), h=st_.sampled_from([None, "sin"]),
+       kind=st_.sampled_from(["weights", "cost", "pair_cost", "cost+pair_cost"]), bounded=st_.booleans(),
+       seed=st_.integers(0, 2**31), data=st_.data())
+def test_triton_window_weights_and_costs_match_torch(order, B, T, N, rescaling, h, kind, bounded, seed, data):
+    """Weights, costs and pair costs on order-l chains run whole in the window kernels: value,
+    labeling, count and gradient equal the PyTorch search's, with -inf windows and empty rows."""
+    rng = np.random.default_rng(seed)
+    shape = (B, T) + (N,) * (order + 1)
+    x = rng.integers(-2, 3, size=shape).astype(float)
+    x[rng.random(shape) < 0.15] = -np.inf
+    lengths = torch.tensor(data.draw(st_.lists(st_.integers(0, T), min_size=B, max_size=B)))
+    target = torch.tensor(rng.integers(0, N, size=(B, T)))
+    scores = torch.tensor(x)
+    assume(bool(torch.isfinite(st.window_score(scores, target, lengths)).all()))
+    kwargs = _loss_kwargs(kind, B, T, N, rng, bounded)
+    if h == "sin":
+        kwargs["h"] = lambda k: 2 * torch.sin(k)
+    out = []
+    for name in ("torch", "triton"):
+        s = scores.clone().requires_grad_()
+        with use_backend(name):
+            value, path, count = st.window_loss_augmented(s, target, lengths=lengths, rescaling=rescaling, **kwargs)
+            (grad,) = torch.autograd.grad(value.sum(), s, allow_unused=True)
+        out.append((value.detach(), path, count, torch.zeros_like(s) if grad is None else grad))
+    (ref, found) = out
+    torch.testing.assert_close(found[0], ref[0])
+    assert torch.equal(found[1], ref[1]) and found[2].dtype == ref[2].dtype and torch.equal(found[2], ref[2])
+    torch.testing.assert_close(found[3], ref[3])
 
 
 def test_window_double_backward_and_bad_target():

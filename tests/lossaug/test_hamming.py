@@ -362,3 +362,40 @@ def test_window_pair_costs_fold_and_table_agree():
     torch.testing.assert_close(folded[2], table[2])
     with pytest.raises(ValueError, match="pair_cost needs windows of order l >= 1"):
         st.window_loss_augmented(scores[..., 0, 0], target, pair_cost=pair)
+
+
+def test_max_count_sizes_the_table_without_reading_the_values(backend):
+    """``max_count`` gives the table's size: the same result as the size read off the values, for
+    weights, costs and pair costs (integer or floating dtypes); a bound that some row exceeds, real
+    values, and a bad bound are errors that name it."""
+    g = torch.Generator().manual_seed(3)
+    B, T, N = 3, 5, 3
+    u, a = torch.randn(B, T, N, generator=g, dtype=torch.float64), torch.randn(N, N, generator=g, dtype=torch.float64)
+    target = torch.randint(0, N, (B, T), generator=g)
+    losses = {"weights": {"weights": torch.randint(0, 3, (B, T), generator=g)},
+              "cost": {"cost": torch.randint(0, 3, (B, T, N), generator=g)},
+              "pair_cost": {"pair_cost": torch.randint(0, 3, (B, T - 1, N, N), generator=g).double()}}
+    for kwargs in losses.values():
+        for rescaling, h in (("slack", None), ("margin", lambda k: k.sqrt())):
+            ref = st.loss_augmented(u, a, target, rescaling=rescaling, h=h, **kwargs)
+            out = st.loss_augmented(u, a, target, rescaling=rescaling, h=h, max_count=6 * T, **kwargs)
+            torch.testing.assert_close(out[0], ref[0])
+            assert torch.equal(out[1], ref[1]) and torch.equal(out[2], ref[2])
+    error = ValueError if backend != "triton" else RuntimeError  # an asynchronous assertion off the host
+    with pytest.raises(error, match="weights sum beyond max_count = 2 in some row"):
+        st.loss_augmented(u, a, target, rescaling="slack", weights=torch.full((B, T), 1), max_count=2)
+    with pytest.raises(error, match="weights must be non-negative integers with max_count"):
+        st.loss_augmented(u, a, target, rescaling="slack", weights=torch.full((B, T), 0.5), max_count=20)
+    with pytest.raises(error, match="cost must be non-negative integers with max_count"):
+        st.loss_augmented(u, a, target, rescaling="slack", cost=-torch.ones(N, N), max_count=20)
+    with pytest.raises(ValueError, match="max_count must be an int >= 0, got -1"):
+        st.loss_augmented(u, a, target, rescaling="slack", weights=torch.ones(B, T), max_count=-1)
+    with pytest.raises(TypeError, match="max_count must be an int, got float"):
+        st.loss_augmented(u, a, target, rescaling="slack", weights=torch.ones(B, T), max_count=2.0)
+    with pytest.raises(ValueError, match="max_count must be below 1000000"):
+        st.loss_augmented(u, a, target, rescaling="slack", weights=torch.ones(B, T), max_count=10**6)
+    with st.set_validation(False):  # unchecked: the kernels never index past the table
+        try:
+            st.loss_augmented(u, a, target, rescaling="slack", weights=torch.full((B, T), 1), max_count=2)
+        except RuntimeError as exc:  # the compiled kernel's own bound check
+            assert backend == "compiled" and "sum to at most K = 2" in str(exc)
