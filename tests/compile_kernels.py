@@ -157,7 +157,10 @@ def _chain_scan():
 
 
 LOSS_MODES = ((0, False), (1, False), (2, True))
-"""(UNITS, PAIR) of the fused chain searches: the Hamming count, position weights, costs with pairs."""
+"""(UNITS, PAIR) of the fused chain tables: the Hamming count, position weights, costs with pairs."""
+
+COST_MODES = ((0, False), (2, False), (2, True))
+"""(UNITS, PAIR) of the folds and the window searches, which take weights as costs."""
 
 
 def _fused_hamming_signatures():
@@ -175,7 +178,7 @@ def _fused_hamming_signatures():
                 yield "hamming table", hamming._table_kernel, sig, dict(SHARED=shared, UNITS=units, PAIR=pair,
                                                                        BLOCK_K=16, BLOCK_J=32)
             for tile in (16, 64):
-                for units, pair in ((0, False), (2, False), (2, True)):  # real costs in the fold (weights too)
+                for units, pair in COST_MODES:  # real costs in the fold (weights too)
                     sig = {**seq, "target": "*i64", "units": f64, "pair": f64, "steps": f64, "ring": f64,
                            "bp": "*i16", **out, "count": "*i64" if units == 0 else f64, "T": i, "N": i}
                     name = f"hamming fold ({max(32, tile)}{', costs' if units and tile > 32 else ''})"
@@ -192,22 +195,29 @@ def _fused_hamming_signatures():
                        g_trans=f64, g_start=f64, g_end=f64, T=i, N=i)
             yield "hamming indicators", hamming._indicator_kernel, sig, dict(SHARED=shared, BLOCK=64, TILE=16)
         for tile in (16, 64):
-            sig = dict(scores=x, lengths="*i64", target="*i64", ring=f64, bp="*i16", **out, T=i, N=i, S=i, P=i,
-                       ORDER=i)
-            yield "window fold", hamming._window_fold_kernel, sig, dict(BLOCK=tile)
+            for units, pair in COST_MODES:  # real units in the fold
+                sig = dict(scores=x, lengths="*i64", target="*i64", units=f64, pair=f64, ring=f64, bp="*i16", **out,
+                           T=i, N=i, S=i, P=i, ORDER=i)
+                sig["count"] = "*i64" if units == 0 else f64
+                yield "window fold", hamming._window_fold_kernel, sig, dict(UNITS=units, PAIR=pair, BLOCK=tile)
         sig = dict(path="*i64", target="*i64", lengths="*i64", grad=x, grad_stride=i, scale=f64, g_scores=f64, T=i,
                    N=i, S=i, P=i)
         yield "window indicators", hamming._window_indicator_kernel, sig, dict(BLOCK=64)
         tables = dict(bp="*u8", best=f64, last="*i64")
+        loss = dict(units="*i64", pair="*i64")  # integer units in the table
         for tile in (16, 64):
-            sig = dict(scores=x, lengths="*i64", target="*i64", ring=f64, **tables, T=i, N=i, S=i, P=i, ORDER=i,
-                       K1=i)
-            yield "window table", hamming._window_table_kernel, sig, dict(BLOCK_K=tile, BLOCK_S=min(tile, 32))
+            for units, pair in COST_MODES:
+                sig = dict(scores=x, lengths="*i64", target="*i64", **loss, ring=f64, **tables, T=i, N=i, S=i, P=i,
+                           ORDER=i, K1=i)
+                yield "window table", hamming._window_table_kernel, sig, dict(UNITS=units, PAIR=pair, BLOCK_K=tile,
+                                                                             BLOCK_S=min(tile, 32))
             for margin, custom, low in _h_options():
-                sig = dict(scores=x, lengths="*i64", target="*i64", **tables, htab=f64, h_stride=i, **out, T=i, N=i,
-                           S=i, P=i, K1=i)
-                yield "window choose", hamming._window_choose_kernel, sig, dict(
-                    MARGIN=margin, CUSTOM=custom, LOW=low, BLOCK_K=tile, BLOCK=tile)
+                for units, pair in COST_MODES if (margin, custom, low) == (False, True, True) else COST_MODES[:1]:
+                    sig = dict(scores=x, lengths="*i64", target="*i64", **loss, **tables, htab=f64, h_stride=i, **out,
+                               T=i, N=i, S=i, P=i, K1=i)
+                    yield "window choose", hamming._window_choose_kernel, sig, dict(
+                        MARGIN=margin, CUSTOM=custom, LOW=low, UNITS=units, PAIR=pair, BLOCK_K=tile,
+                        BLOCK=min(tile, 32))
         yield from _semimarkov_table_signatures(x)
 
 
@@ -310,7 +320,7 @@ def main() -> int:
              "chain marginals backward": chain.MARGINALS_BACKWARD_WARPS, "semi forward": semi.FORWARD_WARPS,
              "chain scan backward": scan.BACKWARD_WARPS, "hamming fold (32)": hamming.FOLD_WARPS,
              "hamming fold (64)": hamming.FOLD_WARPS, "hamming fold (64, costs)": hamming.FOLD_WARPS_WIDE,
-             "hamming choose": hamming.CHOOSE_WARPS,
+             "hamming choose": hamming.CHOOSE_WARPS, "window choose": hamming.CHOOSE_WARPS,
              ("chain scan backward", "*fp64"): scan.BACKWARD_WARPS_FLOAT64}  # (name, input type): by dtype
     only = sys.argv[1] if len(sys.argv) > 1 else ""  # a part of the kernels' names: those alone
     for name, kernel, signature, constexprs in itertools.chain(_gpu_signatures(), _fused_hamming_signatures()):

@@ -81,3 +81,19 @@ def backend(request):
 
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+LONGEST_FIRST = (
+    "test_kernels_compile_for_a_gpu",  # 2-3 minutes with a cold Triton cache, as in CI
+    "test_readme_tour_runs", "test_semisupervised_example_runs", "test_bauer_examples_run",
+    "test_transformer_ner_example_runs", "test_lp_examples_run", "test_gpu_benchmark_script_runs_in_smoke_mode",
+    "test_chunking_example_end_to_end",
+)
+"""Tests of half a minute or more (single processes of an example or a compiler): collected first,
+so that pytest-xdist starts them while the other worker takes the many short ones, instead of
+leaving one worker alone with them at the end."""
+
+
+def pytest_collection_modifyitems(config, items):
+    first = [item for item in items if item.originalname in LONGEST_FIRST]
+    items[:] = first + [item for item in items if item.originalname not in LONGEST_FIRST]

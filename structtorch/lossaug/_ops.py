@@ -229,22 +229,25 @@ def fused_search(chain: Chain, target: Tensor, rescaling: str, table: bool, htab
     return value, path, count, gold
 
 
-def _window_search_fake(scores, lengths, target, rescaling="margin", table=False, htab=None):
-    return _search_fake(scores, None, None, None, lengths, target, rescaling, table)
+def _window_search_fake(scores, lengths, target, rescaling="margin", table=False, htab=None, units=None,
+                        pair=None, low=True):
+    return _search_fake(scores, None, None, None, lengths, target, rescaling, table, htab, units, pair, low)
 
 
 @operator("window_hamming_search", _window_search_fake)
 def window_hamming_search(scores: Tensor, lengths: Tensor, target: Tensor, rescaling: str = "margin",
-                          table: bool = False,
-                          htab: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """(value, path, count, scale, gold) of the unweighted Hamming loss on an order-l chain
-    (``scores`` (B, T) + (N,) * (l + 1)), on the "triton" backend, as :func:`chain_hamming_search`:
+                          table: bool = False, htab: Tensor | None = None, units: Tensor | None = None,
+                          pair: Tensor | None = None,
+                          low: bool = True) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(value, path, count, scale, gold) of the loss of :func:`chain_hamming_search` on an order-l
+    chain (``scores`` (B, T) + (N,) * (l + 1); pair costs for l >= 1), on the "triton" backend:
     through the table when ``table`` or a table ``htab`` of h is given, else by the folded Viterbi."""
     module = kernel_module("triton", __package__)
     order = scores.dim() - 3
     if table or htab is not None:
-        return module.window_table_search(scores, order, lengths, target, rescaling == "margin", htab)
-    return module.window_fold_search(scores, order, lengths, target)
+        return module.window_table_search(scores, order, lengths, target, rescaling == "margin", htab, units,
+                                          pair, low)
+    return module.window_fold_search(scores, order, lengths, target, units, pair)
 
 
 def _window_backward_fake(grad, path, target, lengths, scale, shape):
@@ -276,8 +279,8 @@ class FusedWindowSearch(torch.autograd.Function):
     gradient is ``scale`` times the window indicators of the path minus the target's."""
 
     @staticmethod
-    def forward(scores, lengths, target, rescaling, table, htab):
-        return window_hamming_search(scores, lengths, target, rescaling, table, htab)
+    def forward(scores, lengths, target, rescaling, table, htab, units, pair, low):
+        return window_hamming_search(scores, lengths, target, rescaling, table, htab, units, pair, low)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -289,7 +292,7 @@ class FusedWindowSearch(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad, *_):
         if grad is None or not ctx.needs_input_grad[0]:
-            return (None,) * 6
+            return (None,) * 9
         path, target, lengths, scale = ctx.saved_tensors
         if torch.is_grad_enabled():  # double backward: differentiable in grad
             g, shape = grad * scale, tuple(ctx.shape)
@@ -297,11 +300,13 @@ class FusedWindowSearch(torch.autograd.Function):
             result = found - gold
         else:
             result = window_hamming_search_backward(grad, path, target, lengths, scale, ctx.shape)
-        return result.to(ctx.dtype), None, None, None, None, None
+        return result.to(ctx.dtype), *(None,) * 8
 
 
 def fused_window_search(scores: Tensor, lengths: Tensor, target: Tensor, rescaling: str = "margin",
-                        table: bool = False, htab: Tensor | None = None) -> tuple[Tensor, ...]:
+                        table: bool = False, htab: Tensor | None = None, units: Tensor | None = None,
+                        pair: Tensor | None = None, low: bool = True) -> tuple[Tensor, ...]:
     """:func:`fused_search` for an order-l chain."""
-    value, path, count, _, gold = apply(FusedWindowSearch, scores, lengths, target, rescaling, table, htab)
+    value, path, count, _, gold = apply(FusedWindowSearch, scores, lengths, target, rescaling, table, htab,
+                                        units, pair, low)
     return value, path, count, gold

@@ -261,19 +261,6 @@ def chain_tables(chain: Chain, target: Tensor, weights: Tensor, K: int) -> Table
 
 
 @triton.jit
-def _mistakes(path, target, b, L, T, r, BLOCK: tl.constexpr):
-    """The Hamming count of ``path[b, :L]`` against ``target[b, :L]`` (int64)."""
-    count = tl.full([], 0, tl.int64)
-    for t0 in range(0, L, BLOCK):
-        t = t0 + r
-        m = t < L
-        p = tl.load(path + b * T + t, mask=m, other=0)
-        y = tl.load(target + b * T + t, mask=m, other=0)
-        count += tl.sum(tl.where(m & (p != y), 1, 0).to(tl.int64), axis=0)
-    return count
-
-
-@triton.jit
 def _loss_count(path, target, units, pair, b, L, T, N, r, UNITS: tl.constexpr, PAIR: tl.constexpr,
                 BLOCK: tl.constexpr):
     """The count of ``path[b, :L]`` in float64 (exact for integer units): :func:`_unit` summed over
@@ -353,6 +340,16 @@ def _settle_chain(unary, trans, start, end, target, units, pair, path, value, co
     tl.debug_barrier()  # the backtrack's scalar stores, read back below
     gold = _gold_score(unary, trans, start, end, target, b, L, T, N, SHARED)
     found = _gold_score(unary, trans, start, end, path, b, L, T, N, SHARED)
+    _settle_counts(target, units, pair, path, value, count, scale, gold_out, b, L, T, N, gold, found,
+                   found_ok, hrow, MARGIN, CUSTOM, UNITS, PAIR, BLOCK)
+
+
+@triton.jit
+def _settle_counts(target, units, pair, path, value, count, scale, gold_out, b, L, T, N, gold, found,
+                   found_ok, hrow, MARGIN: tl.constexpr, CUSTOM: tl.constexpr, UNITS: tl.constexpr,
+                   PAIR: tl.constexpr, BLOCK: tl.constexpr):
+    """:func:`_settle` with the counts of the found labeling and of the target
+    (:func:`_loss_count`)."""
     r = tl.arange(0, BLOCK)
     H = _loss_count(path, target, units, pair, b, L, T, N, r, UNITS, PAIR, BLOCK)
     H0 = H * 0
@@ -503,6 +500,15 @@ def _outputs(B: int, T: int, dev: torch.device,
     return value, path, torch.empty(B, dtype=count, device=dev), scale, gold
 
 
+def _weights_as_costs(units: Tensor | None, target: Tensor, N: int) -> Tensor | None:
+    """Position weights ``units`` (B, T) as the per-label costs (B, T, N) they charge, for the
+    kernels that take costs only (their weighted variants put 8 B on the stack on sm_90 with some
+    Triton releases); other units as they are."""
+    if units is None or units.dim() != 2:
+        return units
+    return units.unsqueeze(2) * (torch.arange(N, device=units.device) != target.unsqueeze(2))
+
+
 def _loss_args(target: Tensor, units: Tensor | None, pair: Tensor | None) -> tuple[tuple, dict, torch.dtype]:
     """The kernels' loss arguments (units, pair), their modes (UNITS, PAIR, see :func:`_unit`) and
     the count's dtype (float64 for real units, else int64)."""
@@ -543,9 +549,7 @@ def fold_search(chain: Chain, target: Tensor, units: Tensor | None = None,
     """
     B, T, N = chain.shape
     dev = chain.unary.device
-    if units is not None and units.dim() == 2:  # weights as costs: one variant fewer, none spills
-        units = units.unsqueeze(2) * (torch.arange(N, device=dev) != target.unsqueeze(2))
-    loss, modes, count = _loss_args(target, units, pair)
+    loss, modes, count = _loss_args(target, _weights_as_costs(units, target, N), pair)
     out = _outputs(B, T, dev, count)
     steps = target if pair is None else chain.transitions + pair  # (B, T - 1, N, N), float64
     ring = torch.empty(B, 3, N, dtype=torch.float64, device=dev)  # two rows of scores, one of step scores
@@ -699,12 +703,13 @@ def _newest_first(m, N, ORDER):
 
 
 @triton.jit
-def _window_fold_kernel(scores, lengths, target, ring, bp, value, path, count, scale, gold, T, N, S, P, ORDER,
-                        BLOCK: tl.constexpr):
-    """Margin rescaling with the Hamming loss on an order-l chain (``ORDER`` = max(l, 1), S = N^ORDER
-    states (y_{t-l+1}, ..., y_t)): Viterbi over the window scores plus (y_t != target) (ties: the
-    first maximal oldest label, then the first maximal state in newest-first order), as
-    ``chain.window._window_path`` on the folded scores, then :func:`_settle`."""
+def _window_fold_kernel(scores, lengths, target, units, pair, ring, bp, value, path, count, scale, gold, T, N,
+                        S, P, ORDER, UNITS: tl.constexpr, PAIR: tl.constexpr, BLOCK: tl.constexpr):
+    """Margin rescaling with h the identity on an order-l chain (``ORDER`` = max(l, 1), S = N^ORDER
+    states (y_{t-l+1}, ..., y_t)): Viterbi over the window scores plus :func:`_unit` of y_t (and the
+    pair cost of (y_{t-1}, y_t) when PAIR) (ties: the first maximal oldest label, then the first
+    maximal state in newest-first order), as ``chain.window._window_path`` on the folded scores,
+    then :func:`_settle`."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
     # positions and states in 32 bits (their divisions inline; sm_90 calls a subroutine for 64-bit ones)
     L = tl.minimum(tl.load(lengths + b), T).to(tl.int32)  # never past the buffers, even unvalidated
@@ -713,15 +718,14 @@ def _window_fold_kernel(scores, lengths, target, ring, bp, value, path, count, s
     R = S // N
     top = tl.full([], 0.0, tl.float64)
     if L > 0:
-        y0 = tl.load(target + b * T)
         for s0 in range(0, S, BLOCK):
             s = s0 + r
             first = s < N  # the labels before the start are 0
             g = tl.load(scores + b * T * P * N + s, mask=first, other=NEG).to(tl.float64)
-            tl.store(al + s, g + tl.where(s != y0, 1.0, 0.0).to(tl.float64), mask=s < S)
+            loss = _unit(units, target, b, T, N, 0, s, first, UNITS).to(tl.float64)
+            tl.store(al + s, g + loss, mask=s < S)
         tl.debug_barrier()
         for t in range(1, L):
-            yt = tl.load(target + b * T + t)
             src = al + ((t - 1) % 2) * S
             dst = al + (t % 2) * S
             for s0 in range(0, S, BLOCK):
@@ -729,13 +733,16 @@ def _window_fold_kernel(scores, lengths, target, ring, bp, value, path, count, s
                 ms = s < S
                 rest = s // N
                 j = s % N
-                loss = tl.where(j != yt, 1.0, 0.0).to(tl.float64)
+                loss = _unit(units, target, b, T, N, t, j, ms, UNITS).to(tl.float64)
                 best = tl.full([BLOCK], NEG, tl.float64)
                 arg = tl.zeros([BLOCK], tl.int32)
                 for o in range(0, N):
                     prev = o * R + rest
                     w = tl.load(scores + ((b * T + t) * P + prev % P) * N + j, mask=ms, other=NEG)
-                    cand = tl.load(src + prev, mask=ms, other=NEG) + (w.to(tl.float64) + loss)
+                    step = w.to(tl.float64) + loss
+                    if PAIR:  # the pair (y_{t-1}, y_t): the previous state's newest label, then j
+                        step += _pair_unit(pair, b, T, N, t, prev % N, j, ms).to(tl.float64)
+                    cand = tl.load(src + prev, mask=ms, other=NEG) + step
                     better = cand > best  # strict: the first maximal oldest label wins ties
                     best = tl.where(better, cand, best)
                     arg = tl.where(better, o, arg)
@@ -760,14 +767,15 @@ def _window_fold_kernel(scores, lengths, target, ring, bp, value, path, count, s
     tl.debug_barrier()  # the backtrack's scalar stores, read back below
     g_target = _window_score(scores, target, b, L, T, N, S, P)
     found = _window_score(scores, path, b, L, T, N, S, P)
-    H = _mistakes(path, target, b, L, T, tl.arange(0, BLOCK), BLOCK)
-    _settle(target, path, value, count, scale, gold, b, L, T, g_target, found, top > NEG, H, H * 0, target,
-            True, False, BLOCK)
+    _settle_counts(target, units, pair, path, value, count, scale, gold, b, L, T, N, g_target, found,
+                   top > NEG, target, True, False, UNITS, PAIR, BLOCK)
 
 
-def window_fold_search(scores: Tensor, order: int, lengths: Tensor,
-                       target: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """:func:`fold_search` for a chain of order l (margin rescaling, the unweighted Hamming loss).
+def window_fold_search(scores: Tensor, order: int, lengths: Tensor, target: Tensor,
+                       units: Tensor | None = None,
+                       pair: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """:func:`fold_search` for a chain of order l (margin rescaling, h the identity; ``units`` and
+    ``pair`` as there, pairs for l >= 1).
 
     Parameters
     ----------
@@ -787,22 +795,24 @@ def window_fold_search(scores: Tensor, order: int, lengths: Tensor,
     dev = scores.device
     states = max(order, 1)
     S = N**states
-    out = _outputs(B, T, dev)
+    loss, modes, count = _loss_args(target, _weights_as_costs(units, target, N), pair)
+    out = _outputs(B, T, dev, count)
     ring = torch.empty(B, 2, S, dtype=torch.float64, device=dev)
     bp = torch.empty(B, T, S, dtype=torch.int16 if N <= 32767 else torch.int32, device=dev)
-    launch("lossaug_window_fold", _window_fold_kernel, (B,), scores.contiguous(), lengths, target, ring, bp,
-           *out, T, N, S, N**order, states, BLOCK=block(max(S, T)))
+    launch("lossaug_window_fold", _window_fold_kernel, (B,), scores.contiguous(), lengths, target, *loss,
+           ring, bp, *out, T, N, S, N**order, states, **modes, BLOCK=block(max(S, T)))
     return out
 
 
 @triton.jit
-def _window_table_kernel(scores, lengths, target, ring, bp, best, last, T, N, S, P, ORDER, K1,
-                         BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr):
-    """The unweighted Hamming table of an order-l chain (``ORDER`` = max(l, 1), S = N^ORDER states
-    (y_{t-l+1}, ..., y_t), oldest most significant): best[b, k] and the last state last[b, k] for
-    every count k, the oldest previous labels in ``bp`` (B, T, S, K1) (ties: the first maximal
-    oldest label, then the first maximal state in newest-first order, as the folded Viterbi). A
-    second column of programs runs the min table, as :func:`_table`."""
+def _window_table_kernel(scores, lengths, target, units, pair, ring, bp, best, last, T, N, S, P, ORDER, K1,
+                         UNITS: tl.constexpr, PAIR: tl.constexpr, BLOCK_K: tl.constexpr,
+                         BLOCK_S: tl.constexpr):
+    """The count table (:func:`_unit`, and the pair costs when PAIR) of an order-l chain (``ORDER`` =
+    max(l, 1), S = N^ORDER states (y_{t-l+1}, ..., y_t), oldest most significant): best[b, k] and
+    the last state last[b, k] for every count k, the oldest previous labels in ``bp`` (B, T, S, K1)
+    (ties: the first maximal oldest label, then the first maximal state in newest-first order, as
+    the folded Viterbi). A second column of programs runs the min table, as :func:`_table`."""
     b, sign, ring, bp, best, last = _table_program(ring, bp, best, last, 2 * S * K1, T * S * K1, K1)
     L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
     rk = tl.arange(0, BLOCK_K)
@@ -810,12 +820,12 @@ def _window_table_kernel(scores, lengths, target, ring, bp, best, last, T, N, S,
     buf = ring + b * 2 * S * K1
     R = S // N
     if L > 0:
-        y0 = tl.load(target + b * T)
         for s0 in range(0, S, BLOCK_S):
             s = s0 + rs
             ms = s < S
             first = _signed(tl.load(scores + b * T * P * N + s, mask=s < N, other=NEG).to(tl.float64), sign)
-            shift = tl.where(s != y0, 1, 0)  # the labels before the start are 0: state s < N is label s
+            shift = _unit(units, target, b, T, N, 0, s, s < N, UNITS)  # the labels before the start are 0:
+            # state s < N is label s
             for k0 in range(0, K1, BLOCK_K):
                 k = k0 + rk
                 tile = (k[:, None] < K1) & ms[None, :]
@@ -823,7 +833,6 @@ def _window_table_kernel(scores, lengths, target, ring, bp, best, last, T, N, S,
                 tl.store(buf + s[None, :] * K1 + k[:, None], value, mask=tile)
         tl.debug_barrier()
         for t in range(1, L):
-            yt = tl.load(target + b * T + t)
             src = buf + ((t - 1) % 2) * S * K1
             dst = buf + (t % 2) * S * K1
             for s0 in range(0, S, BLOCK_S):
@@ -831,7 +840,7 @@ def _window_table_kernel(scores, lengths, target, ring, bp, best, last, T, N, S,
                 ms = s < S
                 rest = s // N
                 j = s % N
-                shift = tl.where(j != yt, 1, 0)
+                shift = _unit(units, target, b, T, N, t, j, ms, UNITS)
                 for k0 in range(0, K1, BLOCK_K):
                     k = k0 + rk
                     tile = (k[:, None] < K1) & ms[None, :]
@@ -842,7 +851,11 @@ def _window_table_kernel(scores, lengths, target, ring, bp, best, last, T, N, S,
                     for o in range(0, N):
                         prev = o * R + rest
                         w = tl.load(scores + ((b * T + t) * P + prev % P) * N + j, mask=ms, other=NEG)
-                        cand = tl.load(src + prev[None, :] * K1 + ks, mask=reach, other=NEG)
+                        if PAIR:  # the pair (y_{t-1}, y_t) moves the count it comes from
+                            ko = ks - _pair_unit(pair, b, T, N, t, prev % N, j, ms)[None, :]
+                            cand = tl.load(src + prev[None, :] * K1 + ko, mask=tile & (ko >= 0), other=NEG)
+                        else:
+                            cand = tl.load(src + prev[None, :] * K1 + ks, mask=reach, other=NEG)
                         cand += _signed(w.to(tl.float64), sign)[None, :]
                         better = cand > top  # strict: the first maximal oldest label wins ties
                         top = tl.where(better, cand, top)
@@ -868,9 +881,10 @@ def _window_table_kernel(scores, lengths, target, ring, bp, best, last, T, N, S,
 
 
 @triton.jit
-def _window_choose_kernel(scores, lengths, target, bp, best, last, htab, h_stride, value, path, count, scale,
-                          gold, T, N, S, P, K1, MARGIN: tl.constexpr, CUSTOM: tl.constexpr, LOW: tl.constexpr,
-                          BLOCK_K: tl.constexpr, BLOCK: tl.constexpr):
+def _window_choose_kernel(scores, lengths, target, units, pair, bp, best, last, htab, h_stride, value, path,
+                          count, scale, gold, T, N, S, P, K1, MARGIN: tl.constexpr, CUSTOM: tl.constexpr,
+                          LOW: tl.constexpr, UNITS: tl.constexpr, PAIR: tl.constexpr, BLOCK_K: tl.constexpr,
+                          BLOCK: tl.constexpr):
     """After :func:`_window_table_kernel`: the count as :func:`_choose_kernel` picks it, its
     labeling backtracked through the table it came from, then :func:`_settle`."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
@@ -886,43 +900,51 @@ def _window_choose_kernel(scores, lengths, target, bp, best, last, htab, h_strid
         if found_ok:
             kb = k.to(tl.int64)
             side = _side(hrow, kb, CUSTOM, LOW)
-            cur = tl.load(last + (side * B + b) * K1 + kb)
+            # states in 32 bits (their divisions inline; sm_90 calls a subroutine for 64-bit ones)
+            cur = tl.load(last + (side * B + b) * K1 + kb).to(tl.int32)
             for q in range(0, L - 1):
                 t = L - 1 - q
-                tl.store(path + b * T + t, cur % N)
-                oldest = tl.load(bp + (((side * B + b) * T + t) * S + cur) * K1 + kb).to(tl.int64)
-                kb = kb - tl.where(cur % N != tl.load(target + b * T + t), 1, 0)
-                cur = oldest * R + cur // N
-            tl.store(path + b * T, cur % N)
+                j = cur % N
+                tl.store(path + b * T + t, j.to(tl.int64))
+                oldest = tl.load(bp + (((side * B + b) * T + t) * S + cur) * K1 + kb).to(tl.int32)
+                prev = oldest * R + cur // N
+                kb = kb - _unit(units, target, b, T, N, t, j, True, UNITS)
+                if PAIR:
+                    kb = kb - _pair_unit(pair, b, T, N, t, prev % N, j, True)
+                cur = prev
+            tl.store(path + b * T, (cur % N).to(tl.int64))
     tl.debug_barrier()  # the backtrack's scalar stores, read back below
     found = _window_score(scores, path, b, L, T, N, S, P)
-    H = _mistakes(path, target, b, L, T, tl.arange(0, BLOCK), BLOCK)
-    _settle(target, path, value, count, scale, gold, b, L, T, g, found, found_ok, H, H * 0, hrow, MARGIN,
-            CUSTOM, BLOCK)
+    _settle_counts(target, units, pair, path, value, count, scale, gold, b, L, T, N, g, found, found_ok, hrow,
+                   MARGIN, CUSTOM, UNITS, PAIR, BLOCK)
 
 
 def window_table_search(scores: Tensor, order: int, lengths: Tensor, target: Tensor, margin: bool,
-                        htab: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+                        htab: Tensor | None = None, units: Tensor | None = None, pair: Tensor | None = None,
+                        low: bool = True) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """:func:`table_search` for a chain of order l (``scores`` (B, T) + (N,) * (l + 1), T > 0):
-    both rescalings, h the identity or the table ``htab`` (B, T + 1), in two launches."""
+    both rescalings, h the identity or the table ``htab`` (B, K + 1), the count and ``low`` as
+    there, in two launches."""
     B, T, N = scores.shape[:3]
     dev = scores.device
     states = max(order, 1)
-    S, K1 = N**states, T + 1
-    sides = 2 if htab is not None and not margin else 1
+    S = N**states
+    K1 = T + 1 if htab is None else htab.shape[1]
+    loss, modes, count = _loss_args(target, _weights_as_costs(units, target, N), pair)
+    sides = 2 if htab is not None and not margin and low else 1
     ring = torch.empty(sides, B, 2, S, K1, dtype=torch.float64, device=dev)
     bp = torch.empty(sides, B, T, S, K1, dtype=torch.uint8 if N <= 256 else torch.int16, device=dev)
     best = torch.empty(sides, B, K1, dtype=torch.float64, device=dev)  # written on non-empty rows, read there
     last = torch.empty(sides, B, K1, dtype=torch.long, device=dev)
     scores = scores.contiguous()
-    launch("hamming_window_table", _window_table_kernel, (B, sides), scores, lengths, target, ring, bp, best,
-           last, T, N, S, N**order, states, K1, BLOCK_K=block(K1), BLOCK_S=block(S, 32),
+    launch("hamming_window_table", _window_table_kernel, (B, sides), scores, lengths, target, *loss, ring, bp,
+           best, last, T, N, S, N**order, states, K1, **modes, BLOCK_K=block(K1), BLOCK_S=block(S, 32),
            num_warps=TABLE_WARPS)
-    out = _outputs(B, T, dev)
+    out = _outputs(B, T, dev, count)
     h, h_stride = (target, 0) if htab is None else (htab, htab.stride(0))
-    launch("hamming_window_choose", _window_choose_kernel, (B,), scores, lengths, target, bp, best, last, h,
-           h_stride, *out, T, N, S, N**order, K1, MARGIN=margin, CUSTOM=htab is not None, LOW=sides == 2,
-           BLOCK_K=block(K1), BLOCK=block(T))
+    launch("hamming_window_choose", _window_choose_kernel, (B,), scores, lengths, target, *loss, bp, best,
+           last, h, h_stride, *out, T, N, S, N**order, K1, MARGIN=margin, CUSTOM=htab is not None,
+           LOW=sides == 2, **modes, BLOCK_K=block(K1), BLOCK=block(T, 32), num_warps=CHOOSE_WARPS)
     return out
 
 

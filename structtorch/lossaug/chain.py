@@ -23,6 +23,8 @@ a number of device ops that does not grow with T.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -165,7 +167,8 @@ def loss_augmented_chain(chain: Chain, target: Tensor, *, h: HLike = None, resca
             return _fused(chain, target, rescaling, algorithm, h)
         spec = resolve_loss(h, rescaling, weights, cost, target, chain.mask(), chain.unary, algorithm,
                             pair_cost, max_count)
-        return _fused_spec(chain, target, spec)
+        return _fused_spec(lambda *loss: fused_search(chain, target, *loss), spec, target, chain.shape[2],
+                           chain.unary.dtype)
     mask = chain.mask()
     target = check_labels(target, mask, chain.shape[2], name="target")
     spec = resolve_loss(h, rescaling, weights, cost, target, mask, chain.unary, algorithm, pair_cost,
@@ -226,18 +229,20 @@ def _fused(chain: Chain, target: Tensor, rescaling: str, algorithm: str,
     return _checked_value(value, gold, chain.unary.dtype), path, count
 
 
-def _fused_spec(chain: Chain, target: Tensor, spec: LossSpec) -> tuple[Tensor, Tensor, Tensor]:
-    """:func:`loss_augmented_chain` by the backend's kernels for position weights or costs (see
-    :func:`~structtorch.lossaug.spec.resolve_loss`, which reads nothing back where the loss folds or
-    the table's size is known): the folded Viterbi where the spec has no table of h, else the table
-    (integer units; the min table only where h may be negative)."""
-    units = spec.weights if spec.hamming else spec.units(target, chain.shape[2])
+def _fused_spec(search: Callable[..., tuple[Tensor, ...]], spec: LossSpec, target: Tensor, N: int,
+                dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
+    """The search of position weights or costs by the backend's kernels, ``search(rescaling, table,
+    htab, units, pair, low)`` (:func:`fused_search` or :func:`fused_window_search` on the
+    structure; see :func:`~structtorch.lossaug.spec.resolve_loss`, which reads nothing back where the
+    loss folds or the table's size is known): the folded Viterbi where the spec has no table of h,
+    else the table (integer units; the min table only where h may be negative)."""
+    units = spec.weights if spec.hamming else spec.units(target, N)
     table = spec.htab is not None
-    value, path, count, gold = fused_search(chain, target, spec.rescaling, table, spec.htab, units, spec.pair,
-                                            not spec.nonnegative)
+    low = not spec.nonnegative
+    value, path, count, gold = search(spec.rescaling, table, spec.htab, units, spec.pair, low)
     if not spec.hamming or spec.scale != 1:  # as LossSpec.count: real costs, or counts in units of 1/scale
         count = count.double() if spec.scale == 1 else count / spec.scale
-    return _checked_value(value, gold, chain.unary.dtype), path, count
+    return _checked_value(value, gold, dtype), path, count
 
 
 def _checked_target(target: object, ref: Tensor, lengths: Tensor) -> Tensor:
@@ -283,13 +288,18 @@ def window_loss_augmented(
     if pair_cost is not None and order == 0:
         raise ValueError("pair_cost needs windows of order l >= 1 (order-0 scores do not see the previous "
                          "label)")
-    plain = weights is None and cost is None and pair_cost is None and B > 0 and T > 0
-    if plain and _fusable(h, rescaling, algorithm) and _backend.backend_for(scores) in FUSED:
-        return _fused_window(scores, lengths, target, rescaling, algorithm, h)
+    ref = scores.new_empty(1, 1, 1).expand(B, T, N)  # the shape and device of unary scores
+    if B > 0 and T > 0 and _fusable(h, rescaling, algorithm) and _backend.backend_for(scores) in FUSED:
+        target = _checked_target(target, scores, lengths)
+        if weights is None and cost is None and pair_cost is None:
+            return _fused_window(scores, lengths, target, rescaling, algorithm, h)
+        mask = torch.arange(T, device=scores.device) < lengths[:, None]
+        spec = resolve_loss(h, rescaling, weights, cost, target, mask, ref, algorithm, pair_cost, max_count)
+        return _fused_spec(lambda *loss: fused_window_search(scores, lengths, target, *loss), spec, target, N,
+                           scores.dtype)
     mask = torch.arange(T, device=scores.device) < lengths[:, None]
     target = check_labels(target, mask, N, name="target")
-    spec = resolve_loss(h, rescaling, weights, cost, target, mask, scores.new_zeros(B, T, N), algorithm,
-                        pair_cost, max_count)
+    spec = resolve_loss(h, rescaling, weights, cost, target, mask, ref, algorithm, pair_cost, max_count)
     model = _WindowStructure(scores, order, N, lengths, target)
     return solve(model, spec, target, N, algorithm, scores.dtype)
 
@@ -298,7 +308,6 @@ def _fused_window(scores: Tensor, lengths: Tensor, target: Tensor, rescaling: st
                   h: HLike) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`window_loss_augmented` by the backend's kernels (the unweighted Hamming loss, any h,
     both rescalings): nothing read on the host, a constant number of device ops."""
-    target = _checked_target(target, scores, lengths)
     B, T = scores.shape[:2]
     htab = None if h is None else h_table(h, T, B, scores, "T+1")
     table = rescaling == "slack" or algorithm == "hamming"
