@@ -10,7 +10,7 @@ Every operator takes the structure's tensors (the first one (B, T, N, ...)) and 
 the same trailing loss arguments (see :func:`_loss`): one decorator, :func:`loss_operator`, builds
 each from a function that rebuilds the structure from its tensors.
 
-The fused searches of the unweighted Hamming loss with any h on linear and order-l chains
+The fused searches of the Hamming loss, weights and costs with any h on linear and order-l chains
 (``structtorch::chain_hamming_search``, ``structtorch::window_hamming_search`` and their backwards,
 on the "triton" backend, see :func:`fused_search`) read no value on the host: the kernels return
 the value too, and :class:`FusedSearch` and :class:`FusedWindowSearch` make it differentiable (the

@@ -15,10 +15,12 @@ The returned ``value`` is recomputed from the potentials along the returned path
 gradient is the exact subgradient: indicator(y') - indicator(y) for margin rescaling, scaled by
 h(H(y, y')) for slack rescaling.
 
-On the "triton" backend the unweighted Hamming loss (any h, both rescalings, linear and order-l
-chains) runs whole in Triton kernels (``_triton.py``): the search, the scores of both labelings,
-the tie rule and the value, then the indicators in the backward, with no value read on the host and
-a number of device ops that does not grow with T.
+On the "triton" backend every loss of this module (the Hamming count, position weights, costs,
+pair costs, partial targets; any h, both rescalings, linear and order-l chains) runs whole in
+Triton kernels (``_triton.py``): the search, the scores of both labelings, the tie rule and the
+value, then the indicators in the backward, with no value read on the host (a table sized by
+weights or costs needs ``max_count`` for that) and a number of device ops that does not grow
+with T.
 """
 
 from __future__ import annotations
