@@ -39,11 +39,14 @@ gpu-wheels: $(VENV)/.installed
 # every Triton kernel compiled ahead of time for sm_90 with each Triton of TRITON_VERSIONS (3.6: the
 # GPU machine's; 3.9: the newest; CI's test compiles with the Triton the venv has, 3.8), each
 # installed beside the venv in .triton-<version>, not into it. `make tritons TRITON_VERSIONS=3.9.0`
-# for one; `make triton36` is the first alone.
+# for one; `make triton36` is the first alone. Triton 3.6's interpreter indexes with one-element
+# arrays, which NumPy 2.4 refuses: its folder gets NumPy 2.3 too, so that the interpreted tests run
+# with it (PYTHONPATH=.triton-3.6.0 pytest ...).
 TRITON_VERSIONS ?= 3.6.0 3.9.0
 tritons: $(VENV)/.installed
 	for v in $(TRITON_VERSIONS); do \
 		$(PY) -m pip install -q --no-deps --target .triton-$$v triton==$$v && \
+		{ [ $$v != 3.6.0 ] || $(PY) -m pip install -q --no-deps --target .triton-$$v "numpy<2.4"; } && \
 		env -u TRITON_INTERPRET PYTHONPATH=.triton-$$v TRITON_CACHE_DIR=.triton-$$v/cache \
 			$(PY) tests/compile_kernels.py || exit 1; \
 	done

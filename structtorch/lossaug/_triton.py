@@ -12,13 +12,14 @@ The whole search without the host (:func:`fold_search`, :func:`table_search`) fo
 by "units" (:func:`_unit`: the Hamming count, position weights, or per-label costs) plus optional
 costs of label pairs (:func:`_pair_unit`), h the identity or a table: one launch runs Viterbi on
 the scores with the loss folded in (margin rescaling), or the table and then a second one picks
-the best count (first maximal), backtracks it and settles the result; every row then scores the target and the found
-labeling, keeps the target where it attains the maximum (a zero subgradient) and writes the value,
-the labeling (-1 beyond each length), the count and the value's slope in the found labeling's
-score. :func:`indicator_backward` turns that slope into the gradients (the indicators of the found
-labeling minus the target's) in one launch. :func:`window_fold_search`,
-:func:`window_table_search` and :func:`window_indicator_backward` do the same on order-l chains
-(over the N^l states of the last l labels, as ``chain.window._window_path``).
+the best count (first maximal), backtracks it and settles the result; every row then scores and
+counts the target and the found labeling, keeps the target where it attains the maximum (a zero
+subgradient) and writes the value, the labeling (-1 beyond each length), the count and the
+value's slope in the found labeling's score. :func:`indicator_backward` turns that slope into the
+gradients (the indicators of the found labeling minus the target's) in one launch.
+:func:`window_fold_search`, :func:`window_table_search` and :func:`window_indicator_backward` do
+the same on order-l chains (over the N^l states of the last l labels, as
+``chain.window._window_path``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from brute import enumerate_row, instances
 from conftest import INTERPRETED_EXAMPLES, use_backend
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st_
-from test_hamming import brute_force, brute_window, feasible_target
+from test_hamming import brute_force, brute_window, feasible_target, window_instance
 
 import structtorch as st
 
@@ -186,12 +186,7 @@ def test_window_identity_h_matches_enumeration_and_torch(order, B, T, N, dtype, 
     """Margin rescaling on order-l chains, h the identity: the kernel (value, labeling, count,
     gradient) against brute force and the PyTorch search, with -inf windows and empty rows."""
     rng = np.random.default_rng(seed)
-    shape = (B, T) + (N,) * (order + 1)
-    x = rng.integers(-2, 3, size=shape).astype(float)
-    x[rng.random(shape) < 0.15] = -np.inf
-    lengths = torch.tensor(data.draw(st_.lists(st_.integers(0, T), min_size=B, max_size=B)))
-    target = torch.tensor(rng.integers(0, N, size=(B, T)))
-    scores = torch.tensor(x, dtype=dtype)
+    x, scores, lengths, target = window_instance(order, B, T, N, rng, data, dtype)
     assume(T == 0 or bool(torch.isfinite(st.window_score(scores, target, lengths)).all()))
     weight = torch.arange(1.0, B + 1, dtype=dtype)
     out = []
@@ -219,12 +214,7 @@ def test_triton_window_weights_and_costs_match_torch(order, B, T, N, rescaling, 
     """Weights, costs and pair costs on order-l chains run whole in the window kernels: value,
     labeling, count and gradient equal the PyTorch search's, with -inf windows and empty rows."""
     rng = np.random.default_rng(seed)
-    shape = (B, T) + (N,) * (order + 1)
-    x = rng.integers(-2, 3, size=shape).astype(float)
-    x[rng.random(shape) < 0.15] = -np.inf
-    lengths = torch.tensor(data.draw(st_.lists(st_.integers(0, T), min_size=B, max_size=B)))
-    target = torch.tensor(rng.integers(0, N, size=(B, T)))
-    scores = torch.tensor(x)
+    _, scores, lengths, target = window_instance(order, B, T, N, rng, data)
     assume(bool(torch.isfinite(st.window_score(scores, target, lengths)).all()))
     kwargs = _loss_kwargs(kind, B, T, N, rng, bounded)
     if h == "sin":

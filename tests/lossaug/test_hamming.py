@@ -172,17 +172,23 @@ def brute_window(x, target, L, order, h, rescaling):
     return best
 
 
-@given(order=st_.integers(0, 2), B=st_.integers(1, 2), T=st_.integers(0, 5), N=st_.integers(1, 3),
-       rescaling=st_.sampled_from(["margin", "slack"]), h_name=st_.sampled_from(H_CHOICES),
-       seed=st_.integers(0, 2**31), data=st_.data())
-def test_window_matches_enumeration(order, B, T, N, rescaling, h_name, seed, data):
-    rng = np.random.default_rng(seed)
+def window_instance(order: int, B: int, T: int, N: int, rng, data, dtype=torch.float64):
+    """Random order-l window scores (integers, 15% -inf) as (numpy array, tensor), lengths drawn
+    by hypothesis, and a target."""
     shape = (B, T) + (N,) * (order + 1)
     x = rng.integers(-2, 3, size=shape).astype(float)
     x[rng.random(shape) < 0.15] = -np.inf
     lengths = torch.tensor(data.draw(st_.lists(st_.integers(0, T), min_size=B, max_size=B)))
     target = torch.tensor(rng.integers(0, N, size=(B, T)))
-    scores = torch.tensor(x)
+    return x, torch.tensor(x, dtype=dtype), lengths, target
+
+
+@given(order=st_.integers(0, 2), B=st_.integers(1, 2), T=st_.integers(0, 5), N=st_.integers(1, 3),
+       rescaling=st_.sampled_from(["margin", "slack"]), h_name=st_.sampled_from(H_CHOICES),
+       seed=st_.integers(0, 2**31), data=st_.data())
+def test_window_matches_enumeration(order, B, T, N, rescaling, h_name, seed, data):
+    rng = np.random.default_rng(seed)
+    x, scores, lengths, target = window_instance(order, B, T, N, rng, data)
     gold = st.window_score(scores, target, lengths) if T else torch.zeros(B)
     if not torch.isfinite(gold).all():
         with pytest.raises(ValueError, match="target has score -inf"):
