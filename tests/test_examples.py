@@ -34,16 +34,17 @@ def test_demo_runs(tmp_path):
 
 
 def test_readme_tour_runs():
-    """The README's Python blocks run, in order, as a newcomer would paste them."""
+    """The Python blocks of the README and then of the guide's tour (docs/guide/tour.md) run, in
+    order, as a newcomer would paste them."""
     import linecache
     import re
 
-    text = (ROOT / "README.md").read_text()
+    text = "\n".join((ROOT / page).read_text() for page in ("README.md", "docs/guide/tour.md"))
     code = "\n".join(re.findall(r"```python\n(.*?)```", text, flags=re.S))
     assert "st.viterbi(" in code and "st.train.fit(" in code
     # the blocks' own source under a name of their own: torch.compile reads a traced frame's source
     # by file name, and the README's lines are not the concatenated blocks' lines
-    name = "<README.md python blocks>"
+    name = "<README.md and tour.md python blocks>"
     linecache.cache[name] = (len(code), None, code.splitlines(keepends=True), name)
     exec(compile(code, name, "exec"), {})
 

@@ -1,4 +1,4 @@
-"""The package's structure as the README's design section draws it: no import cycles among the
+"""The package's structure as the guide's design page (docs/guide/design.md) draws it: no import cycles among the
 modules, lazy imports included (what ``import structtorch`` loads is tested in test_imports.py)."""
 
 from __future__ import annotations
