@@ -203,7 +203,7 @@ def integer_counts(values: Tensor, name: str, max_count: int | None = None) -> t
             f"{name} must be non-negative integers, or integers after a common scale (a denominator of at "
             f"most {MAX_SCALE}), for slack rescaling, a custom h or algorithm='hamming' (real {name} work "
             "with rescaling='margin' and h=None)")
-    return (values.double() * scale).round().long(), scale
+    return (values * scale).round().long(), scale
 
 
 def table_bound(top: Callable[[], Tensor], max_count: int | None, what: str, units: str) -> int:
