@@ -67,12 +67,15 @@ def _gpu_signatures():
             for segment in (True, False):
                 sig = {**inputs, "tracks": x, "plif": x, "alpha": f64, "inc": f64, "arg_d": "*i32", "arg_m": "*i32",
                        "out": f64, "labels": "*i64", "starts": "*i1", "target": "*i64", "target_starts": "*i1",
-                       "gold": f64, "count": "*i64", "T": i, "S": i, "N": i, "P": i, "low": "fp64", "high": "fp64",
-                       "scale": "fp64"}
-                for loss in (False, True) if viterbi else (False,):
-                    yield "semi forward", semi._forward_kernel, sig, dict(
-                        VITERBI=viterbi, HAS_SEGMENT=segment, HAS_PLIF=viterbi and not loss, LOSS=loss, BLOCK_D=16,
-                        BLOCK_N=16)
+                       "gold": f64, "count": "*i64", "weights": f64, "T": i, "S": i, "N": i, "P": i, "low": "fp64",
+                       "high": "fp64", "scale": "fp64"}
+                losses = ((False, False), (True, False), (True, True)) if viterbi else ((False, False),)
+                for loss, weighted in losses:  # weighted: the Hamming loss's position weights
+                    for count, weights in (("*i64", "*i64"), ("*fp64", f64)) if weighted else (("*i64", f64),):
+                        name = "semi forward (weighted)" if weighted else "semi forward"
+                        yield name, semi._forward_kernel, {**sig, "count": count, "weights": weights}, dict(
+                            VITERBI=viterbi, HAS_SEGMENT=segment, HAS_PLIF=viterbi and not loss, LOSS=loss,
+                            WEIGHTED=weighted, BLOCK_D=16, BLOCK_N=16)
                 sig = {**inputs, "tracks": x, "plif": x, "labels": "*i64", "starts": "*i1", "out": f64, "T": i,
                        "S": i, "N": i, "P": i, "low": "fp64", "high": "fp64", "scale": "fp64"}
                 yield "semi score", semi._score_kernel, sig, dict(HAS_SEGMENT=segment, HAS_PLIF=viterbi)
@@ -235,19 +238,19 @@ def _semimarkov_table_signatures(x: str):
     inputs = dict(content=x, length=x, boundary=x, segment=x, trans=x, start=x, end=x, lengths="*i64", tracks=x,
                   plif=x)
     scalars = dict(T=i, S=i, N=i, P=i, low="fp64", high="fp64", pscale="fp64", K1=i)
-    for kind in (0, 1, 2):
+    for kind, weighted in ((0, False), (0, True), (1, False), (2, False)):  # kind 0 may weigh positions
         for segment, plif in ((False, False), (True, True)):
-            flags = dict(KIND=kind, HAS_SEGMENT=segment, HAS_PLIF=plif)
+            flags = dict(KIND=kind, WEIGHTED=weighted, HAS_SEGMENT=segment, HAS_PLIF=plif)
             for labels in (16, 32):
-                sig = {**inputs, "target": "*i64", "target_starts": "*i1", "gold": f64, "inc": f64, "alpha": f64,
-                       "bp_d": "*u8", "bp_m": "*u8", "best": f64, "last": "*i64", **scalars}
+                sig = {**inputs, "target": "*i64", "target_starts": "*i1", "weights": "*i64", "gold": f64,
+                       "inc": f64, "alpha": f64, "bp_d": "*u8", "bp_m": "*u8", "best": f64, "last": "*i64", **scalars}
                 yield "semi table", hamming._semimarkov_table_kernel, sig, dict(
                     **flags, BLOCK_K=hamming.TABLE_COUNTS, BLOCK_N=labels)
             for tile in (16, 64):
                 for margin, custom, low in _h_options():
-                    sig = {**inputs, "target": "*i64", "target_starts": "*i1", "bp_d": "*u8", "bp_m": "*u8",
-                           "best": f64, "last": "*i64", "htab": f64, "h_stride": i, "value": f64, "labels": "*i64",
-                           "starts": "*i1", "count": "*i64", "scale": f64, "gold": f64, **scalars}
+                    sig = {**inputs, "target": "*i64", "target_starts": "*i1", "weights": "*i64", "bp_d": "*u8",
+                           "bp_m": "*u8", "best": f64, "last": "*i64", "htab": f64, "h_stride": i, "value": f64,
+                           "labels": "*i64", "starts": "*i1", "count": "*i64", "scale": f64, "gold": f64, **scalars}
                     name = "semi choose (min table)" if low else "semi choose"
                     yield name, hamming._semimarkov_choose_kernel, sig, dict(
                         **flags, MARGIN=margin, CUSTOM=custom, LOW=low, BLOCK_K=tile, BLOCK=tile)
@@ -318,6 +321,7 @@ def main() -> int:
              "semi choose (min table)": hamming.MIN_TABLE_CHOOSE_WARPS,
              f"chain kbest ({chain.KBEST_TILE})": chain.KBEST_WARPS, "chain kbest (16)": chain.KBEST_WARPS,
              "chain marginals backward": chain.MARGINALS_BACKWARD_WARPS, "semi forward": semi.FORWARD_WARPS,
+             "semi forward (weighted)": semi.WEIGHTED_WARPS,
              "chain scan backward": scan.BACKWARD_WARPS, "hamming fold (32)": hamming.FOLD_WARPS,
              "hamming fold (64)": hamming.FOLD_WARPS, "hamming fold (64, costs)": hamming.FOLD_WARPS_WIDE,
              "hamming choose": hamming.CHOOSE_WARPS, "window choose": hamming.CHOOSE_WARPS,

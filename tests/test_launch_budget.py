@@ -47,13 +47,9 @@ BUDGETS = {
 # labelings consistent with them (the best one, the target of a hinge)
 EXTRA = {"mask": 16, "constraints": 20, "ignore_index": 24}
 
-# still over budget (issue 38): position weights of segmentations (the generic search: the table's
-# choice on the host), and the CRF loss of partial targets (two log-partitions and their
+# still over budget (issue 38): the CRF loss of partial targets (two log-partitions and their
 # backwards, not yet one kernel)
-OVER: set[str] = {
-    *(f"semimarkov_loss_augmented {r} [weights]" for r in ("margin", "slack")),
-    "LinearChainCRF NLL fwd+bwd [ignore_index]",
-}
+OVER: set[str] = {"LinearChainCRF NLL fwd+bwd [ignore_index]"}
 
 SHORT, LONG = 4, 7  # two sequence lengths: a count that grows with T differs between them
 
@@ -79,8 +75,8 @@ def budget(name: str) -> int:
     return BUDGETS[base_name(name)] + EXTRA.get(option, 0)
 
 
-# still reading a device value on the host (the same cause as OVER)
-SYNCS: set[str] = {"semimarkov_loss_augmented slack [weights]"}
+# still reading a device value on the host (none since issue 38)
+SYNCS: set[str] = set()
 
 # validation costing more than 10 ops or growing with T (none since issue 23); measured on each
 # call's defaults

@@ -1067,15 +1067,25 @@ def _count_transitions(al, ic, bp_m, trans, e, K1, N, sign, rk, rn, BLOCK_K: tl.
 
 
 @triton.jit
+def _unit_weight(weights, at, WEIGHTED: tl.constexpr):
+    """What one wrong position adds to the count (int64): its weight at ``at`` with WEIGHTED, else 1."""
+    unit = tl.full([], 1, tl.int64)
+    if WEIGHTED:
+        unit = tl.load(weights + at).to(tl.int64)
+    return unit
+
+
+@triton.jit
 def _semimarkov_table_kernel(content, length, boundary, segment, trans, start, end, lengths, tracks, plif,
-                             target, target_starts, gold, inc, alpha, bp_d, bp_m, best, last, T, S, N, P,
-                             low: tl.float64, high: tl.float64, pscale: tl.float64, K1, KIND: tl.constexpr,
-                             HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr, BLOCK_K: tl.constexpr,
-                             BLOCK_N: tl.constexpr):
+                             target, target_starts, weights, gold, inc, alpha, bp_d, bp_m, best, last, T, S,
+                             N, P, low: tl.float64, high: tl.float64, pscale: tl.float64, K1,
+                             KIND: tl.constexpr, WEIGHTED: tl.constexpr, HAS_SEGMENT: tl.constexpr,
+                             HAS_PLIF: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
     """The count table of a segmentation (the tables of ``lossaug._torch.semimarkov_tables``, one
     program per sequence): alpha[e][k][n], the best prefix of [0, e) whose last segment has label n
     and whose count is k, and inc[e][k][n] = max_m alpha[e][k][m] + trans[m, n]; counts start at
-    :func:`_offset` and stay in [0, K1); a segment adds :func:`_segment_count`. Ties: the shortest
+    :func:`_offset` and stay in [0, K1); a segment adds :func:`_segment_count` (KIND 0: its
+    positions whose label is not n, each counting its integer weight with WEIGHTED). Ties: the shortest
     segment, then the first previous label, then the first last label. A second column of programs
     runs the min table on the negated scores, as :func:`_table`; the first writes the target's
     score into ``gold``."""
@@ -1129,7 +1139,8 @@ def _semimarkov_table_kernel(content, length, boundary, segment, trans, start, e
                                                          segment, tracks, plif, T, S, N, P, low, high, pscale,
                                                          sign, HAS_SEGMENT, HAS_PLIF)
                         if KIND == 0:  # one more position, s
-                            mistakes += tl.where(tl.load(target + b * T + s) != n, 1, 0).to(tl.int64)
+                            unit = _unit_weight(weights, b * T + s, WEIGHTED)
+                            mistakes += tl.where(tl.load(target + b * T + s) != n, unit, 0)
                             count = mistakes
                         else:
                             if d > 1:  # one more position inside (s, e): s + 1
@@ -1167,11 +1178,12 @@ def _semimarkov_table_kernel(content, length, boundary, segment, trans, start, e
 
 @triton.jit
 def _semimarkov_choose_kernel(content, length, boundary, segment, trans, start, end, lengths, tracks, plif,
-                              target, target_starts, bp_d, bp_m, best, last, htab, h_stride, value, labels,
-                              starts, count, scale, gold, T, S, N, P, low: tl.float64, high: tl.float64,
-                              pscale: tl.float64, K1, MARGIN: tl.constexpr, CUSTOM: tl.constexpr,
-                              LOW: tl.constexpr, KIND: tl.constexpr, HAS_SEGMENT: tl.constexpr,
-                              HAS_PLIF: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK: tl.constexpr):
+                              target, target_starts, weights, bp_d, bp_m, best, last, htab, h_stride, value,
+                              labels, starts, count, scale, gold, T, S, N, P, low: tl.float64,
+                              high: tl.float64, pscale: tl.float64, K1, MARGIN: tl.constexpr,
+                              CUSTOM: tl.constexpr, LOW: tl.constexpr, KIND: tl.constexpr,
+                              WEIGHTED: tl.constexpr, HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr,
+                              BLOCK_K: tl.constexpr, BLOCK: tl.constexpr):
     """After :func:`_semimarkov_table_kernel`: the count k as :func:`_choose_kernel` picks it (the
     found segmentation's count is k itself), its segmentation backtracked through the table it came
     from, then the values of both segmentations, the tie rule (the target where it attains the
@@ -1206,7 +1218,8 @@ def _semimarkov_choose_kernel(content, length, boundary, segment, trans, start, 
                     inner = inner * 0
                 tl.store(labels + b * T + t, label)
                 if KIND == 0:
-                    mistakes += tl.where(tl.load(target + b * T + t) != label, 1, 0).to(tl.int64)
+                    unit = _unit_weight(weights, b * T + t, WEIGHTED)
+                    mistakes += tl.where(tl.load(target + b * T + t) != label, unit, 0)
                 else:
                     inner += tl.where(t > s, tl.load(target_starts + b * T + t).to(tl.int64), 0)
                 if t == s:  # its first position: the count, then the previous segment's label
@@ -1218,6 +1231,7 @@ def _semimarkov_choose_kernel(content, length, boundary, segment, trans, start, 
                     at = rows * plane + (s * K1 + tl.maximum(kb, 0)) * N + label
                     label = tl.load(bp_m + at, mask=s > 0, other=0).to(tl.int64)
     tl.debug_barrier()  # the backtrack's scalar stores, read back below
+    g = tl.load(gold + b)  # again: held across the backtrack, sm_90 spills it (weighted, Triton 3.8)
     found = segmentation_score(content, length, boundary, segment, trans, start, end, tracks, plif, labels,
                                starts, b, L, T, S, N, P, low, high, pscale, HAS_SEGMENT, HAS_PLIF)
     delta = _h(hrow, H, CUSTOM)
@@ -1247,7 +1261,8 @@ def _narrow(n: int) -> torch.dtype:
 
 
 def semimarkov_table_search(sm: SemiMarkov, labels: Tensor, starts: Tensor, kind: str, K: int, margin: bool,
-                            htab: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+                            htab: Tensor | None, weights: Tensor | None = None,
+                            min_table: bool = True) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The whole loss-augmented search of a segmentation through the count table, in two launches.
 
     Parameters
@@ -1257,7 +1272,7 @@ def semimarkov_table_search(sm: SemiMarkov, labels: Tensor, starts: Tensor, kind
     labels, starts : Tensor (B, T)
         The target segmentation (int64, bool), read inside each length.
     kind : str
-        The loss counted: "hamming" (unweighted), "segment" or "boundary" (see
+        The loss counted: "hamming" (weighted by ``weights``), "segment" or "boundary" (see
         ``lossaug._torch.SEGMENT_LOSSES``; "zero_one" is "segment" with h capped at 1 in ``htab``).
     K : int
         A bound on every count (the table's size is K + 1).
@@ -1265,7 +1280,9 @@ def semimarkov_table_search(sm: SemiMarkov, labels: Tensor, starts: Tensor, kind
         Margin (else slack) rescaling.
     htab : Tensor (B, K + 1) float64 or None
         h over the counts (unit stride along them), or None for the identity; slack rescaling with a
-        table also runs the min table.
+        table also runs the min table, unless ``min_table`` is False (h known to be non-negative).
+    weights : Tensor (B, T) int64, optional
+        "hamming" only: the integer weight each wrong position counts (0 beyond each length).
 
     Returns
     -------
@@ -1277,7 +1294,7 @@ def semimarkov_table_search(sm: SemiMarkov, labels: Tensor, starts: Tensor, kind
     B, T, S, N = sm.shape
     dev = sm.content.device
     K1 = K + 1
-    sides = 2 if htab is not None and not margin else 1
+    sides = 2 if htab is not None and not margin and min_table else 1
     inc, alpha = torch.empty(2, sides, B, T + 1, K1, N, dtype=torch.float64, device=dev)
     bp_d = torch.empty(sides, B, T + 1, K1, N, dtype=_narrow(S), device=dev)
     bp_m = torch.empty(sides, B, T + 1, K1, N, dtype=_narrow(N), device=dev)
@@ -1286,19 +1303,20 @@ def semimarkov_table_search(sm: SemiMarkov, labels: Tensor, starts: Tensor, kind
     tensors = _inputs(sm)
     tracks, ordinates, P, low, high, pscale = _plif_args(sm)
     labels, starts = labels.contiguous(), starts.contiguous()
-    meta = dict(KIND=SEGMENT_KINDS[kind], HAS_SEGMENT=sm.segment_scores is not None,
-                HAS_PLIF=sm.segment_plif is not None)
+    meta = dict(KIND=SEGMENT_KINDS[kind], WEIGHTED=weights is not None,
+                HAS_SEGMENT=sm.segment_scores is not None, HAS_PLIF=sm.segment_plif is not None)
+    weights = labels if weights is None else weights.contiguous()  # unweighted: never read
     value, scale, gold = (torch.empty(B, dtype=torch.float64, device=dev) for _ in range(3))
     launch("semimarkov_hamming_table", _semimarkov_table_kernel, (B, sides), *tensors, sm.lengths, tracks,
-           ordinates, labels, starts, gold, inc, alpha, bp_d, bp_m, best, last, T, S, N, P, low, high, pscale,
-           K1, BLOCK_K=TABLE_COUNTS, BLOCK_N=block(N, 32), num_warps=TABLE_WARPS, **meta)
+           ordinates, labels, starts, weights, gold, inc, alpha, bp_d, bp_m, best, last, T, S, N, P, low,
+           high, pscale, K1, BLOCK_K=TABLE_COUNTS, BLOCK_N=block(N, 32), num_warps=TABLE_WARPS, **meta)
     found = torch.empty(B, T, dtype=torch.long, device=dev)
     found_starts = torch.empty(B, T, dtype=torch.bool, device=dev)
     count = torch.empty(B, dtype=torch.long, device=dev)
     h, h_stride = (value, 0) if htab is None else (htab, htab.stride(0))
     launch("semimarkov_hamming_choose", _semimarkov_choose_kernel, (B,), *tensors, sm.lengths, tracks,
-           ordinates, labels, starts, bp_d, bp_m, best, last, h, h_stride, value, found, found_starts, count,
-           scale, gold, T, S, N, P, low, high, pscale, K1, MARGIN=margin, CUSTOM=htab is not None,
-           LOW=sides == 2, BLOCK_K=block(K1), BLOCK=block(T),
+           ordinates, labels, starts, weights, bp_d, bp_m, best, last, h, h_stride, value, found,
+           found_starts, count, scale, gold, T, S, N, P, low, high, pscale, K1, MARGIN=margin,
+           CUSTOM=htab is not None, LOW=sides == 2, BLOCK_K=block(K1), BLOCK=block(T),
            num_warps=MIN_TABLE_CHOOSE_WARPS if sides == 2 else 4, **meta)
     return value, found, found_starts, count, scale, gold

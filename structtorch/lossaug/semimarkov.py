@@ -114,6 +114,8 @@ def loss_augmented_semimarkov(sm: SemiMarkov, target_labels: Tensor, target_star
     labels, starts = check_target(target_labels, target_starts, sm)
     if loss == "hamming" and _fuses(sm, h, rescaling, weights, algorithm):
         return _fused(sm, labels, starts)
+    if loss == "hamming" and weights is not None and _weights_fuse(sm, h, rescaling, algorithm):
+        return _fused_weights(sm, labels, starts, h, rescaling, weights, algorithm, max_count)
     if _table_fuses(sm, h, rescaling, weights, algorithm, loss):
         return _fused_table(sm, labels, starts, h, rescaling, loss)
     B, T, _, N = sm.shape
@@ -162,6 +164,38 @@ def _fused(sm: SemiMarkov, labels: Tensor, starts: Tensor) -> tuple[Tensor, Tens
     Viterbi with the Hamming loss folded into the content and the tie rule): nothing read on the
     host, a constant number of device ops."""
     value, found, found_starts, count, gold = _semimarkov_ops.loss_augmented(sm, labels, starts)
+    return _checked_value(value, gold, sm.content.dtype), found, found_starts, count
+
+
+def _weights_fuse(sm: SemiMarkov, h: HLike, rescaling: str, algorithm: str) -> bool:
+    """Whether the backend's kernels run the search of the weighted position loss
+    (:func:`_fused_weights`): a non-empty batch of non-empty sequences on a backend in ``FUSED``
+    and loss arguments :func:`~structtorch.lossaug.chain._fusable` takes."""
+    B, T, _, _ = sm.shape
+    return B > 0 and T > 0 and _semimarkov_ops.backend_of(sm) in FUSED and _fusable(h, rescaling, algorithm)
+
+
+def _fused_weights(sm: SemiMarkov, labels: Tensor, starts: Tensor, h: HLike, rescaling: str, weights: Tensor,
+                   algorithm: str, max_count: int | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`loss_augmented_semimarkov` of the position loss weighted by ``weights`` in the
+    backend's kernels: margin rescaling with h=None folds the weights into the Viterbi (real
+    weights too); any other loss runs the count table over the integer weights (sized by
+    ``max_count`` without a host read, see :func:`~structtorch.lossaug.spec.resolve_loss`)."""
+    B, T, _, _ = sm.shape
+    mask = torch.arange(T, device=labels.device) < sm.lengths[:, None]
+    spec = resolve_loss(h, rescaling, weights, None, labels, mask, sm.content, algorithm, max_count=max_count)
+    if spec.htab is None:  # margin rescaling, h the identity: folded
+        value, found, found_starts, count, gold = _semimarkov_ops.loss_augmented(sm, labels, starts,
+                                                                                  spec.weights)
+        return _checked_value(value, gold, sm.content.dtype), found, found_starts, count
+    module = kernel_module(FUSED[0], __package__)
+    search = functools.partial(module.semimarkov_table_search, kind="hamming", K=spec.K,
+                               margin=rescaling == "margin", htab=spec.htab, weights=spec.weights,
+                               min_table=not spec.nonnegative)
+    value, found, found_starts, count, _, gold = _semimarkov_ops.loss_augmented_table(sm, labels, starts,
+                                                                                      search)
+    if spec.scale != 1:  # counts in units of 1/scale
+        count = count.double() / spec.scale
     return _checked_value(value, gold, sm.content.dtype), found, found_starts, count
 
 

@@ -291,15 +291,16 @@ def score(sm: SemiMarkov, labels: Tensor, starts: Tensor) -> Tensor:
 class LossAugmented(torch.autograd.Function):
     """(value float64 (B,), labels, starts (B, T), count (B,), the target's score (B,)) of the
     backend's Hamming-loss-augmented search against the target segmentation (margin rescaling,
-    the unweighted Hamming loss, h the identity; see :data:`OPTIONAL`); the value's gradient is
-    the indicators of the found segmentation minus the target's (zero where the target is kept)."""
+    the Hamming loss weighted by ``weights`` (B, T) or None, h the identity; see
+    :data:`OPTIONAL`); the value's gradient is the indicators of the found segmentation minus the
+    target's (zero where the target is kept)."""
 
     @staticmethod
     def forward(content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates, low,
-                high, target_labels, target_starts, backend):
+                high, target_labels, target_starts, weights, backend):
         model = _model(content, length, boundary, segment, transitions, start, end, lengths, tracks,
                        ordinates, low, high)
-        return _module(backend).loss_augmented(model, target_labels, target_starts)
+        return _module(backend).loss_augmented(model, target_labels, target_starts, weights)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -308,11 +309,11 @@ class LossAugmented(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad, *_):
         if grad is None:
-            return (None,) * 15
+            return (None,) * 16
         *tensors, found, found_starts, labels, starts = ctx.saved_tensors
         both = torch.stack([found, labels], 1), torch.stack([found_starts, starts], 1)
         grads = _indicators(ctx, tensors, *both, torch.stack([grad, -grad], 1))
-        return (*grads, None, None, None, None, None)
+        return (*grads, None, None, None, None, None, None)
 
 
 class LossAugmentedTable(torch.autograd.Function):
@@ -352,11 +353,13 @@ def loss_augmented_table(sm: SemiMarkov, labels: Tensor, starts: Tensor, search)
     return apply(LossAugmentedTable, *tensors, low, high, labels, starts, search)
 
 
-def loss_augmented(sm: SemiMarkov, labels: Tensor, starts: Tensor) -> tuple[Tensor, ...]:
+def loss_augmented(sm: SemiMarkov, labels: Tensor, starts: Tensor,
+                   weights: Tensor | None = None) -> tuple[Tensor, ...]:
     """(value (B,) float64, differentiable, labels, starts, count, gold) of :class:`LossAugmented`
-    against the checked target segmentation (labels, starts) (B, T)."""
+    against the checked target segmentation (labels, starts) (B, T), the Hamming loss weighted by
+    ``weights`` (B, T) (0 beyond each length) if given."""
     *tensors, low, high = _args(sm)
-    return apply(LossAugmented, *tensors, low, high, labels, starts, backend_of(sm))
+    return apply(LossAugmented, *tensors, low, high, labels, starts, weights, backend_of(sm))
 
 
 def kbest(sm: SemiMarkov, k: int) -> tuple[Tensor, Tensor, Tensor]:

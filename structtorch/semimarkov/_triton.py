@@ -60,17 +60,22 @@ def _plif_value(x, n, mask, plif, P, low, high, scale):
 @triton.jit
 def _segment_tile(b, e, d0, n, mn, dmax, carry, tcarry, content, length, boundary, segment, tracks, plif,
                   T, S, N, P, low, high, scale, rd,
-                  HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr, target=None, LOSS: tl.constexpr = False):
+                  HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr, target=None, LOSS: tl.constexpr = False,
+                  weights=None, WEIGHTED: tl.constexpr = False):
     """Scores (without the incoming term) of segments [e - d, e) for d = d0 + 1 + rd and labels n,
     -inf beyond ``dmax`` (BLOCK_N,); returns (scores, valid, new carry, new track carry). With
-    LOSS, each position whose label differs from ``target`` (B, T) adds 1 (the Hamming loss)."""
+    LOSS, each position whose label differs from ``target`` (B, T) adds 1 (the Hamming loss), or
+    its weight in ``weights`` (B, T) with WEIGHTED."""
     d = d0 + 1 + rd
     valid = (d[:, None] <= dmax[None, :]) & mn[None, :]
     pos = e - d
     c = tl.load(content + (b * T + pos[:, None]) * N + n[None, :], mask=valid, other=0.0).to(tl.float64)
     if LOSS:
-        y = tl.load(target + b * T + pos, mask=d <= tl.max(dmax, axis=0), other=0)
-        c += tl.where(valid & (n[None, :] != y[:, None]), 1.0, 0.0)
+        inside = d <= tl.max(dmax, axis=0)
+        at = b * T + pos
+        y = tl.load(target + at, mask=inside, other=0)
+        unit = _weight(weights, at, inside, WEIGHTED)
+        c += tl.where(valid & (n[None, :] != y[:, None]), unit[:, None], 0.0)
     v = tl.cumsum(c, axis=0) + carry[None, :]
     carry += tl.sum(c, axis=0)
     v += tl.load(length + (b * S + d[:, None] - 1) * N + n[None, :], mask=valid, other=0.0).to(tl.float64)
@@ -84,6 +89,16 @@ def _segment_tile(b, e, d0, n, mn, dmax, carry, tcarry, content, length, boundar
         tcarry += tl.sum(x, axis=0)
         v += _plif_value(mean, n, valid, plif, P, low, high, scale)
     return tl.where(valid, v, NEG), valid, carry, tcarry
+
+
+@triton.jit
+def _weight(weights, at, mask, WEIGHTED: tl.constexpr):
+    """The Hamming loss's unit at offsets ``at`` of ``weights`` (float64): the weight with
+    WEIGHTED, else 1."""
+    unit = tl.full(at.shape, 1.0, tl.float64)
+    if WEIGHTED:
+        unit = tl.load(weights + at, mask=mask, other=0).to(tl.float64)
+    return unit
 
 
 @triton.jit
@@ -106,12 +121,13 @@ def _clear_segmentation(labels, starts, T, BLOCK: tl.constexpr):
 
 @triton.jit
 def _forward_kernel(content, length, boundary, segment, trans, start, end, lengths, tracks, plif,
-                    alpha, inc, arg_d, arg_m, out, labels, starts, target, target_starts, gold, count, T, S,
-                    N, P, low: tl.float64, high: tl.float64, scale: tl.float64, VITERBI: tl.constexpr,
-                    HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr, LOSS: tl.constexpr,
-                    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Viterbi (with LOSS: loss-augmented by the Hamming distance to ``target``, see
-    :func:`_loss_augmented_close`) or the log-partition of one sequence per program."""
+                    alpha, inc, arg_d, arg_m, out, labels, starts, target, target_starts, gold, count,
+                    weights, T, S, N, P, low: tl.float64, high: tl.float64, scale: tl.float64,
+                    VITERBI: tl.constexpr, HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr,
+                    LOSS: tl.constexpr, WEIGHTED: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Viterbi (with LOSS: loss-augmented by the Hamming distance to ``target``, weighted by
+    ``weights`` with WEIGHTED, see :func:`_loss_augmented_close`) or the log-partition of one
+    sequence per program."""
     b = tl.program_id(0).to(tl.int64)  # 64-bit offsets: B T N may pass 2^31
     L = tl.minimum(tl.load(lengths + b), T)  # never past the buffers, even unvalidated
     rn = tl.arange(0, BLOCK_N)
@@ -122,7 +138,7 @@ def _forward_kernel(content, length, boundary, segment, trans, start, end, lengt
     if VITERBI:  # no segmentation until the backtrace writes one
         _clear_segmentation(labels + b * T, starts + b * T, T, BLOCK_N)
     if LOSS:
-        tl.store(count + b, tl.zeros([], tl.int64))
+        tl.store(count + b, tl.zeros([], count.dtype.element_ty))
     if L > 0:
         for n0 in range(0, N, BLOCK_N):
             n = n0 + rn
@@ -141,7 +157,8 @@ def _forward_kernel(content, length, boundary, segment, trans, start, end, lengt
                 for d0 in range(0, tl.max(dmax, axis=0), BLOCK_D):
                     v, valid, carry, tcarry = _segment_tile(
                         b, e, d0, n, mn, dmax, carry, tcarry, content, length, boundary, segment, tracks,
-                        plif, T, S, N, P, low, high, scale, rd, HAS_SEGMENT, HAS_PLIF, target, LOSS)
+                        plif, T, S, N, P, low, high, scale, rd, HAS_SEGMENT, HAS_PLIF, target, LOSS, weights,
+                        WEIGHTED)
                     d = d0 + 1 + rd
                     v += tl.load(ic + (e - d[:, None]) * N + n[None, :], mask=valid, other=NEG)
                     best, acc, arg = fold(best, acc, arg, v, d0 + 1, VITERBI)  # ties: the shortest
@@ -156,26 +173,31 @@ def _forward_kernel(content, length, boundary, segment, trans, start, end, lengt
         result, label = close(al + L * N, end + b * N, N, rn, BLOCK_N, VITERBI)
         if LOSS:
             result = _loss_augmented_close(b, L, T, N, result, label, arg_d, arg_m, labels, starts, target,
-                                           target_starts, gold, count, BLOCK_N)
+                                           target_starts, gold, count, weights, WEIGHTED, BLOCK_N)
         elif VITERBI:
             if result > NEG:
-                _backtrace(b, L, T, N, label, arg_d, arg_m, labels, starts, target, False)
+                _backtrace(b, L, T, N, label, arg_d, arg_m, labels, starts, target, weights, False, WEIGHTED)
     tl.store(out + b, result)
 
 
 @triton.jit
-def _backtrace(b, L, T, N, label, arg_d, arg_m, labels, starts, target, COUNT: tl.constexpr):
+def _backtrace(b, L, T, N, label, arg_d, arg_m, labels, starts, target, weights, COUNT: tl.constexpr,
+               WEIGHTED: tl.constexpr):
     """Write the best segmentation of [0, L) ending in ``label`` from the argmax tables; with
-    COUNT, return the number of its positions whose label differs from ``target``."""
-    mismatches = tl.zeros([], tl.int64)
-    stop = L
+    COUNT, return the number of its positions whose label differs from ``target`` (float64; their
+    weights' sum with WEIGHTED)."""
+    mismatches = tl.zeros([], tl.float64)
+    stop = L.to(tl.int32)  # 32-bit positions (64-bit ones spill on sm_90 with WEIGHTED)
     while stop > 0:
-        d = tl.load(arg_d + (b * (T + 1) + stop) * N + label).to(tl.int64)
+        d = tl.load(arg_d + (b * (T + 1) + stop) * N + label)
         first = stop - d
         for k in range(first, stop):
             tl.store(labels + b * T + k, label.to(tl.int64))
             if COUNT:
-                mismatches += (tl.load(target + b * T + k) != label).to(tl.int64)
+                unit = tl.full([], 1.0, tl.float64)
+                if WEIGHTED:
+                    unit = tl.load(weights + b * T + k).to(tl.float64)
+                mismatches += tl.where(tl.load(target + b * T + k) != label, unit, 0.0)
         tl.store(starts + b * T + first, 1)
         label = tl.load(arg_m + (b * (T + 1) + first) * N + label)
         stop = first
@@ -184,20 +206,22 @@ def _backtrace(b, L, T, N, label, arg_d, arg_m, labels, starts, target, COUNT: t
 
 @triton.jit
 def _loss_augmented_close(b, L, T, N, best, label, arg_d, arg_m, labels, starts, target, target_starts, gold,
-                          count, BLOCK: tl.constexpr):
+                          count, weights, WEIGHTED: tl.constexpr, BLOCK: tl.constexpr):
     """The loss-augmented value best - gold (best: max of score + Hamming distance; gold: the
-    target's score) and its segmentation, written with its Hamming count; the target itself where
-    it attains the maximum (value <= 0: value 0, count 0, a zero subgradient)."""
+    target's score) and its segmentation, written with its (weighted) Hamming count in ``count``'s
+    dtype; the target itself where it attains the maximum (value <= 0: value 0, count 0, a zero
+    subgradient)."""
     value = best - tl.load(gold + b)
     if value > 0:
-        tl.store(count + b, _backtrace(b, L, T, N, label, arg_d, arg_m, labels, starts, target, True))
+        tl.store(count + b, _backtrace(b, L, T, N, label, arg_d, arg_m, labels, starts, target, weights, True,
+                                       WEIGHTED).to(count.dtype.element_ty))
     else:
         r = tl.arange(0, BLOCK)
         for t0 in range(0, L, BLOCK):
             t = t0 + r
             tl.store(labels + b * T + t, tl.load(target + b * T + t, mask=t < L, other=0), mask=t < L)
             tl.store(starts + b * T + t, tl.load(target_starts + b * T + t, mask=t < L, other=0), mask=t < L)
-        tl.store(count + b, tl.zeros([], tl.int64))
+        tl.store(count + b, tl.zeros([], count.dtype.element_ty))
         value = tl.zeros([], tl.float64)
     return value
 
@@ -360,6 +384,11 @@ FORWARD_WARPS = per_triton(4, {(3, 6): 8, (3, 9): 2})
 sm_90, at 2 none; with 3.6 at 4 three variants put 8-16 B there, at 8 one (8 B, at any warps);
 3.8 is clean at Triton's 4."""
 
+WEIGHTED_WARPS = 2
+"""Warps of the forward kernel with position weights (the weighted Hamming loss folded in): at
+Triton's 4 with 3.8, or at 8 with 3.6, its variants put 8 B on the stack on sm_90; at 2 none on
+3.6, 3.8 or 3.9."""
+
 SAMPLE_WARPS = per_triton(8, {(3, 9): 4})
 """Warps of the sampling kernel: with Triton 3.8, at 4 or 2 its float64 variant without segment
 scores puts 16 B on the stack on sm_90 (at 80 registers), at 8 nothing (94 registers); with 3.9 it
@@ -392,7 +421,8 @@ def _forward(sm: SemiMarkov, viterbi: bool, loss: tuple[Tensor, ...] | None = No
     """best or logZ (B,) float64 (0 on empty rows), alpha and inc (B, T+1, N) float64 and, for
     Viterbi, labels (B, T) int64 and starts (B, T) bool; one launch, nothing filled on the host.
     ``loss`` (Viterbi only): (target labels, target starts, the target's score (B,) float64, the
-    count (B,) int64 to write), for the Hamming-loss-augmented Viterbi (best is then the value)."""
+    count (B,) to write, the weights (B, T) or None), for the (weighted) Hamming-loss-augmented
+    Viterbi (best is then the value)."""
     B, T, S, N = sm.shape
     dev = sm.content.device
     f64 = dict(dtype=torch.float64, device=dev)
@@ -403,11 +433,13 @@ def _forward(sm: SemiMarkov, viterbi: bool, loss: tuple[Tensor, ...] | None = No
     starts = torch.empty((B, T) if viterbi else (1,), dtype=torch.bool, device=dev)
     tracks, ordinates, P, low, high, scale = _plif_args(sm)
     name = "semimarkov_viterbi" if viterbi else "semimarkov_log_partition"
-    target = () if loss is None else loss
-    unused = () if target else (labels, starts, out, labels)  # no loss: pointers never read
+    target = (labels, starts, out, labels, None) if loss is None else loss  # no loss: pointers never read
+    weights = target[4]
     launch(name, _forward_kernel, (B,), *_inputs(sm), sm.lengths, tracks, ordinates, alpha, inc, arg, arg_m,
-           out, labels, starts, *target, *unused, T, S, N, P, low, high, scale, VITERBI=viterbi,
-           LOSS=bool(target), num_warps=FORWARD_WARPS, **_meta(sm))
+           out, labels, starts, *target[:4], out if weights is None else weights, T, S, N, P, low, high,
+           scale, VITERBI=viterbi, LOSS=loss is not None, WEIGHTED=weights is not None,
+           num_warps=FORWARD_WARPS if weights is None else WEIGHTED_WARPS,
+           **_meta(sm))
     return out, alpha, inc, labels, starts
 
 
@@ -787,15 +819,19 @@ def _score_kernel(content, length, boundary, segment, trans, start, end, lengths
 
 
 @torch.no_grad()
-def loss_augmented(sm: SemiMarkov, labels: Tensor, starts: Tensor) -> tuple[Tensor, ...]:
-    """Margin rescaling with the unweighted Hamming loss (h the identity) against the target
-    segmentation (labels, starts) (B, T): value (B,) float64 (max over z of s(z) + H(z) minus the
-    target's score, 0 where the target attains it), the maximizing segmentation's labels and starts
-    (the target's where it attains it), its count (B,) int64 and the target's score (B,) float64.
-    Two launches: the target's score, then the Viterbi with the loss folded in and the tie rule."""
+def loss_augmented(sm: SemiMarkov, labels: Tensor, starts: Tensor,
+                   weights: Tensor | None = None) -> tuple[Tensor, ...]:
+    """Margin rescaling with the Hamming loss (h the identity), weighted by ``weights`` (B, T) (0
+    beyond each length) if given, against the target segmentation (labels, starts) (B, T): value
+    (B,) float64 (max over z of s(z) + H(z) minus the target's score, 0 where the target attains
+    it), the maximizing segmentation's labels and starts (the target's where it attains it), its
+    count (B,) (int64, float64 for floating weights) and the target's score (B,) float64. Two
+    launches: the target's score, then the Viterbi with the loss folded in and the tie rule."""
     gold = score(sm, labels, starts)
-    count = torch.empty_like(sm.lengths)
-    loss = (labels.contiguous(), starts.contiguous(), gold, count)
+    floating = weights is not None and weights.dtype.is_floating_point
+    count = torch.empty_like(sm.lengths, dtype=torch.float64 if floating else torch.long)
+    loss = (labels.contiguous(), starts.contiguous(), gold, count,
+            None if weights is None else weights.contiguous())
     value, _, _, found, found_starts = _forward(sm, True, loss)
     return value, found, found_starts, count, gold
 

@@ -289,31 +289,52 @@ def _random_targets(p, S, lengths, rng):
     return targets, labels, starts
 
 
+def _position_weights(kind: str, rescaling: str, h_kind: str, shape: tuple, rng) -> tuple:
+    """(weights or None, max_count) of a weighting ``kind``: integers (sized by ``max_count``),
+    halves (a common scale, read on the host) or reals (margin rescaling with h the identity only,
+    else halves)."""
+    if kind == "none":
+        return None, None
+    if kind == "int":
+        return torch.from_numpy(rng.integers(0, 3, size=shape)), 2 * shape[1]
+    if kind == "real" and rescaling == "margin" and h_kind == "id":
+        return torch.from_numpy(rng.uniform(0, 2, size=shape)), None
+    return torch.from_numpy(rng.integers(0, 4, size=shape) / 2), None
+
+
 @given(problem=problems(), rescaling=st_.sampled_from(["margin", "slack"]), h_kind=st_.sampled_from(["id", "table"]),
-       seed=st_.integers(0, 2**31))
-def test_loss_augmented_matches_enumeration(backend, problem, rescaling, h_kind, seed):
-    """Value, segmentation and count against enumeration on every backend; the value's gradient
-    is h(H) (1 for margin rescaling) times the found segmentation's indicators minus the target's."""
+       weighting=st_.sampled_from(["none", "int", "half", "real"]), seed=st_.integers(0, 2**31))
+def test_loss_augmented_matches_enumeration(backend, problem, rescaling, h_kind, weighting, seed):
+    """Value, segmentation and count against enumeration on every backend, unweighted and with
+    position weights (integers with ``max_count``, halves, reals); the value's gradient is h(H)
+    (1 for margin rescaling) times the found segmentation's indicators minus the target's."""
     p, S, lengths, integer = problem
     B, T, N = p["content"].shape
     rng = np.random.default_rng(seed)
     targets, labels, starts = _random_targets(p, S, lengths, rng)
+    weights, max_count = _position_weights(weighting, rescaling, h_kind, (B, T), rng)
     table = rng.integers(-3, 4, size=T + 1).astype(float)
-    h_fn = (lambda k: k) if h_kind == "id" else (lambda k: table[k])
+    if h_kind == "id":
+        h, h_fn = None, (lambda k: k)
+    elif weights is None:
+        h, h_fn = torch.tensor(table), (lambda k: table[int(k)])
+    else:  # a table indexes integer counts: a callable h for weighted ones
+        h, h_fn = (lambda k: 2 * torch.sin(k + 0.5)), (lambda k: 2 * np.sin(k + 0.5))
     content, trans, kw = tensors(p)
     content.requires_grad_()
     value, out_labels, out_starts, hamming = st.semimarkov_loss_augmented(
-        content, trans, labels, starts, max_len=S, h=None if h_kind == "id" else torch.tensor(table),
-        rescaling=rescaling, lengths=lengths, **kw)
+        content, trans, labels, starts, max_len=S, h=h, rescaling=rescaling, lengths=lengths, weights=weights,
+        max_count=max_count, **kw)
     sm = check_semimarkov(content, trans, S, kw["length_scores"], kw["boundary"], kw["segment_scores"],
                           kw["start"], kw["end"], lengths, kw["segment_plif"])
     weight = torch.ones(B, dtype=torch.float64) if rescaling == "margin" else torch.tensor(
-        [float(h_fn(int(k))) for k in hamming])
+        [float(h_fn(float(k))) for k in hamming])
     reference = weight * (reference_score(sm, out_labels.clamp(min=0), out_starts)
                           - reference_score(sm, labels, starts))
     (got,) = torch.autograd.grad(value.sum(), content)
     (want,) = torch.autograd.grad(reference.sum(), content)
     torch.testing.assert_close(got, want)
+    w = np.ones((B, T)) if weights is None else weights.numpy()
     for b in range(B):
         L = int(lengths[b])
         rows = brute(p, b, L, S, N)
@@ -322,12 +343,14 @@ def test_loss_augmented_matches_enumeration(backend, problem, rescaling, h_kind,
         for lab, _, s in rows:
             if s == -np.inf:
                 continue
-            k = sum(lab[i] != y[i] for i in range(L))
+            k = sum(w[b, i] for i in range(L) if lab[i] != y[i])
             best = max(best, s + h_fn(k) - gold if rescaling == "margin" else h_fn(k) * (1 + s - gold))
         assert np.isclose(value[b].item(), best, atol=1e-8)
         got = tuple(out_labels[b, :L].tolist())
-        assert hamming[b].item() == sum(got[i] != y[i] for i in range(L))
+        assert np.isclose(hamming[b].item(), sum(w[b, i] for i in range(L) if got[i] != y[i]))
         assert (out_labels[b, L:] == -1).all() and not out_starts[b, L:].any()
+    inside = w * (np.arange(T) < lengths.numpy()[:, None])  # integral weights inside the lengths: int64
+    assert hamming.dtype == (torch.long if (inside == inside.round()).all() else torch.float64)
 
 
 def _segments(labels, starts):
