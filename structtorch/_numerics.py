@@ -36,8 +36,8 @@ def safe_logsumexp(x: Tensor, dim: int) -> Tensor:
 def negative_log_likelihood(logz: Tensor, gold: Tensor) -> Tensor:
     """``logz - gold`` per row, +inf (not NaN) where the row is infeasible (``logz`` = -inf: every
     structure, the target included, has probability 0), with a zero gradient there."""
-    infeasible = logz == NEG_INF
-    return torch.where(infeasible, float("inf"), logz - torch.where(infeasible, 0.0, gold))
+    # logz - gold is NaN there (-inf - -inf), never taken: the gradient of the branch not taken is 0
+    return torch.where(logz == NEG_INF, float("inf"), logz - gold)
 
 
 def inverse_cdf(logits: Tensor, u: Tensor) -> Tensor:

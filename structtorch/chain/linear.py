@@ -108,12 +108,16 @@ def allowed_labels(labels: object, chain: Chain, ignore_index: int | None,
     if (ignore_index is None or not isinstance(labels, Tensor) or labels.shape != (B, T)
             or labels.is_floating_point() or labels.device != chain.unary.device):
         return None
-    ignored = (labels == ignore_index) & chain.mask()
+    mask = chain.mask()
+    ignored = (labels == ignore_index) & mask
     if on_host(ignored) and not bool(plain(ignored).any()):
         return None
-    known = check_labels(torch.where(ignored, 0, labels), chain.mask(), N, name=name)
-    # a comparison rather than one_hot, which reads the labels' range back on the host
-    return ignored.unsqueeze(2) | (known.unsqueeze(2) == torch.arange(N, device=known.device))
+    check_label_tensor(labels, (B, T), chain.unary.device, name)
+    if validation_enabled():  # the labels given lie in [0, N) inside each length
+        check_labels(torch.where(ignored, 0, labels), mask, N, name=name)
+    # a comparison rather than one_hot, which reads the labels' range back on the host; beyond a
+    # length the sets are never read
+    return ignored.unsqueeze(2) | (labels.unsqueeze(2) == torch.arange(N, device=labels.device))
 
 
 def consistent_chain(chain: Chain, allowed: Tensor) -> Chain:
