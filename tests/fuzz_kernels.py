@@ -101,6 +101,7 @@ FUZZ = settings(max_examples=int(sys.argv[1]) if len(sys.argv) > 1 else 150, dea
 def fuzz_chain(args, data):
     B, T, N, x, lengths, valid = args
     _call(OPS.viterbi_forward, x["unary"], x["trans"], x["start"], x["end"], lengths, valid=valid)
+    _call(OPS.kbest_forward, x["unary"], x["trans"], x["start"], x["end"], lengths, 2, valid=valid)
     r, f = normalized(x["trans"])
     target, target_ok = int_tensor(data, (B, T), 0, N - 1)
     inside = torch.arange(T) < lengths.clamp(0, T)[:, None] if valid else None

@@ -77,6 +77,8 @@ def test_kernels_check_counts_they_are_given():
             lambda: ops.hamming_forward(u, a, s, s, lengths, target, torch.ones(2, 4, dtype=torch.long), 2),
             lambda: ops.viterbi_forward(u, a, s, s, torch.tensor([9, 0])),
             lambda: ops.viterbi_forward(u, torch.zeros(4, 4), s, s, lengths),
+            lambda: ops.kbest_forward(u, a, s, s, torch.tensor([9, 0]), 2),
+            lambda: ops.kbest_forward(u, a, s, s, lengths, 0),
             lambda: ops.hamming_backtrack(torch.zeros(2, 4, 3, 5, dtype=torch.uint8), lengths, target,
                                           torch.ones(2, 4, dtype=torch.long), torch.tensor([7, 0]), torch.zeros(2, dtype=torch.long)),
         ]
@@ -89,7 +91,7 @@ def test_kernels_check_counts_they_are_given():
                 raise SystemExit(f"call {i} did not raise")
     """)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert len(proc.stdout.strip().splitlines()) == 8
+    assert len(proc.stdout.strip().splitlines()) == 10
     assert "weights in row 0" in proc.stdout and "lengths[0] = 9" in proc.stdout and "k[0] = 7" in proc.stdout
 
 

@@ -5,7 +5,8 @@ node and edge marginals (summed per sequence for shared transitions) and, for th
 labeling's score and indicators; the row-normalized exponentials of the transitions and the
 gradients' assembly are computed in C++ too (``csrc/chain.cpp``), called through the Python
 bindings (:func:`structtorch._extension.fast_ops`), so that a small call makes one call here.
-k-best lists, sampling and order-l windows run the PyTorch recursions of ``_torch.py`` in double.
+k-best lists run a compiled k-list Viterbi; sampling and order-l windows run the PyTorch recursions
+of ``_torch.py`` in double.
 """
 
 from __future__ import annotations
@@ -83,9 +84,9 @@ def nll_backward(chain: Chain, labels: Tensor, logz: Tensor, state, g: Tensor) -
 
 
 def kbest(chain: Chain, k: int) -> tuple[Tensor, Tensor]:
-    """The k best scores (B, k) float64 and labelings (B, k, T) by the k-list recursion of
-    ``_torch.py`` in double (there is no compiled k-best kernel)."""
-    return _torch.kbest(chain.map(torch.Tensor.double), k)
+    """The k best scores (B, k) float64 and labelings (B, k, T) by the compiled k-list Viterbi
+    (the recursion of ``_torch.py``, bit for bit: the same scores, order and ties)."""
+    return fast_ops().kbest_forward(chain.unary, chain.transitions, chain.start, chain.end, chain.lengths, k)
 
 
 def sample(chain: Chain, noise: Tensor) -> Tensor:

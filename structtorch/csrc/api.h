@@ -21,6 +21,8 @@ namespace chain {
 std::tuple<at::Tensor, at::Tensor> viterbi(const at::Tensor& unary, const at::Tensor& trans,
                                            const at::Tensor& start, const at::Tensor& end,
                                            const at::Tensor& lengths);
+std::tuple<at::Tensor, at::Tensor> kbest(const at::Tensor& unary, const at::Tensor& trans, const at::Tensor& start,
+                                         const at::Tensor& end, const at::Tensor& lengths, int64_t k);
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz(
     const at::Tensor& unary, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
     const at::Tensor& lengths, const std::optional<at::Tensor>& labels);

@@ -136,6 +136,83 @@ std::tuple<at::Tensor, at::Tensor> viterbi_forward(const at::Tensor& unary, cons
 }
 
 // ----------------------------------------------------------------------------------------------
+// k best labelings: a k-list Viterbi, as the PyTorch reference (chain/_torch.py kbest) computes
+// it, bit for bit. top[j][r] is the r-th best score of the prefixes ending in j; its candidates
+// top[i][r'] + a[i, j] rank by score (descending), then by code i * k + r' (ascending), and the
+// final list ranks top[j][r] + end[j] by code j * k + r the same way (the reference's stable sort).
+
+// The k first codes of cand (n entries) in that order, written to out (k entries).
+void best_codes(const std::vector<double>& cand, int64_t k, std::vector<int32_t>& order, int32_t* out) {
+  const int64_t n = static_cast<int64_t>(cand.size());
+  order.resize(static_cast<size_t>(n));
+  for (int64_t c = 0; c < n; ++c) order[c] = static_cast<int32_t>(c);
+  const auto before = [&cand](int32_t x, int32_t y) { return cand[x] > cand[y] || (cand[x] == cand[y] && x < y); };
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), before);
+  std::copy(order.begin(), order.begin() + k, out);
+}
+
+template <typename T>
+void kbest_one(const T* u, const Blocks<T>& blk, const T* st, const T* en, int64_t b, int64_t len, int64_t n,
+               int64_t k, int64_t steps, double* scores, int64_t* paths) {
+  for (int64_t r = 0; r < k; ++r) scores[r] = r == 0 && len == 0 ? 0.0 : kNegInf;
+  if (len == 0) return;
+  std::vector<double> top(n * k, kNegInf), next(n * k), cand(n * k);
+  std::vector<int32_t> order, bp(static_cast<size_t>(std::max<int64_t>(len - 1, 0) * n * k)), last(k);
+  for (int64_t j = 0; j < n; ++j) top[j * k] = static_cast<double>(st[j]) + static_cast<double>(u[j]);
+  for (int64_t t = 1; t < len; ++t) {
+    const T* a = blk.at(b, t - 1);
+    int32_t* bpt = bp.data() + (t - 1) * n * k;
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t r = 0; r < k; ++r) cand[i * k + r] = top[i * k + r] + static_cast<double>(a[i * n + j]);
+      best_codes(cand, k, order, bpt + j * k);
+      const double ut = static_cast<double>(u[t * n + j]);
+      for (int64_t r = 0; r < k; ++r) next[j * k + r] = cand[bpt[j * k + r]] + ut;
+    }
+    top.swap(next);
+  }
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t r = 0; r < k; ++r) cand[j * k + r] = top[j * k + r] + static_cast<double>(en[j]);
+  best_codes(cand, k, order, last.data());
+  for (int64_t r = 0; r < k; ++r) {
+    const double v = cand[last[r]];
+    if (v == kNegInf) continue;  // a missing entry: -inf, path -1
+    scores[r] = v;
+    int64_t code = last[r];
+    int64_t* path = paths + r * steps;
+    for (int64_t t = len - 1; t >= 0; --t) {
+      path[t] = code / k;
+      if (t > 0) code = bp[(t - 1) * n * k + code];
+    }
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor> kbest_forward(const at::Tensor& unary, const at::Tensor& trans,
+                                                 const at::Tensor& start, const at::Tensor& end,
+                                                 const at::Tensor& lengths, int64_t k) {
+  int64_t B, T, N;
+  std::tie(B, T, N) = Check{"kbest_forward"}.chain(unary, trans, start, end, lengths);
+  TORCH_CHECK(k >= 1 && k <= std::numeric_limits<int32_t>::max() / std::max<int64_t>(N, 1),
+              "kbest_forward: k must lie in [1, 2^31 / N)");
+  auto scores = at::empty({B, k}, unary.options().dtype(at::kDouble));
+  auto paths = at::full({B, k, T}, -1, unary.options().dtype(at::kLong));
+  const int64_t* len = lengths.data_ptr<int64_t>();
+  AT_DISPATCH_FLOATING_TYPES(unary.scalar_type(), "kbest_forward", [&] {
+    const auto blk = make_blocks<scalar_t>(trans, N);
+    const scalar_t* u = unary.data_ptr<scalar_t>();
+    const scalar_t* st = start.data_ptr<scalar_t>();
+    const scalar_t* en = end.data_ptr<scalar_t>();
+    double* sc = scores.data_ptr<double>();
+    int64_t* pa = paths.data_ptr<int64_t>();
+    at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t b = lo; b < hi; ++b)
+        kbest_one(u + b * T * N, blk, st + b * N, en + b * N, b, len[b], N, k, T, sc + b * k, pa + b * k * T);
+    });
+  });
+  return {scores, paths};
+}
+
+// ----------------------------------------------------------------------------------------------
 // Log-partition. The transitions arrive row-normalized from Python (r[i] = max_j a[i, j],
 // f[i, j] = exp(a[i, j] - r[i]) in double, computed there with vectorized exponentials), so a
 // step costs one mat-vec and O(N) exponentials:
@@ -448,6 +525,11 @@ std::tuple<at::Tensor, at::Tensor> viterbi(const at::Tensor& unary, const at::Te
   return viterbi_forward(unary, trans, start, end, lengths);
 }
 
+std::tuple<at::Tensor, at::Tensor> kbest(const at::Tensor& unary, const at::Tensor& trans, const at::Tensor& start,
+                                         const at::Tensor& end, const at::Tensor& lengths, int64_t k) {
+  return kbest_forward(unary, trans, start, end, lengths, k);
+}
+
 // r = max_j a[.., i, j] (may be -inf) and f = exp(a - r) <= 1 (0 on all -inf rows), in double,
 // and with transposed f's transpose in its last two dimensions (contiguous): plain loops, no
 // operator calls (a small call's transitions are a few entries).
@@ -529,12 +611,14 @@ std::vector<at::Tensor> logz_grad(const at::Tensor& grad, const at::Tensor& unar
 
 TORCH_LIBRARY_FRAGMENT(structtorch_chain, m) {
   m.def("viterbi_forward(Tensor unary, Tensor trans, Tensor start, Tensor end, Tensor lengths) -> (Tensor, Tensor)");
+  m.def("kbest_forward(Tensor unary, Tensor trans, Tensor start, Tensor end, Tensor lengths, int k) -> (Tensor, Tensor)");
   m.def("logz_forward(Tensor unary, Tensor trans, Tensor r, Tensor f, Tensor start, Tensor end, Tensor lengths, Tensor labels) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("logz_backward(Tensor grad, Tensor unary, Tensor trans, Tensor r, Tensor f, Tensor ft, Tensor end, Tensor lengths, Tensor logz, Tensor alpha, Tensor p, Tensor m, Tensor labels, bool edges) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(structtorch_chain, CPU, m) {
   m.impl("viterbi_forward", &viterbi_forward);
+  m.impl("kbest_forward", &kbest_forward);
   m.impl("logz_forward", &logz_forward);
   m.impl("logz_backward", &logz_backward);
 }
