@@ -23,6 +23,10 @@ std::tuple<at::Tensor, at::Tensor> viterbi(const at::Tensor& unary, const at::Te
                                            const at::Tensor& lengths);
 std::tuple<at::Tensor, at::Tensor> kbest(const at::Tensor& unary, const at::Tensor& trans, const at::Tensor& start,
                                          const at::Tensor& end, const at::Tensor& lengths, int64_t k);
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> fold(
+    const at::Tensor& unary, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
+    const at::Tensor& lengths, const at::Tensor& target, const std::optional<at::Tensor>& costs,
+    const std::optional<at::Tensor>& pair);
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> logz(
     const at::Tensor& unary, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
     const at::Tensor& lengths, const std::optional<at::Tensor>& labels);

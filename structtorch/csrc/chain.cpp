@@ -512,6 +512,96 @@ std::tuple<at::Tensor, at::Tensor> logz_backward(
   return {g_unary, g_trans};
 }
 
+// ----------------------------------------------------------------------------------------------
+// Loss-augmented Viterbi, margin rescaling with a loss that folds into the scores (lossaug's
+// fold_search on CPU): unit(t, j) is costs[t, j] or, without costs, the Hamming indicator
+// [j != y_t]; pair costs add to the transitions. The found labeling's value s(z) + Delta - s(y)
+// is recomputed along it (as lossaug's generic search does), and the target is kept where it
+// attains the maximum (value Delta(y, y), count Delta(y, y), scale 0).
+
+struct FoldLoss {
+  const double* costs;  // (T, N) of this sequence, or null: the Hamming indicators
+  const double* pair;   // (T-1, N, N) of this sequence, or null
+  const int64_t* y;
+  int64_t n;
+  double unit(int64_t t, int64_t j) const { return costs ? costs[t * n + j] : (j != y[t] ? 1.0 : 0.0); }
+  double count(const int64_t* z, int64_t len) const {
+    double c = 0.0;
+    for (int64_t t = 0; t < len; ++t) {
+      c += unit(t, z[t]);
+      if (pair && t > 0) c += pair[((t - 1) * n + z[t - 1]) * n + z[t]];
+    }
+    return c;
+  }
+};
+
+void fold_one(const double* u, const Blocks<double>& blk, const double* st, const double* en, int64_t b,
+              int64_t len, int64_t n, const FoldLoss& loss, std::vector<double>& buf, std::vector<double>& steps,
+              std::vector<int16_t>& bp, double* value, int64_t* path, double* count, double* scale, double* gold) {
+  *gold = gold_score(u, blk, st, en, b, len, n, loss.y);
+  const double h0 = loss.count(loss.y, len);
+  double best = kNegInf;
+  if (len > 0) {
+    buf.resize(static_cast<size_t>(len * n));
+    for (int64_t t = 0; t < len; ++t)
+      for (int64_t j = 0; j < n; ++j) buf[t * n + j] = u[t * n + j] + loss.unit(t, j);
+    Blocks<double> folded = blk;
+    if (loss.pair) {  // per-step transitions plus the pair costs, as one sequence's blocks
+      steps.resize(static_cast<size_t>(std::max<int64_t>(len - 1, 0) * n * n));
+      for (int64_t t = 0; t + 1 < len; ++t)
+        for (int64_t e = 0; e < n * n; ++e) steps[t * n * n + e] = blk.at(b, t)[e] + loss.pair[t * n * n + e];
+      folded = Blocks<double>{steps.data(), n, std::max<int64_t>(len - 1, 0), false};
+    }
+    viterbi_one(buf.data(), folded, st, en, loss.pair ? 0 : b, len, n, &best, path, bp);
+  }
+  double found = kNegInf, h = 0.0;
+  if (best != kNegInf) {
+    h = loss.count(path, len);
+    found = gold_score(u, blk, st, en, b, len, n, path) + h - *gold;
+  }
+  const bool keep = !(found > h0);  // ties (and no feasible labeling): the target
+  *value = keep ? h0 : found;
+  *count = keep ? h0 : h;
+  *scale = keep ? 0.0 : 1.0;
+  if (keep)
+    for (int64_t t = 0; t < len; ++t) path[t] = loss.y[t];
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> fold_forward(
+    const at::Tensor& unary, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
+    const at::Tensor& lengths, const at::Tensor& target, const std::optional<at::Tensor>& costs,
+    const std::optional<at::Tensor>& pair) {
+  const Check check{"fold_forward"};
+  int64_t B, T, N;
+  std::tie(B, T, N) = check.chain(unary, trans, start, end, lengths);
+  TORCH_CHECK(unary.scalar_type() == at::kDouble, "fold_forward: the potentials must be float64");
+  TORCH_CHECK(N <= 32767, "fold_forward: at most 32767 labels");
+  check.labels(target, "target", lengths, B, T, N);
+  if (costs) check.tensor(*costs, "costs", at::kDouble, {B, T, N});
+  if (pair) check.tensor(*pair, "pair", at::kDouble, {B, std::max<int64_t>(T - 1, 0), N, N});
+  const auto f64 = unary.options().dtype(at::kDouble);
+  auto value = at::empty({B}, f64), count = at::empty({B}, f64), scale = at::empty({B}, f64);
+  auto gold = at::empty({B}, f64);
+  auto path = at::full({B, T}, -1, unary.options().dtype(at::kLong));
+  const auto blk = make_blocks<double>(trans, N);
+  const double *u = unary.data_ptr<double>(), *st = start.data_ptr<double>(), *en = end.data_ptr<double>();
+  const double* cp = costs ? costs->data_ptr<double>() : nullptr;
+  const double* pp = pair ? pair->data_ptr<double>() : nullptr;
+  const int64_t *len = lengths.data_ptr<int64_t>(), *y = target.data_ptr<int64_t>();
+  at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<double> buf, steps;
+    std::vector<int16_t> bp;
+    for (int64_t b = lo; b < hi; ++b) {
+      const FoldLoss loss{cp ? cp + b * T * N : nullptr, pp ? pp + b * std::max<int64_t>(T - 1, 0) * N * N : nullptr,
+                          y + b * T, N};
+      fold_one(u + b * T * N, blk, st + b * N, en + b * N, b, len[b], N, loss, buf, steps, bp,
+               value.data_ptr<double>() + b, path.data_ptr<int64_t>() + b * T, count.data_ptr<double>() + b,
+               scale.data_ptr<double>() + b, gold.data_ptr<double>() + b);
+    }
+  });
+  return {value, path, count, scale, gold};
+}
+
 }  // namespace
 
 // The kernels as the Python bindings of python.cpp call them (no dispatcher in between), with the
@@ -528,6 +618,13 @@ std::tuple<at::Tensor, at::Tensor> viterbi(const at::Tensor& unary, const at::Te
 std::tuple<at::Tensor, at::Tensor> kbest(const at::Tensor& unary, const at::Tensor& trans, const at::Tensor& start,
                                          const at::Tensor& end, const at::Tensor& lengths, int64_t k) {
   return kbest_forward(unary, trans, start, end, lengths, k);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> fold(
+    const at::Tensor& unary, const at::Tensor& trans, const at::Tensor& start, const at::Tensor& end,
+    const at::Tensor& lengths, const at::Tensor& target, const std::optional<at::Tensor>& costs,
+    const std::optional<at::Tensor>& pair) {
+  return fold_forward(unary, trans, start, end, lengths, target, costs, pair);
 }
 
 // r = max_j a[.., i, j] (may be -inf) and f = exp(a - r) <= 1 (0 on all -inf rows), in double,
@@ -612,6 +709,7 @@ std::vector<at::Tensor> logz_grad(const at::Tensor& grad, const at::Tensor& unar
 TORCH_LIBRARY_FRAGMENT(structtorch_chain, m) {
   m.def("viterbi_forward(Tensor unary, Tensor trans, Tensor start, Tensor end, Tensor lengths) -> (Tensor, Tensor)");
   m.def("kbest_forward(Tensor unary, Tensor trans, Tensor start, Tensor end, Tensor lengths, int k) -> (Tensor, Tensor)");
+  m.def("fold_forward(Tensor unary, Tensor trans, Tensor start, Tensor end, Tensor lengths, Tensor target, Tensor? costs, Tensor? pair) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("logz_forward(Tensor unary, Tensor trans, Tensor r, Tensor f, Tensor start, Tensor end, Tensor lengths, Tensor labels) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def("logz_backward(Tensor grad, Tensor unary, Tensor trans, Tensor r, Tensor f, Tensor ft, Tensor end, Tensor lengths, Tensor logz, Tensor alpha, Tensor p, Tensor m, Tensor labels, bool edges) -> (Tensor, Tensor)");
 }
@@ -619,6 +717,7 @@ TORCH_LIBRARY_FRAGMENT(structtorch_chain, m) {
 TORCH_LIBRARY_IMPL(structtorch_chain, CPU, m) {
   m.impl("viterbi_forward", &viterbi_forward);
   m.impl("kbest_forward", &kbest_forward);
+  m.impl("fold_forward", &fold_forward);
   m.impl("logz_forward", &logz_forward);
   m.impl("logz_backward", &logz_backward);
 }

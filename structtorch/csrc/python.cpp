@@ -22,6 +22,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("first_bad", &first_bad, "The first failing value check (see checks.cpp); -1: none.");
   m.def("viterbi_forward", &structtorch::chain::viterbi, "The chain Viterbi (see chain.cpp).");
   m.def("kbest_forward", &structtorch::chain::kbest, "The chain k-best lists (see chain.cpp).");
+  m.def("fold_forward", &structtorch::chain::fold,
+        "The loss-augmented Viterbi of a loss folded into the scores (see chain.cpp).");
   m.def("logz_forward", &structtorch::chain::logz,
         "The chain log-partition forward, with labels also the CRF loss (see chain.cpp).");
   m.def("logz_backward", &structtorch::chain::logz_grad,

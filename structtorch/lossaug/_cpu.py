@@ -1,17 +1,36 @@
-"""The compiled count tables on CPU: linear chains (``csrc/hamming.cpp``) and segmentations
-(``csrc/semimarkov.cpp``)."""
+"""The compiled loss-augmented searches on CPU: the folded chain search (``csrc/chain.cpp``) and
+the count tables of linear chains (``csrc/hamming.cpp``) and segmentations (``csrc/semimarkov.cpp``)."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from .._extension import chain_ops
+from .._extension import chain_ops, fast_ops
 from .._numerics import NEG_INF
 from ..chain.layout import Chain
 from ..semimarkov import _cpu as _semimarkov_cpu
 from ..semimarkov.layout import SemiMarkov
 from ._torch import SegmentCountTerms, Tables
+
+
+def fold_search(chain: Chain, target: Tensor, units: Tensor | None = None,
+                pair: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Margin rescaling with a loss that folds into the scores, in one compiled call: the
+    arguments and outputs of ``lossaug/_triton.py``'s ``fold_search`` (value, path, count, scale,
+    gold; the count int64 unless ``units`` or ``pair`` are real)."""
+    N = chain.shape[2]
+    costs = None
+    if units is not None and units.dim() == 2:  # position weights: their Hamming indicators
+        costs = units.double().unsqueeze(2) * (torch.arange(N, device=target.device) != target.unsqueeze(2))
+    elif units is not None:
+        costs = units.double().contiguous()
+    c = chain.map(torch.Tensor.double)
+    value, path, count, scale, gold = fast_ops().fold_forward(
+        c.unary, c.transitions, c.start, c.end, c.lengths, target.contiguous(), costs,
+        None if pair is None else pair.double().contiguous())
+    real = any(x is not None and x.is_floating_point() for x in (units, pair))
+    return value, path, count if real else count.long(), scale, gold
 
 
 def chain_tables(chain: Chain, target: Tensor, weights: Tensor, K: int) -> Tables:

@@ -137,9 +137,13 @@ FUSED = ("triton",)
 """The backends whose lossaug module runs the whole chain search (``fold_search``, ``table_search``,
 ``indicator_backward``); a name, not a module lookup, so that ``torch.compile`` traces the choice."""
 
+FOLDS = ("compiled",)
+"""The backends whose lossaug module runs the search of a loss that folds into the scores alone
+(``fold_search``: margin rescaling, h the identity); their backward is PyTorch's."""
+
 
 def _search_fake(unary, transitions, start, end, lengths, target, rescaling, table, htab=None, units=None,
-                 pair=None, low=True):
+                 pair=None, low=True, backend="triton"):
     B, T = unary.shape[:2]
     value, scale, gold = (unary.new_empty(B, dtype=torch.float64) for _ in range(3))
     real = any(x is not None and x.is_floating_point() for x in (units, pair))
@@ -157,16 +161,17 @@ def _search_backward_fake(grad, path, target, lengths, scale, N, shared):
 @operator("chain_hamming_search", _search_fake)
 def chain_hamming_search(unary: Tensor, transitions: Tensor, start: Tensor, end: Tensor, lengths: Tensor,
                          target: Tensor, rescaling: str, table: bool, htab: Tensor | None = None,
-                         units: Tensor | None = None, pair: Tensor | None = None,
-                         low: bool = True) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+                         units: Tensor | None = None, pair: Tensor | None = None, low: bool = True,
+                         backend: str = "triton") -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """(value, path, count, scale, gold) of the loss Delta = h(count) with h the identity or the
-    table ``htab`` (B, K + 1) float64, on the "triton" backend (see ``lossaug/_triton.py``): the
+    table ``htab`` (B, K + 1) float64, on ``backend`` (one of :data:`FUSED`, see
+    ``lossaug/_triton.py``, or of :data:`FOLDS`, the folded search alone): the
     count is the Hamming count, weighted by ``units`` (B, T), or the sum of the per-label costs
     ``units`` (B, T, N), plus the pair costs ``pair`` (B, T - 1, N, N) when given. Through the table
     when ``table`` (slack rescaling and a custom h need it; integer units, the min table unless
     ``low`` is False), else by the folded Viterbi (margin with h the identity only)."""
     chain = Chain(unary, transitions, start, end, lengths)
-    module = kernel_module("triton", __package__)
+    module = kernel_module(backend, __package__)
     if table or htab is not None:
         return module.table_search(chain, target, rescaling == "margin", htab, units, pair, low)
     return module.fold_search(chain, target, units, pair)
@@ -187,15 +192,16 @@ class FusedSearch(torch.autograd.Function):
     target was kept)."""
 
     @staticmethod
-    def forward(unary, transitions, start, end, lengths, target, rescaling, table, htab, units, pair, low):
+    def forward(unary, transitions, start, end, lengths, target, rescaling, table, htab, units, pair, low,
+                backend):
         return chain_hamming_search(unary, transitions, start, end, lengths, target, rescaling, table, htab,
-                                    units, pair, low)
+                                    units, pair, low, backend)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(output[1], inputs[5], inputs[4], output[3])
         ctx.dtypes = tuple(x.dtype for x in inputs[:4])
-        ctx.N, ctx.shared = inputs[0].shape[2], inputs[1].dim() == 2
+        ctx.N, ctx.shared, ctx.backend = inputs[0].shape[2], inputs[1].dim() == 2, inputs[12]
         ctx.mark_non_differentiable(*output[1:])
         ctx.set_materialize_grads(False)
 
@@ -203,9 +209,9 @@ class FusedSearch(torch.autograd.Function):
     def backward(ctx, grad, *_):
         needs = ctx.needs_input_grad[:4]
         if grad is None:
-            return (None,) * 12
+            return (None,) * 13
         path, target, lengths, scale = ctx.saved_tensors
-        if torch.is_grad_enabled():  # double backward: differentiable in grad
+        if torch.is_grad_enabled() or ctx.backend not in FUSED:  # double backward: differentiable in grad
             g = grad * scale
             inside = torch.arange(path.shape[1], device=path.device) < lengths[:, None]
             found = indicator_grads(path, lengths, g, ctx.N, ctx.shared)
@@ -214,18 +220,19 @@ class FusedSearch(torch.autograd.Function):
         else:
             grads = chain_hamming_search_backward(grad, path, target, lengths, scale, ctx.N, ctx.shared)
         pairs = zip(grads, ctx.dtypes, needs, strict=True)
-        return (*(g.to(d) if need else None for g, d, need in pairs), *(None,) * 8)
+        return (*(g.to(d) if need else None for g, d, need in pairs), *(None,) * 9)
 
 
 def fused_search(chain: Chain, target: Tensor, rescaling: str, table: bool, htab: Tensor | None = None,
-                 units: Tensor | None = None, pair: Tensor | None = None,
-                 low: bool = True) -> tuple[Tensor, ...]:
+                 units: Tensor | None = None, pair: Tensor | None = None, low: bool = True,
+                 backend: str = "triton") -> tuple[Tensor, ...]:
     """(value (B,) float64, differentiable; path (B, T); count (B,); gold (B,) float64) of the loss
     of :func:`chain_hamming_search` (by default the unweighted Hamming count) with h the identity
-    or the table ``htab`` (B, K + 1) float64, on a backend in :data:`FUSED` (T > 0, B > 0);
-    ``target`` (B, T) int64, read inside each length."""
-    value, path, count, _, gold = apply(FusedSearch, chain.unary, chain.transitions, chain.start, chain.end,
-                                        chain.lengths, target, rescaling, table, htab, units, pair, low)
+    or the table ``htab`` (B, K + 1) float64, on ``backend``, in :data:`FUSED` or, for the folded
+    search, :data:`FOLDS` (T > 0, B > 0); ``target`` (B, T) int64, read inside each length."""
+    c = chain
+    value, path, count, _, gold = apply(FusedSearch, c.unary, c.transitions, c.start, c.end, c.lengths,
+                                        target, rescaling, table, htab, units, pair, low, backend)
     return value, path, count, gold
 
 

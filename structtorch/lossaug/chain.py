@@ -48,7 +48,7 @@ from ..chain.layout import Chain
 from ..chain.linear import allowed_labels, consistent_chain
 from ..chain.masking import masked_chain
 from ..chain.window import _check_scores
-from ._ops import FUSED, fused_search, fused_window_search, solve
+from ._ops import FOLDS, FUSED, fused_search, fused_window_search, solve
 from .spec import ALGORITHMS, RESCALINGS, HLike, LossSpec, h_table, resolve_loss
 from .structures import _ChainStructure, _WindowStructure
 
@@ -163,14 +163,15 @@ def loss_augmented_chain(chain: Chain, target: Tensor, *, h: HLike = None, resca
                          max_count: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`loss_augmented` on an already validated :class:`Chain` (the target and the
     loss arguments are checked here)."""
-    if _fuses(chain, h, rescaling, algorithm):
+    backend = _fusing_backend(chain, h, rescaling, algorithm)
+    if backend is not None:
         target = _checked_target(target, chain.unary, chain.lengths)
         if weights is None and cost is None and pair_cost is None:
-            return _fused(chain, target, rescaling, algorithm, h)
+            return _fused(chain, target, rescaling, algorithm, h, backend)
         spec = resolve_loss(h, rescaling, weights, cost, target, chain.mask(), chain.unary, algorithm,
                             pair_cost, max_count)
-        return _fused_spec(lambda *loss: fused_search(chain, target, *loss), spec, target, chain.shape[2],
-                           chain.unary.dtype)
+        return _fused_spec(lambda *loss: fused_search(chain, target, *loss, backend=backend), spec, target,
+                           chain.shape[2], chain.unary.dtype)
     mask = chain.mask()
     target = check_labels(target, mask, chain.shape[2], name="target")
     spec = resolve_loss(h, rescaling, weights, cost, target, mask, chain.unary, algorithm, pair_cost,
@@ -203,12 +204,18 @@ def partial_loss_augmented_chain(chain: Chain, allowed: Tensor, *, h: HLike = No
                                 algorithm=algorithm, max_count=chain.shape[1])
 
 
-def _fuses(chain: Chain, h: HLike, rescaling: str, algorithm: str) -> bool:
-    """Whether the chain's backend runs the whole search (:data:`FUSED`), on a non-empty batch of
-    non-empty chains: any loss (``algorithm="viterbi"`` with slack rescaling or a custom h, which
-    needs h known to be affine, takes :func:`solve` and its message)."""
+def _fusing_backend(chain: Chain, h: HLike, rescaling: str, algorithm: str) -> str | None:
+    """The chain's backend where it runs the whole search, on a non-empty batch of non-empty
+    chains, else None (:func:`solve` runs): a backend in :data:`FUSED` for any loss
+    (``algorithm="viterbi"`` with slack rescaling or a custom h, which needs h known to be affine,
+    takes :func:`solve` and its message), one in :data:`FOLDS` where the loss folds into the scores
+    (margin rescaling, h the identity, not ``algorithm="hamming"``)."""
     B, T, _ = chain.shape
-    return B > 0 and T > 0 and _fusable(h, rescaling, algorithm) and _chain_ops.backend_of(chain) in FUSED
+    if B == 0 or T == 0 or not _fusable(h, rescaling, algorithm):
+        return None
+    backend = _chain_ops.backend_of(chain)
+    folds = h is None and rescaling == "margin" and algorithm != "hamming"
+    return backend if backend in FUSED or (backend in FOLDS and folds) else None
 
 
 def _fusable(h: HLike, rescaling: str, algorithm: str) -> bool:
@@ -219,15 +226,15 @@ def _fusable(h: HLike, rescaling: str, algorithm: str) -> bool:
     return valid and (algorithm != "viterbi" or (h is None and rescaling == "margin"))
 
 
-def _fused(chain: Chain, target: Tensor, rescaling: str, algorithm: str,
-           h: HLike) -> tuple[Tensor, Tensor, Tensor]:
+def _fused(chain: Chain, target: Tensor, rescaling: str, algorithm: str, h: HLike,
+           backend: str) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`loss_augmented_chain` by the backend's kernels: nothing read on the host, a constant
     number of device ops (the table for slack rescaling, a custom h or ``algorithm="hamming"``,
     else the folded Viterbi); ``target`` checked by :func:`_checked_target`."""
     B, T, _ = chain.shape
     htab = None if h is None else h_table(h, T, B, chain.unary, "T+1")
     table = rescaling == "slack" or algorithm == "hamming"
-    value, path, count, gold = fused_search(chain, target, rescaling, table, htab)
+    value, path, count, gold = fused_search(chain, target, rescaling, table, htab, backend=backend)
     return _checked_value(value, gold, chain.unary.dtype), path, count
 
 
