@@ -111,6 +111,10 @@ def fuzz_chain(args, data):
     gold_ok = gold.numel() == 0 or target_ok
     _call(OPS.logz_forward, x["unary"], x["trans"], r, f, x["start"], x["end"], lengths, gold,
           valid=valid and gold_ok)
+    double = valid and x["unary"].dtype == torch.float64  # the fold takes float64 potentials
+    costs = data.draw(st.sampled_from([None, torch.rand(B, T, N, dtype=torch.float64), torch.rand(B, T, N)]))
+    _call(OPS.fold_forward, x["unary"], x["trans"], x["start"], x["end"], lengths, target, costs, None,
+          valid=double and target_ok and (costs is None or costs.dtype == torch.float64))
     d = torch.float64
     g = torch.ones(B, dtype=d)
     alpha, p, m = torch.zeros(B, T, N, dtype=d), torch.zeros(B, T, N, dtype=d), torch.zeros(B, T, dtype=d)
