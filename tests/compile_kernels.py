@@ -83,8 +83,10 @@ def _gpu_signatures():
                        g_content=f64, g_length=f64, g_boundary=f64, g_segment=f64, g_trans=f64, g_start=f64,
                        g_end=f64, g_tracks=f64, g_plif=f64, T=i, S=i, N=i, P=i, low="fp64", high="fp64",
                        scale="fp64")
-            yield "semi backward", semi._backward_kernel, sig, dict(HAS_SEGMENT=viterbi, HAS_PLIF=not viterbi,
-                                                                    BLOCK_D=16, BLOCK_N=16)
+            for segment, plif in ((True, False), (False, True)) if viterbi else ((False, False),):
+                name = "semi backward (plif)" if plif else "semi backward" if segment else "semi backward (plain)"
+                yield name, semi._backward_kernel, sig, dict(
+                    HAS_SEGMENT=segment, HAS_PLIF=plif, BLOCK_D=16, BLOCK_N=16)
             out = dict(labels="*i64", starts="*i1")
             sig = {**inputs, "alpha": f64, "inc": f64, "uniforms": f64, **out, "B": i, "T": i, "S": i, "N": i}
             yield "semi sample", semi._sample_kernel, sig, dict(HAS_SEGMENT=viterbi, BLOCK_D=16, BLOCK_N=16)
@@ -241,10 +243,12 @@ def _semimarkov_table_signatures(x: str):
     for kind, weighted in ((0, False), (0, True), (1, False), (2, False)):  # kind 0 may weigh positions
         for segment, plif in ((False, False), (True, True)):
             flags = dict(KIND=kind, WEIGHTED=weighted, HAS_SEGMENT=segment, HAS_PLIF=plif)
-            for labels in (16, 32):
+            # the segment loss without segment scores launches its own warps (hamming.table_warps)
+            name = "semi table (segments)" if kind == 1 and not segment else "semi table"
+            for labels in sorted({block(n, hamming.TABLE_LABELS) for n in NS}):
                 sig = {**inputs, "target": "*i64", "target_starts": "*i1", "weights": "*i64", "gold": f64,
                        "inc": f64, "alpha": f64, "bp_d": "*u8", "bp_m": "*u8", "best": f64, "last": "*i64", **scalars}
-                yield "semi table", hamming._semimarkov_table_kernel, sig, dict(
+                yield name, hamming._semimarkov_table_kernel, sig, dict(
                     **flags, BLOCK_K=hamming.TABLE_COUNTS, BLOCK_N=labels)
             for tile in (16, 64):
                 for margin, custom, low in _h_options():
@@ -313,7 +317,7 @@ def main() -> int:
     from structtorch.lossaug import _triton as hamming
     from structtorch.semimarkov import _triton as semi
 
-    warps = {"semi backward": semi.BACKWARD_WARPS, "semi sample": semi.SAMPLE_WARPS,  # as the wrappers launch
+    warps = {"semi backward": semi.backward_warps(True, False), "semi sample": semi.SAMPLE_WARPS,  # as launched
              "chain forward": chain.FORWARD_WARPS, "chain backward": chain.BACKWARD_WARPS,  # them (else 4)
              f"chain backward ({chain.BACKWARD_TILE})": chain.BACKWARD_WARPS,
              "chain window (64, 64)": chain.WINDOW_WARPS,  # as the wrappers launch them (else Triton's 4)
@@ -321,6 +325,9 @@ def main() -> int:
              "semi choose (min table)": hamming.MIN_TABLE_CHOOSE_WARPS,
              f"chain kbest ({chain.KBEST_TILE})": chain.KBEST_WARPS, "chain kbest (16)": chain.KBEST_WARPS,
              "chain marginals backward": chain.MARGINALS_BACKWARD_WARPS, "semi forward": semi.FORWARD_WARPS,
+             "semi backward (plif)": semi.backward_warps(False, True),
+             "semi backward (plain)": semi.backward_warps(False, False),
+             "semi table (segments)": hamming.TABLE_WARPS_SEGMENTS,
              "semi forward (weighted)": semi.WEIGHTED_WARPS,
              "chain scan backward": scan.BACKWARD_WARPS, "hamming fold (32)": hamming.FOLD_WARPS,
              "hamming fold (64)": hamming.FOLD_WARPS, "hamming fold (64, costs)": hamming.FOLD_WARPS_WIDE,

@@ -61,6 +61,15 @@ TABLE_COUNTS = 64
 """Counts per tile of the semi-Markov table, whatever K: with 16 or 32 (and 2, 4 or 8 warps) some
 variants with segment PLiFs put 8-40 B on the stack on sm_90; 64 at 8 warps is clean in all."""
 
+TABLE_LABELS = per_triton(32, {(3, 6): 16})
+"""The most labels per tile of the semi-Markov table: with Triton 3.6, 32-label tiles with segment
+PLiFs take all 255 registers and put 16-40 B on the stack at 8 warps (and at 4 and 16); 16-label
+tiles are clean at 8 (but see :data:`TABLE_WARPS_SEGMENTS`)."""
+
+TABLE_WARPS_SEGMENTS = per_triton(TABLE_WARPS, {(3, 6): 4})
+"""Warps of the semi-Markov table of the segment loss without segment scores: with Triton 3.6 its
+16-label tiles put 16-40 B on the stack at 8 warps (128 registers), nothing at 4."""
+
 FOLD_WARPS = per_triton(4, {(3, 9): 8})
 """Warps of the fold (margin rescaling) in tiles of 32 labels: with Triton 3.9 at 4 its float64
 variant with per-position transitions puts 32 B on the stack on sm_90, at 8 nothing; 3.6 and 3.8 are
@@ -1255,6 +1264,12 @@ def _semimarkov_choose_kernel(content, length, boundary, segment, trans, start, 
     tl.store(scale + b, tl.where(keep, 0.0, slope))
 
 
+def table_warps(kind: str, has_segment: bool) -> int:
+    """The warps of the semi-Markov table's launch (:data:`TABLE_WARPS`,
+    :data:`TABLE_WARPS_SEGMENTS`)."""
+    return TABLE_WARPS_SEGMENTS if kind == "segment" and not has_segment else TABLE_WARPS
+
+
 def _narrow(n: int) -> torch.dtype:
     """The smallest integer dtype holding 0..n: the backpointers'."""
     return torch.uint8 if n <= 255 else torch.int16 if n <= 32767 else torch.int32
@@ -1309,7 +1324,8 @@ def semimarkov_table_search(sm: SemiMarkov, labels: Tensor, starts: Tensor, kind
     value, scale, gold = (torch.empty(B, dtype=torch.float64, device=dev) for _ in range(3))
     launch("semimarkov_hamming_table", _semimarkov_table_kernel, (B, sides), *tensors, sm.lengths, tracks,
            ordinates, labels, starts, weights, gold, inc, alpha, bp_d, bp_m, best, last, T, S, N, P, low,
-           high, pscale, K1, BLOCK_K=TABLE_COUNTS, BLOCK_N=block(N, 32), num_warps=TABLE_WARPS, **meta)
+           high, pscale, K1, BLOCK_K=TABLE_COUNTS, BLOCK_N=block(N, TABLE_LABELS),
+           num_warps=table_warps(kind, sm.segment_scores is not None), **meta)
     found = torch.empty(B, T, dtype=torch.long, device=dev)
     found_starts = torch.empty(B, T, dtype=torch.bool, device=dev)
     count = torch.empty(B, dtype=torch.long, device=dev)

@@ -374,10 +374,17 @@ larger tiles (32 x 16 and up, float64 candidates plus the content and track carr
 registers on the stack in the forward, backward and k-best kernels (``tests/compile_kernels.py``
 reads the cubins)."""
 
-BACKWARD_WARPS = per_triton(2, {(3, 9): 8})
-"""Warps of the backward kernel: with Triton 3.8 at 4 (Triton's default) its segment-score variant
-puts 48 B of registers on the stack on sm_90, at 2 nothing (a 16 x 16 tile is 4 entries per
-thread); with 3.9 at 2 it puts 16-24 B there, at 8 nothing."""
+BACKWARD_WARPS = {
+    "plain": per_triton(8, {(3, 6): 2, (3, 9): 2}),
+    "segment": per_triton(2, {(3, 6): 16, (3, 9): 8}),
+    "plif": per_triton(2, {(3, 6): 8, (3, 9): 8}),
+}
+"""Warps of the backward kernel by variant (:func:`backward_warps`), per Triton release, each
+keeping it off the stack on sm_90 (4 is Triton's default). Plain potentials: with 3.8 at 2 the
+float64 variant puts 16 B on the stack, at 4 the float32 one 8 B, at 8 none; 3.6 and 3.9 are clean
+at 2. Segment scores: with 3.8 at 4 48 B, at 2 none (a 16 x 16 tile is 4 entries per thread); with
+3.9 16-24 B at 2, none at 8; with 3.6 8-40 B at 2, 4 and 8, none at 16. A segment PLiF: with 3.6
+64 B at 2 (255 registers), none at 8."""
 
 FORWARD_WARPS = per_triton(4, {(3, 6): 8, (3, 9): 2})
 """Warps of the forward kernel: with Triton 3.9 at 4 (and 8) some variants put 8 B on the stack on
@@ -393,6 +400,11 @@ SAMPLE_WARPS = per_triton(8, {(3, 9): 4})
 """Warps of the sampling kernel: with Triton 3.8, at 4 or 2 its float64 variant without segment
 scores puts 16 B on the stack on sm_90 (at 80 registers), at 8 nothing (94 registers); with 3.9 it
 is the other way round (24 B at 8 with segment scores, nothing at 4)."""
+
+
+def backward_warps(has_segment: bool, has_plif: bool) -> int:
+    """The backward kernel's warps for its variant (:data:`BACKWARD_WARPS`)."""
+    return BACKWARD_WARPS["plif" if has_plif else "segment" if has_segment else "plain"]
 
 
 def _meta(sm: SemiMarkov) -> dict:
@@ -461,8 +473,8 @@ def _backward(sm: SemiMarkov, logz: Tensor, alpha: Tensor, inc: Tensor, g: Tenso
               (B, N), (B, T, N) if has_plif else (1,), (B, N, P) if has_plif else (1,)]
     grads = zeroed(shapes, **f64)  # the kernel accumulates into them, or leaves them zero
     launch("semimarkov_backward", _backward_kernel, (B,), g, logz, alpha, inc, *_inputs(sm), sm.lengths,
-           tracks, ordinates, gamma, delta, *grads, T, S, N, P, low, high, scale, num_warps=BACKWARD_WARPS,
-           **_meta(sm))
+           tracks, ordinates, gamma, delta, *grads, T, S, N, P, low, high, scale,
+           num_warps=backward_warps(has_segment, has_plif), **_meta(sm))
     g_content, g_length, g_boundary, g_segment, g_trans, g_start, g_end, g_tracks, g_plif = grads
     return [g_content, g_length, g_boundary, g_segment if has_segment else None, g_trans.sum(0), g_start,
             g_end, *([g_tracks, g_plif.sum(0)] if has_plif else [None, None])]
