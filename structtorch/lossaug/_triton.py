@@ -904,6 +904,7 @@ def _window_choose_kernel(scores, lengths, target, units, pair, bp, best, last, 
     hrow = htab + b * h_stride
     R = S // N
     g = _window_score(scores, target, b, L, T, N, S, P)
+    tl.store(gold + b, g)  # read back after the backtrack: held across it, Triton 3.6 spills it
     found_ok = L >= 0
     if L > 0:
         top, k = _pick_count(best, b, B, K1, hrow, g, MARGIN, CUSTOM, LOW, BLOCK_K)
@@ -925,6 +926,7 @@ def _window_choose_kernel(scores, lengths, target, units, pair, bp, best, last, 
                 cur = prev
             tl.store(path + b * T, (cur % N).to(tl.int64))
     tl.debug_barrier()  # the backtrack's scalar stores, read back below
+    g = tl.load(gold + b)
     found = _window_score(scores, path, b, L, T, N, S, P)
     _settle_counts(target, units, pair, path, value, count, scale, gold, b, L, T, N, g, found, found_ok, hrow,
                    MARGIN, CUSTOM, UNITS, PAIR, BLOCK)
