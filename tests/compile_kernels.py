@@ -72,10 +72,11 @@ def _gpu_signatures():
                 losses = ((False, False), (True, False), (True, True)) if viterbi else ((False, False),)
                 for loss, weighted in losses:  # weighted: the Hamming loss's position weights
                     for count, weights in (("*i64", "*i64"), ("*fp64", f64)) if weighted else (("*i64", f64),):
-                        name = "semi forward (weighted)" if weighted else "semi forward"
+                        name = ("semi forward (weighted)" if weighted else "semi forward" if viterbi
+                                else "semi forward (log-partition)")
                         yield name, semi._forward_kernel, {**sig, "count": count, "weights": weights}, dict(
                             VITERBI=viterbi, HAS_SEGMENT=segment, HAS_PLIF=viterbi and not loss, LOSS=loss,
-                            WEIGHTED=weighted, BLOCK_D=16, BLOCK_N=16)
+                            WEIGHTED=weighted, ROWS=semi.SEGMENT_ROWS and not weighted, BLOCK_D=16, BLOCK_N=16)
                 sig = {**inputs, "tracks": x, "plif": x, "labels": "*i64", "starts": "*i1", "out": f64, "T": i,
                        "S": i, "N": i, "P": i, "low": "fp64", "high": "fp64", "scale": "fp64"}
                 yield "semi score", semi._score_kernel, sig, dict(HAS_SEGMENT=segment, HAS_PLIF=viterbi)
@@ -328,7 +329,8 @@ def main() -> int:
              "semi backward (plif)": semi.backward_warps(False, True),
              "semi backward (plain)": semi.backward_warps(False, False),
              "semi table (segments)": hamming.TABLE_WARPS_SEGMENTS,
-             "semi forward (weighted)": semi.WEIGHTED_WARPS,
+             "semi forward (weighted)": semi.forward_warps(True, True),
+             "semi forward (log-partition)": semi.forward_warps(False, False),
              "chain scan backward": scan.BACKWARD_WARPS, "hamming fold (32)": hamming.FOLD_WARPS,
              "hamming fold (64)": hamming.FOLD_WARPS, "hamming fold (64, costs)": hamming.FOLD_WARPS_WIDE,
              "hamming choose": hamming.CHOOSE_WARPS, "window choose": hamming.CHOOSE_WARPS,

@@ -61,11 +61,12 @@ def _plif_value(x, n, mask, plif, P, low, high, scale):
 def _segment_tile(b, e, d0, n, mn, dmax, carry, tcarry, content, length, boundary, segment, tracks, plif,
                   T, S, N, P, low, high, scale, rd,
                   HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr, target=None, LOSS: tl.constexpr = False,
-                  weights=None, WEIGHTED: tl.constexpr = False):
+                  weights=None, WEIGHTED: tl.constexpr = False, ROWS: tl.constexpr = False):
     """Scores (without the incoming term) of segments [e - d, e) for d = d0 + 1 + rd and labels n,
     -inf beyond ``dmax`` (BLOCK_N,); returns (scores, valid, new carry, new track carry). With
     LOSS, each position whose label differs from ``target`` (B, T) adds 1 (the Hamming loss), or
-    its weight in ``weights`` (B, T) with WEIGHTED."""
+    its weight in ``weights`` (B, T) with WEIGHTED. ROWS addresses the segment scores from the row
+    of segments ending at e (see :data:`SEGMENT_ROWS`)."""
     d = d0 + 1 + rd
     valid = (d[:, None] <= dmax[None, :]) & mn[None, :]
     pos = e - d
@@ -81,8 +82,13 @@ def _segment_tile(b, e, d0, n, mn, dmax, carry, tcarry, content, length, boundar
     v += tl.load(length + (b * S + d[:, None] - 1) * N + n[None, :], mask=valid, other=0.0).to(tl.float64)
     v += tl.load(boundary + (b * T + e - 1) * N + n, mask=mn, other=0.0).to(tl.float64)[None, :]
     if HAS_SEGMENT:
-        v += tl.load(segment + ((b * T + e - 1) * S + d[:, None] - 1) * N + n[None, :], mask=valid,
-                     other=0.0).to(tl.float64)
+        if ROWS:
+            row = segment + (b * T + e - 1) * S * N  # the segments ending at e
+            at = (d[:, None] - 1).to(tl.int32) * N + n[None, :]
+        else:
+            row = segment
+            at = ((b * T + e - 1) * S + d[:, None] - 1) * N + n[None, :]
+        v += tl.load(row + at, mask=valid, other=0.0).to(tl.float64)
     if HAS_PLIF:
         x = tl.load(tracks + (b * T + pos[:, None]) * N + n[None, :], mask=valid, other=0.0).to(tl.float64)
         mean = (tl.cumsum(x, axis=0) + tcarry[None, :]) / d[:, None].to(tl.float64)
@@ -124,7 +130,8 @@ def _forward_kernel(content, length, boundary, segment, trans, start, end, lengt
                     alpha, inc, arg_d, arg_m, out, labels, starts, target, target_starts, gold, count,
                     weights, T, S, N, P, low: tl.float64, high: tl.float64, scale: tl.float64,
                     VITERBI: tl.constexpr, HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr,
-                    LOSS: tl.constexpr, WEIGHTED: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
+                    LOSS: tl.constexpr, WEIGHTED: tl.constexpr, ROWS: tl.constexpr, BLOCK_D: tl.constexpr,
+                    BLOCK_N: tl.constexpr):
     """Viterbi (with LOSS: loss-augmented by the Hamming distance to ``target``, weighted by
     ``weights`` with WEIGHTED, see :func:`_loss_augmented_close`) or the log-partition of one
     sequence per program."""
@@ -158,7 +165,7 @@ def _forward_kernel(content, length, boundary, segment, trans, start, end, lengt
                     v, valid, carry, tcarry = _segment_tile(
                         b, e, d0, n, mn, dmax, carry, tcarry, content, length, boundary, segment, tracks,
                         plif, T, S, N, P, low, high, scale, rd, HAS_SEGMENT, HAS_PLIF, target, LOSS, weights,
-                        WEIGHTED)
+                        WEIGHTED, ROWS)
                     d = d0 + 1 + rd
                     v += tl.load(ic + (e - d[:, None]) * N + n[None, :], mask=valid, other=NEG)
                     best, acc, arg = fold(best, acc, arg, v, d0 + 1, VITERBI)  # ties: the shortest
@@ -391,6 +398,17 @@ FORWARD_WARPS = per_triton(4, {(3, 6): 8, (3, 9): 2})
 sm_90, at 2 none; with 3.6 at 4 three variants put 8-16 B there, at 8 one (8 B, at any warps);
 3.8 is clean at Triton's 4."""
 
+FORWARD_WARPS_LOG_PARTITION = per_triton(FORWARD_WARPS, {(3, 6): 4})
+"""Warps of the forward kernel's log-partition: with Triton 3.6 at 8 its float32 variant with
+segment scores puts 8 B on the stack on sm_90, at 4 nothing (with :data:`SEGMENT_ROWS`)."""
+
+SEGMENT_ROWS = per_triton(False, {(3, 6): True})
+"""Whether the forward kernel addresses the segment scores from the row of segments ending at e
+(a 64-bit row pointer and 32-bit offsets in it): with Triton 3.6 the one flat 64-bit offset puts
+8 B on the stack on sm_90 in the segment-score variants at every warp count, the row form none
+(but 8 B in the weighted ones, which keep the flat form); with 3.8 the row form puts 8-16 B there
+in 3-4 variants, the flat one none."""
+
 WEIGHTED_WARPS = 2
 """Warps of the forward kernel with position weights (the weighted Hamming loss folded in): at
 Triton's 4 with 3.8, or at 8 with 3.6, its variants put 8 B on the stack on sm_90; at 2 none on
@@ -400,6 +418,12 @@ SAMPLE_WARPS = per_triton(8, {(3, 9): 4})
 """Warps of the sampling kernel: with Triton 3.8, at 4 or 2 its float64 variant without segment
 scores puts 16 B on the stack on sm_90 (at 80 registers), at 8 nothing (94 registers); with 3.9 it
 is the other way round (24 B at 8 with segment scores, nothing at 4)."""
+
+
+def forward_warps(viterbi: bool, weighted: bool) -> int:
+    """The forward kernel's warps (:data:`FORWARD_WARPS`, :data:`FORWARD_WARPS_LOG_PARTITION`,
+    :data:`WEIGHTED_WARPS`)."""
+    return WEIGHTED_WARPS if weighted else FORWARD_WARPS if viterbi else FORWARD_WARPS_LOG_PARTITION
 
 
 def backward_warps(has_segment: bool, has_plif: bool) -> int:
@@ -450,8 +474,8 @@ def _forward(sm: SemiMarkov, viterbi: bool, loss: tuple[Tensor, ...] | None = No
     launch(name, _forward_kernel, (B,), *_inputs(sm), sm.lengths, tracks, ordinates, alpha, inc, arg, arg_m,
            out, labels, starts, *target[:4], out if weights is None else weights, T, S, N, P, low, high,
            scale, VITERBI=viterbi, LOSS=loss is not None, WEIGHTED=weights is not None,
-           num_warps=FORWARD_WARPS if weights is None else WEIGHTED_WARPS,
-           **_meta(sm))
+           ROWS=SEGMENT_ROWS and weights is None,
+           num_warps=forward_warps(viterbi, weights is not None), **_meta(sm))
     return out, alpha, inc, labels, starts
 
 
