@@ -12,6 +12,7 @@ from ..chain.layout import Chain
 from ..semimarkov import _cpu as _semimarkov_cpu
 from ..semimarkov.layout import SemiMarkov
 from ._torch import SegmentCountTerms, Tables
+from .spec import weights_as_costs
 
 
 def fold_search(chain: Chain, target: Tensor, units: Tensor | None = None,
@@ -19,12 +20,8 @@ def fold_search(chain: Chain, target: Tensor, units: Tensor | None = None,
     """Margin rescaling with a loss that folds into the scores, in one compiled call: the
     arguments and outputs of ``lossaug/_triton.py``'s ``fold_search`` (value, path, count, scale,
     gold; the count int64 unless ``units`` or ``pair`` are real)."""
-    N = chain.shape[2]
-    costs = None
-    if units is not None and units.dim() == 2:  # position weights: their Hamming indicators
-        costs = units.double().unsqueeze(2) * (torch.arange(N, device=target.device) != target.unsqueeze(2))
-    elif units is not None:
-        costs = units.double().contiguous()
+    costs = weights_as_costs(units, target, chain.shape[2])
+    costs = None if costs is None else costs.double().contiguous()
     c = chain.map(torch.Tensor.double)
     value, path, count, scale, gold = fast_ops().fold_forward(
         c.unary, c.transitions, c.start, c.end, c.lengths, target.contiguous(), costs,

@@ -52,6 +52,7 @@ from ..semimarkov._triton import (
 )
 from ..semimarkov.layout import SemiMarkov
 from ._torch import Tables
+from .spec import weights_as_costs
 
 TABLE_WARPS = 8
 """Warps of the window and semi-Markov tables: with 4 the (64 counts x 32 states) tiles put 80 B on
@@ -511,15 +512,6 @@ def _outputs(B: int, T: int, dev: torch.device,
     return value, path, torch.empty(B, dtype=count, device=dev), scale, gold
 
 
-def _weights_as_costs(units: Tensor | None, target: Tensor, N: int) -> Tensor | None:
-    """Position weights ``units`` (B, T) as the per-label costs (B, T, N) they charge, for the
-    kernels that take costs only (their weighted variants put 8 B on the stack on sm_90 with some
-    Triton releases); other units as they are."""
-    if units is None or units.dim() != 2:
-        return units
-    return units.unsqueeze(2) * (torch.arange(N, device=units.device) != target.unsqueeze(2))
-
-
 def _loss_args(target: Tensor, units: Tensor | None, pair: Tensor | None) -> tuple[tuple, dict, torch.dtype]:
     """The kernels' loss arguments (units, pair), their modes (UNITS, PAIR, see :func:`_unit`) and
     the count's dtype (float64 for real units, else int64)."""
@@ -560,7 +552,7 @@ def fold_search(chain: Chain, target: Tensor, units: Tensor | None = None,
     """
     B, T, N = chain.shape
     dev = chain.unary.device
-    loss, modes, count = _loss_args(target, _weights_as_costs(units, target, N), pair)
+    loss, modes, count = _loss_args(target, weights_as_costs(units, target, N), pair)
     out = _outputs(B, T, dev, count)
     steps = target if pair is None else chain.transitions + pair  # (B, T - 1, N, N), float64
     ring = torch.empty(B, 3, N, dtype=torch.float64, device=dev)  # two rows of scores, one of step scores
@@ -806,7 +798,7 @@ def window_fold_search(scores: Tensor, order: int, lengths: Tensor, target: Tens
     dev = scores.device
     states = max(order, 1)
     S = N**states
-    loss, modes, count = _loss_args(target, _weights_as_costs(units, target, N), pair)
+    loss, modes, count = _loss_args(target, weights_as_costs(units, target, N), pair)
     out = _outputs(B, T, dev, count)
     ring = torch.empty(B, 2, S, dtype=torch.float64, device=dev)
     bp = torch.empty(B, T, S, dtype=torch.int16 if N <= 32767 else torch.int32, device=dev)
@@ -943,7 +935,7 @@ def window_table_search(scores: Tensor, order: int, lengths: Tensor, target: Ten
     states = max(order, 1)
     S = N**states
     K1 = T + 1 if htab is None else htab.shape[1]
-    loss, modes, count = _loss_args(target, _weights_as_costs(units, target, N), pair)
+    loss, modes, count = _loss_args(target, weights_as_costs(units, target, N), pair)
     sides = 2 if htab is not None and not margin and low else 1
     ring = torch.empty(sides, B, 2, S, K1, dtype=torch.float64, device=dev)
     bp = torch.empty(sides, B, T, S, K1, dtype=torch.uint8 if N <= 256 else torch.int16, device=dev)

@@ -84,8 +84,7 @@ class LossSpec:
             return self.cost
         if self.pair is not None:  # pair costs alone
             return target.new_zeros(*target.shape, N, dtype=self.pair.dtype)
-        wrong = torch.arange(N, device=target.device) != target.unsqueeze(2)
-        return self.weights.unsqueeze(2) * wrong
+        return weights_as_costs(self.weights, target, N)
 
     def raw_count(self, path: Tensor, target: Tensor) -> Tensor:
         """(B,) the count of ``path`` (-1 beyond the lengths) in the table's units (integers in
@@ -136,6 +135,15 @@ class LossSpec:
             return self.units(target, N).double()
         return self.affine[1].view(-1, 1, 1) * self.weights.double().unsqueeze(2) * (
             torch.arange(N, device=target.device) != target.unsqueeze(2))
+
+
+def weights_as_costs(units: Tensor | None, target: Tensor, N: int) -> Tensor | None:
+    """Position weights ``units`` (B, T) as the per-label costs (B, T, N) they charge against
+    ``target`` (B, T) (weight where the label differs from the target's, else 0); None and costs
+    (B, T, N) as they are."""
+    if units is None or units.dim() != 2:
+        return units
+    return units.unsqueeze(2) * (torch.arange(N, device=units.device) != target.unsqueeze(2))
 
 
 def _weights(weights: Tensor | None, mask: Tensor, ref: Tensor) -> Tensor:
