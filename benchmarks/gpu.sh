@@ -9,15 +9,16 @@
 # gpu-wheels` fetches them; without them their columns say "not installed"). Results go to $OUT
 # (default benchmarks/out/).
 set -uo pipefail
+PY=${PYTHON:-python3}
 cd "$(dirname "$0")/.."
 OUT=${OUT:-benchmarks/out}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if compgen -G ".gpu-wheels/*.whl" >/dev/null; then
-    python -m pip install -q --no-deps --no-index .gpu-wheels/*.whl || echo "note: peer wheels did not install"
+    "$PY" -m pip install -q --no-deps --no-index .gpu-wheels/*.whl || echo "note: peer wheels did not install"
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
-python -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
+"$PY" -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
 FAILED=()
 # step NAME SECONDS LOG COMMAND...: run one step with its own timeout (sized for a cold start: the
 # C++ build and the Triton compiles happen on first use), log it, and say loudly how it ended.
@@ -36,9 +37,9 @@ step() {
         echo "step ok: $name" | tee -a "$OUT/steps.txt"
     fi
 }
-step "CUDA tests" 300 cuda_tests.log python -m pytest -q -p no:cacheprovider tests/test_cuda.py
-step "GPU benchmark" 300 gpu_bench.md python benchmarks/gpu.py --budget 0.3
-step "neural tagger" 150 neural.md python benchmarks/neural.py --device cuda
+step "CUDA tests" ${CUDA_TESTS_TIMEOUT:-240} cuda_tests.log "$PY" -m pytest -q -p no:cacheprovider tests/test_cuda.py
+step "GPU benchmark" ${GPU_BENCH_TIMEOUT:-240} gpu_bench.md "$PY" benchmarks/gpu.py --budget 0.3 ${GPU_BENCH_ARGS:-}
+step "neural tagger" ${NEURAL_TIMEOUT:-90} neural.md "$PY" benchmarks/neural.py --device cuda
 if [ ${#FAILED[@]} -ne 0 ]; then
     echo "gpu.sh: ${#FAILED[@]} step(s) did not finish: ${FAILED[*]}" >&2
     exit 1

@@ -146,7 +146,7 @@ class one_assertion:  # noqa: N801 - used like a function, as torch's context ma
             flag = _triton_checks.count_all(state["checks"])
             checks = "; ".join(dict.fromkeys(state["messages"]))
             message = f"structtorch: a value check failed ({checks}); run it on CPU tensors to see where"
-            torch._assert_async(flag[0] == 0, message)
+            torch._assert_async(flag[0] == 0, device_message(message))
 
     def __call__(self, fn: Callable) -> Callable:
         @functools.wraps(fn)
@@ -169,13 +169,29 @@ def _counted(x: Tensor, kind: str, message: str, **params) -> bool:
     return True
 
 
+DEVICE_MESSAGE_BYTES = 254
+"""The longest message of a device assertion: CUDA's ``_assert_async`` refuses 255 bytes or more
+(``RuntimeError: Message length must be smaller than 255``, on every checked call)."""
+
+
+def device_message(message: str) -> str:
+    """``message`` cut to :data:`DEVICE_MESSAGE_BYTES` (UTF-8), its end kept: the middle of a long
+    list of checks gives way to "..."."""
+    if len(message.encode()) <= DEVICE_MESSAGE_BYTES:
+        return message
+    head, tail = message[:150], message[-(DEVICE_MESSAGE_BYTES - 160):]
+    while len(f"{head}...{tail}".encode()) > DEVICE_MESSAGE_BYTES:  # multi-byte characters
+        head, tail = head[:-1], tail[1:]
+    return f"{head}...{tail}"
+
+
 def require(ok: Tensor, message: str) -> None:
     """An asynchronous device assertion that ``ok`` (a bool tensor) holds everywhere, while value
     checks are on; for tensors that are not on the CPU, and under ``torch.compile`` (on CPU
     they raise ValueErrors on the spot)."""
     if _VALIDATION["on"]:
         ok = ok if torch.compiler.is_compiling() else plain(ok)
-        torch._assert_async(ok.all(), f"structtorch: {message}")
+        torch._assert_async(ok.all(), device_message(f"structtorch: {message}"))
 
 
 def check_that(ok: Callable[[], Tensor], message: str) -> None:

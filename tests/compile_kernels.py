@@ -88,6 +88,9 @@ def _gpu_signatures():
                 name = "semi backward (plif)" if plif else "semi backward" if segment else "semi backward (plain)"
                 yield name, semi._backward_kernel, sig, dict(
                     HAS_SEGMENT=segment, HAS_PLIF=plif, BLOCK_D=16, BLOCK_N=16)
+                grads = {k: v for k, v in sig.items() if k.startswith("g_")}
+                yield "semi backward zero", semi._zero_gradients_kernel, {**grads, "T": i, "S": i, "N": i, "P": i}, \
+                    dict(HAS_SEGMENT=segment, HAS_PLIF=plif, BLOCK=128)
             out = dict(labels="*i64", starts="*i1")
             sig = {**inputs, "alpha": f64, "inc": f64, "uniforms": f64, **out, "B": i, "T": i, "S": i, "N": i}
             yield "semi sample", semi._sample_kernel, sig, dict(HAS_SEGMENT=viterbi, BLOCK_D=16, BLOCK_N=16)

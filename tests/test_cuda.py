@@ -58,7 +58,7 @@ def test_crf_module_on_cuda():
     crf = st.LinearChainCRF(4).cuda()
     u = torch.randn(3, 6, 4, device="cuda")
     labels = torch.randint(0, 4, (3, 6), device="cuda")
-    nll = crf(u, labels, torch.tensor([6, 3, 1], device="cuda"))
+    nll = crf(u, labels, lengths=torch.tensor([6, 3, 1], device="cuda"))
     nll.sum().backward()
     assert nll.device.type == "cuda" and crf.transitions.grad.device.type == "cuda"
 
@@ -155,11 +155,11 @@ def test_autocast_and_compile_on_cuda():
     def step(x):
         with torch.autocast("cuda", dtype=torch.bfloat16):
             emissions = encoder(x)
-            return crf(emissions, y, lengths), emissions
+            return crf(emissions, y, lengths=lengths), emissions
 
     nll, emissions = torch.compile(step, fullgraph=True)(x)
     assert emissions.dtype == torch.bfloat16 and nll.dtype == torch.float32
-    torch.testing.assert_close(nll, crf(emissions.float(), y, lengths), rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(nll, crf(emissions.float(), y, lengths=lengths), rtol=1e-5, atol=1e-4)
     nll.sum().backward()
     assert torch.isfinite(encoder.weight.grad).all() and encoder.weight.grad.abs().sum() > 0
 

@@ -6,12 +6,15 @@ fails until it is recorded here."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import pytest
 import torch
 from budget import CALLS, base_name
 from conftest import use_backend
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 import structtorch as st
 from structtorch.profiling import device_ops
@@ -60,12 +63,33 @@ def _count(name: str, T: int, validate: bool):
     """The device ops of one call. The first call of each public call (any option set) warms the
     lazy imports and kernel caches; a cache filled later by one option set's first call would show
     as a count that differs between T = SHORT and LONG, a failure, never a pass."""
-    with use_backend("triton"), st.set_validation(validate):
+    with use_backend("triton"), st.set_validation(validate), _assertion_messages(name) as messages:
         fn = CALLS[name](T)
         if (base_name(name), validate) not in _WARM:
             fn()
             _WARM.add((base_name(name), validate))
-        return device_ops(fn)
+        counts = device_ops(fn)
+    counts.messages = messages
+    return counts
+
+
+@contextlib.contextmanager
+def _assertion_messages(name: str):
+    """The messages of the device assertions made inside (CUDA refuses those of 255 bytes or more,
+    which the interpreter on CPU tensors does not)."""
+    messages: list[str] = []
+    original = torch._assert_async
+
+    def recording(cond, message=None):
+        if message is not None:
+            messages.append(message)
+        return original(cond) if message is None else original(cond, message)
+
+    torch._assert_async = recording
+    try:
+        yield messages
+    finally:
+        torch._assert_async = original
 
 
 def budget(name: str) -> int:
@@ -113,6 +137,7 @@ def test_validation_costs_a_constant(name):
     off, short, long = _count(name, LONG, False), _count(name, SHORT, True), _count(name, LONG, True)  # cached
     assert short.ops == long.ops, (short.names, long.names)
     assert long.ops <= off.ops + 10, (long.names, off.names)
+    assert long.messages and all(len(m.encode()) < 255 for m in long.messages), long.messages  # CUDA's limit
 
 
 def test_the_counter_sees_syncs_and_ops():
@@ -122,3 +147,38 @@ def test_the_counter_sees_syncs_and_ops():
     assert device_ops(lambda: x.view(2, 3).t()).ops == 0
     asserted = device_ops(lambda: torch._assert_async(x.sum() > 0))  # asynchronous on a GPU
     assert asserted.syncs == 0 and asserted.names["aten::_assert_async"] == 1
+
+
+class _AliasCheck(TorchDispatchMode):
+    """Records each structtorch operator whose outputs share storage with its inputs or with each
+    other (deprecated under torch.compile, an error from torch 2.12 on)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.aliasing: list[tuple[str, int]] = []
+        self.seen: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if str(func).startswith("structtorch."):
+            self.seen.add(str(func))
+            storages = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs))
+                        if isinstance(t, torch.Tensor) and t.numel()}
+            for i, t in enumerate(x for x in tree_leaves(out) if isinstance(x, torch.Tensor)):
+                if t.numel():
+                    if t.untyped_storage().data_ptr() in storages:
+                        self.aliasing.append((str(func), i))
+                    storages.add(t.untyped_storage().data_ptr())
+        return out
+
+
+@pytest.mark.parametrize("name", _cases(set(), BUDGETS))
+def test_operator_outputs_alias_nothing(name):
+    check = _AliasCheck()
+    with use_backend("triton"), st.set_validation(False):
+        fn = CALLS[name](SHORT)
+        with check:
+            fn()
+    assert not check.aliasing, check.aliasing
+    if name in ("viterbi", "LinearChainCRF NLL fwd+bwd", "semimarkov_log_partition fwd+bwd"):
+        assert check.seen  # the check sees the operators (some calls launch kernels without one)

@@ -697,7 +697,7 @@ def _forward(chain: Chain, labels: Tensor | None = None) -> tuple[Tensor, Tensor
     B, T, N = chain.shape
     dev = chain.unary.device
     alpha = torch.empty(B, T, N, dtype=torch.float64, device=dev)  # rows past each length unused
-    logz, nll = torch.empty(2, B, dtype=torch.float64, device=dev)
+    logz, nll = (torch.empty(B, dtype=torch.float64, device=dev) for _ in range(2))
     unused = torch.empty(1, dtype=torch.long, device=dev)  # no backpointers nor path
     gold = labels is not None
     _launch("chain_log_partition", _forward_kernel, chain, chain.start, chain.end, chain.lengths, alpha,
@@ -719,7 +719,7 @@ def _backward(chain: Chain, logz: Tensor, alpha: Tensor, g: Tensor, edges: bool 
     g_unary = torch.empty(B, T, N, dtype=torch.float64, device=dev)
     shape = (B, N, N) if chain.shared else (B, max(T - 1, 0), N, N)
     g_trans = torch.empty(shape if edges else (1,), dtype=torch.float64, device=dev)
-    g_start, g_end = torch.empty(2, B, N, dtype=torch.float64, device=dev)
+    g_start, g_end = (torch.empty(B, N, dtype=torch.float64, device=dev) for _ in range(2))
     ring = torch.empty(B, 2, N, dtype=torch.float64, device=dev)
     gold = labels is not None
     outputs = (g_unary, g_trans, g_start, g_end)
@@ -782,7 +782,7 @@ def marginals_backward(chain: Chain, grad: Tensor) -> tuple[Tensor, ...]:
     g_unary = torch.empty(B, T, N, dtype=torch.float64, device=dev)
     shape = (B, N, N) if chain.shared else (B, max(T - 1, 0), N, N)
     g_trans = torch.empty(shape, dtype=torch.float64, device=dev)
-    g_start, g_end = torch.empty(2, B, N, dtype=torch.float64, device=dev)
+    g_start, g_end = (torch.empty(B, N, dtype=torch.float64, device=dev) for _ in range(2))
     ring = torch.empty(B, 4, N, dtype=torch.float64, device=dev)
     _launch("chain_marginals_backward", _hvp_kernel, chain, chain.end, chain.lengths, alpha, logz,
             grad.to(torch.float64).contiguous(), dalpha, ring, g_unary, g_trans, g_start, g_end,

@@ -581,7 +581,7 @@ def _forward(chain: Chain, vec: Tensor, bp: Tensor, maps: Tensor, last: Tensor, 
     tile = block(N)
     launch("chain_scan_boundaries", _boundary_kernel, (B,), chain.unary, chain.start, chain.lengths, prod,
            vec, T, N, C, S, VITERBI=viterbi, BLOCK=tile)
-    out, nll = torch.empty(2, B, dtype=torch.float64, device=chain.unary.device)
+    out, nll = (torch.empty(B, dtype=torch.float64, device=chain.unary.device) for _ in range(2))
     gold = labels is not None
     launch("chain_scan_inside", _inside_kernel, (B, C), chain.unary, chain.transitions, chain.end,
            chain.lengths, vec, bp, maps, last, out, labels if gold else chain.lengths, partial, nll, T, N, C,
@@ -661,7 +661,7 @@ def _backward(chain: Chain, logz: Tensor, alpha: Tensor, g: Tensor, edges: bool 
     g_unary = torch.empty(B, T, N, dtype=torch.float64, device=dev)
     shape = (B, C, N, N) if chain.shared else (B, max(T - 1, 0), N, N)  # shared: per chunk, summed below
     g_trans = torch.empty(shape if edges else (1,), dtype=torch.float64, device=dev)
-    g_start, g_end = torch.empty(2, B, N, dtype=torch.float64, device=dev)
+    g_start, g_end = (torch.empty(B, N, dtype=torch.float64, device=dev) for _ in range(2))
     gold = labels is not None
     launch("chain_scan_backward", _backward_chunk_kernel, (B, C), chain.unary, chain.transitions, chain.end,
            chain.lengths, alpha, logz, bounds, ring, g_unary, g_trans, g_start, g_end, g, g.stride(0),

@@ -94,6 +94,14 @@ class Selection:
         history.stopped_early = self.patience is not None and self.waited >= self.patience
         return history.stopped_early
 
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps: the best value, its weights (with ``restore_best``) and the epochs
+        waited since."""
+        return {"best": self.best, "best_state": self.best_state, "waited": self.waited}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        self.best, self.best_state, self.waited = state["best"], state["best_state"], state["waited"]
+
     def restore(self, history: History, task: Task) -> None:
         """Load the best epoch's weights unless they are the last epoch's."""
         if self.best_state is not None and history.best_epoch != len(history) - 1:

@@ -43,6 +43,7 @@ share's size, so the averaged gradients equal those of one process on the whole 
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -51,12 +52,13 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from .._checks import check_int, check_number
+from .._checks import check_int, check_number, check_values
 from ..losses import StructuredHingeLoss, chain_nll
 from ..metrics import BUILTIN_METRICS as BUILTIN_METRICS  # re-exported where it was
 from ..metrics import Metric, accuracy, hamming, resolve_metrics, sequence_metrics
 from ..nn.crf import LinearChainCRF
 from ..sequence_data import SequenceData
+from .checkpoint import Checkpoint, fingerprint
 from .history import History, Selection
 from .solvers import SOLVERS as SOLVERS  # re-exported where it was (the registry, by name)
 from .solvers import FitOptions, Solver, get_solver
@@ -111,6 +113,17 @@ def _regularization(n: int, C: float | None, l2: float | None) -> float:
     return 0.0
 
 
+def _check_features(name: str, data: SequenceData | None) -> None:
+    """Every solver's first check, before it calls or probes the model: the floating-point features
+    of ``data`` hold no NaN or +inf (-inf may mark what cannot occur, as a signal track's)."""
+    if data is None:
+        return
+    if not isinstance(data, SequenceData):
+        raise TypeError(f"{name} must be a SequenceData, got {type(data).__name__}")
+    if isinstance(data.x, Tensor) and data.x.is_floating_point():
+        check_values(f"{name}.x", data.x)
+
+
 def _process_group() -> tuple[bool, int, int]:
     """(distributed, rank, world) of this process under torch.distributed."""
     if dist.is_available() and dist.is_initialized():
@@ -139,10 +152,13 @@ def _progress_bar(total: int, enabled: bool):
 
 
 def _run(solver: Solver, selection: Selection, options: FitOptions, val_data: SequenceData | None,
-         metrics: Mapping[str, Metric], bar) -> History:
-    """The epoch loop of every solver: an epoch, validation, progress, selection, convergence."""
-    history = History()
-    for _ in range(options.epochs):
+         metrics: Mapping[str, Metric], bar, saver: Checkpoint | None) -> History:
+    """The epoch loop of every solver: an epoch, validation, progress, selection, convergence, the
+    checkpoint; resumed from the checkpoint where there is one."""
+    history = saver.resume(solver, selection) if saver is not None else History()
+    if bar is not None:
+        bar.update(len(history))
+    while len(history) < options.epochs and not (history.stopped_early or history.converged):
         record = solver.epoch()
         if val_data is not None:
             record.update({f"val_{k}": v for k, v in solver.task.score(val_data, metrics, 256).items()})
@@ -150,23 +166,42 @@ def _run(solver: Solver, selection: Selection, options: FitOptions, val_data: Se
         if bar is not None:
             bar.set_postfix({k: round(v, 4) for k, v in record.items()})
             bar.update()
-        if selection.update(history, solver.task):
-            break
-        if solver.converged(record):
+        if not selection.update(history, solver.task) and solver.converged(record):
             history.converged = True
-            break
+        if saver is not None:
+            saver.after_epoch(history, selection, solver, history.stopped_early or history.converged
+                              or len(history) == options.epochs)
     selection.restore(history, solver.task)
     return history
 
 
 def _train(solver: Solver, selection: Selection, options: FitOptions, val_data: SequenceData | None,
-           metrics: Mapping[str, Metric], progress: bool) -> History:
+           metrics: Mapping[str, Metric], progress: bool, saver: Checkpoint | None) -> History:
     bar = _progress_bar(options.epochs, progress and options.rank == 0)
     try:
-        return _run(solver, selection, options, val_data, metrics, bar)
+        return _run(solver, selection, options, val_data, metrics, bar, saver)
     finally:
         if bar is not None:
             bar.close()
+
+
+def _checkpoint(path: str | os.PathLike | None, every: int, engine: Solver, options: FitOptions, *,
+                solver: str, data: SequenceData, loss: object, select: str | None, mode: str | None,
+                patience: int | None) -> Checkpoint | None:
+    """The checkpoint of ``fit(checkpoint=path, checkpoint_every=every)``, or None without a path."""
+    check_int("checkpoint_every", every, 1)
+    if path is None:
+        return None
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"checkpoint must be a path (str or os.PathLike), got {type(path).__name__}")
+    if not all(callable(getattr(engine, name, None)) for name in ("state_dict", "load_state_dict")):
+        raise TypeError(f"solver={solver!r} cannot be checkpointed: it has no state_dict() and "
+                        "load_state_dict() (see structtorch.learn.solvers.base.Solver)")
+    meta = fingerprint(solver=solver, solver_options=options.solver_options, lam=options.lam,
+                       batch_size=options.batch_size, seed=options.seed, data=data,
+                       modules=engine.task.modules, loss=loss, optimizer=options.optimizer,
+                       scheduler=options.scheduler, select=select, mode=mode, patience=patience)
+    return Checkpoint(path, every, meta, options.rank, options.distributed)
 
 
 def fit(
@@ -191,6 +226,8 @@ def fit(
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
     solver: str = "subgradient",
     solver_options: Mapping[str, Any] | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: int = 1,
 ) -> History:
     """Train ``model`` on ``loss`` over ``train_data`` by (sub)gradient steps, BCFW or cutting planes.
 
@@ -264,6 +301,15 @@ def fit(
         ``inactive`` (iterations a plane may stay unused before it is dropped, default 10),
         ``batch_size`` of the oracle calls (default 256; n_slack: 32 for chain potentials, 1 for
         structures), ``margin`` (n_slack: the violation a plane needs to enter, default ``tol``).
+    checkpoint : str or os.PathLike, optional
+        A file for the whole training state (model, optimizer, RNGs, history, best-epoch selection,
+        the solver's state; :mod:`structtorch.learn.checkpoint`), written atomically after every
+        ``checkpoint_every`` epochs and after the last. Where the file exists, training resumes
+        from it and ends as an uninterrupted run would have; a checkpoint of another training (other
+        solver, options, model shape or data) or a damaged file is refused with a ValueError naming
+        the difference. To train for more epochs, call again with a larger ``epochs``.
+    checkpoint_every : int
+        Epochs between two writes (default 1).
 
     Returns
     -------
@@ -279,6 +325,8 @@ def fit(
     check_int("batch_size", batch_size, 1)
     check_int("seed", seed)
     factory = get_solver(solver)
+    _check_features("train_data", train_data)
+    _check_features("val_data", val_data)
     if len(train_data) == 0:
         raise ValueError("train_data is empty: fit needs at least one training sequence")
     metric_fns = resolve_metrics(metrics)
@@ -294,7 +342,9 @@ def fit(
     engine = factory(model, train_data, loss, options)
     selection = Selection(select, mode, patience, restore_best,
                           _directions(engine, metric_fns, val_data is not None))
-    return _train(engine, selection, options, val_data, metric_fns, progress)
+    saver = _checkpoint(checkpoint, checkpoint_every, engine, options, solver=solver, data=train_data,
+                        loss=loss, select=select, mode=mode, patience=patience)
+    return _train(engine, selection, options, val_data, metric_fns, progress, saver)
 
 
 def fit_bcfw(

@@ -675,7 +675,7 @@ def indicator_backward(path: Tensor, target: Tensor, lengths: Tensor, grad: Tens
     dev = path.device
     g_unary = torch.empty(B, T, N, dtype=torch.float64, device=dev)
     g_trans = torch.empty((B, N, N) if shared else (B, max(T - 1, 0), N, N), dtype=torch.float64, device=dev)
-    g_start, g_end = torch.empty(2, B, N, dtype=torch.float64, device=dev)
+    g_start, g_end = (torch.empty(B, N, dtype=torch.float64, device=dev) for _ in range(2))
     launch("lossaug_indicators", _indicator_kernel, (B,), path, target, lengths, grad, grad.stride(0), scale,
            g_unary, g_trans, g_start, g_end, T, N, SHARED=shared, BLOCK=block(N), TILE=block(N, 16))
     return g_unary, g_trans.sum(0) if shared else g_trans, g_start, g_end
@@ -1304,7 +1304,7 @@ def semimarkov_table_search(sm: SemiMarkov, labels: Tensor, starts: Tensor, kind
     dev = sm.content.device
     K1 = K + 1
     sides = 2 if htab is not None and not margin and min_table else 1
-    inc, alpha = torch.empty(2, sides, B, T + 1, K1, N, dtype=torch.float64, device=dev)
+    inc, alpha = (torch.empty(sides, B, T + 1, K1, N, dtype=torch.float64, device=dev) for _ in range(2))
     bp_d = torch.empty(sides, B, T + 1, K1, N, dtype=_narrow(S), device=dev)
     bp_m = torch.empty(sides, B, T + 1, K1, N, dtype=_narrow(N), device=dev)
     best = torch.empty(sides, B, K1, dtype=torch.float64, device=dev)  # written on non-empty rows, read there

@@ -14,9 +14,9 @@ lengths instead); everything accumulates in float64.
   exp(inc[s] + score + gamma[e] - logZ) spread onto content (a difference array, summed in the
   kernel's last pass), lengths, boundaries, segment scores, transitions, start and end.
 
-Every output is written by the kernels (labels -1 and starts False beyond each length), so the host
-allocates without filling, and the gradients share one zeroed buffer: a call is one launch and at
-most two other device ops, whatever T.
+Every output is written by the kernels (labels -1 and starts False beyond each length; a first
+launch of the backward zeroes the gradients it accumulates into), so the host allocates without
+filling: a call is one or two launches and at most two other device ops, whatever T.
 
 The label-to-label step, the reductions and the tile helpers come from
 :mod:`structtorch._triton_common`.
@@ -29,7 +29,6 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from .._numerics import zeroed
 from .._triton_common import (
     NEG,
     close,
@@ -231,6 +230,35 @@ def _loss_augmented_close(b, L, T, N, best, label, arg_d, arg_m, labels, starts,
         tl.store(count + b, tl.zeros([], count.dtype.element_ty))
         value = tl.zeros([], tl.float64)
     return value
+
+
+@triton.jit
+def _zero(ptr, count, BLOCK: tl.constexpr):
+    """ptr[0:count] = 0 (float64), in tiles of BLOCK."""
+    r = tl.arange(0, BLOCK)
+    for i in range(0, count, BLOCK):
+        tl.store(ptr + i + r, tl.zeros([BLOCK], tl.float64), mask=i + r < count)
+
+
+@triton.jit
+def _zero_gradients_kernel(g_content, g_length, g_boundary, g_segment, g_trans, g_start, g_end, g_tracks,
+                           g_plif, T, S, N, P, HAS_SEGMENT: tl.constexpr, HAS_PLIF: tl.constexpr,
+                           BLOCK: tl.constexpr):
+    """Row b of every gradient the backward accumulates into, zeroed: one launch for buffers
+    allocated apart (an operator's outputs may not be views of one zeroed buffer). In the backward
+    kernel itself these loops made the plain variant spill on sm_90."""
+    b = tl.program_id(0).to(tl.int64)
+    _zero(g_content + b * T * N, T * N, BLOCK)
+    _zero(g_length + b * S * N, S * N, BLOCK)
+    _zero(g_boundary + b * T * N, T * N, BLOCK)
+    _zero(g_trans + b * N * N, N * N, BLOCK)
+    _zero(g_start + b * N, N, BLOCK)
+    _zero(g_end + b * N, N, BLOCK)
+    if HAS_SEGMENT:
+        _zero(g_segment + b * T * S * N, T * S * N, BLOCK)
+    if HAS_PLIF:
+        _zero(g_tracks + b * T * N, T * N, BLOCK)
+        _zero(g_plif + b * N * P, N * P, BLOCK)
 
 
 @triton.jit
@@ -462,7 +490,7 @@ def _forward(sm: SemiMarkov, viterbi: bool, loss: tuple[Tensor, ...] | None = No
     B, T, S, N = sm.shape
     dev = sm.content.device
     f64 = dict(dtype=torch.float64, device=dev)
-    alpha, inc = torch.empty(2, B, T + 1, N, **f64)  # every entry read is written first
+    alpha, inc = (torch.empty(B, T + 1, N, **f64) for _ in range(2))  # every entry read is written first
     arg, arg_m = torch.empty((2, B, T + 1, N) if viterbi else (2, 1), dtype=torch.int32, device=dev)
     out = torch.empty(B, **f64)
     labels = torch.empty((B, T) if viterbi else (1,), dtype=torch.long, device=dev)
@@ -490,12 +518,16 @@ def viterbi_segmentation(sm: SemiMarkov) -> tuple[Tensor, Tensor, Tensor]:
 def _backward(sm: SemiMarkov, logz: Tensor, alpha: Tensor, inc: Tensor, g: Tensor) -> list[Tensor]:
     B, T, S, N = sm.shape
     f64 = dict(dtype=torch.float64, device=sm.content.device)
-    gamma, delta = torch.empty(2, B, T + 1, N, **f64)  # every entry read is written first
+    gamma, delta = (torch.empty(B, T + 1, N, **f64) for _ in range(2))  # every entry read is written first
     tracks, ordinates, P, low, high, scale = _plif_args(sm)
     has_segment, has_plif = sm.segment_scores is not None, sm.segment_plif is not None
     shapes = [(B, T, N), (B, S, N), (B, T, N), (B, T, S, N) if has_segment else (1,), (B, N, N), (B, N),
               (B, N), (B, T, N) if has_plif else (1,), (B, N, P) if has_plif else (1,)]
-    grads = zeroed(shapes, **f64)  # the kernel accumulates into them, or leaves them zero
+    # apart, not views of one zeroed buffer (an operator's outputs may not alias each other: an
+    # error under torch.compile from torch 2.12), and zeroed in one launch
+    grads = [torch.empty(shape, **f64) for shape in shapes]
+    launch("semimarkov_backward_zero", _zero_gradients_kernel, (B,), *grads, T, S, N, P,
+           HAS_SEGMENT=has_segment, HAS_PLIF=has_plif, BLOCK=128)
     launch("semimarkov_backward", _backward_kernel, (B,), g, logz, alpha, inc, *_inputs(sm), sm.lengths,
            tracks, ordinates, gamma, delta, *grads, T, S, N, P, low, high, scale,
            num_warps=backward_warps(has_segment, has_plif), **_meta(sm))
@@ -789,8 +821,8 @@ def kbest(sm: SemiMarkov, k: int) -> tuple[Tensor, Tensor, Tensor]:
     B, T, S, N = sm.shape
     dev = sm.content.device
     shape = (B, T + 1, N, k)
-    alpha, inc = torch.empty(2, *shape, dtype=torch.float64, device=dev)
-    alpha_bp, inc_bp = torch.empty(2, *shape, dtype=torch.int32, device=dev)
+    alpha, inc = (torch.empty(*shape, dtype=torch.float64, device=dev) for _ in range(2))
+    alpha_bp, inc_bp = (torch.empty(*shape, dtype=torch.int32, device=dev) for _ in range(2))
     scores = torch.empty(B, k, dtype=torch.float64, device=dev)
     labels = torch.empty(B, k, T, dtype=torch.long, device=dev)
     starts = torch.empty(B, k, T, dtype=torch.bool, device=dev)

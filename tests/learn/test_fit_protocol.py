@@ -388,3 +388,27 @@ def test_a_registered_solver_brings_its_own_records(monkeypatch):
                      solver_options={"tol": 0.5}, progress=False)
     with pytest.raises(ValueError, match=r"solver must be one of \('subgradient', 'bcfw', 'cutting_plane', 'toy'\)"):
         st.train.fit(model, data, st.StructuredHingeLoss(), epochs=1, solver="frank_wolfe", progress=False)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("solver", ["subgradient", "bcfw", "cutting_plane"])
+def test_nan_or_inf_features_get_one_clear_error_under_every_solver(solver, bad):
+    data = st.data.make_tagging_data(6, seed=0, min_length=2, max_length=4, num_features=2, num_labels=3)
+    data.x[1, 0, 1] = bad
+    what = "NaN" if bad != bad else r"\+inf"
+    for where in ("train_data", "val_data"):
+        train, val = (data, None) if where == "train_data" else (data.batch(torch.arange(1)), data)
+        with pytest.raises(ValueError, match=rf"{where}.x contains {what} at index \(1, 0, 1\)"):
+            st.train.fit(st.LinearChainPotentials(2, 3), train, st.StructuredHingeLoss(), epochs=1, C=1.0,
+                         solver=solver, val_data=val, progress=False)
+
+
+@pytest.mark.parametrize("solver", ["bcfw", "cutting_plane"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_bad_potentials_without_validation_are_a_clear_error_of_the_exact_solvers(solver, bad):
+    data = st.data.make_tagging_data(4, seed=0, min_length=2, max_length=3, num_features=2, num_labels=2)
+    data.x[0, 0, 0] = bad
+    with st.set_validation(False), pytest.raises(ValueError, match="outputs hold NaN or \\+inf at random"):
+        st.train.fit(st.LinearChainPotentials(2, 2), data, st.StructuredHingeLoss(), epochs=1, C=1.0,
+                     solver=solver, progress=False)
+

@@ -62,6 +62,12 @@ def check_linear(model: nn.Module, x: Tensor, seed: int = 0, *, solver: str = "b
     kwargs = dict(kwargs or {})
     with torch.no_grad():
         outputs = [tensors_of(functional_call(model, q, (x,), kwargs)) for q in points]
+    for out in outputs:
+        for t in out:
+            if (torch.isnan(t) | torch.isposinf(t)).any():
+                raise ValueError(f"solver={solver!r}: the model's outputs hold NaN or +inf at random "
+                                 "parameters (such features, or a model that makes them); potentials must "
+                                 "be finite or -inf")
     for oa, ob, oab, *zero in zip(*outputs, strict=True):
         fixed = [torch.isinf(t) for t in (oa, ob, *zero)]  # -inf entries (forbidden transitions) stay -inf
         infinite = torch.stack(fixed).any(0)
@@ -215,18 +221,23 @@ class GapSolver:
     checks of ``fit``'s options, one ``step()`` per epoch timed cumulatively into the record's
     ``time``, and convergence once the record's duality ``gap`` is at most ``tol``.
 
-    Subclasses set ``step`` (a callable returning the epoch's record), ``task`` and ``tol``.
+    Subclasses set ``step`` (a callable returning the epoch's record), ``task``, ``tol`` and
+    ``state`` (the algorithm, with ``state_dict()`` and ``load_state_dict()`` for checkpoints).
     """
 
     step: Callable[[], dict[str, float]]
     tol: float
+    state: Any
 
-    def __init__(self, name: str, model: nn.Module, options: FitOptions, why: str) -> None:
+    def __init__(self, name: str, model: nn.Module, options: FitOptions, why: str, *,
+                 distributed: bool = False) -> None:
         given = [k for k in ("optimizer", "scheduler") if getattr(options, k) is not None]
         if given:
             raise ValueError(f"solver={name!r} takes no {' or '.join(given)} ({why})")
-        if options.distributed:
-            raise ValueError(f"solver={name!r} runs in one process, not under torch.distributed")
+        if options.distributed and not distributed:
+            raise ValueError(f"solver={name!r} runs in one process; under torch.distributed use "
+                             "solver='cutting_plane' (its oracle calls shared by the processes) or "
+                             "solver='subgradient'")
         if not regularizer_is_l2(model):
             raise ValueError(f"solver={name!r} needs the squared-norm regularizer; this model's "
                              "regularizer() is not the squared norm of its parameters (use the subgradient "
@@ -242,3 +253,11 @@ class GapSolver:
 
     def converged(self, record: Mapping[str, float]) -> bool:
         return record["gap"] <= self.tol
+
+    def state_dict(self) -> dict[str, Any]:
+        """The algorithm's state (``self.state.state_dict()``) and the time."""
+        return {"algorithm": self.state.state_dict(), "elapsed": self.elapsed}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.state.load_state_dict(state["algorithm"])
+        self.elapsed = float(state["elapsed"])

@@ -81,5 +81,15 @@ class Solver(Protocol):
         """Whether the solver's own stopping test holds after the epoch of ``record``."""
         ...
 
+    def state_dict(self) -> dict[str, Any]:
+        """The solver's own state after an epoch (tensors and plain Python values, as
+        ``torch.load(weights_only=True)`` reads them), for ``fit(checkpoint=...)``; the model's
+        parameters are saved apart. Optional: a solver without it cannot be checkpointed."""
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``state`` (from :meth:`state_dict`; its tensors on the CPU)."""
+        ...
+
 
 SolverFactory = Callable[[nn.Module, SequenceData, Any, FitOptions], Solver]

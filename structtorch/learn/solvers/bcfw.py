@@ -25,6 +25,9 @@ indicator features: that sequence's features), so memory is the total support ra
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -203,6 +206,30 @@ class BCFW:
         primal = 0.5 * self.lam * sq + hinge / self.n
         dual = -0.5 * self.lam * sq + ell
         return {"objective": primal, "dual": dual, "gap": primal - dual}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every quantity of the algorithm (the blocks as one index, value and size list)."""
+        blocks = [b.coalesce() for b in self.w_blocks]
+        return {"w": self.w, "blocks_index": torch.cat([b.indices()[0] for b in blocks]),
+                "blocks_values": torch.cat([b.values() for b in blocks]),
+                "blocks_size": torch.tensor([b.values().numel() for b in blocks], dtype=torch.long),
+                "ell": self.ell, "ell_blocks": self.ell_blocks, "drift": self.drift, "ell_avg": self.ell_avg,
+                "k": self.k, "generator": self.gen.get_state()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        dev = self.vector.device
+        sizes = state["blocks_size"].tolist()
+        if len(sizes) != self.n or state["w"].shape != (self.d,):
+            raise ValueError(f"BCFW state of {len(sizes)} blocks of dimension {tuple(state['w'].shape)}, "
+                             f"expected {self.n} of ({self.d},)")
+        index, values = state["blocks_index"].split(sizes), state["blocks_values"].split(sizes)
+        self.w_blocks = [torch.sparse_coo_tensor(i[None].to(dev), v.to(dev), (self.d,),
+                                                 check_invariants=False).coalesce()
+                         for i, v in zip(index, values, strict=True)]
+        self.w, self.drift = state["w"].to(dev), state["drift"].to(dev)
+        self.ell, self.ell_avg, self.k = float(state["ell"]), float(state["ell_avg"]), int(state["k"])
+        self.ell_blocks = state["ell_blocks"].clone()
+        self.gen.set_state(state["generator"])
 
     def run_pass(self) -> dict[str, float]:
         """n block steps in a random order, then :meth:`gap` (the model keeps the output iterate)."""

@@ -29,6 +29,9 @@ model's weights; training stops once ``gap <= tol``. Planes whose dual variable 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -38,6 +41,7 @@ from ..._checks import check_int, check_number
 from ...losses import StructuredHingeLoss
 from ...sequence_data import SequenceData
 from ..task import Task
+from ._group import Group
 from ._linear import GapSolver, ParameterVector, check_linear
 from .base import FitOptions
 from .working_set import WorkingSet
@@ -90,13 +94,13 @@ class CuttingPlane:
     def __init__(self, model: nn.Module, data: SequenceData, loss: StructuredHingeLoss, lam: float, *,
                  variant: str = "one_slack", tol: float = 1e-3, inactive: int = 10,
                  batch_size: int | None = None,
-                 margin: float | None = None, seed: int = 0) -> None:
+                 margin: float | None = None, seed: int = 0, group: Group | None = None) -> None:
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
         if lam <= 0:
             raise ValueError("solver='cutting_plane' needs a regularizer: C > 0 or l2 > 0")
         self.task = Task(model, _hinge(loss))
-        self.data, self.lam, self.variant = data, float(lam), variant
+        self.data, self.lam, self.variant, self.group = data, float(lam), variant, group or Group()
         self.tol = check_number("tol", tol, low=0.0)
         self.inactive = check_int("inactive", inactive, 1)
         batch_size = self._batch_size(variant) if batch_size is None else batch_size
@@ -128,7 +132,6 @@ class CuttingPlane:
         with torch.enable_grad():
             total = self.task.batch_loss(batch) * len(idx)
             grad = self.vector.grad(total)
-        self.oracle_calls += len(idx)
         return total.detach().double(), grad
 
     def _sequence_planes(self, idx: Tensor) -> tuple[Tensor, Tensor]:
@@ -137,35 +140,45 @@ class CuttingPlane:
         with torch.enable_grad():
             values = self.task.sequence_losses(self.data.batch(idx))
             grads = self.vector.jacobian(values)
-        self.oracle_calls += len(idx)
-        return values.detach().double().cpu(), grads
+        return values.detach().double(), grads
 
     def _sparse(self, grads: list[Tensor]) -> sp.csr_array:
+        if not grads:
+            return sp.csr_array((0, self.vector.d))
         return sp.csr_array(torch.stack([-g for g in grads]).cpu().numpy())
 
     def _oracle(self) -> tuple[float, list[int], np.ndarray, sp.csr_array]:
-        """The mean hinge at the loaded w and the planes to add (owners, c, rows a)."""
-        w = self.w
-        n = len(self.data)
+        """The mean hinge at the loaded w and the planes to add (owners, c, rows a; on rank 0 only,
+        under torch.distributed): this process runs the oracle on its share of the sequences."""
+        w, n = self.w, len(self.data)
+        mine = self.group.share(n)
+        self.oracle_calls += n
         if self.variant == "one_slack":
-            total, grad = torch.zeros((), dtype=torch.float64), torch.zeros_like(w)
-            for idx in torch.arange(n).split(self.batch_size):
+            total = torch.zeros(1 + self.vector.d, dtype=torch.float64, device=w.device)  # (hinge sum, grad)
+            for idx in mine.split(self.batch_size):
                 value, g = self._planes(idx)
-                total, grad = total + value.cpu(), grad + g
-            a = -grad / n
-            mean = float(total) / n
+                total[0] += value
+                total[1:] += g
+            total = self.group.sum(total)
+            a = -total[1:] / n
+            mean = float(total[0]) / n
             return mean, [0], np.array([mean + float(w @ a)]), sp.csr_array(a.cpu().numpy()[None])
-        owners, consts, rows, hinges = [], [], [], np.zeros(n)
-        for idx in torch.arange(n).split(self.batch_size):
+        owners, consts, rows = [], [], []
+        hinges = torch.zeros(n, dtype=torch.float64, device=w.device)
+        for idx in mine.split(self.batch_size):
             values, grads = self._sequence_planes(idx)
+            hinges[idx] = values
             for i, value, g in zip(idx.tolist(), values.tolist(), grads, strict=True):
-                hinges[i] = value
                 if value > self.slacks[i] + self.margin:
                     owners.append(i)
                     consts.append(value - float(w @ g))
                     rows.append(g)
-        planes = self._sparse(rows) if rows else sp.csr_array((0, self.vector.d))
-        return float(hinges.mean()), owners, np.asarray(consts), planes
+        parts = self.group.gather((owners, np.asarray(consts, dtype=np.float64), self._sparse(rows)))
+        mean = float(self.group.sum(hinges).mean())
+        if not parts:  # not rank 0: the planes went there
+            return mean, [], np.zeros(0), self._sparse([])
+        return (mean, [i for part in parts for i in part[0]], np.concatenate([part[1] for part in parts]),
+                sp.vstack([part[2] for part in parts], format="csr"))
 
     def _slacks(self) -> np.ndarray:
         """Each sequence's slack max(0, max over its planes of c - <w, a>) at the current w."""
@@ -178,27 +191,52 @@ class CuttingPlane:
         np.maximum.at(slack, np.asarray(self.set.owners), values)
         return slack
 
+    def state_dict(self) -> dict[str, Any]:
+        """The working set (:meth:`WorkingSet.state_dict`), the iterate, the best one and the counts."""
+        return {"set": self.set.state_dict(), "w": self.w, "best": self.best,
+                "slacks": torch.from_numpy(self.slacks.copy()), "oracle_calls": self.oracle_calls}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        dev = self.vector.device
+        self.set.load_state_dict(state["set"])
+        self.w = state["w"].to(dev)
+        self.best = (float(state["best"][0]), state["best"][1].to(dev))
+        self.slacks = state["slacks"].numpy().copy()
+        self.oracle_calls = int(state["oracle_calls"])
+
     def iterate(self) -> dict[str, float]:
         """Solve the dual over the working set, load its w and run the oracle there; the model then
         holds the best weights so far (the lowest primal). Returns their record: ``objective``
         (their primal), ``dual`` (the working set's, a lower bound on the optimum), ``gap``,
-        ``constraints``, ``oracle_calls``, ``qp_time``."""
-        dual = self.set.solve()
-        self.vector.load(torch.as_tensor(self.set.weights(), dtype=torch.float64).to(self.vector.device))
+        ``constraints``, ``oracle_calls``, ``qp_time``. Under torch.distributed rank 0 solves the
+        QP and sends w, every process runs the oracle on its share, and rank 0 gathers the planes:
+        every process returns the same record and holds the same weights."""
+        device, leader = self.vector.device, self.group.leader
+        head = torch.zeros(1 + self.vector.d, dtype=torch.float64, device=device)  # (dual, w)
+        if leader:
+            head[0] = self.set.solve()
+            head[1:] = torch.as_tensor(self.set.weights(), dtype=torch.float64).to(device)
+        dual = float(self.group.broadcast(head)[0])
+        self.vector.load(head[1:])
         self.w = self.vector.current()  # as loaded (e.g. rounded to float32): the weights certified
         if self.variant == "n_slack":
-            self.slacks = self._slacks()
+            slacks = torch.from_numpy(self._slacks()) if leader else torch.zeros(len(self.data),
+                                                                                  dtype=torch.float64)
+            self.slacks = self.group.broadcast(slacks.to(device)).cpu().numpy()
         hinge, owners, c, rows = self._oracle()
         primal = 0.5 * self.lam * float(self.w @ self.w) + hinge
         if primal < self.best[0]:
             self.best = (primal, self.w)
         else:  # the primal is not monotone: keep the best weights
             self.vector.load(self.best[1])
-        self.set.add(owners, c, rows)
-        self.set.prune(self.inactive)
+        counts = torch.zeros(2, dtype=torch.float64, device=device)  # (constraints, qp_time)
+        if leader:
+            self.set.add(owners, c, rows)
+            self.set.prune(self.inactive)
+            counts[0], counts[1] = len(self.set), self.set.qp_time
+        constraints, qp_time = self.group.broadcast(counts).tolist()
         return {"objective": self.best[0], "dual": dual, "gap": self.best[0] - dual,
-                "constraints": float(len(self.set)), "oracle_calls": float(self.oracle_calls),
-                "qp_time": self.set.qp_time}
+                "constraints": constraints, "oracle_calls": float(self.oracle_calls), "qp_time": qp_time}
 
 
 class CuttingPlaneSolver(GapSolver):
@@ -216,8 +254,8 @@ class CuttingPlaneSolver(GapSolver):
                "qp_time": "max", "time": "max"}
 
     def __init__(self, model: nn.Module, data: SequenceData, loss: object, options: FitOptions) -> None:
-        super().__init__("cutting_plane", model, options, "it solves a QP")
+        super().__init__("cutting_plane", model, options, "it solves a QP", distributed=True)
         self.state = CuttingPlane(model, data, loss, options.lam, seed=options.seed,
-                                  **dict(options.solver_options))
+                                  group=Group(options.rank, options.world), **dict(options.solver_options))
         self.task = self.state.task
         self.step, self.tol = self.state.iterate, self.state.tol

@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -107,3 +108,16 @@ class SubgradientSolver:
 
     def converged(self, record: Mapping[str, float]) -> bool:
         return False  # runs all epochs (fit's patience stops it early)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer's and the scheduler's states, the shuffling generator's and the time."""
+        scheduler = self.options.scheduler
+        return {"optimizer": self.optimizer.state_dict(), "generator": self.gen.get_state(),
+                "scheduler": None if scheduler is None else scheduler.state_dict(), "elapsed": self.elapsed}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.options.scheduler is not None:
+            self.options.scheduler.load_state_dict(state["scheduler"])
+        self.gen.set_state(state["generator"])
+        self.elapsed = float(state["elapsed"])

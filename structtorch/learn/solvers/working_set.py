@@ -10,13 +10,15 @@ The cutting-plane method itself is :mod:`structtorch.learn.solvers.cutting_plane
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import clarabel
 import daqp
 import numpy as np
 import scipy.sparse as sp
+import torch
 
 __all__ = ["WorkingSet"]
 
@@ -149,6 +151,37 @@ class WorkingSet:
 
     def __len__(self) -> int:
         return len(self.owners)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The planes, their dual variables and idle counts, the Gram matrix, the last primal w and
+        the solver's pace, as tensors and plain values (for checkpoints)."""
+        def tensor(a: np.ndarray | None) -> torch.Tensor | None:
+            return None if a is None else torch.from_numpy(np.ascontiguousarray(a))
+
+        rows = self.rows.tocsr()
+        return {"d": self.d, "lam": self.lam, "bound": self.bound,
+                "owners": torch.tensor(self.owners, dtype=torch.int64), "c": tensor(self.c),
+                "rows": (tensor(rows.data), tensor(rows.indices.astype(np.int64)),
+                         tensor(rows.indptr.astype(np.int64))),
+                "gram": tensor(self.gram), "alpha": tensor(self.alpha), "idle": tensor(self.idle),
+                "qp_time": self.qp_time, "w_primal": tensor(self.w_primal),
+                "pace": (self.pace.pause, self.pace.clarabel, self.pace.next_pause)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        saved, mine = (state["d"], state["lam"], state["bound"]), (self.d, self.lam, self.bound)
+        if saved != mine:
+            raise ValueError(f"working set of (d, lambda, bound) = {saved}, expected {mine}")
+
+        def array(t: torch.Tensor | None) -> np.ndarray | None:
+            return None if t is None else t.numpy().copy()
+
+        data, indices, indptr = (array(t) for t in state["rows"])
+        self.rows = sp.csr_array((data, indices, indptr), shape=(len(indptr) - 1, self.d))
+        self.owners = state["owners"].tolist()
+        self.c, self.gram, self.alpha = array(state["c"]), array(state["gram"]), array(state["alpha"])
+        self.idle, self.w_primal = array(state["idle"]), array(state["w_primal"])
+        self.qp_time = float(state["qp_time"])
+        self.pace = _DaqpPace(*state["pace"])
 
     def add(self, owners: list[int], c: np.ndarray, rows: sp.csr_array) -> None:
         """Add planes: their owners, constants c (k,) and vectors a (k, d)."""
