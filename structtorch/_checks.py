@@ -127,8 +127,10 @@ class one_assertion:  # noqa: N801 - used like a function, as torch's context ma
     backend are collected, and at the end one Triton launch (for up to
     :data:`structtorch._triton_checks.SLOTS` checked tensors) counts the bad entries of them all
     into one counter, nothing read on the host, followed by one device assertion whose message
-    lists the checks made. The checks see the tensors as they are at the end of the call (inputs,
-    which the call does not modify). Nested uses join the outermost one. Also a decorator."""
+    lists the checks made (where the list would pass CUDA's 254 bytes, the checks are split into
+    groups, each with its counter and assertion: :func:`_message_groups`). The checks see the
+    tensors as they are at the end of the call (inputs, which the call does not modify). Nested
+    uses join the outermost one. Also a decorator."""
 
     def __enter__(self) -> one_assertion:
         self._outer = getattr(_BATCH, "state", None) is None
@@ -143,10 +145,14 @@ class one_assertion:  # noqa: N801 - used like a function, as torch's context ma
         if state["checks"] and exc[0] is None:
             from . import _triton_checks
 
-            flag = _triton_checks.count_all(state["checks"])
-            checks = "; ".join(dict.fromkeys(state["messages"]))
-            message = f"structtorch: a value check failed ({checks}); run it on CPU tensors to see where"
-            torch._assert_async(flag[0] == 0, device_message(message))
+            groups = _message_groups(state["checks"], state["messages"])
+            flags = torch.zeros(len(groups), dtype=torch.int32, device=state["checks"][0][0].device)
+            for g, (_, checks) in enumerate(groups):
+                _triton_checks.count_all(checks, flags[g:g + 1])
+            ok = flags == 0
+            for g, (messages, _) in enumerate(groups):
+                listed = "; ".join(messages)
+                torch._assert_async(ok[g], device_message(f"{_FAILED}{listed}{_WHERE}"))
 
     def __call__(self, fn: Callable) -> Callable:
         @functools.wraps(fn)
@@ -167,6 +173,26 @@ def _counted(x: Tensor, kind: str, message: str, **params) -> bool:
     state["checks"].append((plain(x), kind, params))
     state["messages"].append(message)
     return True
+
+
+_FAILED, _WHERE = "structtorch: a value check failed (", "); run it on CPU to see where"
+
+
+def _message_groups(checks: list, messages: list[str]) -> list[tuple[list[str], list]]:
+    """The checks of one call in groups whose assertion message (their distinct messages listed)
+    fits :data:`DEVICE_MESSAGE_BYTES`: usually one group; a call with many checks gets one counter
+    and one assertion per group, so that every message names its own checks whole."""
+    room = DEVICE_MESSAGE_BYTES - len(_FAILED + _WHERE)
+    groups: list[tuple[list[str], list]] = []
+    for check, message in zip(checks, messages, strict=True):
+        for listed, members in groups:
+            if message in listed or len("; ".join([*listed, message]).encode()) <= room:
+                listed.extend([] if message in listed else [message])
+                members.append(check)
+                break
+        else:
+            groups.append(([message], [check]))
+    return groups
 
 
 DEVICE_MESSAGE_BYTES = 254

@@ -81,12 +81,13 @@ def _slot(x: Tensor, kind: str, lo: int = 0, hi: int = 0, lengths: Tensor | None
     return (x, x.numel(), lo, hi, x if lengths is None else lengths.contiguous(), max(T, 1)), KINDS[kind]
 
 
-def count_all(checks: list[tuple[Tensor, str, dict]]) -> Tensor:
-    """A zero int32 (1,) counter plus the number of bad entries of every (tensor, kind, params)
-    check (see the module docstring), asynchronously: one launch per :data:`SLOTS` checks, nothing
-    read on the host."""
+def count_all(checks: list[tuple[Tensor, str, dict]], flag: Tensor | None = None) -> Tensor:
+    """``flag`` (an int32 (1,) counter; default: a new zero one) plus the number of bad entries of
+    every (tensor, kind, params) check (see the module docstring), asynchronously: one launch per
+    :data:`SLOTS` checks, nothing read on the host."""
     slots = [_slot(x, kind, **params) for x, kind, params in checks if x.numel()]
-    flag = torch.zeros(1, dtype=torch.int32, device=checks[0][0].device)
+    if flag is None:
+        flag = torch.zeros(1, dtype=torch.int32, device=checks[0][0].device)
     for i in range(0, len(slots), SLOTS):
         group = slots[i:i + SLOTS]
         blocks = max(triton.cdiv(args[1], BLOCK) for args, _ in group)
