@@ -1,14 +1,16 @@
 """A small training run in its own process, for the checkpoint and distributed tests (not collected).
 
     python tests/learn/training_job.py SOLVER[,SOLVER...] --out FILE [--checkpoint PATH]
-        [--kill-at K] [--epochs E] [--world W --rank R --init FILE] [--reference]
+        [--kill-at K] [--epochs E] [--worlds W[,W...] --rank R --init FILE] [--reference]
 
 SOLVER is one of sgd, lbfgs, bcfw, one_slack, n_slack. With ``--kill-at K`` a forked child
 process trains each solver with the checkpoint and sends itself SIGKILL at the model's K-th forward
 call (mid-epoch, between checkpoints; K is that solver's entry of ``KILL_AT`` with ``--kill-at
-auto``); this process then checks that it died so, and resumes from the checkpoint. With ``--world``
-the process joins a gloo group of W processes through the file ``--init``. Rank 0 writes
-{solver: (weights, history without the wall-clock records, best epoch, forward calls)} to ``--out``, and with
+auto``); this process then checks that it died so, and resumes from the checkpoint. With
+``--worlds 3,2`` the process (if its rank is below each size) joins a gloo group of 3 processes
+through the file ``--init`` + "3", trains, leaves it, then one of 2. Rank 0 writes
+{solver: (weights, history without the wall-clock records, best epoch, forward calls)} to ``--out``
+(WORLD in it replaced by the world size), and with
 ``--reference`` also the same training run again from scratch without a checkpoint (key
 "SOLVER/reference") in this process.
 """
@@ -94,14 +96,27 @@ def main() -> None:
     parser.add_argument("--checkpoint")
     parser.add_argument("--kill-at", default="", help="a forward call, or 'auto'")
     parser.add_argument("--epochs", type=int, default=7)
-    parser.add_argument("--world", type=int, default=1)
+    parser.add_argument("--worlds", default="1", help="world sizes in turn, e.g. 3,2 (ranks below each join)")
     parser.add_argument("--rank", type=int, default=0)
-    parser.add_argument("--init")
+    parser.add_argument("--init", help="the gloo file store's path, the world size appended")
     parser.add_argument("--reference", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    if args.world > 1:
-        dist.init_process_group("gloo", init_method=f"file://{args.init}", rank=args.rank, world_size=args.world)
+    for world in (int(w) for w in args.worlds.split(",")):
+        if args.rank >= world:
+            continue
+        if world > 1:
+            dist.init_process_group("gloo", init_method=f"file://{args.init}{world}", rank=args.rank,
+                                    world_size=world)
+        results = run(args)
+        if args.rank == 0:
+            torch.save(results, args.out.replace("WORLD", str(world)))
+        if world > 1:
+            dist.barrier()  # no process tears gloo down while another still uses it
+            dist.destroy_process_group()
+
+
+def run(args: argparse.Namespace) -> dict:
     results = {}
     for solver in args.solvers.split(","):
         checkpoint = None if args.checkpoint is None else args.checkpoint.replace("SOLVER", solver)
@@ -110,11 +125,7 @@ def main() -> None:
         results[solver] = train(solver, args.epochs, checkpoint)
         if args.reference:
             results[f"{solver}/reference"] = train(solver, args.epochs, None)
-    if args.rank == 0:
-        torch.save(results, args.out)
-    if args.world > 1:
-        dist.barrier()  # no process tears gloo down while another still uses it
-        dist.destroy_process_group()
+    return results
 
 
 if __name__ == "__main__":
