@@ -298,6 +298,7 @@ def fit(
         BCFW: ``tol`` (default 0: run all epochs), ``averaging`` (default True), ``line_search``
         (default True), ``batch_size`` of the gap computation (default 256). Cutting planes:
         ``variant`` ("one_slack", default, or "n_slack"), ``tol`` (absolute, default 1e-3),
+        ``rtol`` (both solvers: also stop once the gap is at most rtol times the primal; default 0),
         ``inactive`` (iterations a plane may stay unused before it is dropped, default 10),
         ``batch_size`` of the oracle calls (default 256; n_slack: 32 for chain potentials, 1 for
         structures), ``margin`` (n_slack: the violation a plane needs to enter, default ``tol``).

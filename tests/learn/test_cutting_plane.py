@@ -491,3 +491,17 @@ def test_per_sequence_planes_from_one_batched_backward(sparse):
     rows = [vector.grad_retained(values[i]) for i in range(len(values))]
     assert jac.shape == (5, vector.d) and torch.allclose(jac, torch.stack(rows))
     assert (jac != 0).any()
+
+
+@pytest.mark.parametrize("solver", ["cutting_plane", "bcfw"])
+def test_relative_tolerance_stops_at_its_gap(solver):
+    data = tiny(n=6)
+    options = {"tol": 0.0, "rtol": 0.05}
+    history = st.train.fit(st.LinearChainPotentials(2, 2), data, st.StructuredHingeLoss(), epochs=500, C=1.0,
+                           solver=solver, solver_options=options, progress=False)
+    assert history.converged
+    gaps = [g / o for g, o in zip(history["gap"], history["objective"], strict=True)]
+    assert gaps[-1] <= 0.05 and all(g > 0.05 for g in gaps[:-1])
+    with pytest.raises(ValueError, match="rtol"):
+        st.train.fit(st.LinearChainPotentials(2, 2), data, st.StructuredHingeLoss(), epochs=1, C=1.0,
+                     solver=solver, solver_options={"rtol": -1.0}, progress=False)

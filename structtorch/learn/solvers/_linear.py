@@ -227,6 +227,7 @@ class GapSolver:
 
     step: Callable[[], dict[str, float]]
     tol: float
+    rtol: float = 0.0
     state: Any
 
     def __init__(self, name: str, model: nn.Module, options: FitOptions, why: str, *,
@@ -252,7 +253,7 @@ class GapSolver:
         return record
 
     def converged(self, record: Mapping[str, float]) -> bool:
-        return record["gap"] <= self.tol
+        return record["gap"] <= max(self.tol, self.rtol * abs(record["objective"]))
 
     def state_dict(self) -> dict[str, Any]:
         """The algorithm's state (``self.state.state_dict()``) and the time."""

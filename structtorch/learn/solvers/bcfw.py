@@ -96,6 +96,8 @@ class BCFW:
         Seeds the order of the blocks (a fresh random permutation every pass).
     tol : float
         Duality-gap tolerance read by :meth:`BCFWSolver.converged` (0: run all epochs).
+    rtol : float
+        Relative tolerance: also stop once the gap is at most ``rtol`` times the primal.
     averaging : bool
         Report the weighted average w_bar(k+1) = k/(k+2) w_bar(k) + 2/(k+2) w(k+1) (Algorithm 4).
     line_search : bool
@@ -105,12 +107,14 @@ class BCFW:
     """
 
     def __init__(self, model: nn.Module, data: SequenceData, loss: StructuredHingeLoss | None, lam: float, *,
-                 seed: int = 0, tol: float = 0.0, averaging: bool = True, line_search: bool = True,
+                 seed: int = 0, tol: float = 0.0, rtol: float = 0.0, averaging: bool = True,
+                 line_search: bool = True,
                  batch_size: int = 256) -> None:
         self.loss = _hinge(loss)
         if lam <= 0:
             raise ValueError("solver='bcfw' needs a regularizer: C > 0 or l2 > 0")
         self.tol = check_number("tol", tol, low=0.0)
+        self.rtol = check_number("rtol", rtol, low=0.0)
         self.batch_size = check_int("batch_size", batch_size, 1)
         self.model, self.data, self.lam = model, data, float(lam)
         self.averaging, self.line_search = bool(averaging), bool(line_search)
@@ -255,4 +259,4 @@ class BCFWSolver(GapSolver):
         super().__init__("bcfw", model, options, "it computes its own steps")
         self.state = BCFW(model, data, loss, options.lam, seed=options.seed, **dict(options.solver_options))
         self.task = Task(model, self.state.loss)
-        self.step, self.tol = self.state.run_pass, self.state.tol
+        self.step, self.tol, self.rtol = self.state.run_pass, self.state.tol, self.state.rtol

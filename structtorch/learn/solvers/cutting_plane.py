@@ -80,6 +80,8 @@ class CuttingPlane:
     variant : {"one_slack", "n_slack"}
     tol : float
         Stop when primal - dual <= tol (absolute, in the scaled objective).
+    rtol : float
+        Also stop when primal - dual <= rtol * primal (relative; default 0: off).
     inactive : int
         Iterations a plane may stay unused (alpha = 0) before it leaves the working set.
     batch_size : int, optional
@@ -92,7 +94,7 @@ class CuttingPlane:
     """
 
     def __init__(self, model: nn.Module, data: SequenceData, loss: StructuredHingeLoss, lam: float, *,
-                 variant: str = "one_slack", tol: float = 1e-3, inactive: int = 10,
+                 variant: str = "one_slack", tol: float = 1e-3, rtol: float = 0.0, inactive: int = 10,
                  batch_size: int | None = None,
                  margin: float | None = None, seed: int = 0, group: Group | None = None) -> None:
         if variant not in VARIANTS:
@@ -102,6 +104,7 @@ class CuttingPlane:
         self.task = Task(model, _hinge(loss))
         self.data, self.lam, self.variant, self.group = data, float(lam), variant, group or Group()
         self.tol = check_number("tol", tol, low=0.0)
+        self.rtol = check_number("rtol", rtol, low=0.0)
         self.inactive = check_int("inactive", inactive, 1)
         batch_size = self._batch_size(variant) if batch_size is None else batch_size
         self.batch_size = check_int("batch_size", batch_size, 1)
@@ -258,4 +261,4 @@ class CuttingPlaneSolver(GapSolver):
         self.state = CuttingPlane(model, data, loss, options.lam, seed=options.seed,
                                   group=Group(options.rank, options.world), **dict(options.solver_options))
         self.task = self.state.task
-        self.step, self.tol = self.state.iterate, self.state.tol
+        self.step, self.tol, self.rtol = self.state.iterate, self.state.tol, self.state.rtol
