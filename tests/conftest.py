@@ -87,7 +87,8 @@ LONGEST_FIRST = (
     "test_kernels_compile_for_a_gpu",  # 2-3 minutes with a cold Triton cache, as in CI
     "test_readme_tour_runs", "test_semisupervised_example_runs", "test_bauer_examples_run",
     "test_transformer_ner_example_runs", "test_lp_examples_run", "test_gpu_benchmark_script_runs_in_smoke_mode",
-    "test_chunking_example_end_to_end",
+    "test_chunking_example_end_to_end", "test_killed_and_resumed_equals_uninterrupted",
+    "test_cutting_planes_on_2_and_3_processes_equal_one",
 )
 """Tests of half a minute or more (single processes of an example or a compiler): collected first,
 so that pytest-xdist starts them while the other worker takes the many short ones, instead of
