@@ -220,7 +220,7 @@ def test_training_step_replays_in_a_cuda_graph(loss_name):
     sync with validation off, so it is captured in a CUDA graph; replays equal eager steps."""
     with st.set_validation(False):
         eager_step, eager_params = _training_step(loss_name)
-        eager = [float(eager_step()) for _ in range(4)]
+        eager = [float(eager_step().detach()) for _ in range(4)]
         graph_step, graph_params = _training_step(loss_name)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
