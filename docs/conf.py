@@ -1,4 +1,5 @@
-"""Sphinx configuration of the API reference (``make docs``; CI builds it with warnings as errors)."""
+"""Sphinx configuration of the site: the user guide (``docs/guide/*.md``, Markdown through
+myst-parser) and the API reference (``make docs``; CI builds it with warnings as errors)."""
 
 import structtorch
 
@@ -6,7 +7,10 @@ project = "structtorch"
 author = "structtorch developers"
 copyright = "2026, structtorch developers"
 release = structtorch.__version__
-extensions = ["sphinx.ext.autodoc", "sphinx.ext.autosummary", "sphinx.ext.napoleon", "sphinx.ext.viewcode"]
+extensions = ["sphinx.ext.autodoc", "sphinx.ext.autosummary", "sphinx.ext.napoleon", "sphinx.ext.viewcode",
+              "myst_parser"]
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+myst_heading_anchors = 3  # the guide's links to its own sections (#the-training-loop-...)
 napoleon_google_docstring = False
 napoleon_numpy_docstring = True
 napoleon_use_rtype = False
