@@ -15,6 +15,7 @@ from training_job import train
 
 import structtorch as st
 from structtorch.data import make_tagging_data
+from structtorch.learn.checkpoint import read_checkpoint
 
 JOB = Path(__file__).with_name("training_job.py")
 VARIANTS = "one_slack,n_slack"
@@ -22,9 +23,11 @@ VARIANTS = "one_slack,n_slack"
 
 @pytest.mark.skipif(sys.platform == "win32", reason="gloo file store")
 def test_cutting_planes_on_2_and_3_processes_equal_one(tmp_path):
-    """Three processes train in a group of 3, then two of them in a group of 2; one process here."""
+    """Three processes train in a group of 3, then two of them in a group of 2 (with checkpoints,
+    which rank 0 writes); one process here."""
     procs = [subprocess.Popen([sys.executable, str(JOB), VARIANTS, "--out", str(tmp_path / "worldWORLD.pt"),
-                               "--worlds", "3,2", "--rank", str(rank), "--init", str(tmp_path / "init")],
+                               "--worlds", "3,2", "--rank", str(rank), "--init", str(tmp_path / "init"),
+                               "--checkpoint", str(tmp_path / "WORLD-SOLVER.pt")],  # rank 0 writes them
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env={**os.environ, "OMP_NUM_THREADS": "1"}) for rank in range(3)]
     with torch.random.fork_rng():
@@ -34,6 +37,8 @@ def test_cutting_planes_on_2_and_3_processes_equal_one(tmp_path):
         assert p.returncode == 0, err
     for world in (2, 3):
         many = torch.load(tmp_path / f"world{world}.pt")
+        for variant in VARIANTS.split(","):  # the checkpoint holds the whole run
+            assert len(read_checkpoint(tmp_path / f"{world}-{variant}.pt")["history"]["epochs"]) == 7
         for variant in VARIANTS.split(","):
             weights, records, best, _ = many[variant]
             ref_weights, ref_records, ref_best, _ = one[variant]

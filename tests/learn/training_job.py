@@ -108,7 +108,7 @@ def main() -> None:
         if world > 1:
             dist.init_process_group("gloo", init_method=f"file://{args.init}{world}", rank=args.rank,
                                     world_size=world)
-        results = run(args)
+        results = run(args, world)
         if args.rank == 0:
             torch.save(results, args.out.replace("WORLD", str(world)))
         if world > 1:
@@ -116,10 +116,11 @@ def main() -> None:
             dist.destroy_process_group()
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace, world: int = 1) -> dict:
     results = {}
     for solver in args.solvers.split(","):
-        checkpoint = None if args.checkpoint is None else args.checkpoint.replace("SOLVER", solver)
+        checkpoint = (None if args.checkpoint is None
+                      else args.checkpoint.replace("SOLVER", solver).replace("WORLD", str(world)))
         if args.kill_at:
             results[f"{solver}/killed after"] = killed(solver, args.epochs, checkpoint, args.kill_at)
         results[solver] = train(solver, args.epochs, checkpoint)
