@@ -29,6 +29,14 @@ LengthsLike = Tensor | Sequence[int] | None
 FLOAT_DTYPES = (torch.float32, torch.float64)
 
 
+def check_bool(name: str, value: object) -> bool:
+    """``value`` when it is a bool; a TypeError otherwise (``bool("False")`` is True: a string or a
+    number is refused, never cast)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool (True or False), got {value!r}")
+    return value
+
+
 def check_int(name: str, value: object, minimum: int | None = None) -> int:
     """``value`` as an int (bool refused), at least ``minimum`` when given."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):

@@ -40,7 +40,9 @@ _LOCAL = threading.local()  # depth: calls nested inside one that already chose
 def set_adaptive_threads(enabled: bool) -> None:
     """Let structtorch calls use fewer threads while other processes keep CPUs busy (the
     default), or always ``torch.get_num_threads()`` (``enabled=False``)."""
-    _STATE["on"] = bool(enabled)
+    if not isinstance(enabled, bool):  # "0" would be True: refused, as set_validation does
+        raise TypeError(f"enabled must be a bool (True or False), got {enabled!r}")
+    _STATE["on"] = enabled
 
 
 def _own_running() -> int:

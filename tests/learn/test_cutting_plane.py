@@ -3,6 +3,7 @@ QP over every labeling (cvxpy), the certificate, and the errors."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import cvxpy as cp
@@ -505,3 +506,16 @@ def test_relative_tolerance_stops_at_its_gap(solver):
     with pytest.raises(ValueError, match="rtol"):
         st.train.fit(st.LinearChainPotentials(2, 2), data, st.StructuredHingeLoss(), epochs=1, C=1.0,
                      solver=solver, solver_options={"rtol": -1.0}, progress=False)
+
+
+def test_options_that_do_not_apply_or_are_not_bools_are_refused():
+    data = tiny(n=4)
+    fit = functools.partial(st.train.fit, st.LinearChainPotentials(2, 2), data, st.StructuredHingeLoss(),
+                            epochs=1, C=1.0, progress=False)
+    with pytest.raises(ValueError, match="margin is an option of variant='n_slack'"):
+        fit(solver="cutting_plane", solver_options={"variant": "one_slack", "margin": 0.1})
+    for option in ("averaging", "line_search"):
+        with pytest.raises(TypeError, match=f"{option} must be a bool"):
+            fit(solver="bcfw", solver_options={option: "False"})
+    with pytest.raises(TypeError, match="enabled must be a bool"):
+        st.set_adaptive_threads("0")

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..._checks import check_int, check_number
+from ..._checks import check_bool, check_int, check_number
 from ...chain import path_score
 from ...lossaug import loss_augmented
 from ...losses import StructuredHingeLoss
@@ -117,7 +117,8 @@ class BCFW:
         self.rtol = check_number("rtol", rtol, low=0.0)
         self.batch_size = check_int("batch_size", batch_size, 1)
         self.model, self.data, self.lam = model, data, float(lam)
-        self.averaging, self.line_search = bool(averaging), bool(line_search)
+        self.averaging = check_bool("averaging", averaging)
+        self.line_search = check_bool("line_search", line_search)
         self.vector = ParameterVector(list(model.parameters()))
         self.params = self.vector.params
         check_linear(model, data.x[: min(len(data), 4)], seed)

@@ -111,6 +111,9 @@ class CuttingPlane:
         self.inactive = check_int("inactive", inactive, 1)
         batch_size = self._batch_size(variant) if batch_size is None else batch_size
         self.batch_size = check_int("batch_size", batch_size, 1)
+        if margin is not None and variant == "one_slack":
+            raise ValueError("margin is an option of variant='n_slack' (the violation a sequence's plane "
+                             "needs to enter); one_slack adds its one plane per iteration always")
         self.margin = self.tol if margin is None else check_number("margin", margin, low=0.0)
         self.vector = ParameterVector(self.task.parameters)
         first = data.batch(torch.arange(min(len(data), 4)))
