@@ -15,12 +15,14 @@ states by word index, then a chain over the (B, W) words with ``lengths`` = word
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-from .._checks import _fmt, on_host, validation_enabled
+from .._checks import _fmt, check_int, on_host, validation_enabled
 from ..chain.masking import compaction
 
 __all__ = ["word_mask", "tokens_to_words", "words_to_tokens"]
@@ -82,6 +84,16 @@ def _as_tensor(word_ids: WordIds, length: int | None, device) -> Tensor:
     return out.to(device) if device is not None else out
 
 
+def _check_fill(fill: object, x: Tensor) -> None:
+    """``fill`` a real number (or bool), whole where ``x`` holds integers (it would be truncated)."""
+    if not isinstance(fill, numbers.Real):
+        raise TypeError(f"fill must be a number, got {type(fill).__name__}")
+    integers = not (x.is_floating_point() or x.dtype == torch.bool)
+    if integers and not (math.isfinite(fill) and float(fill).is_integer()):
+        raise ValueError(f"fill = {fill} would be truncated in the {x.dtype} values; pass a whole number "
+                         "or floating-point values")
+
+
 def tokens_to_words(x: Tensor, mask: Tensor, *, fill: float | int = -1,
                     num_words: int | None = None) -> Tensor:
     """Per-sub-token values (B, T, ...) at the mask's positions, moved to the words (B, W, ...).
@@ -100,6 +112,9 @@ def tokens_to_words(x: Tensor, mask: Tensor, *, fill: float | int = -1,
     """
     if not isinstance(x, Tensor) or x.dim() < 2:
         raise TypeError("x must be a tensor of shape (B, T, ...)")
+    _check_fill(fill, x)
+    if num_words is not None:
+        check_int("num_words", num_words, 0)
     moved = compaction(mask, x.shape[0], x.shape[1], x.device)
     if num_words is None:
         num_words = int(moved.lengths.max()) if len(moved.lengths) else 0
@@ -117,6 +132,7 @@ def words_to_tokens(words: Tensor, mask: Tensor, *, fill: float | int = -100) ->
     """
     if not isinstance(words, Tensor) or words.dim() < 2:
         raise TypeError("words must be a tensor of shape (B, W, ...)")
+    _check_fill(fill, words)
     B, W = words.shape[:2]
     T = mask.shape[-1] if isinstance(mask, Tensor) and mask.dim() else 0
     moved = compaction(mask, B, T, words.device)

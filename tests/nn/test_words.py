@@ -69,3 +69,19 @@ def test_words_round_trip_and_the_crf_over_words(rows):
     path = crf.decode(emissions, mask)[1]
     assert torch.equal(st.tokens_to_words(path, mask, num_words=words.shape[1]),
                        crf.decode(first, lengths=counts)[1])
+
+
+def test_num_words_and_fill_are_checked():
+    mask = torch.tensor([[0, 1, 0, 1, 1]], dtype=torch.bool)
+    tags = torch.tensor([[0, 1, 2, 3, 4]])
+    with pytest.raises(ValueError, match="num_words must be an int >= 0"):
+        st.tokens_to_words(tags, mask, num_words=-1)
+    with pytest.raises(TypeError, match="num_words must be an int"):
+        st.tokens_to_words(tags, mask, num_words=2.0)
+    with pytest.raises(ValueError, match="fill = 0.5 would be truncated"):
+        st.tokens_to_words(tags, mask, fill=0.5)
+    with pytest.raises(ValueError, match="fill = 0.5 would be truncated"):
+        st.words_to_tokens(tags[:, :3], mask, fill=0.5)
+    assert st.tokens_to_words(tags, mask, num_words=3).tolist() == [[1, 3, 4]]
+    scores = st.tokens_to_words(tags.double(), mask, fill=float("-inf"), num_words=4)
+    assert scores.tolist() == [[1.0, 3.0, 4.0, float("-inf")]]
