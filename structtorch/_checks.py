@@ -92,8 +92,7 @@ class set_validation:  # noqa: N801 - used like a function, as torch's context m
     """
 
     def __init__(self, enabled: bool) -> None:
-        if not isinstance(enabled, bool):
-            raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
+        check_bool("enabled", enabled)
         self._previous = _VALIDATION["on"]
         _VALIDATION["on"] = enabled
 

@@ -28,6 +28,8 @@ from collections.abc import Callable
 
 import torch
 
+from ._checks import check_bool
+
 __all__ = ["call_threads", "free_cpus", "set_adaptive_threads"]
 
 INTERVAL = 0.05
@@ -40,9 +42,7 @@ _LOCAL = threading.local()  # depth: calls nested inside one that already chose
 def set_adaptive_threads(enabled: bool) -> None:
     """Let structtorch calls use fewer threads while other processes keep CPUs busy (the
     default), or always ``torch.get_num_threads()`` (``enabled=False``)."""
-    if not isinstance(enabled, bool):  # "0" would be True: refused, as set_validation does
-        raise TypeError(f"enabled must be a bool (True or False), got {enabled!r}")
-    _STATE["on"] = enabled
+    _STATE["on"] = check_bool("enabled", enabled)  # "0" would be True: refused, never cast
 
 
 def _own_running() -> int:

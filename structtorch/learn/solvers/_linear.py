@@ -221,13 +221,12 @@ class GapSolver:
     checks of ``fit``'s options, one ``step()`` per epoch timed cumulatively into the record's
     ``time``, and convergence once the record's duality ``gap`` is at most ``tol``.
 
-    Subclasses set ``step`` (a callable returning the epoch's record), ``task``, ``tol`` and
-    ``state`` (the algorithm, with ``state_dict()`` and ``load_state_dict()`` for checkpoints).
+    Subclasses set ``step`` (a callable returning the epoch's record), ``task`` and ``state`` (the
+    algorithm: its ``tol`` and ``rtol``, and ``state_dict()`` and ``load_state_dict()`` for
+    checkpoints).
     """
 
     step: Callable[[], dict[str, float]]
-    tol: float
-    rtol: float = 0.0
     state: Any
 
     def __init__(self, name: str, model: nn.Module, options: FitOptions, why: str, *,
@@ -253,7 +252,7 @@ class GapSolver:
         return record
 
     def converged(self, record: Mapping[str, float]) -> bool:
-        return record["gap"] <= max(self.tol, self.rtol * abs(record["objective"]))
+        return record["gap"] <= max(self.state.tol, self.state.rtol * abs(record["objective"]))
 
     def state_dict(self) -> dict[str, Any]:
         """The algorithm's state (``self.state.state_dict()``) and the time."""

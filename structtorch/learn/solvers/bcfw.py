@@ -260,4 +260,4 @@ class BCFWSolver(GapSolver):
         super().__init__("bcfw", model, options, "it computes its own steps")
         self.state = BCFW(model, data, loss, options.lam, seed=options.seed, **dict(options.solver_options))
         self.task = Task(model, self.state.loss)
-        self.step, self.tol, self.rtol = self.state.run_pass, self.state.tol, self.state.rtol
+        self.step = self.state.run_pass

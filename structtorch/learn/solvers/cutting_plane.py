@@ -140,9 +140,12 @@ class CuttingPlane:
         return 1 if structure else 32
 
     def _planes(self, idx: Tensor) -> tuple[Tensor, Tensor]:
-        """At the loaded w, the hinges' sum over ``data[idx]`` and its gradient (d,), float64."""
-        whole = len(idx) == len(self.data)  # all of it, in order (a share is contiguous): no copy
-        batch = self.data if whole else self.data.batch(idx)
+        """At the loaded w, the hinges' sum over ``data[idx]`` (a contiguous range, possibly empty)
+        and its gradient (d,), float64."""
+        start = int(idx[0]) if len(idx) else 0
+        # the range's rows as views (all of them: the data itself), not a copy of the data
+        whole = len(idx) == len(self.data)
+        batch = self.data if whole else self.data.batch(slice(start, start + len(idx)))
         with torch.enable_grad():
             total = self.task.batch_loss(batch) * len(idx)
             grad = self.vector.grad(total)
@@ -272,4 +275,4 @@ class CuttingPlaneSolver(GapSolver):
         self.state = CuttingPlane(model, data, loss, options.lam, seed=options.seed,
                                   group=Group(options.rank, options.world), **dict(options.solver_options))
         self.task = self.state.task
-        self.step, self.tol, self.rtol = self.state.iterate, self.state.tol, self.state.rtol
+        self.step = self.state.iterate
