@@ -136,6 +136,10 @@ class SparseFeaturePotentials(nn.Module):
         and fixed values, the compiled bag sums (:class:`_BagSum`); elsewhere ``nn.EmbeddingBag``."""
         self._check_ids("ids", ids)
         B, T, K = ids.shape
+        if K == 0:  # no slots: every bag is empty (nn.EmbeddingBag refuses (R, 0) input)
+            none = ids.new_empty(0, dtype=torch.long)
+            return self.emission(none, ids.new_zeros(B * T, dtype=torch.long),
+                                 per_sample_weights=None if values is None else values.reshape(0))
         flat = ids.reshape(B * T, K)
         learned_values = values is not None and values.requires_grad
         compiled = backend_for(self.emission.weight) == "compiled"
@@ -194,6 +198,8 @@ class SparseFeaturePotentials(nn.Module):
             if not isinstance(offsets, Tensor) or offsets.dim() != 1 or offsets.numel() != B * T:
                 got = tuple(offsets.shape) if isinstance(offsets, Tensor) else type(offsets).__name__
                 raise ValueError(f"offsets must have shape (B * T,) = ({B * T},), got {got}")
+            if offsets.dtype not in (torch.int64, torch.int32):
+                raise TypeError(f"offsets must be an int64 (or int32) tensor of positions in ids, got {offsets.dtype}")
             self._check_ids("ids", ids)
             if offsets.numel():
                 if int(offsets[0]) != 0 or bool((offsets.diff() < 0).any()) or int(offsets[-1]) > ids.numel():

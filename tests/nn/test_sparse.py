@@ -121,3 +121,30 @@ def test_the_torch_backend_keeps_embedding_bag(monkeypatch):
     with st.use_backend("torch"):
         model(torch.randint(-1, 6, (2, 3, 4)))[0].sum().backward()
     assert model.emission.weight.grad.shape == (6, 2)
+
+
+@pytest.mark.parametrize("sparse_grad", [False, True])
+@pytest.mark.parametrize("backend", ["compiled", "torch"])
+def test_no_feature_slots_give_the_bias(sparse_grad, backend):
+    """Issue 41: ids of shape (B, T, 0) with sparse_grad=True raised "step must be nonzero"
+    (nn.EmbeddingBag refuses (R, 0) input); every position's bag is empty, so the scores are the
+    bias, as with sparse_grad=False."""
+    model = st.SparseFeaturePotentials(5, 3, sparse_grad=sparse_grad)
+    torch.nn.init.normal_(model.bias)
+    ids = torch.zeros(2, 4, 0, dtype=torch.long)
+    with st.use_backend(backend):
+        unary = model(ids)[0]
+        torch.testing.assert_close(unary, model.bias.expand(2, 4, 3))
+        values = torch.zeros(2, 4, 0, requires_grad=True)
+        model(ids, values=values)[0].sum().backward()
+    assert model.bias.grad is not None
+
+
+def test_offsets_must_be_integers():
+    """Issue 41: float offsets ran truncated ([0.0, 1.9, 2.5] as [0, 1, 2])."""
+    model = st.SparseFeaturePotentials(5, 2)
+    ids = torch.tensor([1, 2, 3])
+    with pytest.raises(TypeError, match="offsets must be an int64"):
+        model(ids, torch.tensor([0.0, 1.9, 2.5]), shape=(1, 3))
+    for dtype in (torch.int64, torch.int32):
+        assert model(ids, torch.tensor([0, 1, 2], dtype=dtype), shape=(1, 3))[0].shape == (1, 3, 2)
