@@ -19,6 +19,7 @@ import math
 import numbers
 from collections.abc import Sequence
 
+import numpy
 import torch
 from torch import Tensor
 
@@ -38,10 +39,11 @@ def word_mask(word_ids: WordIds, *, length: int | None = None,
     ----------
     word_ids : list of B lists, or Tensor (B, T) integer
         Per row, each sub-token's word index: a tokenizer's ``encoding.word_ids()`` (None for
-        special tokens and padding), or a tensor with a negative value there. A token starts a
-        word when its index differs from the previous token's.
+        special tokens and padding; the indices may be Python or numpy ints, and a negative one
+        is an error), or a tensor (or numpy integer array) with a negative value there. A token
+        starts a word when its index differs from the previous token's.
     length : int, optional
-        T (default: the longest row); shorter rows are padded with False.
+        T, a non-negative int (default: the longest row); shorter rows are padded with False.
     device : optional
         Where the mask goes (default: the tensor's device, else CPU).
 
@@ -60,6 +62,10 @@ def word_mask(word_ids: WordIds, *, length: int | None = None,
 
 
 def _as_tensor(word_ids: WordIds, length: int | None, device) -> Tensor:
+    if length is not None:
+        check_int("length", length, 0)
+    if _is_integer_array(word_ids):
+        word_ids = torch.as_tensor(word_ids)
     if isinstance(word_ids, Tensor):
         if word_ids.dim() != 2 or word_ids.is_floating_point() or word_ids.dtype == torch.bool:
             raise TypeError(f"word_ids must be an integer tensor of shape (B, T) (or lists of word ids), got "
@@ -74,14 +80,25 @@ def _as_tensor(word_ids: WordIds, length: int | None, device) -> Tensor:
     rows = [list(row) for row in word_ids]
     T = max((len(r) for r in rows), default=0) if length is None else length
     out = torch.full((len(rows), T), -1, dtype=torch.long)
+    check = validation_enabled()
     for b, row in enumerate(rows):
         if len(row) > T:
             raise ValueError(f"word_ids row {b} has {len(row)} tokens, more than length = {T}")
-        values = [-1 if w is None else w for w in row]
-        if any(not isinstance(w, int) or isinstance(w, bool) or w < -1 for w in values):
-            raise TypeError(f"word_ids row {b} must hold non-negative ints or None, got {row}")
+        for t, w in enumerate(row):
+            if w is not None and (isinstance(w, (bool, numpy.bool_)) or not isinstance(w, numbers.Integral)):
+                raise TypeError(f"word_ids row {b} must hold non-negative ints or None (special tokens), "
+                                f"got {type(w).__name__} {w!r} at position {t}")
+            if check and w is not None and w < 0:
+                raise ValueError(f"word_ids row {b} must hold non-negative ints or None (special tokens), "
+                                 f"got {w} at position {t}")
+        values = [-1 if w is None else int(w) for w in row]
         out[b, :len(values)] = torch.tensor(values, dtype=torch.long)
     return out.to(device) if device is not None else out
+
+
+def _is_integer_array(x: object) -> bool:
+    """A numpy integer array, taken as a tensor (negative values then mark special tokens)."""
+    return isinstance(x, numpy.ndarray) and x.dtype.kind in "iu"
 
 
 def _check_fill(fill: object, x: Tensor) -> None:

@@ -85,3 +85,26 @@ def test_num_words_and_fill_are_checked():
     assert st.tokens_to_words(tags, mask, num_words=3).tolist() == [[1, 3, 4]]
     scores = st.tokens_to_words(tags.double(), mask, fill=float("-inf"), num_words=4)
     assert scores.tolist() == [[1.0, 3.0, 4.0, float("-inf")]]
+
+
+def test_word_mask_refuses_negative_ids_and_takes_numpy_ints():
+    """Issue 41: a negative id in a list was taken as a special token (None) while the error for
+    other bad rows said "non-negative"; rows of numpy ints were refused as if they were not ints;
+    a bad length gave torch's own errors."""
+    import numpy as np
+
+    with pytest.raises(ValueError, match=r"word_ids row 1 must hold non-negative ints or None.*-1 at position 1"):
+        st.word_mask([[None, 0], [None, -1, 0, None]])
+    want = st.word_mask([[None, 0, 0, 1, None]])
+    assert torch.equal(st.word_mask([[None, np.int64(0), np.int32(0), np.uint8(1), None]]), want)
+    assert torch.equal(st.word_mask([[None, *np.array([0, 0, 1]), None]]), want)
+    assert torch.equal(st.word_mask(np.array([[-1, 0, 0, 1, -1]])), want)
+    with pytest.raises(TypeError, match="word_ids row 0 must hold non-negative ints or None"):
+        st.word_mask([[None, np.bool_(True)]])
+    for ids in ([[0, 1]], torch.tensor([[0, 1]])):
+        with pytest.raises(ValueError, match="length must be an int >= 0"):
+            st.word_mask(ids, length=-1)
+        with pytest.raises(TypeError, match="length must be an int"):
+            st.word_mask(ids, length=2.0)
+    with st.set_validation(False):  # a value check: off with the others
+        assert torch.equal(st.word_mask([[None, -1, 0]]), torch.tensor([[False, False, True]]))
