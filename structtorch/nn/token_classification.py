@@ -48,7 +48,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
     raise ImportError("structtorch.nn.token_classification needs the transformers package: "
                       "pip install 'structtorch[hf]' (or pip install transformers)") from error
 
-from .._checks import check_labels
+from .._checks import check_labels, on_host, plain, require, validation_enabled
 from .._numerics import reduce_batch
 from .crf import REDUCTIONS, Constraints, LinearChainCRF
 from .words import tokens_to_words
@@ -74,12 +74,27 @@ class DataCollatorWithWordMask(DataCollatorForTokenClassification):
     """``transformers.DataCollatorForTokenClassification`` that also pads each example's
     ``word_mask`` (a list or tensor of T bools, e.g. ``st.word_mask([encoding.word_ids()])[0]``)
     with False, on the tokenizer's padding side, so that the word mask (and with it partial labels
-    and word-level prediction) goes through ``Trainer`` batches."""
+    and word-level prediction) goes through ``Trainer`` batches.
+
+    A ``word_mask`` must have one entry per token of its example's ``input_ids`` (padded on the
+    padding side, a mask of another length would land on the wrong tokens), and either every
+    example of a batch carries one or none does (there is no default word mask: a mask over every
+    token is the wrong chain for sub-word tokens); both are ValueErrors naming the examples."""
 
     def torch_call(self, features: list[dict]) -> dict:
-        if not features or "word_mask" not in features[0]:
+        carried = [i for i, f in enumerate(features) if "word_mask" in f]
+        if not carried:
             return super().torch_call(features)
+        if len(carried) < len(features):
+            missing = [i for i in range(len(features)) if i not in carried]
+            raise ValueError(f"word_mask is given for examples {_listed(carried)} but not for "
+                             f"{_listed(missing)}: give every example of a batch a word_mask, or none")
         masks = [torch.as_tensor(f["word_mask"]).bool().flatten() for f in features]
+        for i, (f, mask) in enumerate(zip(features, masks, strict=True)):
+            tokens = f.get("input_ids")
+            if tokens is not None and len(mask) != len(tokens):
+                raise ValueError(f"word_mask of example {i} has {len(mask)} entries but its input_ids has "
+                                 f"{len(tokens)} tokens: one entry per token")
         batch = super().torch_call([{k: v for k, v in f.items() if k != "word_mask"} for f in features])
         T = batch["input_ids"].shape[1]
         padded = torch.zeros(len(masks), T, dtype=torch.bool)
@@ -93,6 +108,12 @@ class DataCollatorWithWordMask(DataCollatorForTokenClassification):
                 padded[i, :len(mask)] = mask
         batch["word_mask"] = padded
         return batch
+
+
+def _listed(indices: list[int], most: int = 5) -> str:
+    """``[0, 2, 5]``, or its first ``most`` and how many more."""
+    shown = ", ".join(map(str, indices[:most]))
+    return f"[{shown}]" if len(indices) <= most else f"[{shown}, ... ({len(indices) - most} more)]"
 
 
 class CRFForTokenClassification(nn.Module):
@@ -188,7 +209,10 @@ class CRFForTokenClassification(nn.Module):
             A tag per word position; ``ignore_index`` elsewhere, and, inside an explicit
             ``word_mask``, at unlabeled words. Or the set of allowed tags per position (needs
             ``word_mask``). Partial targets are trained on the total probability of the
-            labelings consistent with them (see :class:`structtorch.LinearChainCRF`).
+            labelings consistent with them (see :class:`structtorch.LinearChainCRF`). A labeled
+            position (inside ``word_mask``, or any label other than ``ignore_index`` without it)
+            where ``attention_mask`` is 0 is an error (a value check, see
+            :class:`structtorch.set_validation`): the loss would drop it.
         word_mask : Tensor (B, T) bool, optional
             The positions the chain runs over, in order (:func:`structtorch.word_mask`). Default:
             ``labels != ignore_index`` when integer labels are given, else ``attention_mask`` (every
@@ -229,7 +253,11 @@ class CRFForTokenClassification(nn.Module):
         else:
             mask = torch.ones(B, T, dtype=torch.bool, device=logits.device)
         if attention_mask is not None:
-            mask = mask & _position_mask("attention_mask", attention_mask, (B, T)).to(logits.device)
+            attended = _position_mask("attention_mask", attention_mask, (B, T)).to(logits.device)
+            if labels is not None and validation_enabled():
+                labeled = mask if labels.dtype == torch.bool else mask & (labels.to(mask.device) != self.ignore_index)
+                _check_attended(labeled & ~attended, self.ignore_index)
+            mask = mask & attended
         return mask
 
     def loss(self, logits: Tensor, labels: Tensor, mask: Tensor) -> Tensor:
@@ -325,6 +353,21 @@ def _position_mask(name: str, mask: object, shape: tuple[int, int]) -> Tensor:
         raise ValueError(f"{name} must be a bool or integer tensor of shape (B, T) = {shape}, "
                          f"got {described}")
     return mask.bool()
+
+
+def _check_attended(dropped: Tensor, ignore_index: int) -> None:
+    """A value check: no labeled position (B, T) has ``attention_mask`` 0 (its label would be
+    dropped without a word: a wrong attention mask trains on nothing). On the host a ValueError
+    listing the positions; elsewhere an asynchronous device assertion (no host sync)."""
+    if not on_host(dropped):
+        require(~dropped, "labels are given at positions where attention_mask is 0")
+        return
+    dropped = plain(dropped)
+    if bool(dropped.any()):
+        where = [tuple(p) for p in dropped.nonzero().tolist()]
+        raise ValueError(f"labels are given at {len(where)} (row, position) pairs where attention_mask is 0, "
+                         f"which the loss would drop: {_listed(where)}; give those positions the label "
+                         f"ignore_index = {ignore_index} (or leave them out of word_mask), or fix attention_mask")
 
 
 def _allowed(labels: Tensor, known: Tensor, N: int) -> Tensor:

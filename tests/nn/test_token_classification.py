@@ -272,3 +272,47 @@ def test_softmax_head_keeps_the_logits_precision_and_an_empty_batch():
     assert out.loss.dtype == torch.float64
     empty = model(input_ids=batch()["input_ids"][:0], labels=LABELS[:0]).loss
     assert empty.item() == 0.0  # the mean over no sequences: 0, not NaN
+
+
+def test_labels_where_attention_mask_is_zero_are_an_error():
+    """Issue 41: labels only at positions whose attention_mask is 0 gave a loss of exactly 0, no
+    word: a wrong attention mask trained on nothing. The error lists the dropped positions."""
+    model = CRFForTokenClassification(bert(), N, dropout=0.0).eval()
+    labels = torch.full((2, 7), -100)
+    labels[0, 6], labels[1, 5] = 1, 0  # both beyond the attended tokens
+    with pytest.raises(ValueError, match=r"labels are given at 2 \(row, position\) pairs where attention_mask is 0"
+                                         r".*\[\(0, 6\), \(1, 5\)\].*ignore_index = -100"):
+        model(**batch(labels=labels))
+    word_mask = torch.zeros(2, 7, dtype=torch.bool)
+    word_mask[0, 6] = True
+    with pytest.raises(ValueError, match=r"\[\(0, 6\)\]"):  # inside word_mask
+        model(**batch(labels=labels, word_mask=word_mask))
+    sets = torch.ones(2, 7, N, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"\[\(0, 6\)\]"):  # label sets: every word_mask position is labeled
+        model(**batch(labels=sets, word_mask=word_mask))
+    word_mask[0, 6] = False  # labels outside word_mask are not read
+    assert model(**batch(labels=labels, word_mask=word_mask)).loss.item() == 0.0
+    with st.set_validation(False):  # a value check: off with the others
+        assert model(**batch(labels=labels)).loss.item() == 0.0
+    assert torch.isfinite(model(**batch(labels=LABELS)).loss)  # padding labeled -100: fine
+
+
+def test_the_collator_refuses_word_masks_of_the_wrong_length_or_missing():
+    """Issue 41: a word_mask shorter than its example's input_ids was padded (on the left, the mask
+    then marked [SEP] as a word); some examples without word_mask gave a bare KeyError (or, when
+    the first had none, the others' masks were dropped)."""
+    tokenizer = _tokenizer()
+    rows = []
+    for words in (["the", "cat"], ["a", "dog", "sat"]):
+        enc = tokenizer(words, is_split_into_words=True)
+        rows.append({"input_ids": enc["input_ids"], "word_mask": st.word_mask([enc.word_ids()])[0].tolist()})
+    collate = DataCollatorWithWordMask(tokenizer)
+    assert collate(rows)["word_mask"].shape == (2, 5)
+    short = [rows[0], {**rows[1], "word_mask": rows[1]["word_mask"][:-1]}]
+    with pytest.raises(ValueError, match="word_mask of example 1 has 4 entries but its input_ids has 5 tokens"):
+        collate(short)
+    for missing in (0, 1):
+        some = [r if i != missing else {k: v for k, v in r.items() if k != "word_mask"} for i, r in enumerate(rows)]
+        with pytest.raises(ValueError, match=rf"word_mask is given for examples \[{1 - missing}\] but not for "
+                                             rf"\[{missing}\]"):
+            collate(some)
