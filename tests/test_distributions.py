@@ -422,8 +422,8 @@ def test_semimarkov_crf_nll_and_training():
     lengths = torch.tensor([6] * (B - 2) + [3, 0])
     content = (torch.nn.functional.one_hot(labels, N).double() - 0.5) + 0.8 * torch.randn(B, T, N, dtype=torch.float64)
     content.requires_grad_()
-    nll = crf(content, labels, starts, lengths)
-    torch.testing.assert_close(crf.log_likelihood(content, labels, starts, lengths), -nll)
+    nll = crf(content, labels, starts, lengths=lengths)
+    torch.testing.assert_close(crf.log_likelihood(content, labels, starts, lengths=lengths), -nll)
     assert nll.shape == (B,) and nll[-1] == 0
     # the NLL is logZ - score by enumeration
     p = {"content": content.detach().numpy(), "trans": crf.transitions.detach().numpy(),
@@ -439,14 +439,14 @@ def test_semimarkov_crf_nll_and_training():
     opt = torch.optim.Adam(crf.parameters(), lr=0.1)
     first = None
     for _ in range(30):
-        loss = crf(content.detach(), labels, starts, lengths).mean()
+        loss = crf(content.detach(), labels, starts, lengths=lengths, reduction="mean")
         first = loss.item() if first is None else first
         opt.zero_grad()
         loss.backward()
         opt.step()
     assert loss.item() < 0.7 * first
     assert (crf.length_scores[2] > crf.length_scores[0]).all()
-    score, got_labels, got_starts = crf.decode(content.detach(), lengths)
+    score, got_labels, got_starts = crf.decode(content.detach(), lengths=lengths)
     assert score.shape == (B,) and got_labels.shape == (B, T)
     dist = crf.distribution(content.detach(), lengths)
     torch.testing.assert_close(dist.max, score)
@@ -463,6 +463,54 @@ def test_semimarkov_crf_float32_default():
     assert nll.dtype == torch.float32 and (nll > 0).all()
     nll.sum().backward()
     assert crf.transitions.grad is not None and crf.length_scores.grad.shape == (4, 3)
+
+
+def test_semimarkov_crf_takes_mask_reduction_and_keyword_lengths_as_the_chain_crf():
+    """Issue 41: forward(content, labels, starts, lengths) took lengths positionally and had no
+    mask or reduction, unlike LinearChainCRF(emissions, tags, mask, *, lengths, reduction); a mask
+    gave "lengths must be an integer tensor". The positional lengths still work, deprecated."""
+    import warnings
+
+    g = torch.Generator().manual_seed(0)
+    crf = SemiMarkovCRF(3, 2).double()
+    B, T = 3, 5
+    content = torch.randn(B, T, 3, generator=g, dtype=torch.float64)
+    lengths = torch.tensor([5, 3, 0])
+    labels = torch.tensor([[0, 0, 1, 2, 2], [1, 2, 2, 0, 0], [0] * 5])
+    starts = torch.tensor([[1, 0, 1, 1, 0], [1, 1, 0, 0, 0], [0] * 5], dtype=torch.bool)
+    ref = crf(content, labels, starts, lengths=lengths)
+    mask = torch.arange(T) < lengths[:, None]
+    torch.testing.assert_close(crf(content, labels, starts, mask), ref)
+    # left padding: the same sequences moved right, read at the mask's positions
+    shift = T - lengths
+    idx = (torch.arange(T) - shift[:, None]) % T
+    left = lambda x: x.gather(1, idx.view(B, T, *[1] * (x.dim() - 2)).expand_as(x))  # noqa: E731
+    torch.testing.assert_close(crf(left(content), left(labels), left(starts), left(mask)), ref)
+    torch.testing.assert_close(crf.log_likelihood(content, labels, starts, mask=mask, reduction="sum"), -ref.sum())
+    torch.testing.assert_close(crf(content, labels, starts, mask, reduction="mean"), ref.mean())
+    torch.testing.assert_close(crf(content, labels, starts, lengths=lengths, reduction="token_mean"), ref.sum() / 8)
+    score, got_labels, got_starts = crf.decode(content, lengths=lengths)
+    score_l, labels_l, starts_l = crf.decode(left(content), left(mask))
+    torch.testing.assert_close(score_l, score)
+    assert torch.equal(labels_l, torch.where(left(mask), left(got_labels), -1))
+    assert torch.equal(starts_l, left(got_starts) & left(mask))
+    for old, want in ((lambda: crf(content, labels, starts, lengths), ref),
+                      (lambda: crf(content, labels, starts, [5, 3, 0]), ref),
+                      (lambda: -crf.log_likelihood(content, labels, starts, lengths), ref),
+                      (lambda: crf.decode(content, lengths)[0], score)):
+        with pytest.warns(DeprecationWarning, match="pass lengths=lengths"):
+            torch.testing.assert_close(old(), want)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        crf(content, labels, starts, mask, reduction="sum")
+    with pytest.raises(TypeError, match="lengths twice"):
+        crf(content, labels, starts, lengths, lengths=lengths)
+    with pytest.raises(ValueError, match="give mask or lengths, not both"):
+        crf(content, labels, starts, mask, lengths=lengths)
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        crf(content, labels, starts, mask, reduction="avg")
+    with pytest.raises(TypeError, match=r"mask must be a bool \(or uint8\) tensor"):
+        crf(content, labels, starts, mask.long())
 
 
 # ------------------------------------------------------------------------------------------------

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
+
 import torch
 from torch import Tensor, nn
 
 from .._checks import LengthsLike, check_int, check_number
+from ..chain.masking import Compaction, compaction
 from ..distributions import SemiMarkovDistribution
 from ..semimarkov.segments import semimarkov_viterbi
+from .crf import REDUCTIONS, _reduce
 
 __all__ = ["SemiMarkovCRF"]
 
@@ -74,37 +80,116 @@ class SemiMarkovCRF(nn.Module):
                                       length_scores=self.length_scores, start=self.start, end=self.end,
                                       lengths=lengths)
 
-    def forward(self, content: Tensor, labels: Tensor, starts: Tensor, lengths: LengthsLike = None) -> Tensor:
-        """Negative log-likelihood -log p(labels, starts | content) per sequence.
+    def forward(self, content: Tensor, labels: Tensor, starts: Tensor, mask: Tensor | None = None, *,
+                lengths: LengthsLike = None, reduction: str = "none") -> Tensor:
+        """Negative log-likelihood -log p(labels, starts | content): a loss (>= 0).
+
+        The arguments are those of :meth:`structtorch.LinearChainCRF.forward` (``mask`` or
+        keyword ``lengths``, ``reduction``), with the segmentation given as ``labels`` and
+        ``starts``. The former call ``forward(content, labels, starts, lengths)`` (lengths as the
+        fourth positional argument) still works, with a ``DeprecationWarning``: pass
+        ``lengths=lengths``.
 
         Parameters
         ----------
         content : Tensor (B, T, N)
         labels : Tensor (B, T) integer
-            In [0, N) within each length, constant inside each segment.
+            In [0, N) within each sequence, constant inside each segment (anything outside).
         starts : Tensor (B, T) bool
-            True where a segment begins (position 0 always begins one); segments are at most
-            ``max_len`` long.
+            True where a segment begins (each sequence's first position always begins one);
+            segments are at most ``max_len`` long.
+        mask : Tensor (B, T) bool (or uint8), optional
+            True on each sequence's positions, any pattern: the segmentation runs over them in
+            order (padding on either side, or interleaved; an all-False row is an empty
+            sequence). ``labels`` and ``starts`` are read at these positions.
         lengths : Tensor (B,), optional
+            Instead of ``mask``: left-aligned sequences of these lengths. Neither: all T.
+        reduction : {"none", "sum", "mean", "token_mean"}
+            Per sequence (B,), summed, averaged over sequences, or summed and divided by the
+            number of positions.
 
         Returns
         -------
-        Tensor (B,)
-            logZ - score(labels, starts), taken in float64 on CPU and cast once to the content's dtype
-            (promoted with the parameters' as under autocast); +inf for a segmentation that uses a
-            -inf content score.
+        Tensor (B,) or scalar
+            logZ - score(labels, starts), taken in float64 on CPU and cast once to the content's
+            dtype (promoted with the parameters' as under autocast); +inf for a segmentation that
+            uses a -inf content score.
         """
-        return -self.log_likelihood(content, labels, starts, lengths)
+        mask, lengths = _deprecated_lengths("forward", mask, lengths)
+        return -self._log_likelihood(content, labels, starts, mask, lengths, reduction)
 
-    def log_likelihood(self, content: Tensor, labels: Tensor, starts: Tensor,
-                       lengths: LengthsLike = None) -> Tensor:
-        """log p(labels, starts | content), (B,): the negative of :meth:`forward`; arguments as there."""
-        return self.distribution(content, lengths).log_prob((labels, starts))
+    def log_likelihood(self, content: Tensor, labels: Tensor, starts: Tensor, mask: Tensor | None = None, *,
+                       lengths: LengthsLike = None, reduction: str = "none") -> Tensor:
+        """log p(labels, starts | content) (<= 0): minus :meth:`forward`, arguments as there (the
+        fourth positional argument as ``lengths`` is deprecated likewise)."""
+        mask, lengths = _deprecated_lengths("log_likelihood", mask, lengths)
+        return self._log_likelihood(content, labels, starts, mask, lengths, reduction)
 
-    def decode(self, content: Tensor, lengths: LengthsLike = None) -> tuple[Tensor, Tensor, Tensor]:
-        """Best segmentation: ``(score (B,), labels (B, T), starts (B, T))`` as returned by
-        :func:`structtorch.semimarkov_viterbi`."""
+    def _log_likelihood(self, content: Tensor, labels: Tensor, starts: Tensor, mask: Tensor | None,
+                        lengths: LengthsLike, reduction: str) -> Tensor:
+        if reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+        moved = self._moved(content, mask, lengths)
+        if moved is not None:
+            content, lengths = moved.take(content), moved.lengths
+            labels, starts = moved.take_positions(labels), moved.take_positions(starts)
+        dist = self.distribution(content, lengths)
+        return _reduce(dist.log_prob((labels, starts)), reduction, lambda: dist.lengths.sum())
+
+    def _moved(self, content: object, mask: Tensor | None, lengths: LengthsLike) -> Compaction | None:
+        """The :class:`structtorch.chain.masking.Compaction` of ``mask`` (checked), or None."""
+        if mask is None:
+            return None
+        if lengths is not None:
+            raise ValueError("give mask or lengths, not both")
         self._check(content)
-        return semimarkov_viterbi(content, self.transitions, max_len=self.max_len,
-                                  length_scores=self.length_scores, start=self.start, end=self.end,
-                                  lengths=lengths)
+        if not isinstance(content, Tensor) or content.dim() != 3:
+            got = tuple(content.shape) if isinstance(content, Tensor) else type(content).__name__
+            raise ValueError(f"content must have shape (B, T, num_labels) = (B, T, {self.num_labels}), "
+                             f"got {got}")
+        return compaction(mask, content.shape[0], content.shape[1], content.device)
+
+    def decode(self, content: Tensor, mask: Tensor | None = None, *,
+               lengths: LengthsLike = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Best segmentation: ``(score (B,), labels (B, T), starts (B, T))`` as returned by
+        :func:`structtorch.semimarkov_viterbi` (labels -1 and starts False outside each
+        sequence), over ``mask``'s positions (results at those positions) or the first
+        ``lengths`` of each row, as :meth:`forward`. ``decode(content, lengths)`` (lengths
+        positional) is deprecated: pass ``lengths=lengths``."""
+        mask, lengths = _deprecated_lengths("decode", mask, lengths)
+        moved = self._moved(content, mask, lengths)
+        if moved is not None:
+            content, lengths = moved.take(content), moved.lengths
+        self._check(content)
+        score, labels, starts = semimarkov_viterbi(content, self.transitions, max_len=self.max_len,
+                                                   length_scores=self.length_scores, start=self.start,
+                                                   end=self.end, lengths=lengths)
+        if moved is not None:
+            labels, starts = moved.put(labels, -1), moved.put(starts, False)
+        return score, labels, starts
+
+
+def _deprecated_lengths(method: str, mask: object, lengths: LengthsLike) -> tuple[Tensor | None, LengthsLike]:
+    """``(mask, lengths)``, with lengths given where the mask goes (the former positional form: a
+    (B,) tensor or a list of ints) moved to ``lengths`` after a ``DeprecationWarning``."""
+    if not (isinstance(mask, (list, tuple)) or (isinstance(mask, Tensor) and mask.dim() == 1)):
+        return mask, lengths
+    if lengths is not None:
+        raise TypeError(f"SemiMarkovCRF.{method} got lengths twice: as its mask argument and as lengths=")
+    if not torch.compiler.is_compiling():  # dynamo cannot trace warnings.warn
+        warnings.warn(f"SemiMarkovCRF.{method} with lengths as a positional argument is deprecated (that "
+                      "place is the mask's, as in LinearChainCRF); pass lengths=lengths", DeprecationWarning,
+                      stacklevel=_caller_level())
+    return None, mask
+
+
+_LIBRARIES = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, sys.modules["structtorch"]))
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside torch and structtorch (the user's call, through
+    ``nn.Module.__call__`` or not), so that the warning points at it and shows by default."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARIES):
+        frame, level = frame.f_back, level + 1
+    return level

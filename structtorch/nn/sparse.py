@@ -199,7 +199,8 @@ class SparseFeaturePotentials(nn.Module):
                 got = tuple(offsets.shape) if isinstance(offsets, Tensor) else type(offsets).__name__
                 raise ValueError(f"offsets must have shape (B * T,) = ({B * T},), got {got}")
             if offsets.dtype not in (torch.int64, torch.int32):
-                raise TypeError(f"offsets must be an int64 (or int32) tensor of positions in ids, got {offsets.dtype}")
+                raise TypeError("offsets must be an int64 (or int32) tensor of positions in ids, got "
+                                f"{offsets.dtype}")
             self._check_ids("ids", ids)
             if offsets.numel():
                 if int(offsets[0]) != 0 or bool((offsets.diff() < 0).any()) or int(offsets[-1]) > ids.numel():

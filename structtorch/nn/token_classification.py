@@ -255,7 +255,8 @@ class CRFForTokenClassification(nn.Module):
         if attention_mask is not None:
             attended = _position_mask("attention_mask", attention_mask, (B, T)).to(logits.device)
             if labels is not None and validation_enabled():
-                labeled = mask if labels.dtype == torch.bool else mask & (labels.to(mask.device) != self.ignore_index)
+                labeled = mask if labels.dtype == torch.bool else (
+                    mask & (labels.to(mask.device) != self.ignore_index))
                 _check_attended(labeled & ~attended, self.ignore_index)
             mask = mask & attended
         return mask
@@ -365,9 +366,10 @@ def _check_attended(dropped: Tensor, ignore_index: int) -> None:
     dropped = plain(dropped)
     if bool(dropped.any()):
         where = [tuple(p) for p in dropped.nonzero().tolist()]
-        raise ValueError(f"labels are given at {len(where)} (row, position) pairs where attention_mask is 0, "
-                         f"which the loss would drop: {_listed(where)}; give those positions the label "
-                         f"ignore_index = {ignore_index} (or leave them out of word_mask), or fix attention_mask")
+        raise ValueError(f"labels are given at {len(where)} (row, position) pairs where attention_mask is "
+                         f"0, which the loss would drop: {_listed(where)}; give those positions the label "
+                         f"ignore_index = {ignore_index} (or leave them out of word_mask), or fix "
+                         "attention_mask")
 
 
 def _allowed(labels: Tensor, known: Tensor, N: int) -> Tensor:
