@@ -135,10 +135,34 @@ class LinearChainCRF(nn.Module):
         self._constrained = not all(bool(b.all()) for b in masks)
 
     @classmethod
-    def from_pytorch_crf(cls, crf: nn.Module, **kwargs) -> LinearChainCRF:
+    def from_pytorch_crf(cls, crf: nn.Module, *, batch_first: bool | None = None, **kwargs) -> LinearChainCRF:
         """A LinearChainCRF with the scores of a ``torchcrf.CRF`` (same conventions: ``transitions[i,
-        j]`` scores i followed by j; ``start_transitions``/``end_transitions`` become start/end)."""
-        module = cls(crf.num_tags, batch_first=crf.batch_first, **kwargs)
+        j]`` scores i followed by j; ``start_transitions``/``end_transitions`` become start/end).
+
+        Parameters
+        ----------
+        crf : torchcrf.CRF
+            Or any object with ``num_tags``, ``batch_first``, ``transitions`` (N, N),
+            ``start_transitions`` and ``end_transitions`` (N,).
+        batch_first : bool, optional
+            The layout of the new module's inputs; None (default) takes ``crf.batch_first``.
+        **kwargs
+            The other arguments of the constructor (``constraints``, ``init_scale``,
+            ``ignore_index``).
+
+        Returns
+        -------
+        LinearChainCRF
+            On the device of ``crf.transitions``.
+        """
+        missing = [a for a in ("num_tags", "batch_first", "transitions", "start_transitions", "end_transitions")
+                   if not hasattr(crf, a)]
+        if missing:
+            raise TypeError(f"crf must be a torchcrf.CRF (num_tags, batch_first, transitions, start_transitions, "
+                            f"end_transitions), got {type(crf).__name__} without {', '.join(missing)}")
+        if batch_first is None:
+            batch_first = crf.batch_first
+        module = cls(crf.num_tags, batch_first=batch_first, **kwargs)
         with torch.no_grad():
             module.transitions.copy_(crf.transitions)
             module.start.copy_(crf.start_transitions)

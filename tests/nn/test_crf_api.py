@@ -312,3 +312,33 @@ def test_constraints_follow_a_loaded_state_dict():
     plain.load_state_dict(constrained.state_dict())
     assert "constrained" in repr(plain)
     assert plain.decode(emissions)[1][0, 0] != 2
+
+
+class _PeerCRF(torch.nn.Module):
+    """A stand-in for ``torchcrf.CRF`` (its attributes), so that the test runs without pytorch-crf."""
+
+    def __init__(self, num_tags: int, batch_first: bool = False) -> None:
+        super().__init__()
+        self.num_tags, self.batch_first = num_tags, batch_first
+        self.transitions = torch.nn.Parameter(torch.randn(num_tags, num_tags))
+        self.start_transitions = torch.nn.Parameter(torch.randn(num_tags))
+        self.end_transitions = torch.nn.Parameter(torch.randn(num_tags))
+
+
+def test_from_pytorch_crf_takes_a_batch_first_override():
+    """Issue 41: from_pytorch_crf(crf, batch_first=...) raised "got multiple values for keyword
+    argument 'batch_first'"; an explicit batch_first now overrides the peer's."""
+    peer = _PeerCRF(4)  # time-first
+    assert st.LinearChainCRF.from_pytorch_crf(peer).batch_first is False
+    ours = st.LinearChainCRF.from_pytorch_crf(peer, batch_first=True, init_scale=0.5)
+    assert ours.batch_first is True and ours.init_scale == 0.5
+    assert torch.equal(ours.transitions, peer.transitions) and torch.equal(ours.end, peer.end_transitions)
+    emissions, tags = torch.randn(2, 5, 4), torch.randint(0, 4, (2, 5))
+    time_first = st.LinearChainCRF.from_pytorch_crf(peer)
+    torch.testing.assert_close(ours(emissions, tags), time_first(emissions.transpose(0, 1), tags.t()))
+    with pytest.raises(TypeError, match="batch_first must be a bool"):
+        st.LinearChainCRF.from_pytorch_crf(peer, batch_first="yes")
+    half = _PeerCRF(2)
+    del half.start_transitions
+    with pytest.raises(TypeError, match="crf must be a torchcrf.CRF.*without start_transitions"):
+        st.LinearChainCRF.from_pytorch_crf(half)
