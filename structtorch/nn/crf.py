@@ -155,11 +155,11 @@ class LinearChainCRF(nn.Module):
         LinearChainCRF
             On the device of ``crf.transitions``.
         """
-        missing = [a for a in ("num_tags", "batch_first", "transitions", "start_transitions", "end_transitions")
-                   if not hasattr(crf, a)]
+        needed = ("num_tags", "batch_first", "transitions", "start_transitions", "end_transitions")
+        missing = [a for a in needed if not hasattr(crf, a)]
         if missing:
-            raise TypeError(f"crf must be a torchcrf.CRF (num_tags, batch_first, transitions, start_transitions, "
-                            f"end_transitions), got {type(crf).__name__} without {', '.join(missing)}")
+            raise TypeError(f"crf must be a torchcrf.CRF ({', '.join(needed)}), got {type(crf).__name__} "
+                            f"without {', '.join(missing)}")
         if batch_first is None:
             batch_first = crf.batch_first
         module = cls(crf.num_tags, batch_first=batch_first, **kwargs)
