@@ -444,11 +444,20 @@ def check_labels(labels: object, mask: Tensor, N: int, name: str = "labels") -> 
             require(~bad.any(), f"{name} must lie in [0, N) = [0, {N}) within each length")
         elif bool(plain(bad).any()):
             b, t = (int(i) for i in plain(bad).nonzero()[0].tolist()[-2:])
+            value = int(plain(labels)[..., b, t].flatten()[0])
             raise ValueError(
                 f"{name} must lie in [0, N) = [0, {N}) within each length; {name}[{b}, {t}] = "
-                f"{int(plain(labels)[..., b, t].flatten()[0])}"
+                f"{value}{_ignore_hint(value)}"
             )
     return torch.where(mask, labels.long(), torch.zeros((), dtype=torch.long, device=labels.device))
+
+
+def _ignore_hint(value: int) -> str:
+    """For a negative label (-100 is Hugging Face's ignore index): how to mark unlabeled positions."""
+    if value >= 0:
+        return ""
+    return (f"; if {value} marks unlabeled positions (partial labels), pass ignore_index={value} (taken by "
+            "LinearChainCRF, loss_augmented, structured_hinge and train.chain_nll)")
 
 
 def check_label_values(labels: Tensor, lengths: Tensor, N: int, name: str = "labels") -> None:

@@ -81,3 +81,18 @@ def test_devices_must_match():
     meta = torch.zeros(4, 4, device="meta")
     with pytest.raises(ValueError, match="transitions is on meta but unary is on cpu"):
         st.viterbi(U, meta)
+
+
+def test_minus_100_tags_without_ignore_index_say_how_to_pass_it():
+    """Issue 41: -100 tags without ignore_index got a good error that did not say ignore_index=-100."""
+    tags = torch.tensor([[0, -100, 1, 2]])
+    hint = r"tags\[0, 1\] = -100; if -100 marks unlabeled positions \(partial labels\), pass ignore_index=-100"
+    with pytest.raises(ValueError, match=hint):
+        st.LinearChainCRF(3)(torch.randn(1, 4, 3), tags)
+    with pytest.raises(ValueError, match=hint.replace("tags", "target")):
+        st.loss_augmented(torch.randn(1, 4, 3), torch.randn(3, 3), tags)
+    with pytest.raises(ValueError, match=r"tags\[0, 1\] = -100; .* pass ignore_index=-100"):  # another ignore_index
+        st.LinearChainCRF(3, ignore_index=-1)(torch.randn(1, 4, 3), tags)
+    with pytest.raises(ValueError, match=r"tags\[0, 1\] = 3\)?$"):  # too large: no hint
+        st.LinearChainCRF(3)(torch.randn(1, 4, 3), tags.abs().clamp(max=3))
+    assert torch.isfinite(st.LinearChainCRF(3, ignore_index=-100)(torch.randn(1, 4, 3), tags)).all()
