@@ -8,6 +8,7 @@ scores, so that training and decoding see valid sequences only.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -45,6 +46,10 @@ def allowed_transitions(scheme: str, labels: Sequence[str]) -> tuple[Tensor, Ten
     labels : sequence of N str
         The tag of each label index, e.g. ``["O", "B-NP", "I-NP"]``.
 
+    A tag that no valid sequence contains (``"I-Y"`` without ``"B-Y"`` under BIO, ``"B-X"``
+    without ``"E-X"`` under BIOES) gets a ``UserWarning`` naming it: it can never be trained on
+    or predicted.
+
     Returns
     -------
     allowed : Tensor (N, N) bool
@@ -70,4 +75,20 @@ def allowed_transitions(scheme: str, labels: Sequence[str]) -> tuple[Tensor, Ten
     outside = ("O", "")
     start = torch.tensor([_may_follow(outside, t, scheme) for t in tags], dtype=torch.bool)
     end = torch.tensor([_may_follow(t, outside, scheme) for t in tags], dtype=torch.bool)
+    unused = ~(_closure(start, allowed) & _closure(end, allowed.t()))
+    if bool(unused.any()):
+        names = ", ".join(repr(labels[i]) for i in unused.nonzero().flatten().tolist())
+        warnings.warn(f"allowed_transitions: under {scheme} no valid sequence of these labels contains "
+                      f"{names} (e.g. an I-X without its B-X, or a B-X without its E-X): such a tag can "
+                      "never be trained on or predicted", UserWarning, stacklevel=2)
     return allowed, start, end
+
+
+def _closure(first: Tensor, step: Tensor) -> Tensor:
+    """The tags reachable from ``first`` (N,) bool through ``step`` (N, N) bool, ``first`` included."""
+    reached = first.clone()
+    while True:
+        grown = reached | (reached.unsqueeze(1) & step).any(0)
+        if torch.equal(grown, reached):
+            return reached
+        reached = grown

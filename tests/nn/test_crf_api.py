@@ -342,3 +342,19 @@ def test_from_pytorch_crf_takes_a_batch_first_override():
     del half.start_transitions
     with pytest.raises(TypeError, match="crf must be a torchcrf.CRF.*without start_transitions"):
         st.LinearChainCRF.from_pytorch_crf(half)
+
+
+def test_allowed_transitions_warns_of_unreachable_tags():
+    """Issue 41: allowed_transitions("BIO", ["O", "B-X", "I-Y"]) made I-Y unreachable without a word."""
+    import warnings
+
+    with pytest.warns(UserWarning, match=r"under BIO no valid sequence of these labels contains 'I-Y'"):
+        allowed, start, end = allowed_transitions("BIO", ["O", "B-X", "I-Y"])
+    assert not start[2] and not allowed[:2, 2].any()  # only I-Y itself may precede I-Y
+    with pytest.warns(UserWarning, match=r"under BIOES .* contains 'B-X', 'I-X' \("):  # no E-X: B-X never ends
+        allowed_transitions("BIOES", ["O", "B-X", "I-X", "S-X"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for scheme, labels in (("BIO", ["O", "B-X", "I-X", "B-Y", "I-Y"]), ("IOB1", ["O", "I-X", "B-X"]),
+                               ("BIOES", ["O", "B-X", "I-X", "E-X", "S-X"]), ("BIO", ["B-X", "I-X"])):
+            allowed_transitions(scheme, labels)
