@@ -15,7 +15,10 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import os
+import sys
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 
 import torch
@@ -342,6 +345,38 @@ def _may_hold_bad_values(x: Tensor, posinf: bool) -> bool:
 
 def _bad_values(x: Tensor, posinf: bool) -> Tensor:
     return torch.isnan(x) if posinf else torch.isnan(x) | torch.isposinf(x)
+
+
+def warn_infinite_loss(per_row: Tensor, reduced: Tensor, what: str) -> Tensor:
+    """``reduced`` (a reduction of ``per_row`` (B,)), after a ``RuntimeWarning`` naming the rows
+    whose loss is +inf when it is +inf (no labeling that the constraints allow is consistent with
+    those rows' targets): a reduced loss of +inf trains on nothing. A value check: only while value
+    checks are on (:class:`set_validation`) and on CPU tensors, where it reads one number (no device
+    sync); elsewhere nothing runs."""
+    if (not _VALIDATION["on"] or reduced.dim() or not on_host(reduced)
+            or float(plain(reduced.detach())) != math.inf):
+        return reduced
+    rows = plain(per_row.detach())
+    bad = torch.isposinf(rows).nonzero().flatten().tolist()
+    listed = ", ".join(map(str, bad[:10])) + (f", ... ({len(bad) - 10} more)" if len(bad) > 10 else "")
+    warnings.warn(f"{what} is +inf for rows [{listed}] of {rows.numel()}: no labeling that the constraints "
+                  "(or -inf scores) allow is consistent with their targets, so the reduced loss is +inf and "
+                  "those rows give no gradient (e.g. partial labels without a word mask under BIO; see the "
+                  "pitfalls page of the guide)", RuntimeWarning, stacklevel=caller_stacklevel())
+    return reduced
+
+
+_LIBRARIES = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, sys.modules[__package__]))
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` (for ``warnings.warn`` called by the caller of this function) of the
+    first frame outside torch and structtorch: the user's call, through ``nn.Module.__call__``
+    or not, so that a warning points at it (and a DeprecationWarning shows by default)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARIES):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def check_finite(name: str, x: Tensor, hint: str = "") -> None:

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from torch import Tensor, nn
 
-from ._checks import LengthsLike
+from ._checks import LengthsLike, warn_infinite_loss
 from ._numerics import reduce_batch
 from ._precision import mixed_precision
 from .chain.linear import chain_loss
@@ -256,12 +256,15 @@ def chain_nll(unary: Tensor, transitions: Tensor, labels: Tensor, *, start: Tens
     Returns
     -------
     Tensor
-        Scalar (mean over the batch, 0 for an empty one, or sum), or (B,) for "none".
+        Scalar (mean over the batch, 0 for an empty one, or sum), or (B,) for "none". +inf for a
+        row whose target no allowed labeling matches (-inf potentials); a reduced loss of +inf
+        comes with a ``RuntimeWarning`` naming those rows, as :meth:`structtorch.LinearChainCRF.forward`'s
+        (CPU tensors, value checks on).
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-    return reduce_batch(_chain_nll(unary, transitions, labels, start, end, lengths, mask, ignore_index),
-                        reduction)
+    nll = _chain_nll(unary, transitions, labels, start, end, lengths, mask, ignore_index)
+    return warn_infinite_loss(nll, reduce_batch(nll, reduction), "the negative log-likelihood")
 
 
 @mixed_precision

@@ -23,6 +23,7 @@ from .._checks import (
     _fmt,
     check_lengths,
     one_assertion,
+    warn_infinite_loss,
 )
 from .._numerics import NEG_INF, reduce_batch
 from .._precision import mixed_precision
@@ -262,7 +263,11 @@ class LinearChainCRF(nn.Module):
             float16/bfloat16, as under autocast). On CPU logZ - score is taken in float64, so a small
             NLL keeps its digits when both terms are large. A sequence that breaks the constraints
             has probability 0: NLL +inf; so has any sequence of a row where the constraints forbid
-            every labeling (with a zero gradient, never NaN).
+            every labeling (with a zero gradient, never NaN). A reduced loss ("sum", "mean",
+            "token_mean") that is +inf comes with a ``RuntimeWarning`` naming those rows (it would
+            train on nothing); a value check, so only while :class:`structtorch.set_validation` is
+            on and on CPU tensors (on a GPU reading the loss would cost a device sync: check
+            ``reduction="none"`` yourself there).
         """
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
@@ -391,11 +396,16 @@ def _tokens(emissions: Tensor, mask: Tensor | None, lengths: Tensor | None) -> T
 
 def _reduce(nll: Tensor, reduction: str, tokens) -> Tensor:
     """Per-sequence losses reduced; ``tokens()`` (a tensor or an int) counts the tokens for
-    "token_mean"."""
+    "token_mean". A reduction over +inf rows warns naming them (:func:`warn_infinite_loss`)."""
+    if reduction == "none":
+        return nll
     if reduction != "token_mean":
-        return reduce_batch(nll, reduction)
-    count = tokens()
-    return nll.sum() / (count.clamp(min=1).to(nll.dtype) if isinstance(count, Tensor) else max(count, 1))
+        reduced = reduce_batch(nll, reduction)
+    else:
+        count = tokens()
+        count = count.clamp(min=1).to(nll.dtype) if isinstance(count, Tensor) else max(count, 1)
+        reduced = nll.sum() / count
+    return warn_infinite_loss(nll, reduced, "the negative log-likelihood")
 
 
 def _check_constraints(constraints: Constraints, N: int) -> tuple[Tensor, Tensor, Tensor]:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import sys
 import warnings
 
 import torch
 from torch import Tensor, nn
 
-from .._checks import LengthsLike, check_int, check_number
+from .._checks import LengthsLike, caller_stacklevel, check_int, check_number
 from ..chain.masking import Compaction, compaction
 from ..distributions import SemiMarkovDistribution
 from ..semimarkov.segments import semimarkov_viterbi
@@ -179,17 +177,6 @@ def _deprecated_lengths(method: str, mask: object, lengths: LengthsLike) -> tupl
     if not torch.compiler.is_compiling():  # dynamo cannot trace warnings.warn
         warnings.warn(f"SemiMarkovCRF.{method} with lengths as a positional argument is deprecated (that "
                       "place is the mask's, as in LinearChainCRF); pass lengths=lengths", DeprecationWarning,
-                      stacklevel=_caller_level())
+                      stacklevel=caller_stacklevel())
     return None, mask
 
-
-_LIBRARIES = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, sys.modules["structtorch"]))
-
-
-def _caller_level() -> int:
-    """The ``stacklevel`` of the first frame outside torch and structtorch (the user's call, through
-    ``nn.Module.__call__`` or not), so that the warning points at it and shows by default."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARIES):
-        frame, level = frame.f_back, level + 1
-    return level

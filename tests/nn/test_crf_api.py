@@ -232,6 +232,7 @@ def test_entropy_samples_and_edge_marginals_follow_the_mask():
         assert valid([["O", "B-A", "I-A"][i] for i in row if i >= 0], "BIO")
 
 
+@pytest.mark.filterwarnings("ignore:the negative log-likelihood is \\+inf:RuntimeWarning")  # tested below
 @given(T=hs.integers(1, 4), seed=hs.integers(0, 10**6), reduction=hs.sampled_from(["none", "sum", "mean"]))
 def test_rows_where_the_constraints_forbid_every_labeling_have_nll_inf_not_nan(T, seed, reduction):
     """Issue 21 item 1. BIOES without O or S tags: a chunk needs two tags, so rows of length 1
@@ -358,3 +359,25 @@ def test_allowed_transitions_warns_of_unreachable_tags():
         for scheme, labels in (("BIO", ["O", "B-X", "I-X", "B-Y", "I-Y"]), ("IOB1", ["O", "I-X", "B-X"]),
                                ("BIOES", ["O", "B-X", "I-X", "E-X", "S-X"]), ("BIO", ["B-X", "I-X"])):
             allowed_transitions(scheme, labels)
+
+
+def test_an_infinite_reduced_loss_warns_naming_the_rows():
+    """Issue 41: a reduced loss of +inf (rows infeasible under the constraints) trained silently."""
+    import warnings
+
+    tags = ["O", "B-NP", "I-NP"]
+    crf = st.LinearChainCRF(3, constraints=allowed_transitions("BIO", tags))
+    emissions = torch.randn(3, 4, 3)
+    gold = torch.tensor([[1, 2, 0, 0], [0, 2, 2, 0], [2, 0, 1, 2]])  # rows 1 and 2 are not BIO
+    for reduction in ("mean", "sum", "token_mean"):
+        with pytest.warns(RuntimeWarning, match=r"negative log-likelihood is \+inf for rows \[1, 2\] of 3"):
+            assert crf(emissions, gold, reduction=reduction).item() == float("inf")
+    trans, start, end = crf.scores()
+    with pytest.warns(RuntimeWarning, match=r"\+inf for rows \[1, 2\] of 3"):
+        st.train.chain_nll(emissions, trans, gold, start=start, end=end)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.isinf(crf(emissions, gold)).tolist() == [False, True, True]  # per row: visible
+        assert torch.isfinite(crf(emissions[:1], gold[:1], reduction="mean"))
+        with st.set_validation(False):  # a value check: off with the others
+            crf(emissions, gold, reduction="mean")
