@@ -19,7 +19,12 @@ copies of the kernel's arguments).
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+import contextlib
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,13 +99,44 @@ def _is_leaf(event: Any) -> bool:
     return not any(_works(c) for c in event.cpu_children if not _uncounted(c.name))
 
 
+_PROFILER_LOG = re.compile(r"^[A-Z]+:\d{4}-\d\d-\d\d [^\]]*\.cpp:\d+\] .*\n?", re.M)
+"""A line of the profiler's (Kineto's) own log: ``ERROR:2026-12-04 16:23:06 24181:24181
+DeviceProperties.cpp:56] gpuGetDeviceCount failed with code 35`` on a CUDA build without a GPU."""
+
+
+@contextlib.contextmanager
+def _profiler_log_dropped() -> Iterator[None]:
+    """Within it, what is written to the process's stderr (file descriptor 2, where the profiler's
+    C++ log goes) is held back; at its end the profiler's log lines are dropped and anything else
+    is written to ``sys.stderr``: a library call prints nothing of its own. Used around the
+    profiler's start, stop and event collection only, never around the profiled function."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no file descriptor 2 to hold back
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            rest = _PROFILER_LOG.sub("", held.read().decode(errors="replace"))
+            if rest:
+                sys.stderr.write(rest)
+
+
 def device_ops(fn: Callable[[], Any]) -> DeviceOps:
     """Count what ``fn()`` launches and syncs (see the module docstring).
 
     Parameters
     ----------
     fn : callable
-        Called once with no arguments, under the profiler.
+        Called once with no arguments, under the profiler. The profiler's own log (on a CUDA
+        build without a GPU, an error about the device count on stderr) is not printed.
 
     Returns
     -------
@@ -115,10 +151,18 @@ def device_ops(fn: Callable[[], Any]) -> DeviceOps:
     >>> counts.syncs >= 0
     True
     """
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+    with _profiler_log_dropped():
+        prof.start()
+    try:
         fn()
+    finally:
+        with _profiler_log_dropped():
+            prof.stop()
+    with _profiler_log_dropped():
+        events = prof.events()
     out = DeviceOps()
-    for event in prof.events():
+    for event in events:
         name = event.name
         if name.startswith(TRITON_PREFIX):
             out.launches += 1
