@@ -405,3 +405,23 @@ def test_max_count_sizes_the_table_without_reading_the_values(backend):
             st.loss_augmented(u, a, target, rescaling="slack", weights=torch.full((B, T), 1), max_count=2)
         except RuntimeError as exc:  # the compiled kernel's own bound check
             assert backend == "compiled" and "sum to at most K = 2" in str(exc)
+
+
+@pytest.mark.parametrize("rescaling, h", [("margin", None), ("slack", None), ("margin", "sqrt")])
+def test_integer_pair_costs_are_taken_as_their_values(rescaling, h):
+    """Issue 41 (already fixed by the fused pair-cost path): an int64 pair_cost was refused ("must be a
+    floating tensor") although the docs describe costs as non-negative integers; negatives stay refused
+    where the count table needs them non-negative."""
+    g = torch.Generator().manual_seed(0)
+    u, a = torch.randn(2, 4, 3, generator=g), torch.randn(3, 3, generator=g)
+    target = torch.randint(0, 3, (2, 4), generator=g)
+    pair = torch.randint(0, 3, (2, 3, 3, 3), generator=g)
+    kw = dict(rescaling=rescaling, h=None if h is None else (lambda k: k.sqrt()))
+    ref = st.loss_augmented(u, a, target, pair_cost=pair.double(), **kw)
+    for dtype in (torch.int64, torch.int32, torch.uint8):
+        got = st.loss_augmented(u, a, target, pair_cost=pair.to(dtype), **kw)
+        torch.testing.assert_close(got[0], ref[0])
+        assert torch.equal(got[1], ref[1])
+    if rescaling == "slack" or h is not None:
+        with pytest.raises(ValueError, match="pair_cost must be non-negative"):
+            st.loss_augmented(u, a, target, pair_cost=-pair - 1, **kw)
