@@ -40,6 +40,19 @@ def check_bool(name: str, value: object) -> bool:
     return value
 
 
+def check_ignore_index(ignore_index: object, N: int) -> int | None:
+    """``ignore_index`` (None, or an int outside the labels [0, N): a real label there would be
+    read as "unlabeled" wherever it occurs)."""
+    if ignore_index is None:
+        return None
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, numbers.Integral):
+        raise TypeError(f"ignore_index must be an int or None, got {ignore_index!r}")
+    if 0 <= ignore_index < N:
+        raise ValueError(f"ignore_index = {ignore_index} is a real label (in [0, N) = [0, {N})): every "
+                         "position with that label would count as unlabeled; use a value outside, e.g. -100")
+    return int(ignore_index)
+
+
 def check_int(name: str, value: object, minimum: int | None = None) -> int:
     """``value`` as an int (bool refused), at least ``minimum`` when given."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):

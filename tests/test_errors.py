@@ -96,3 +96,20 @@ def test_minus_100_tags_without_ignore_index_say_how_to_pass_it():
     with pytest.raises(ValueError, match=r"tags\[0, 1\] = 3\)?$"):  # too large: no hint
         st.LinearChainCRF(3)(torch.randn(1, 4, 3), tags.abs().clamp(max=3))
     assert torch.isfinite(st.LinearChainCRF(3, ignore_index=-100)(torch.randn(1, 4, 3), tags)).all()
+
+
+def test_ignore_index_equal_to_a_real_label_is_refused():
+    """Issue 41 (found by the fuzzing round): ignore_index in [0, N) was taken, so every position with
+    that real label silently counted as unlabeled."""
+    u, a, y = torch.randn(1, 3, 3), torch.randn(3, 3), torch.tensor([[0, 1, 2]])
+    for call in (lambda ii: st.LinearChainCRF(3, ignore_index=ii),
+                 lambda ii: st.loss_augmented(u, a, y, ignore_index=ii),
+                 lambda ii: st.structured_hinge(u, a, y, ignore_index=ii),
+                 lambda ii: st.train.chain_nll(u, a, y, ignore_index=ii)):
+        for ii in (0, 2):
+            with pytest.raises(ValueError, match=rf"ignore_index = {ii} is a real label \(in \[0, N\) = \[0, 3\)\)"):
+                call(ii)
+        with pytest.raises(TypeError, match="ignore_index must be an int or None"):
+            call(1.0)
+        call(3)  # outside the labels: fine
+        call(-100)

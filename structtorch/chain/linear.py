@@ -34,6 +34,7 @@ from .._checks import (
     LengthsLike,
     all_finite,
     cast_checked,
+    check_ignore_index,
     check_label_tensor,
     check_label_values,
     check_labels,
@@ -98,6 +99,7 @@ def allowed_labels(labels: object, chain: Chain, ignore_index: int | None,
     in [0, N)): on the host only when some are; on a device always, so that nothing is read back.
     Anything else is None (full labels, which their own checks name when they are wrong)."""
     B, T, N = chain.shape
+    check_ignore_index(ignore_index, N)
     if isinstance(labels, Tensor) and labels.dtype == torch.bool:
         if labels.shape != (B, T, N):
             raise ValueError(f"{name} as sets of allowed labels must be a bool tensor of shape (B, T, N) = "

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from .._checks import (
     LengthsLike,
     _fmt,
+    check_ignore_index,
     check_lengths,
     one_assertion,
     warn_infinite_loss,
@@ -114,8 +115,7 @@ class LinearChainCRF(nn.Module):
             raise ValueError(f"num_labels must be a positive int, got {num_labels!r}")
         if not isinstance(batch_first, bool):
             raise TypeError(f"batch_first must be a bool, got {type(batch_first).__name__}")
-        if ignore_index is not None and (isinstance(ignore_index, bool) or not isinstance(ignore_index, int)):
-            raise TypeError(f"ignore_index must be an int or None, got {ignore_index!r}")
+        ignore_index = check_ignore_index(ignore_index, num_labels)
         self.num_labels, self.batch_first, self.init_scale = num_labels, batch_first, init_scale
         self.ignore_index = ignore_index
         self.transitions = nn.Parameter(torch.empty(num_labels, num_labels))

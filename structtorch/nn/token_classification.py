@@ -48,7 +48,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
     raise ImportError("structtorch.nn.token_classification needs the transformers package: "
                       "pip install 'structtorch[hf]' (or pip install transformers)") from error
 
-from .._checks import check_labels, on_host, plain, require, validation_enabled
+from .._checks import check_ignore_index, check_labels, on_host, plain, require, validation_enabled
 from .._numerics import reduce_batch
 from .crf import REDUCTIONS, Constraints, LinearChainCRF
 from .words import tokens_to_words
@@ -170,8 +170,9 @@ class CRFForTokenClassification(nn.Module):
             dropout = getattr(config, "hidden_dropout_prob", 0.1)
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-        if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
-            raise TypeError(f"ignore_index must be an int, got {ignore_index!r}")
+        if ignore_index is None:
+            raise TypeError("ignore_index must be an int, got None")
+        check_ignore_index(ignore_index, num_labels)
         self.encoder = encoder
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(hidden_size, num_labels)
