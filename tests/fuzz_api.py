@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 
 import pytest
 import torch
@@ -287,3 +288,256 @@ def test_loss_augmented_float32_extremes_accumulate_in_double():
     got = st.loss_augmented(u, torch.zeros(3, 3), *args, rescaling="slack")
     ref = st.loss_augmented(u.double(), torch.zeros(3, 3, dtype=torch.float64), *args, rescaling="slack")
     assert torch.equal(got[1], ref[1]) and got[0].item() == pytest.approx(ref[0].item(), rel=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------
+# The APIs added since the first rounds (issue 41): word masks and the word <-> token maps, partial
+# labels and pair costs against enumeration, SparseFeaturePotentials, SemiMarkovCRF's arguments, and
+# bad input (NaN/inf, wrong dtypes, empty batches, options of the wrong type) named in the error.
+
+SMALL = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 25)), deadline=None, database=None)
+
+
+@hst.composite
+def tokenized_rows(draw):
+    """word_ids rows as a fast tokenizer writes them (None for specials and padding), some as numpy
+    ints, and the (B, T) tensor with -1 there."""
+    import numpy as np
+
+    rows = []
+    for _ in range(draw(hst.integers(0, 3))):
+        row = [None] * draw(hst.integers(0, 1))
+        for w in range(draw(hst.integers(0, 4))):
+            row += [w] * draw(hst.integers(1, 3))
+        rows.append(row + [None] * draw(hst.integers(0, 2)))
+    if draw(hst.booleans()):
+        rows = [[None if w is None else np.int64(w) for w in r] for r in rows]
+    T = max((len(r) for r in rows), default=0)
+    tensor = torch.full((len(rows), T), -1, dtype=torch.long)
+    for b, r in enumerate(rows):
+        tensor[b, :len(r)] = torch.tensor([-1 if w is None else int(w) for w in r], dtype=torch.long)
+    return rows, tensor
+
+
+@SMALL
+@given(tokenized_rows(), hst.integers(0, 2**16), hst.booleans(), hst.sampled_from([(), (2,)]))
+def test_word_maps_round_trip(case, seed, left, trailing):
+    """word_mask of lists, numpy ints and tensors agree and mark each word's first piece;
+    tokens_to_words gathers the mask's positions in order (a loop as the oracle), words_to_tokens puts
+    them back, with left padding (rows shifted right) as with right padding."""
+    rows, tensor = case
+    mask = st.word_mask(rows)
+    assert torch.equal(mask, st.word_mask(tensor)) and mask.dtype == torch.bool
+    for b, r in enumerate(rows):  # the oracle: a word's first piece, in order
+        want = [w is not None and (t == 0 or r[t - 1] != w) for t, w in enumerate(r)]
+        assert mask[b, :len(r)].tolist() == want and not mask[b, len(r):].any()
+    B, T = mask.shape
+    if left:  # the same rows padded on the left
+        shift = T - torch.tensor([len(r) for r in rows], dtype=torch.long).reshape(B)
+        idx = (torch.arange(T) - shift[:, None]) % max(T, 1) if B else torch.zeros(0, T, dtype=torch.long)
+        mask = mask.gather(1, idx)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, 50, (B, T, *trailing), generator=g)
+    words = st.tokens_to_words(x, mask)
+    W = words.shape[1]
+    for b in range(B):
+        got = x[b][mask[b]]
+        assert torch.equal(words[b, :len(got)], got) and (words[b, len(got):] == -1).all()
+    assert W == int(mask.sum(1).max()) if B else W == 0
+    back = st.words_to_tokens(words, mask, fill=-7)
+    assert torch.equal(back[mask], x[mask]) and (back[~mask] == -7).all()
+    beyond = (torch.arange(W) >= mask.sum(1, keepdim=True)).reshape(B, W, *[1] * len(trailing)).expand_as(words)
+    floats = st.tokens_to_words(x.double(), mask, fill=0.5)  # a fill that integers would truncate: fine here
+    assert torch.equal(floats, torch.where(beyond, 0.5, words.double()))
+
+
+def _brute_partial_nll(u, a, s, e, y, ignore):
+    """-log of the probability of the labelings consistent with y (ignore: any label), by enumeration."""
+    import itertools
+
+    B, T, N = u.shape
+    out = []
+    for b in range(B):
+        def score(lab, b=b):
+            return (s[lab[0]] + e[lab[-1]] + sum(u[b, t, lab[t]] for t in range(T))
+                    + sum(a[lab[t], lab[t + 1]] for t in range(T - 1)))
+        scores = {lab: float(score(lab)) for lab in itertools.product(range(N), repeat=T)}
+        ok = [v for lab, v in scores.items() if all(y[b, t] == ignore or y[b, t] == lab[t] for t in range(T))]
+        out.append(torch.tensor(list(scores.values()), dtype=torch.float64).logsumexp(0)
+                   - torch.tensor(ok, dtype=torch.float64).logsumexp(0))
+    return torch.stack(out)
+
+
+@SMALL
+@given(hst.integers(1, 2), hst.integers(1, 4), hst.integers(1, 3), hst.integers(0, 2**16))
+def test_partial_labels_match_enumeration(B_, T_, N_, seed):
+    """LinearChainCRF with ignore_index at random positions (some rows wholly unlabeled) is -log of the
+    consistent labelings' total probability; the label-set form (B, T, N) bool gives the same."""
+    g = torch.Generator().manual_seed(seed)
+    crf = st.LinearChainCRF(N_, ignore_index=-100).double()
+    u = torch.randn(B_, T_, N_, generator=g, dtype=torch.float64)
+    y = torch.randint(0, N_, (B_, T_), generator=g)
+    y[torch.rand(B_, T_, generator=g) < 0.4] = -100
+    trans, s, e = crf.scores()
+    ref = _brute_partial_nll(u, trans.detach(), s.detach(), e.detach(), y, -100)
+    torch.testing.assert_close(crf(u, y), ref.to(u.dtype), rtol=1e-9, atol=1e-9)
+    sets = (y.unsqueeze(2) == torch.arange(N_)) | (y == -100).unsqueeze(2)
+    torch.testing.assert_close(crf(u, sets), ref, rtol=1e-9, atol=1e-9)
+
+
+@SMALL
+@given(hst.integers(1, 2), hst.integers(1, 4), hst.integers(1, 3), hst.integers(0, 2**16),
+       hst.sampled_from(["margin", "slack"]), hst.sampled_from([torch.int64, torch.int32, torch.float64]))
+def test_pair_costs_match_enumeration(B_, T_, N_, seed, rescaling, dtype):
+    """loss_augmented with pair_cost (integer or float, non-negative integers) and lengths: the value and
+    the cost of the labeling found are those of enumeration."""
+    import itertools
+
+    g = torch.Generator().manual_seed(seed)
+    u, a = torch.randn(B_, T_, N_, generator=g, dtype=torch.float64), torch.randn(N_, N_, generator=g, dtype=torch.float64)
+    target = torch.randint(0, N_, (B_, T_), generator=g)
+    pair = torch.randint(0, 3, (B_, max(T_ - 1, 0), N_, N_), generator=g)
+    lengths = torch.randint(0, T_ + 1, (B_,), generator=g)
+    value, path, count = st.loss_augmented(u, a, target, pair_cost=pair.to(dtype), rescaling=rescaling,
+                                           lengths=lengths)
+    for b in range(B_):
+        L = int(lengths[b])
+
+        def score(lab, b=b):
+            return sum(float(u[b, t, lab[t]]) for t in range(len(lab))) + sum(
+                float(a[lab[t], lab[t + 1]]) for t in range(len(lab) - 1))
+
+        gold = score(target[b, :L].tolist())
+        best = max((score(lab) + cost - gold if rescaling == "margin" else cost * (1 + score(lab) - gold), cost)
+                   for lab in itertools.product(range(N_), repeat=L)
+                   for cost in [sum(int(pair[b, t, lab[t], lab[t + 1]]) for t in range(L - 1))])
+        assert value[b].item() == pytest.approx(best[0], abs=1e-9)
+        found = path[b, :L].tolist()
+        assert count[b].item() == sum(int(pair[b, t, found[t], found[t + 1]]) for t in range(L - 1))
+
+
+@SMALL
+@given(hst.integers(0, 2), hst.integers(0, 3), hst.integers(0, 3), hst.integers(0, 2**16), hst.booleans())
+def test_sparse_features_equal_dense_one_hots(B_, T_, K, seed, sparse_grad):
+    """SparseFeaturePotentials (padded and offsets forms, K = 0 slots, empty batches, sparse_grad) equals
+    the dense one-hot product plus the bias."""
+    g = torch.Generator().manual_seed(seed)
+    F, N_ = 5, 3
+    model = st.SparseFeaturePotentials(F, N_, sparse_grad=sparse_grad).double()
+    torch.nn.init.normal_(model.emission.weight, generator=g)
+    torch.nn.init.normal_(model.bias, generator=g)
+    ids = torch.randint(-1, F, (B_, T_, K), generator=g)
+    dense = torch.nn.functional.one_hot(ids.clamp(min=0), F).double() * (ids >= 0).unsqueeze(-1)
+    want = dense.sum(2) @ model.emission.weight.detach() + model.bias.detach()
+    torch.testing.assert_close(model(ids)[0], want)
+    flat = ids.reshape(-1, K) if K else ids.reshape(B_ * T_, 0)
+    counts = (flat >= 0).sum(1)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)[:-1]]) if B_ * T_ else counts
+    got = model(flat[flat >= 0], offsets, shape=(B_, T_))[0]
+    torch.testing.assert_close(got, want)
+
+
+def _sparse(kw):
+    return st.SparseFeaturePotentials(5, 3)(**kw)
+
+
+def _semimarkov_crf(kw):
+    return st.SemiMarkovCRF(3, 2)(**kw)
+
+
+def _smcrf_args():
+    starts = torch.zeros(2, 4, dtype=torch.bool)
+    starts[:, ::2] = True
+    return {"content": torch.randn(2, 4, 3), "labels": torch.zeros(2, 4, dtype=torch.long), "starts": starts}
+
+
+U3, A3, Y3 = torch.randn(2, 4, 3), torch.randn(3, 3), torch.randint(0, 3, (2, 4))
+NEW_BAD_INPUTS = [  # (call, exception, the argument its message names)
+    (lambda: st.word_mask([[None, -2, 0]]), ValueError, "word_ids"),
+    (lambda: st.word_mask([[None, 0.0, 0]]), TypeError, "word_ids"),
+    (lambda: st.word_mask([[0, 1]], length=-1), ValueError, "length"),
+    (lambda: st.word_mask(torch.tensor([[0, 1]]), length=2.0), TypeError, "length"),
+    (lambda: st.word_mask(torch.zeros(1, 2)), TypeError, "word_ids"),
+    (lambda: st.tokens_to_words(Y3, Y3 > 0, num_words=-1), ValueError, "num_words"),
+    (lambda: st.tokens_to_words(Y3, Y3 > 0, num_words=1.0), TypeError, "num_words"),
+    (lambda: st.tokens_to_words(Y3, Y3 > 0, fill=0.5), ValueError, "fill"),
+    (lambda: st.tokens_to_words(Y3, (Y3 > 0).float()), TypeError, "mask"),
+    (lambda: st.tokens_to_words(Y3, (Y3 > 0).long()), TypeError, "mask"),
+    (lambda: st.tokens_to_words(Y3, (Y3 > 0)[:, :3]), ValueError, "mask"),
+    (lambda: st.words_to_tokens(Y3, Y3 > 0, fill=math.nan), ValueError, "fill"),
+    (lambda: st.words_to_tokens(Y3[:, :1], torch.ones(2, 4, dtype=torch.bool)), ValueError, "mask"),
+    (lambda: st.LinearChainCRF(3, ignore_index=0), ValueError, "ignore_index"),
+    (lambda: st.LinearChainCRF(3, ignore_index="-100"), TypeError, "ignore_index"),
+    (lambda: st.loss_augmented(U3, A3, Y3, ignore_index=2), ValueError, "ignore_index"),
+    (lambda: st.LinearChainCRF(3)(U3, torch.full_like(Y3, -100)), ValueError, "ignore_index=-100"),
+    (lambda: st.LinearChainCRF(3)(U3, Y3, reduction="avg"), ValueError, "reduction"),
+    (lambda: st.LinearChainCRF(3)(U3.index_fill(1, torch.tensor([1]), math.nan), Y3), ValueError, "emissions"),
+    (lambda: st.LinearChainCRF(3)(U3.index_fill(1, torch.tensor([1]), math.inf), Y3), ValueError, "emissions"),
+    (lambda: st.loss_augmented(U3, A3, Y3, pair_cost=torch.full((2, 3, 3, 3), math.nan)), ValueError, "pair_cost"),
+    (lambda: st.loss_augmented(U3, A3, Y3, pair_cost=torch.full((2, 3, 3, 3), math.inf)), ValueError, "pair_cost"),
+    (lambda: st.loss_augmented(U3, A3, Y3, pair_cost=torch.ones(2, 3, 3, 3, dtype=torch.bool)), TypeError, "pair_cost"),
+    (lambda: st.loss_augmented(U3, A3, Y3, pair_cost=torch.ones(2, 3, 3, 3, dtype=torch.complex64)), TypeError,
+     "pair_cost"),
+    (lambda: st.loss_augmented(U3, A3, Y3, pair_cost=torch.ones(2, 4, 3, 3)), ValueError, "pair_cost"),
+    (lambda: st.loss_augmented(U3, A3, Y3, pair_cost=-torch.ones(2, 3, 3, 3, dtype=torch.long), rescaling="slack"),
+     ValueError, "pair_cost"),
+    (lambda: _sparse({"ids": torch.zeros(2, 3, 1)}), TypeError, "ids"),
+    (lambda: _sparse({"ids": torch.full((2, 3, 1), 5)}), ValueError, "ids"),
+    (lambda: _sparse({"ids": torch.full((2, 3, 1), -2)}), ValueError, "ids"),
+    (lambda: _sparse({"ids": torch.tensor([1, 2]), "offsets": torch.tensor([0.0, 1.0]), "shape": (1, 2)}), TypeError,
+     "offsets"),
+    (lambda: _sparse({"ids": torch.tensor([1, 2]), "offsets": torch.tensor([0, 1, 2]), "shape": (1, 2)}), ValueError,
+     "offsets"),
+    (lambda: _sparse({"ids": torch.zeros(2, 3, 1, dtype=torch.long), "values": torch.ones(2, 3)}), ValueError,
+     "values"),
+    (lambda: _semimarkov_crf({**_smcrf_args(), "reduction": "avg"}), ValueError, "reduction"),
+    (lambda: _semimarkov_crf({**_smcrf_args(), "mask": torch.ones(2, 4)}), TypeError, "mask"),
+    (lambda: _semimarkov_crf({**_smcrf_args(), "mask": torch.ones(2, 3, dtype=torch.bool)}), ValueError, "mask"),
+    (lambda: _semimarkov_crf({**_smcrf_args(), "mask": torch.ones(2, 4, dtype=torch.bool),
+                              "lengths": torch.tensor([4, 4])}), ValueError, "lengths"),
+    (lambda: _semimarkov_crf({**_smcrf_args(), "lengths": torch.tensor([5, 4])}), ValueError, "lengths"),
+    (lambda: st.LinearChainCRF.from_pytorch_crf(object()), TypeError, "crf"),
+    (lambda: st.allowed_transitions("BIOX", ["O"]), ValueError, "scheme"),
+    (lambda: st.set_validation("False"), TypeError, "enabled"),
+    (lambda: st.set_adaptive_threads("0"), TypeError, "enabled"),
+]
+
+
+@pytest.mark.parametrize("i", range(len(NEW_BAD_INPUTS)))
+def test_new_apis_name_the_bad_argument(i):
+    call, exc, name = NEW_BAD_INPUTS[i]
+    with pytest.raises(exc) as info:
+        call()
+    assert name in str(info.value), f"{info.value!r} does not name {name!r}"
+
+
+@pytest.mark.parametrize("backend", ["compiled", "torch", "triton"])
+@pytest.mark.parametrize("i", [i for i, (_, exc, _) in enumerate(NEW_BAD_INPUTS) if exc is ValueError])
+def test_the_same_error_on_every_backend(backend, i):
+    """The value checks give the same error whichever backend runs the call (on CPU tensors; "triton"
+    is Triton's interpreter, whose checks are device assertions when it runs as on a GPU: skipped)."""
+    from structtorch import _backend
+
+    if backend == "triton" and _backend.triton_interpreted():
+        pytest.skip("the interpreter takes the GPU's path: device assertions, not ValueErrors")
+    call, exc, name = NEW_BAD_INPUTS[i]
+    with st.use_backend(backend), pytest.raises(exc, match=re.escape(name)):
+        call()
+
+
+def test_empty_batches_of_the_new_apis():
+    """B = 0 everywhere: empty results, no error."""
+    B_ = 0
+    empty_ids = torch.zeros(B_, 3, 2, dtype=torch.long)
+    assert st.word_mask([]).shape == (0, 0)
+    assert st.tokens_to_words(torch.zeros(B_, 4), torch.zeros(B_, 4, dtype=torch.bool)).shape == (0, 0)
+    assert st.words_to_tokens(torch.zeros(B_, 2), torch.zeros(B_, 4, dtype=torch.bool)).shape == (0, 4)
+    assert st.SparseFeaturePotentials(5, 3, sparse_grad=True)(empty_ids)[0].shape == (0, 3, 3)
+    crf = st.LinearChainCRF(3, ignore_index=-100)
+    assert crf(torch.zeros(B_, 4, 3), torch.zeros(B_, 4, dtype=torch.long), reduction="mean").item() == 0.0
+    value = st.loss_augmented(torch.zeros(B_, 4, 3), torch.zeros(3, 3), torch.zeros(B_, 4, dtype=torch.long),
+                              pair_cost=torch.zeros(B_, 3, 3, 3, dtype=torch.long), rescaling="slack")[0]
+    assert value.shape == (0,)
+    sm = st.SemiMarkovCRF(3, 2)
+    assert sm(torch.zeros(B_, 4, 3), torch.zeros(B_, 4, dtype=torch.long), torch.zeros(B_, 4, dtype=torch.bool),
+              torch.zeros(B_, 4, dtype=torch.bool), reduction="sum").item() == 0.0
