@@ -16,6 +16,7 @@ from .._threads import call_threads
 __all__ = ["SparseFeaturePotentials"]
 
 PAD = -1  # the padding feature id of the padded (B, T, K) form
+CHECKED_IDS = 8  # the ids tensors whose range a model remembers having checked
 
 
 class _BagSum(torch.autograd.Function):
@@ -102,11 +103,11 @@ class SparseFeaturePotentials(nn.Module):
         self.transitions = nn.Parameter(torch.zeros(num_labels, num_labels))
         self.start = nn.Parameter(torch.zeros(num_labels)) if boundary else None
         self.end = nn.Parameter(torch.zeros(num_labels)) if boundary else None
-        self._checked: tuple | None = None  # (weakref to the last ids checked, their version, least id)
+        self._checked: tuple = ()  # (weakref to ids checked, their version, least id), newest first
 
     def __getstate__(self) -> dict:
         """Pickled (``torch.save(model)``, ``copy.deepcopy``) without the weak reference."""
-        return {**super().__getstate__(), "_checked": None}
+        return {**super().__getstate__(), "_checked": ()}
 
     def extra_repr(self) -> str:
         return (f"num_features={self.num_features}, num_labels={self.num_labels}, "
@@ -114,14 +115,15 @@ class SparseFeaturePotentials(nn.Module):
 
     def _check_ids(self, name: str, ids: Tensor) -> None:
         """Dtype, device, and on the CPU the range of the ids; the range once per ids tensor while
-        it stays unchanged (its version counter), so full-batch training scans them once."""
+        it stays unchanged (its version counter), remembering the last ``CHECKED_IDS`` tensors, so
+        full-batch training (and a solver's fixed chunks of the data) scans them once."""
         if ids.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"{name} must be an int64 (or int32) tensor of feature ids, got {ids.dtype}")
         if ids.device != self.emission.weight.device:
             raise ValueError(f"{name} is on {ids.device} but the model is on {self.emission.weight.device}")
         least = PAD if name == "ids" and ids.dim() == 3 else 0
-        checked = getattr(self, "_checked", None)  # absent in models pickled before it existed
-        if checked is not None and checked[0]() is ids and checked[1:] == (ids._version, least):
+        checked = getattr(self, "_checked", None) or ()  # absent (or None) in models pickled before
+        if any(ref() is ids and (version, low) == (ids._version, least) for ref, version, low in checked):
             return
         if ids.numel() and ids.device.type == "cpu":
             low, high = int(ids.min()), int(ids.max())
@@ -129,7 +131,8 @@ class SparseFeaturePotentials(nn.Module):
                 bad = low if low < least else high
                 raise ValueError(f"{name} must hold feature ids in [{least}, num_features) = "
                                  f"[{least}, {self.num_features}), found {bad}")
-        self._checked = (weakref.ref(ids), ids._version, least)
+        alive = tuple(entry for entry in checked if entry[0]() is not None and entry[0]() is not ids)
+        self._checked = ((weakref.ref(ids), ids._version, least), *alive)[:CHECKED_IDS]
 
     def _padded_scores(self, ids: Tensor, values: Tensor | None, dtype: torch.dtype) -> Tensor:
         """Scores (B * T, N) of the padded form: on the "compiled" backend (CPU) with dense gradients

@@ -10,11 +10,13 @@ import cvxpy as cp
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 from torch import nn
 
 import structtorch as st
 from structtorch.data import SequenceData, make_tagging_data
-from structtorch.learn.solvers.cutting_plane import WorkingSet
+from structtorch.learn.solvers.cutting_plane import WorkingSet, cheapest_cuts, length_chunks
 
 
 def tiny(n=4, seed=3, max_length=3, labels=2):
@@ -519,3 +521,71 @@ def test_options_that_do_not_apply_or_are_not_bools_are_refused():
             fit(solver="bcfw", solver_options={option: "False"})
     with pytest.raises(TypeError, match="enabled must be a bool"):
         st.set_adaptive_threads("0")
+
+
+@pytest.mark.parametrize("step", [1.0, 0.5, 0.05])
+def test_every_step_reaches_the_optimum(step):
+    """The in-out point moves where the oracle runs, not the bound: any step certifies the optimum."""
+    data, lam = tiny(), 0.5
+    history = st.train.fit(st.LinearChainPotentials(2, 2), data, st.StructuredHingeLoss(), epochs=500, l2=lam,
+                           solver="cutting_plane", solver_options={"tol": 1e-6, "step": step}, progress=False)
+    best = brute_force_optimum(st.LinearChainPotentials(2, 2), data, lam, "margin")
+    assert history.converged
+    assert history["dual"][-1] <= best + 1e-6 <= history["objective"][-1] + 2e-6
+
+
+def test_step_must_be_in_zero_one():
+    fit = functools.partial(st.train.fit, st.LinearChainPotentials(2, 2), tiny(), st.StructuredHingeLoss(),
+                            epochs=1, C=1.0, solver="cutting_plane", progress=False)
+    for bad in (0.0, 1.5, float("nan")):
+        with pytest.raises(ValueError, match=r"step must be a finite number in \(0, 1\]"):
+            fit(solver_options={"step": bad})
+    with pytest.raises(TypeError, match="step must be a real number"):
+        fit(solver_options={"step": "0.5"})
+
+
+@settings(max_examples=60, deadline=None)
+@given(hs.lists(hs.integers(0, 6), max_size=7), hs.integers(1, 40), hs.integers(0, 30))
+def test_length_chunks_are_the_cheapest_cut_of_the_sorted_lengths(lengths, cap, overhead):
+    """Against every partition of the sorted sequences into contiguous chunks (cuts between equal
+    lengths included): none is cheaper; then each chunk over cap splits into parts of at most cap."""
+    lengths = torch.tensor(lengths, dtype=torch.long)
+    order, cuts = cheapest_cuts(lengths, overhead)
+    n, sizes = len(lengths), sorted(lengths.clamp(min=1).tolist())
+    assert lengths[order].tolist() == sorted(lengths.tolist())
+    bounds = [0, *(b for _, b, _ in cuts)]  # contiguous, covering 0..n-1
+    assert [a for a, _, _ in cuts] == bounds[:-1] and bounds[-1] == n
+
+    def cost(bounds):
+        return sum((b - a) * sizes[b - 1] + overhead for a, b in zip(bounds[:-1], bounds[1:], strict=True))
+
+    cheapest = min((cost([0, *c, n]) for k in range(n) for c in itertools.combinations(range(1, n), k)),
+                   default=0)
+    assert cost(bounds) == cheapest
+    chunks = length_chunks(lengths, cap, overhead)
+    assert (torch.cat(chunks).tolist() if chunks else []) == order.tolist()
+    for chunk in chunks:
+        assert len(chunk) * max(int(lengths[chunk].max()), 1) <= cap or len(chunk) == 1
+
+
+def test_one_slack_chunks_sum_to_the_plane_of_the_whole_data(monkeypatch):
+    """The default one_slack batches (sorted by length, trimmed) give the hinge sum and gradient of
+    one call over the data in order."""
+    from structtorch.learn.solvers import cutting_plane
+
+    n, T, F = 40, 12, 25
+    g = torch.Generator().manual_seed(1)
+    lengths = torch.randint(1, T + 1, (n,), generator=g)
+    inside = torch.arange(T) < lengths[:, None]
+    ids = torch.where(inside[..., None], torch.randint(0, F, (n, T, 3), generator=g), -1)
+    labels = torch.where(inside, torch.randint(0, 4, (n, T), generator=g), 0)
+    data = SequenceData(ids, labels, lengths)
+    monkeypatch.setattr(cutting_plane, "ONE_SLACK_POSITIONS", 64)
+    model = st.SparseFeaturePotentials(F, 4).double()
+    state = cutting_plane.CuttingPlane(model, data, st.StructuredHingeLoss(), 0.1)
+    torch.nn.init.normal_(model.emission.weight, generator=g)
+    assert len(state.batches) > 2 and all(b.x.shape[1] == int(b.lengths.max()) for b in state.batches)
+    value, grad = state._planes(state.batches)
+    whole_value, whole_grad = state._planes([data])
+    assert value.item() == pytest.approx(whole_value.item(), rel=1e-12)
+    torch.testing.assert_close(grad, whole_grad, rtol=1e-12, atol=1e-12)

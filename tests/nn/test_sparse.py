@@ -148,3 +148,20 @@ def test_offsets_must_be_integers():
         model(ids, torch.tensor([0.0, 1.9, 2.5]), shape=(1, 3))
     for dtype in (torch.int64, torch.int32):
         assert model(ids, torch.tensor([0, 1, 2], dtype=dtype), shape=(1, 3))[0].shape == (1, 3, 2)
+
+
+def test_the_id_check_remembers_several_tensors(monkeypatch):
+    """A solver's fixed chunks of the data (several ids tensors, in turn) are scanned once each."""
+    model = st.SparseFeaturePotentials(5, 2)
+    chunks = [torch.randint(-1, 5, (2, 3, 4), generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    scans = []
+    real = torch.Tensor.min
+    monkeypatch.setattr(torch.Tensor, "min", lambda self, *a: (scans.append(1), real(self, *a))[1])
+    for _ in range(4):
+        for ids in chunks:
+            model(ids)
+    assert len(scans) == 3
+    chunks[1][0, 0, 0] = 5  # changed in place: scanned again, refused
+    with pytest.raises(ValueError, match="feature ids in"):
+        model(chunks[1])
+    assert len(scans) == 4

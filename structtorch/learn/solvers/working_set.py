@@ -55,6 +55,9 @@ solve (Bauer slack rescaling, n = 1000), though DAQP can overrun its limit in it
 Clarabel: a first budget of ``QP_TIME_LIMIT`` let DAQP take
 20-70 s per solve where Clarabel takes 0.5 s (margin rescaling, C = 0.1, n = 1000: 622 s of QP)."""
 DAQP_MIN_TIME = 0.1
+DENSE_NEW = 4
+"""At most this many new planes are made dense to update the Gram matrix (one d-vector each); more
+take the sparse product."""
 SHRINK_FROM = 400
 """Working sets of more planes are solved by shrinking (:meth:`WorkingSet._solve_shrunk`): the QP
 over the planes likely to be active, then again with the planes its solution violates most, until
@@ -188,8 +191,12 @@ class WorkingSet:
         if not owners:
             return
         if self.gram is not None and len(self) + len(owners) <= DENSE_LIMIT:
-            cross = (self.rows @ rows.T).toarray().T  # (new, old): transposing the few new rows only
-            self.gram = np.block([[self.gram, cross.T], [cross, (rows @ rows.T).toarray()]])
+            if len(owners) <= DENSE_NEW:  # the old planes times the dense new ones: no sparse product
+                new = rows.toarray()
+                cross, inner = (self.rows @ new.T).T, new @ new.T
+            else:  # (new, old): transposing the few new rows only
+                cross, inner = (self.rows @ rows.T).toarray().T, (rows @ rows.T).toarray()
+            self.gram = np.block([[self.gram, cross.T], [cross, inner]])
         else:
             self.gram = None  # computed again when needed
         self.rows = sp.vstack([self.rows, rows], format="csr")
@@ -498,8 +505,11 @@ class WorkingSet:
         return sp.csr_array(vectors[:, keep] * np.sqrt(values[keep])), lambda v: self.rows.T @ (basis @ v)
 
     def dual(self, alpha: np.ndarray | None = None) -> float:
-        """The dual objective at ``alpha`` (default: the current alpha)."""
+        """The dual objective at ``alpha`` (default: the current alpha), from the Gram matrix where
+        it is kept (no pass over the planes)."""
         alpha = self.alpha if alpha is None else alpha
+        if self.gram is not None and len(alpha) == len(self.gram):
+            return float(self.c @ alpha - 0.5 * (alpha @ self.gram @ alpha) / self.lam)
         z = self.rows.T @ alpha
         return float(self.c @ alpha - 0.5 * (z @ z) / self.lam)
 
