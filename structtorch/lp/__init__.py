@@ -5,7 +5,10 @@
 - :func:`connectivity_cut`: the vertex-separator separation oracle (min cut after node splitting);
 - :class:`MAPRelaxation`: a differentiable, quadratically smoothed relaxation layer built on
   cvxpylayers;
-- :func:`round_labels`, :func:`grid_edges`;
+- :func:`map_exact`: the exact MAP under connectivity by branch and cut (HiGHS's MIP solver with
+  the same separation), with a certified gap under a time or node limit;
+- :func:`round_labels`, :func:`round_connected` (a rounding that keeps every connectivity
+  constraint), :func:`labeling_score`, :func:`grid_edges`;
 - max-margin learning over the relaxation: :func:`relaxed_hinge` / :class:`RelaxedHingeLoss`;
 - graph partitioning over the multicut polytope (:func:`multicut`, cycle and odd-wheel cuts), the
   clustering weights of Table 9, and solution stability (:func:`stability_range`,
@@ -32,16 +35,18 @@ from .clustering import (
     modularity,
     modularity_weights,
 )
+from .exact import ExactResult, map_exact
 from .graph import grid_edges
 from .layer import MAPRelaxation, cut_block
 from .learning import GraphStructure, RelaxedHingeLoss, area_weights, relaxed_hinge
 from .multicut import RELAXATIONS, MulticutResult, multicut
 from .relaxation import LPResult, lp_score, map_lp
-from .rounding import round_labels
+from .rounding import labeling_score, round_connected, round_labels
 from .separation import connectivity_cut
 from .stability import critical_edges, node_stability, solution_path, stability_range, variable_stability
 
 __all__ = ["map_lp", "LPResult", "lp_score", "connectivity_cut", "round_labels", "grid_edges",
+           "map_exact", "ExactResult", "round_connected", "labeling_score",
            "GraphStructure", "relaxed_hinge", "RelaxedHingeLoss", "area_weights",
            "MAPRelaxation", "cut_block", "multicut", "MulticutResult", "RELAXATIONS",
            "all_pairs", "modularity_weights", "correlation_weights", "consensus_weights", "cluster_size_bias",

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from .._checks import check_float
 from .._numerics import reduce_batch
+from .exact import ExactResult, map_exact
 from .graph import check_graph_potentials
 from .relaxation import LPResult, lp_score, map_lp
 
@@ -74,8 +75,9 @@ def relaxed_hinge(
     normalize: bool = True,
     reduction: str = "mean",
     return_result: bool = False,
+    exact: bool = False,
     **lp_options,
-) -> Tensor | tuple[Tensor, LPResult]:
+) -> Tensor | tuple[Tensor, LPResult | ExactResult]:
     """Margin-rescaled structured hinge with loss-augmented inference over the LP relaxation.
 
     Parameters
@@ -96,10 +98,16 @@ def relaxed_hinge(
     reduction : {"mean", "sum", "none"}
     return_result : bool
         Also return the loss-augmented :class:`LPResult` (e.g. to pass its ``cuts`` back in the
-        next epoch: they depend on the graph only).
+        next epoch: they depend on the graph only), or with ``exact`` the :class:`ExactResult`.
+    exact : bool
+        Loss-augmented inference by :func:`structtorch.lp.map_exact` (branch and cut: the exact
+        loss-augmented labeling under hard connectivity, for graphs small enough) instead of the
+        relaxation, whose fractional answers make the hinge an upper bound of the exact one.
+        Hard ``connected`` labels only.
     **lp_options
-        Passed to :func:`map_lp` (max_iter, tol, cuts, ...), among them ``num_workers``: the
-        threads that solve the B loss-augmented LPs concurrently (default
+        Passed to :func:`map_lp` (max_iter, tol, cuts, ...) or, with ``exact``, to
+        :func:`map_exact` (also time_limit, node_limit), among them ``num_workers``: the
+        threads that solve the B loss-augmented problems concurrently (default
         ``torch.get_num_threads()``; the loss does not depend on it).
 
     Returns
@@ -121,17 +129,25 @@ def relaxed_hinge(
     r = area_weights(area, B, V, unary_b, normalize)
     wrong = r.unsqueeze(2) * (1 - nn.functional.one_hot(target, L).to(unary_b.dtype))  # Delta is <wrong, mu>
     with torch.no_grad():
-        res = map_lp(unary_b + wrong, pairwise_b, edges, connected=connected, connected_soft=connected_soft,
-                     **lp_options)
+        if exact:
+            if connected_soft:
+                raise ValueError("exact=True takes hard connectivity (connected=) only, not connected_soft")
+            res = map_exact(unary_b + wrong, pairwise_b, edges, connected=connected, **lp_options)
+            mu = nn.functional.one_hot(res.labels, L).to(unary_b.dtype)
+            mu_edges = _onehot_edges(res.labels, edges.to(target.device), L, unary_b.dtype)
+        else:
+            res = map_lp(unary_b + wrong, pairwise_b, edges, connected=connected,
+                         connected_soft=connected_soft, **lp_options)
+            mu, mu_edges = res.mu, res.mu_edges
     y_nodes = nn.functional.one_hot(target, L).to(unary_b.dtype)
     y_edges = _onehot_edges(target, edges.to(target.device), L, unary_b.dtype)
-    found = lp_score(unary_b, pairwise_b, res.mu, res.mu_edges)
+    found = lp_score(unary_b, pairwise_b, mu, mu_edges)
     gold = lp_score(unary_b, pairwise_b, y_nodes, y_edges)
     split = _disconnected(target, edges, connected, connected_soft)
     for pos, (c, w) in enumerate((connected_soft or {}).items()):
         found = found - w * res.slack[:, pos]
         gold = gold - w * split[c].to(gold)  # phi_conn of an integral labeling: 1 if split, else 0
-    value = reduce_batch((found + (wrong * res.mu).sum((1, 2)) - gold).clamp(min=0), reduction)
+    value = reduce_batch((found + (wrong * mu).sum((1, 2)) - gold).clamp(min=0), reduction)
     return (value, res) if return_result else value
 
 
@@ -190,8 +206,10 @@ class GraphStructure:
     unary : Tensor (V, L) or (B, V, L)
     pairwise : Tensor (E, L, L) or (B, E, L, L)
     edges : Tensor (E, 2) int64
-    connected, connected_soft, normalize, **lp_options
-        As for :func:`relaxed_hinge`.
+    connected, connected_soft, normalize, exact, **lp_options
+        As for :func:`relaxed_hinge`: with ``exact``, the argmax and the loss-augmented labeling
+        are the exact ones under hard connectivity (:func:`structtorch.lp.map_exact`), so cutting
+        planes train the exact structural SVM.
 
     Examples
     --------
@@ -203,24 +221,30 @@ class GraphStructure:
     """
 
     def __init__(self, unary: Tensor, pairwise: Tensor, edges: Tensor, *, connected: list[int] | None = None,
-                 connected_soft: dict | None = None, normalize: bool = True, **lp_options) -> None:
+                 connected_soft: dict | None = None, normalize: bool = True, exact: bool = False,
+                 **lp_options) -> None:
         self.unary, self.pairwise, self.edges = unary, pairwise, edges
         self.connected, self.connected_soft, self.normalize = connected, connected_soft, normalize
-        self.lp_options = lp_options
+        if exact and connected_soft:
+            raise ValueError("exact=True takes hard connectivity (connected=) only, not connected_soft")
+        self.exact, self.lp_options = exact, lp_options
 
     @property
     def argmax(self) -> Tensor:
         """(B, V) or (V,) int64: the MAP labeling over the relaxation (:func:`map_lp`, the node
-        marginals rounded by :func:`structtorch.lp.round_labels`), as :func:`structtorch.train.fit`
-        decodes a structure."""
+        marginals rounded by :func:`structtorch.lp.round_labels`), or with ``exact`` the exact MAP
+        under connectivity (:func:`map_exact`), as :func:`structtorch.train.fit` decodes a
+        structure."""
         from .rounding import round_labels
 
-        taken = inspect.signature(map_lp).parameters  # the LP options map_lp takes too
+        solve = map_exact if self.exact else map_lp
+        taken = inspect.signature(solve).parameters  # the options the solver takes too
         options = {k: v for k, v in self.lp_options.items() if k in taken}
+        soft = {} if self.exact else {"connected_soft": self.connected_soft}
         with torch.no_grad():
-            res = map_lp(self.unary.detach(), self.pairwise.detach(), self.edges, connected=self.connected,
-                         connected_soft=self.connected_soft, **options)
-        return round_labels(res.mu)[0]
+            res = solve(self.unary.detach(), self.pairwise.detach(), self.edges, connected=self.connected,
+                        **soft, **options)
+        return res.labels if self.exact else round_labels(res.mu)[0]
 
     def loss_augmented(self, target: Tensor, *, h=None, rescaling: str = "margin",
                        weights: Tensor | None = None, cost: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -232,5 +256,5 @@ class GraphStructure:
                              "only: rescaling='margin', h=None, cost=None")
         value, res = relaxed_hinge(self.unary, self.pairwise, self.edges, target, connected=self.connected,
                                    connected_soft=self.connected_soft, area=weights, normalize=self.normalize,
-                                   reduction="none", return_result=True, **self.lp_options)
-        return value, res.mu.argmax(-1)
+                                   reduction="none", return_result=True, exact=self.exact, **self.lp_options)
+        return value, res.labels if self.exact else res.mu.argmax(-1)

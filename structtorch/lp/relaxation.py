@@ -50,7 +50,12 @@ class LPResult:
         tensors): by Danskin its gradient is ``mu`` / ``mu_edges``.
     integral : Tensor (B,) bool
         All variables within 1e-6 of 0 or 1 (with ``converged``, ``mu`` is then the exact
-        constrained MAP).
+        constrained MAP). Where it is False under connectivity, the largest marginal
+        (:func:`structtorch.lp.round_labels`) may break the constraint; two ways out:
+        :func:`structtorch.lp.round_connected` (fast, a rounding that keeps every constraint;
+        compare its :func:`structtorch.lp.labeling_score` with ``score``, an upper bound) and
+        :func:`structtorch.lp.map_exact` (the exact MAP by branch and cut, with a certified gap).
+        ``str(result)`` says the same.
     fractional_fraction : Tensor (B,)
         Fraction of nodes with a fractional variable.
     cuts : list of B lists of (label, i, j, separator)
@@ -84,6 +89,20 @@ class LPResult:
     cost: Tensor | None = field(default=None, repr=False)
     connected: list = field(default_factory=list)
     soft: bool = False
+
+    def __str__(self) -> str:
+        """A summary: integral instances, fractional nodes, convergence and, where fractional
+        solutions came back under connectivity, the two ways to a connected labeling."""
+        B = len(self.score)
+        whole = int(self.integral.sum())
+        text = (f"LPResult of {B} instance(s): {whole} integral, {B - whole} fractional (mean "
+                f"{float(self.fractional_fraction.double().mean()) if B else 0.0:.0%} of nodes), "
+                f"{int(self.converged.sum())} converged, {sum(len(c) for c in self.cuts)} cuts")
+        if whole < B and (self.connected or self.soft):
+            text += ("; a fractional solution is no connected labeling: lp.round_connected(result.mu, edges, "
+                     "connected) rounds it keeping every constraint (compare lp.labeling_score with "
+                     "result.score, an upper bound), lp.map_exact(...) solves exactly by branch and cut")
+        return text
 
 
 def _constraints(V: int, L: int, edges: Tensor) -> sp.csc_array:
@@ -363,7 +382,8 @@ def map_lp(
     Returns
     -------
     LPResult
-        B = 0 gives results with batch dimension 0; V = 0 an empty ``mu``, score 0 and no solve.
+        Batched: an unbatched (V, L) ``unary`` gives B = 1. B = 0 gives results with batch
+        dimension 0; V = 0 an empty ``mu``, score 0 and no solve.
 
     Notes
     -----
