@@ -4,6 +4,9 @@ Not collected on its own: ``test_robustness.py`` runs this file under pytest in 
 crash in a kernel fails one test instead of killing the suite. The contract, for every entry point
 and every argument: a bad value raises ValueError or TypeError whose message names the argument;
 extreme but valid values give the float64 result (or a ValueError saying the result overflows).
+The APIs of the later rounds run against oracles: enumeration (partial labels, pair costs, the
+segment, boundary and 0-1 losses), dense references, round trips, and for the exact solvers the
+primal recomputed at their weights and a brute-force QP over every labeling (cvxpy).
 """
 
 from __future__ import annotations
@@ -452,6 +455,11 @@ def _smcrf_args():
 
 
 U3, A3, Y3 = torch.randn(2, 4, 3), torch.randn(3, 3), torch.randint(0, 3, (2, 4))
+
+
+def _sm_target():
+    return {"target_labels": torch.tensor([[0, 0, 1, 1], [2, 2, 0, 1]]),
+            "target_starts": torch.tensor([[True, False, True, False], [True, False, True, True]])}
 NEW_BAD_INPUTS = [  # (call, exception, the argument its message names)
     (lambda: st.word_mask([[None, -2, 0]]), ValueError, "word_ids"),
     (lambda: st.word_mask([[None, 0.0, 0]]), TypeError, "word_ids"),
@@ -500,6 +508,14 @@ NEW_BAD_INPUTS = [  # (call, exception, the argument its message names)
     (lambda: st.allowed_transitions("BIOX", ["O"]), ValueError, "scheme"),
     (lambda: st.set_validation("False"), TypeError, "enabled"),
     (lambda: st.set_adaptive_threads("0"), TypeError, "enabled"),
+    # max_count was checked only where a count table is built: the fused chain path (margin, h=None)
+    # and the semi-Markov segment losses took -1, 1.5 or "3" silently
+    (lambda: st.loss_augmented(U3, A3, Y3, max_count=-1), ValueError, "max_count"),
+    (lambda: st.loss_augmented(U3, A3, Y3, max_count=1.5), TypeError, "max_count"),
+    (lambda: st.semimarkov_loss_augmented(U3, A3, **_sm_target(), max_len=2, loss="segment", max_count=-1),
+     ValueError, "max_count"),
+    (lambda: st.semimarkov_loss_augmented(U3, A3, **_sm_target(), max_len=2, loss="zero_one", rescaling="slack",
+                                          max_count="3"), TypeError, "max_count"),
 ]
 
 
@@ -541,3 +557,213 @@ def test_empty_batches_of_the_new_apis():
     sm = st.SemiMarkovCRF(3, 2)
     assert sm(torch.zeros(B_, 4, 3), torch.zeros(B_, 4, dtype=torch.long), torch.zeros(B_, 4, dtype=torch.bool),
               torch.zeros(B_, 4, dtype=torch.bool), reduction="sum").item() == 0.0
+
+
+# ------------------------------------------------------------------------------------------------
+# The segment-level losses of semi-Markov loss-augmented inference and of StructuredHingeLoss, and the
+# exact solvers' certificates, against enumeration and a brute-force QP (issue 41).
+
+def _segment_count(kind: str, lab: tuple, sts: tuple, y: tuple, ys: tuple) -> int:
+    """H(target, z) of two segmentations of [0, L) given as label and start tuples."""
+    def segments(labels, starts):
+        begins = [t for t in range(len(labels)) if starts[t]]
+        return {(s, e, labels[s]) for s, e in zip(begins, begins[1:] + [len(labels)][:len(begins)], strict=True)}
+
+    if kind == "hamming":
+        return sum(a != b for a, b in zip(lab, y, strict=True))
+    if kind == "boundary":
+        return sum(a != b for a, b in zip(sts, ys, strict=True))
+    diff = len(segments(lab, sts) ^ segments(y, ys))
+    return min(diff, 1) if kind == "zero_one" else diff
+
+
+@SMALL
+@given(hst.integers(1, 2), hst.integers(0, 3), hst.integers(1, 2), hst.integers(1, 3), hst.integers(0, 2**16),
+       hst.sampled_from(["margin", "slack"]), hst.sampled_from(["segment", "boundary", "zero_one", "hamming"]),
+       hst.sampled_from(["identity", "square"]), hst.sampled_from(["none", "mean", "sum"]),
+       hst.sampled_from(["compiled", "torch"]))
+def test_segment_losses_of_the_hinge_match_enumeration(B_, T_, N_, S_, seed, rescaling, kind, h_kind, reduction,
+                                                       backend):
+    """semimarkov_loss_augmented and StructuredHingeLoss(loss=...) (keyword and structure forms, every
+    reduction) with the segment, boundary, 0-1 and Hamming losses, variable lengths (0 included), the
+    identity and a convex h: the value, the count and the found segmentation against every segmentation
+    of every row; the hinge's gradient w.r.t. the content is that of the found minus the target's score
+    (margin rescaling), or h(H) times it (slack)."""
+    import numpy as np
+    from brute import brute, compositions
+
+    g = torch.Generator().manual_seed(seed)
+    rng = np.random.default_rng(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    p = {"content": randn(B_, T_, N_), "trans": randn(N_, N_), "length": randn(S_, N_),
+         "boundary": randn(B_, T_, N_), "start": randn(N_), "end": randn(N_)}
+    lengths = torch.randint(0, T_ + 1, (B_,), generator=g)
+    labels = torch.randint(0, N_, (B_, T_), generator=g)  # garbage beyond each length: ignored
+    starts = torch.rand(B_, T_, generator=g) < 0.5
+    targets = []
+    for b in range(B_):
+        L = int(lengths[b])
+        parts = list(compositions(L, S_))
+        parts = parts[rng.integers(len(parts))]
+        pos, lab, sts = 0, [], []
+        for d in parts:
+            n = int(rng.integers(N_))
+            labels[b, pos:pos + d], starts[b, pos:pos + d] = n, False
+            starts[b, pos] = True
+            lab, sts, pos = lab + [n] * d, sts + [True] + [False] * (d - 1), pos + d
+        targets.append((tuple(lab), tuple(sts)))
+    h, h_np = ((None, lambda k: k) if h_kind == "identity" else (lambda k: k * k / 2, lambda k: k * k / 2))
+    np_p = {k: v.numpy() for k, v in p.items()}
+    np_p = {**np_p, "length": np_p["length"][None].repeat(B_, 0), "start": np_p["start"][None].repeat(B_, 0),
+            "end": np_p["end"][None].repeat(B_, 0), "segment": None, "plif": None}
+    content = p["content"].clone().requires_grad_(True)
+    kw = {"max_len": S_, "length_scores": p["length"], "boundary": p["boundary"], "start": p["start"],
+          "end": p["end"], "lengths": lengths}
+    with st.use_backend(backend):
+        value, out_labels, out_starts, count = st.semimarkov_loss_augmented(
+            content, p["trans"], labels, starts, h=h, rescaling=rescaling, loss=kind, **kw)
+        hinge = st.StructuredHingeLoss(rescaling, h=h, reduction=reduction, loss=kind)
+        reduced = hinge(content, p["trans"], labels, target_starts=starts, **kw)
+        structure = st.SemiMarkovDistribution(content, p["trans"], **kw)
+        assert torch.allclose(hinge(structure, (labels, starts)), reduced, rtol=1e-12, atol=1e-12)
+    per_row = []
+    for b in range(B_):
+        L = int(lengths[b])
+        rows = brute(np_p, b, L, S_, N_)
+        y, ys = targets[b]
+        gold = next(s for lab, sts, s in rows if (lab, sts) == (y, ys))
+
+        def augmented(lab, sts, s, y=y, ys=ys, gold=gold):
+            k = _segment_count(kind, lab, sts, y, ys)
+            return s + h_np(k) - gold if rescaling == "margin" else h_np(k) * (1 + s - gold)
+
+        best = max(augmented(*row) for row in rows)
+        assert value[b].item() == pytest.approx(best, abs=1e-9), (b, value[b].item(), best)
+        found = (tuple(out_labels[b, :L].tolist()), tuple(out_starts[b, :L].tolist()))
+        score = dict(((lab, sts), s) for lab, sts, s in rows)[found]
+        assert augmented(*found, score) == pytest.approx(best, abs=1e-9)
+        assert count[b].item() == _segment_count(kind, *found, y, ys)
+        assert (out_labels[b, L:] == -1).all() and not out_starts[b, L:].any()
+        per_row.append(max(best, 0.0))
+    want = torch.tensor(per_row, dtype=torch.float64)
+    want = want if reduction == "none" else want.sum() if reduction == "sum" else want.mean()
+    torch.testing.assert_close(reduced, want, rtol=1e-9, atol=1e-9)
+    # the subgradient: d value / d content = weight * (indicator of the found - of the target)
+    (grad,) = torch.autograd.grad(reduced.sum(), content)
+    want_grad = torch.zeros(B_, T_, N_, dtype=torch.float64)
+    for b in range(B_):
+        L = int(lengths[b])
+        if per_row[b] <= 0:
+            continue  # the hinge is inactive (or at its kink): zero, or the found equals the target
+        k = float(count[b])
+        weight = 1.0 if rescaling == "margin" else h_np(k)
+        weight /= B_ if reduction == "mean" else 1
+        for t in range(L):
+            want_grad[b, t, int(out_labels[b, t])] += weight
+            want_grad[b, t, int(labels[b, t])] -= weight
+    torch.testing.assert_close(grad, want_grad, rtol=1e-9, atol=1e-9)
+
+
+def _labelings_psi(model, data):
+    """Per sequence: [(labeling, Hamming count, psi(x, labeling) (d,) float64)] over every labeling of
+    its length, psi being the gradient of the path score w.r.t. the parameters (a linear model)."""
+    import itertools
+
+    import numpy as np
+
+    params = list(model.parameters())
+    out = []
+    for i in range(len(data)):
+        L = int(data.lengths[i])
+        x, y = data.x[i:i + 1, :L], data.labels[i, :L]
+        rows = []
+        for lab in itertools.product(range(2), repeat=L):
+            unary, trans = model(x)
+            score = st.path_score(unary, trans, torch.tensor([lab], dtype=torch.long))
+            grads = torch.autograd.grad(score.sum(), params, allow_unused=True)
+            flat = np.concatenate([(torch.zeros_like(p) if gr is None else gr).reshape(-1).double().numpy()
+                                   for gr, p in zip(grads, params, strict=True)])
+            rows.append((lab, int((torch.tensor(lab, dtype=torch.long) != y).sum()), flat))
+        out.append((tuple(y.tolist()), rows))
+    return out
+
+
+def _primal(w, lam, rescaling, psis):
+    """lam/2 ||w||^2 + the mean hinge at w, each sequence's by enumeration of its labelings."""
+    hinges = []
+    for y, rows in psis:
+        gold = next(f for lab, _, f in rows if lab == y) @ w
+        aug = [k + f @ w - gold if rescaling == "margin" else k * (1 + f @ w - gold) for _, k, f in rows]
+        hinges.append(max(0.0, *aug))
+    return lam / 2 * float(w @ w) + sum(hinges) / len(hinges)
+
+
+def _qp_optimum(d, lam, rescaling, psis):
+    """min lam/2 ||w||^2 + mean xi subject to every labeling's constraint (cvxpy, Clarabel)."""
+    import cvxpy as cp
+
+    w, xi = cp.Variable(d), cp.Variable(len(psis))
+    constraints = [xi >= 0]
+    for i, (y, rows) in enumerate(psis):
+        gold = next(f for lab, _, f in rows if lab == y)
+        for _, k, f in rows:
+            if k:
+                margin = (gold - f) @ w
+                constraints.append(xi[i] >= (k - margin if rescaling == "margin" else k * (1 - margin)))
+    problem = cp.Problem(cp.Minimize(lam / 2 * cp.sum_squares(w) + cp.sum(xi) / len(psis)), constraints)
+    problem.solve(solver=cp.CLARABEL)
+    return problem.value
+
+
+SOLVER_CASES = [  # (solver, rescaling, solver_options)
+    ("cutting_plane", "margin", {"variant": "one_slack"}),
+    ("cutting_plane", "slack", {"variant": "one_slack"}),
+    ("cutting_plane", "margin", {"variant": "one_slack", "step": 1.0}),
+    ("cutting_plane", "margin", {"variant": "n_slack"}),
+    ("cutting_plane", "slack", {"variant": "n_slack"}),
+    ("cutting_plane", "slack", {"variant": "n_slack", "margin": 0.0, "batch_size": 1}),
+    ("bcfw", "margin", {"averaging": True, "line_search": True}),
+    ("bcfw", "margin", {"averaging": False, "line_search": False}),
+]
+
+
+@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 10)), deadline=None, database=None)
+@given(hst.sampled_from(SOLVER_CASES), hst.integers(1, 3), hst.integers(1, 3), hst.integers(0, 2**16),
+       hst.sampled_from([("l2", 0.05), ("l2", 1.0), ("l2", 20.0), ("C", 0.01), ("C", 10.0)]))
+def test_exact_solvers_certify_the_brute_force_optimum(case, n, max_length, seed, regularizer):
+    """fit(solver="cutting_plane") (one_slack and n_slack, margin and slack rescaling) and
+    fit(solver="bcfw") on tiny problems (2 labels, lengths <= 3): every epoch's gap is objective - dual
+    and dual <= the QP optimum over every labeling's constraint (cvxpy) <= objective; the last objective
+    is the primal lambda/2 ||w||^2 + mean hinge recomputed by enumeration at the returned weights; the
+    cutting planes converge to the optimum."""
+    import numpy as np
+
+    from structtorch.data import SequenceData, make_tagging_data
+
+    solver, rescaling, options = case
+    raw = make_tagging_data(n, seed=seed, min_length=1, max_length=max_length, num_features=2, num_labels=2,
+                            noise=1.5)
+    data = SequenceData(raw.x.double(), raw.labels, raw.lengths)
+    kind, value = regularizer
+    lam = value if kind == "l2" else 1 / (n * value)
+    tol = 1e-6
+    model = st.LinearChainPotentials(2, 2).double()
+    epochs = 300 if solver == "cutting_plane" else 40
+    history = st.train.fit(model, data, st.StructuredHingeLoss(rescaling), epochs=epochs, **{kind: value},
+                           solver=solver, solver_options={**options, "tol": tol}, progress=False)
+    psis = _labelings_psi(st.LinearChainPotentials(2, 2).double(), data)
+    d = sum(p.numel() for p in model.parameters())
+    best = _qp_optimum(d, lam, rescaling, psis)
+    objective, dual, gap = (np.array(history[k]) for k in ("objective", "dual", "gap"))
+    np.testing.assert_allclose(gap, objective - dual, rtol=0, atol=1e-12)
+    slack = 1e-6 * max(1.0, abs(best))  # Clarabel's accuracy
+    assert (dual <= best + slack).all(), (dual.max(), best)
+    assert (objective >= best - slack).all(), (objective.min(), best)
+    w = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).double().numpy()
+    assert objective[-1] == pytest.approx(_primal(w, lam, rescaling, psis), rel=1e-9, abs=1e-12)
+    if solver == "cutting_plane":
+        assert history.converged and gap[-1] <= tol
+        assert objective[-1] == pytest.approx(best, abs=tol + slack)

@@ -34,6 +34,7 @@ from .. import _backend
 from .._checks import (
     LengthsLike,
     cast_checked,
+    check_int,
     check_label_tensor,
     check_label_values,
     check_labels,
@@ -140,6 +141,7 @@ def loss_augmented(
         The Hamming count H(y, y'), weighted when ``weights`` are given (int64 for integer
         weights), or the sum of the costs of y' (with ``cost`` / ``pair_cost``): the argument of h.
     """
+    max_count = _checked_max_count(max_count)
     chain, moved = masked_chain(unary, transitions, start, end, lengths, mask)
     target, weights = moved.take_positions(target), moved.take_positions(weights)
     allowed = allowed_labels(target, chain, ignore_index, "target")
@@ -163,6 +165,7 @@ def loss_augmented_chain(chain: Chain, target: Tensor, *, h: HLike = None, resca
                          max_count: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`loss_augmented` on an already validated :class:`Chain` (the target and the
     loss arguments are checked here)."""
+    max_count = _checked_max_count(max_count)
     backend = _fusing_backend(chain, h, rescaling, algorithm)
     if backend is not None:
         target = _checked_target(target, chain.unary, chain.lengths)
@@ -177,6 +180,12 @@ def loss_augmented_chain(chain: Chain, target: Tensor, *, h: HLike = None, resca
     spec = resolve_loss(h, rescaling, weights, cost, target, mask, chain.unary, algorithm, pair_cost,
                         max_count)
     return solve(_ChainStructure(chain, target), spec, target, chain.shape[2], algorithm, chain.unary.dtype)
+
+
+def _checked_max_count(max_count: object) -> int | None:
+    """``max_count`` checked on every path, also where it is ignored (a loss folded into the scores,
+    partial targets, the segment losses): None or an int >= 0."""
+    return None if max_count is None else check_int("max_count", max_count, 0)
 
 
 def no_costs(weights: object, cost: object, pair_cost: object) -> None:

@@ -34,7 +34,7 @@ from ..semimarkov.layout import SemiMarkov, check_segmentation, check_semimarkov
 from ..semimarkov.plif import SegmentPLiF
 from ._ops import FUSED, solve
 from ._torch import SEGMENT_LOSSES
-from .chain import _checked_value, _fusable
+from .chain import _checked_max_count, _checked_value, _fusable
 from .spec import HLike, h_table, resolve_loss, resolve_segment_loss
 from .structures import _SemiMarkovStructure, decode
 
@@ -111,6 +111,7 @@ def loss_augmented_semimarkov(sm: SemiMarkov, target_labels: Tensor, target_star
     target and the loss arguments are checked here)."""
     if loss not in SEGMENT_LOSSES:
         raise ValueError(f"loss must be one of {SEGMENT_LOSSES}, got {loss!r}")
+    max_count = _checked_max_count(max_count)
     labels, starts = check_target(target_labels, target_starts, sm)
     if loss == "hamming" and _fuses(sm, h, rescaling, weights, algorithm):
         return _fused(sm, labels, starts)
