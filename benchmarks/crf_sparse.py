@@ -247,11 +247,7 @@ def run_svm(train, test, args, attributes, rescaling: str) -> dict:
     """The structured SVM (Hamming hinge) on the same features and the same L2 weight, one thread:
     margin rescaling by BCFW (``fit(solver="bcfw")``), slack rescaling by 1-slack cutting planes
     (``fit(solver="cutting_plane")``), for ``--svm-passes`` passes or iterations."""
-    torch.set_num_threads(1)
-    labels = sorted({t for _, _, tags in train for t in tags})
-    vocab: dict[str, int] = {}
-    ids, tags, lengths = encode(train, vocab, labels, grow=True, attributes=attributes)
-    data = st.SequenceData(ids, tags, lengths)
+    data, vocab, labels = svm_data(train, attributes)
     # BCFW's steps touch one sequence's features: sparse gradients keep them O(support)
     model = st.SparseFeaturePotentials(len(vocab), len(labels), bias=False,
                                        sparse_grad=rescaling == "margin").double()
@@ -263,40 +259,44 @@ def run_svm(train, test, args, attributes, rescaling: str) -> dict:
                            l2=2 * args.c2 / len(data), objective=False, progress=False, metrics=(),
                            solver_options=options)
     seconds = time.perf_counter() - began
+    last = history.epochs[-1]
+    return {"seconds": seconds, "passes": len(history), "primal": last["objective"], "gap": last["gap"],
+            "f1": tagger_f1(model, test, vocab, labels, attributes), "solver": solver}
+
+
+def svm_data(train, attributes) -> tuple[st.SequenceData, dict[str, int], list[str]]:
+    """The training sentences as feature ids (one thread from here on), their vocabulary and tags."""
+    torch.set_num_threads(1)
+    labels = sorted({t for _, _, tags in train for t in tags})
+    vocab: dict[str, int] = {}
+    ids, tags, lengths = encode(train, vocab, labels, grow=True, attributes=attributes)
+    return st.SequenceData(ids, tags, lengths), vocab, labels
+
+
+def tagger_f1(model, test, vocab, labels, attributes) -> float:
+    """The test chunk F1 of the model's Viterbi tags."""
     with torch.no_grad():
         test_ids, _, test_lengths = encode(test, vocab, labels, grow=False, attributes=attributes)
         path = st.viterbi(*model(test_ids), lengths=test_lengths)[1]
     rows = zip(path.tolist(), test_lengths.tolist(), strict=True)
     predicted = [[labels[i] for i in row[:n]] for row, n in rows]
-    last = history.epochs[-1]
-    f1 = float(st.chunk_f1(predicted, [t for _, _, t in test]))
-    return {"seconds": seconds, "passes": len(history), "primal": last["objective"], "gap": last["gap"],
-            "f1": f1, "solver": solver}
+    return float(st.chunk_f1(predicted, [t for _, _, t in test]))
 
 
 def run_certificate(train, test, args, attributes, C: float) -> dict:
     """The margin-rescaled Hamming SVM (``fit``'s C convention, lambda = 1 / (n C)) by 1-slack
     cutting planes until the duality gap is at most ``--rtol`` of the primal, one thread."""
-    torch.set_num_threads(1)
-    labels = sorted({t for _, _, tags in train for t in tags})
-    vocab: dict[str, int] = {}
-    ids, tags, lengths = encode(train, vocab, labels, grow=True, attributes=attributes)
-    data = st.SequenceData(ids, tags, lengths)
+    data, vocab, labels = svm_data(train, attributes)
     model = st.SparseFeaturePotentials(len(vocab), len(labels), bias=False).double()
     began = time.perf_counter()
     history = st.train.fit(model, data, st.StructuredHingeLoss("margin"), solver="cutting_plane",
                            epochs=100_000, C=C, objective=False, progress=False, metrics=(),
                            solver_options={"variant": "one_slack", "tol": 0.0, "rtol": args.rtol})
     seconds = time.perf_counter() - began
-    with torch.no_grad():
-        test_ids, _, test_lengths = encode(test, vocab, labels, grow=False, attributes=attributes)
-        path = st.viterbi(*model(test_ids), lengths=test_lengths)[1]
-    rows = zip(path.tolist(), test_lengths.tolist(), strict=True)
-    predicted = [[labels[i] for i in row[:n]] for row, n in rows]
     last = history.epochs[-1]
     return {"seconds": seconds, "iterations": len(history), "primal": last["objective"], "gap": last["gap"],
             "qp": last["qp_time"], "planes": last["constraints"], "converged": history.converged,
-            "f1": float(st.chunk_f1(predicted, [t for _, _, t in test])),
+            "f1": tagger_f1(model, test, vocab, labels, attributes),
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
