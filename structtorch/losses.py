@@ -93,6 +93,17 @@ def structured_hinge(
     exact subgradient (zero where the hinge is inactive).
 
     Returns a scalar for reduction "mean"/"sum", else a (B,) tensor.
+
+    Examples
+    --------
+    >>> import torch, structtorch as st
+    >>> unary = torch.tensor([[[2., 0.], [0., 3.], [2., 0.]]])
+    >>> transitions = torch.tensor([[0., -1.], [-1., 0.]])
+    >>> target = torch.tensor([[0, 1, 0]])  # the best labeling, by a margin of 1 over every other
+    >>> st.structured_hinge(unary, transitions, target)
+    tensor(0.)
+    >>> st.structured_hinge(unary, transitions, target, rescaling="slack")
+    tensor(0.)
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
@@ -180,6 +191,19 @@ class StructuredHingeLoss(nn.Module):
     ignore_index : int, optional
         The label of unlabeled positions in chain targets (partial targets, see
         :func:`structured_hinge`), e.g. -100; None: every position is labeled.
+
+    Examples
+    --------
+    >>> import torch, structtorch as st
+    >>> unary = torch.tensor([[[2., 0.], [0., 3.], [2., 0.]]], requires_grad=True)
+    >>> transitions = torch.tensor([[0., -1.], [-1., 0.]])
+    >>> hinge = st.StructuredHingeLoss("margin")
+    >>> loss = hinge(unary, transitions, torch.tensor([[0, 0, 0]]))
+    >>> loss.item()
+    2.0
+    >>> loss.backward()
+    >>> unary.grad[0, 1]  # the subgradient: the violator's labels minus the target's
+    tensor([-1.,  1.])
     """
 
     def __init__(self, rescaling: str = "margin", h: HLike = None, reduction: str = "mean",

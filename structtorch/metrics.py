@@ -229,6 +229,13 @@ def chunk_f1(
     ChunkScores
         Overall (micro-averaged) precision, recall and F1, the chunk counts, and per-type scores;
         ``float(result)`` is the F1.
+
+    Examples
+    --------
+    >>> import structtorch as st
+    >>> scores = st.chunk_f1([["B-NP", "I-NP", "O", "B-VP"]], [["B-NP", "I-NP", "O", "B-NP"]])
+    >>> scores.precision, scores.recall, float(scores), scores.num_correct
+    (0.5, 0.5, 0.5, 1)
     """
     check_scheme(scheme)
     p_names = _names(pred, lengths, labels, "pred")

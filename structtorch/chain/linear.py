@@ -218,6 +218,16 @@ def viterbi(
     path : Tensor (B, T) int64
         Best labeling, -1 at positions >= length (outside the mask) and on infeasible rows. Ties:
         see the module doc.
+
+    Examples
+    --------
+    >>> import torch, structtorch as st
+    >>> unary = torch.tensor([[[2., 0.], [0., 3.], [2., 0.]]])  # (B, T, N) = (1, 3, 2)
+    >>> transitions = torch.tensor([[0., -1.], [-1., 0.]])      # a change of label costs 1
+    >>> st.viterbi(unary, transitions)
+    (tensor([5.]), tensor([[0, 1, 0]]))
+    >>> st.viterbi(unary, transitions, lengths=torch.tensor([2]))  # -1 beyond the length
+    (tensor([4.]), tensor([[ 0,  1, -1]]))
     """
     quick = _quick.viterbi(unary, transitions, start, end, lengths, mask)
     return quick if quick is not None else _viterbi(unary, transitions, start, end, lengths, mask)
@@ -254,6 +264,13 @@ def log_partition(
     rows with no feasible labeling. Its gradient w.r.t. ``unary`` is the node marginals, w.r.t.
     ``transitions`` the edge marginals (summed over positions when shared), w.r.t. ``start`` and
     ``end`` the marginals of the first and last label. Infeasible rows get zero gradients.
+
+    Examples
+    --------
+    >>> import math, torch, structtorch as st
+    >>> logz = st.log_partition(torch.zeros(1, 3, 2), torch.zeros(2, 2))  # 2**3 labelings of score 0
+    >>> round(logz.item(), 4), round(3 * math.log(2), 4)
+    (2.0794, 2.0794)
     """
     return log_partition_chain(masked_chain(unary, transitions, start, end, lengths, mask)[0])
 
@@ -273,6 +290,14 @@ def marginals(
 
     Arguments as for :func:`viterbi`. The result is differentiable (double backward through the
     log-partition) when any input requires grad.
+
+    Examples
+    --------
+    >>> import torch, structtorch as st
+    >>> unary = torch.tensor([[[0., 0.], [1., 0.]]])
+    >>> st.marginals(unary, torch.zeros(2, 2)).round(decimals=3)  # p(y_t = n), (B, T, N)
+    tensor([[[0.5000, 0.5000],
+             [0.7310, 0.2690]]])
     """
     chain, moved = masked_chain(unary, transitions, start, end, lengths, mask)
     return moved.put(marginals_chain(chain), 0)

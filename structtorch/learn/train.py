@@ -321,6 +321,19 @@ def fit(
         and validation passes) and ``val_<metric>``; BCFW records ``objective`` (the primal),
         ``dual``, ``gap`` and ``time``; cutting planes also ``constraints`` (the working set's
         size), ``oracle_calls`` (sequences, cumulative) and ``qp_time``.
+
+    Examples
+    --------
+    >>> import structtorch as st
+    >>> from structtorch.data import make_tagging_data
+    >>> data = make_tagging_data(8, seed=0, min_length=2, max_length=4, num_features=2, num_labels=2)
+    >>> model = st.LinearChainPotentials(2, 2)
+    >>> history = st.train.fit(model, data, st.StructuredHingeLoss(), epochs=100, C=1.0,
+    ...                        solver="cutting_plane", progress=False)
+    >>> history.converged, history["gap"][-1] <= 1e-3  # a duality-gap certificate
+    (True, True)
+    >>> history["dual"][-1] <= history["objective"][-1]
+    True
     """
     check_int("epochs", epochs, 0)
     check_int("batch_size", batch_size, 1)

@@ -140,6 +140,18 @@ def loss_augmented(
     count : Tensor (B,)
         The Hamming count H(y, y'), weighted when ``weights`` are given (int64 for integer
         weights), or the sum of the costs of y' (with ``cost`` / ``pair_cost``): the argument of h.
+
+    Examples
+    --------
+    >>> import torch, structtorch as st
+    >>> unary = torch.tensor([[[2., 0.], [0., 3.], [2., 0.]]])
+    >>> transitions = torch.tensor([[0., -1.], [-1., 0.]])
+    >>> target = torch.tensor([[0, 0, 0]])  # scores 4; [0, 1, 0] scores 5 and differs in 1 position
+    >>> value, labeling, count = st.loss_augmented(unary, transitions, target)
+    >>> value, labeling, count  # max_y s(y) + Hamming(y, target) - s(target)
+    (tensor([2.]), tensor([[0, 1, 0]]), tensor([1]))
+    >>> st.loss_augmented(unary, transitions, target, rescaling="slack")[0]  # H (1 + s(y) - s(target))
+    tensor([2.])
     """
     max_count = _checked_max_count(max_count)
     chain, moved = masked_chain(unary, transitions, start, end, lengths, mask)

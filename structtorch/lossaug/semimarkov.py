@@ -96,6 +96,18 @@ def semimarkov_loss_augmented(
     count : Tensor (B,)
         H of the found segmentation (the Hamming count weighted by ``weights``, or the segment,
         boundary or 0/1 count).
+
+    Examples
+    --------
+    >>> import torch, structtorch as st
+    >>> content = torch.tensor([[[1., 0.], [1., 0.], [0., 1.]]])
+    >>> length_scores = torch.tensor([[0., 0.], [1., 1.]])
+    >>> labels, starts = torch.tensor([[0, 0, 1]]), torch.tensor([[True, False, True]])
+    >>> value, _, _, count = st.semimarkov_loss_augmented(
+    ...     content, torch.zeros(2, 2), labels, starts, max_len=2, length_scores=length_scores,
+    ...     loss="segment")
+    >>> value, count  # [0, 0, 0] in unit segments: its score 2 + 5 differing segments - the target's 4
+    (tensor([3.]), tensor([5]))
     """
     sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
                           start, end, lengths, segment_plif)

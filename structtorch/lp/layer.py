@@ -170,6 +170,21 @@ class MAPRelaxation(nn.Module):
     (unless they cannot be hashed). Layers on the same structure share it (``self.layer.ctx`` is
     the same object) and construct in milliseconds; each keeps its own buffers. The cache holds
     the 16 most recently used structures; see :meth:`cache_info` and :meth:`cache_clear`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from structtorch.lp import MAPRelaxation
+    >>> layer = MAPRelaxation(torch.tensor([[0, 1]]), num_labels=2)  # two nodes, one edge
+    >>> unary = torch.tensor([[2., 0.], [0., 2.]], requires_grad=True)  # (V, L)
+    >>> pairwise = torch.tensor([[[1., 0.], [0., 1.]]])  # (E, L, L): agreeing labels score 1
+    >>> mu = layer(unary, pairwise)  # (B, V, L), relaxed label indicators
+    >>> mu.detach().round(decimals=1)
+    tensor([[[1., 0.],
+             [0., 1.]]])
+    >>> mu[0, 0, 0].backward()  # differentiable w.r.t. the potentials
+    >>> unary.grad.shape
+    torch.Size([2, 2])
     """
 
     def __init__(self, edges: Tensor, num_labels: int, *, num_nodes: int | None = None,

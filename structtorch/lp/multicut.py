@@ -236,6 +236,15 @@ def multicut(
     The LPs are solved for ``weights / max |weights|``, so the solution does not depend on the
     scale of the weights (modularity weights are of order 1 / m^2); weights smaller than about
     1e-7 of the largest one are at the solver's resolution (see :mod:`structtorch.lp._highs`).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from structtorch.lp import multicut
+    >>> edges = torch.tensor([[0, 1], [1, 2], [0, 2]])
+    >>> result = multicut(edges, torch.tensor([1.0, 1.0, -3.0]))  # w < 0: cutting the edge pays
+    >>> result.z.tolist(), result.objective, result.clusters.tolist(), result.converged
+    ([1.0, 0.0, 1.0], -2.0, [0, 1, 1], True)
     """
     t0 = time.perf_counter()
     if relaxation not in RELAXATIONS:

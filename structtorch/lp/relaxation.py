@@ -391,6 +391,16 @@ def map_lp(
     instance is solved with its costs divided by their largest magnitude, so the solution does not
     depend on the scale of the potentials; costs smaller than about 1e-7 of the largest one are at
     the solver's resolution (see :mod:`structtorch.lp._highs`).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from structtorch.lp import map_lp
+    >>> unary = torch.tensor([[2., 0.], [0., 1.]])  # (V, L)
+    >>> pairwise = torch.tensor([[[1., 0.], [0., 1.]]])  # (E, L, L)
+    >>> result = map_lp(unary, pairwise, torch.tensor([[0, 1]]))
+    >>> result.score, result.integral, result.mu.argmax(-1)
+    (tensor([3.]), tensor([True]), tensor([[0, 1]]))
     """
     unary_b, pairwise_b, edges = check_graph_potentials(unary, pairwise, edges)
     check_costs("unary", unary_b)

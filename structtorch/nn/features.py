@@ -26,6 +26,15 @@ class LinearChainPotentials(nn.Module):
         N.
     bias : bool
         Add a per-label bias to the unary scores (a constant feature).
+
+    Examples
+    --------
+    >>> import torch, structtorch as st
+    >>> model = st.LinearChainPotentials(in_features=3, num_labels=2)
+    >>> unary, transitions = model(torch.randn(4, 5, 3))  # x (B, T, F)
+    >>> unary.shape, transitions.shape
+    (torch.Size([4, 5, 2]), torch.Size([2, 2]))
+    >>> loss = st.StructuredHingeLoss()(unary, transitions, torch.zeros(4, 5, dtype=torch.long))
     """
 
     def __init__(self, in_features: int, num_labels: int, *, bias: bool = True) -> None:

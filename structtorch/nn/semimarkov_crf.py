@@ -44,6 +44,21 @@ class SemiMarkovCRF(nn.Module):
 
     The content scores must have the module's dtype and device (use ``.to()`` on the module), or be
     float16/bfloat16 beside float32 parameters (as under autocast).
+
+    Examples
+    --------
+    >>> import torch, structtorch as st
+    >>> crf = st.SemiMarkovCRF(2, max_len=2)
+    >>> with torch.no_grad():  # fixed parameters for the example: length-2 segments score 1
+    ...     _ = [p.zero_() for p in crf.parameters()]
+    ...     _ = crf.length_scores[1].fill_(1.0)
+    >>> content = torch.tensor([[[1., 0.], [1., 0.], [0., 1.]]])
+    >>> score, labels, starts = crf.decode(content)
+    >>> score.item(), labels.tolist(), starts.tolist()
+    (4.0, [[0, 0, 1]], [[True, False, True]])
+    >>> nll = crf(content, labels, starts, reduction="mean")  # -log p(segmentation)
+    >>> round(nll.item(), 3)
+    1.253
     """
 
     def __init__(self, num_labels: int, max_len: int, *, init_scale: float = 0.1) -> None:

@@ -90,6 +90,21 @@ class SparseFeaturePotentials(nn.Module):
     transitions : nn.Parameter (N, N)
     start, end : nn.Parameter (N,) or None
         All parameters start at zero.
+
+    Examples
+    --------
+    >>> import torch, structtorch as st
+    >>> model = st.SparseFeaturePotentials(num_features=4, num_labels=2)
+    >>> with torch.no_grad():
+    ...     _ = model.emission.weight.copy_(torch.tensor([[1., 0.], [0., 1.], [2., 0.], [0., 0.]]))
+    >>> ids = torch.tensor([[[0, 2], [1, -1], [3, -1]]])  # (B, T, K) feature ids, -1 unused slots
+    >>> unary, transitions = model(ids)
+    >>> unary  # each position sums the weights of its ids (plus the bias, here 0)
+    tensor([[[3., 0.],
+             [0., 1.],
+             [0., 0.]]], grad_fn=<AddBackward0>)
+    >>> transitions.shape
+    torch.Size([2, 2])
     """
 
     def __init__(self, num_features: int, num_labels: int, *, bias: bool = True,

@@ -126,6 +126,13 @@ def tokens_to_words(x: Tensor, mask: Tensor, *, fill: float | int = -1,
         The value beyond each row's words.
     num_words : int, optional
         W (default: the most words in a row, read on the host).
+
+    Examples
+    --------
+    >>> import torch, structtorch as st
+    >>> mask = st.word_mask([[None, 0, 0, 1, None]])  # first sub-token of each word
+    >>> st.tokens_to_words(torch.tensor([[7, 8, 9, 10, 11]]), mask)
+    tensor([[ 8, 10]])
     """
     if not isinstance(x, Tensor) or x.dim() < 2:
         raise TypeError("x must be a tensor of shape (B, T, ...)")

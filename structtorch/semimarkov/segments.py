@@ -72,6 +72,14 @@ def semimarkov_viterbi(
         The label of each position, -1 beyond the length and on infeasible rows.
     starts : Tensor (B, T) bool
         True where a segment begins.
+
+    Examples
+    --------
+    >>> import torch, structtorch as st
+    >>> content = torch.tensor([[[1., 0.], [1., 0.], [0., 1.]]])  # (B, T, N)
+    >>> length_scores = torch.tensor([[0., 0.], [1., 1.]])  # a segment of length 2 scores 1
+    >>> st.semimarkov_viterbi(content, torch.zeros(2, 2), max_len=2, length_scores=length_scores)
+    (tensor([4.]), tensor([[0, 0, 1]]), tensor([[ True, False,  True]]))
     """
     return viterbi_semimarkov(check_semimarkov(content, transitions, max_len, length_scores, boundary,
                                                segment_scores, start, end, lengths, segment_plif))
