@@ -34,7 +34,7 @@ def keeps(labels, edges, connected):
 def connected_problems(draw, max_nodes=6):
     V, edges = draw(lp_graphs(max_nodes=max_nodes))
     L = draw(st_.integers(2, 3))
-    connected = draw(st_.lists(st_.integers(0, L - 1), min_size=1, max_size=L, unique=True))
+    connected = draw(st_.lists(st_.integers(0, L - 1), min_size=0, max_size=L, unique=True))
     return V, edges, L, sorted(connected), draw(st_.integers(0, 2**31)), draw(st_.booleans())
 
 
