@@ -4,6 +4,9 @@ Triton's interpreter (which the tests use on CPU) forgives what the compiler doe
 are not constexpr, loop-carried variables whose type changes. ``test_triton.py`` runs this script
 in a process without TRITON_INTERPRET. Exit code 0: all compiled; 1: failures (printed); 3: this
 Triton has no ahead-of-time compile API.
+
+    python tests/compile_kernels.py [NAME_PART] [K/N]   # only kernels named with NAME_PART; every
+                                                        # N-th variant from the K-th (0-based)
 """
 
 from __future__ import annotations
@@ -338,9 +341,13 @@ def main() -> int:
              "hamming fold (64)": hamming.FOLD_WARPS, "hamming fold (64, costs)": hamming.FOLD_WARPS_WIDE,
              "hamming choose": hamming.CHOOSE_WARPS, "window choose": hamming.CHOOSE_WARPS,
              ("chain scan backward", "*fp64"): scan.BACKWARD_WARPS_FLOAT64}  # (name, input type): by dtype
-    only = sys.argv[1] if len(sys.argv) > 1 else ""  # a part of the kernels' names: those alone
-    for name, kernel, signature, constexprs in itertools.chain(_gpu_signatures(), _fused_hamming_signatures()):
-        if only not in name:
+    args = sys.argv[1:]
+    part = next((a for a in args if re.fullmatch(r"\d+/\d+", a)), "0/1")  # K/N: every N-th variant from K
+    k, n = map(int, part.split("/"))
+    only = next((a for a in args if a != part), "")  # a part of the kernels' names: those alone
+    variants = itertools.chain(_gpu_signatures(), _fused_hamming_signatures())
+    for index, (name, kernel, signature, constexprs) in enumerate(variants):
+        if only not in name or index % n != k:
             continue
         sig = {**signature, **{k: "constexpr" for k in constexprs}}
         try:

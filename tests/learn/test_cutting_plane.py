@@ -589,3 +589,13 @@ def test_one_slack_chunks_sum_to_the_plane_of_the_whole_data(monkeypatch):
     whole_value, whole_grad = state._planes([data])
     assert value.item() == pytest.approx(whole_value.item(), rel=1e-12)
     torch.testing.assert_close(grad, whole_grad, rtol=1e-12, atol=1e-12)
+
+
+def test_unknown_solver_options_are_named():
+    fit = functools.partial(st.train.fit, st.LinearChainPotentials(2, 2), tiny(), st.StructuredHingeLoss(),
+                            epochs=1, C=1.0, progress=False)
+    for solver in ("cutting_plane", "bcfw"):
+        with pytest.raises(TypeError, match=rf"solver_options of solver='{solver}' take .*got \['bogus'\]"):
+            fit(solver=solver, solver_options={"bogus": 1})
+    with pytest.raises(ValueError, match="takes no solver_options"):
+        fit(solver="subgradient", solver_options={"tol": 1.0})

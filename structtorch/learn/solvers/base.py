@@ -14,6 +14,7 @@ stopping test. Its records are its own: a cutting-plane solver records e.g. ``ob
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -24,7 +25,7 @@ from torch import nn
 from ...sequence_data import SequenceData
 from ..task import Task
 
-__all__ = ["FitOptions", "Solver", "SolverFactory"]
+__all__ = ["FitOptions", "Solver", "SolverFactory", "solver_kwargs"]
 
 
 @dataclass(frozen=True)
@@ -93,3 +94,16 @@ class Solver(Protocol):
 
 
 SolverFactory = Callable[[nn.Module, SequenceData, Any, FitOptions], Solver]
+
+
+def solver_kwargs(options: FitOptions, algorithm: Callable, solver: str,
+                  given: tuple[str, ...]) -> dict[str, Any]:
+    """``options.solver_options`` as keyword arguments of ``algorithm`` (a class), each name one of
+    its keyword-only options other than those ``fit`` passes itself (``given``): a TypeError
+    naming ``solver_options`` and the options there are, not one from deep inside."""
+    taken = [name for name, p in inspect.signature(algorithm).parameters.items()
+             if p.kind == p.KEYWORD_ONLY and name not in given]
+    unknown = sorted(set(options.solver_options) - set(taken))
+    if unknown:
+        raise TypeError(f"solver_options of solver={solver!r} take {taken}, got {unknown}")
+    return dict(options.solver_options)

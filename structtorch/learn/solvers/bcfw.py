@@ -38,7 +38,7 @@ from ...losses import StructuredHingeLoss
 from ...sequence_data import SequenceData
 from ..task import Task
 from ._linear import GapSolver, ParameterVector, check_linear, regularizer_is_l2
-from .base import FitOptions
+from .base import FitOptions, solver_kwargs
 
 __all__ = ["BCFW", "BCFWSolver", "check_linear", "regularizer_is_l2"]
 
@@ -258,6 +258,7 @@ class BCFWSolver(GapSolver):
     def __init__(self, model: nn.Module, data: SequenceData, loss: StructuredHingeLoss | None,
                  options: FitOptions) -> None:
         super().__init__("bcfw", model, options, "it computes its own steps")
-        self.state = BCFW(model, data, loss, options.lam, seed=options.seed, **dict(options.solver_options))
+        kwargs = solver_kwargs(options, BCFW, "bcfw", ("seed",))
+        self.state = BCFW(model, data, loss, options.lam, seed=options.seed, **kwargs)
         self.task = Task(model, self.state.loss)
         self.step = self.state.run_pass

@@ -44,7 +44,7 @@ from ...sequence_data import SequenceData
 from ..task import Task
 from ._group import Group
 from ._linear import GapSolver, ParameterVector, check_linear
-from .base import FitOptions
+from .base import FitOptions, solver_kwargs
 from .working_set import WorkingSet
 
 __all__ = ["CuttingPlane", "CuttingPlaneSolver", "WorkingSet"]
@@ -381,6 +381,7 @@ class CuttingPlaneSolver(GapSolver):
     def __init__(self, model: nn.Module, data: SequenceData, loss: object, options: FitOptions) -> None:
         super().__init__("cutting_plane", model, options, "it solves a QP", distributed=True)
         self.state = CuttingPlane(model, data, loss, options.lam, seed=options.seed,
-                                  group=Group(options.rank, options.world), **dict(options.solver_options))
+                                  group=Group(options.rank, options.world),
+                                  **solver_kwargs(options, CuttingPlane, "cutting_plane", ("seed", "group")))
         self.task = self.state.task
         self.step = self.state.iterate

@@ -46,7 +46,8 @@ class SubgradientSolver:
 
     def __init__(self, model: nn.Module, data: SequenceData, loss: object, options: FitOptions) -> None:
         if options.solver_options:
-            raise ValueError("solver_options are for solver='bcfw'")
+            raise ValueError("solver='subgradient' takes no solver_options (they are the options of "
+                             "solver='bcfw' and solver='cutting_plane')")
         if loss is None:
             raise TypeError("loss is None: pass a loss (None, the Hamming hinge, is for solver='bcfw' only)")
         self.task = Task(model, loss)
