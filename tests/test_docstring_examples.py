@@ -36,6 +36,8 @@ CENTRAL = {  # name as a user writes it -> the object whose docstring holds the 
     "lp.MAPRelaxation": lp.MAPRelaxation,
     "lp.map_lp": lp.map_lp,
     "lp.multicut": lp.multicut,
+    "lp.map_exact": lp.map_exact,
+    "lp.round_connected": lp.round_connected,
 }
 FLAGS = doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS
 

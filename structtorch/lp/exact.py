@@ -263,6 +263,17 @@ def map_exact(
         If no labeling keeps the constraints (every label connected on a graph with more
         components than labels).
 
+    Examples
+    --------
+    >>> import torch
+    >>> from structtorch import lp
+    >>> edges = lp.grid_edges(1, 3)                       # a path 0 - 1 - 2
+    >>> unary = torch.tensor([[0.0, 1.0], [0.0, -0.5], [0.0, 1.0]])
+    >>> pairwise = torch.zeros(len(edges), 2, 2)
+    >>> res = lp.map_exact(unary, pairwise, edges, connected=[1])
+    >>> res.labels, res.score, bool(res.optimal)          # label 1 must be connected: all three
+    (tensor([[1, 1, 1]]), tensor([1.5000]), True)
+
     Notes
     -----
     The integer program has V L integer variables: graphs of hundreds to a few thousand nodes

@@ -113,6 +113,17 @@ def round_connected(mu: Tensor, edges: Tensor, connected: list[int]) -> Tensor:
     ValueError
         If no labeling satisfies the constraints: every label is connected and the graph has more
         components than labels.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from structtorch import lp
+    >>> edges = lp.grid_edges(1, 5)                       # a path 0 - 1 - 2 - 3 - 4
+    >>> mu = torch.tensor([[0.1, 0.9], [0.6, 0.4], [0.8, 0.2], [0.1, 0.9], [0.2, 0.8]])
+    >>> lp.round_labels(mu)[0]                            # label 1 in two pieces
+    tensor([[1, 0, 0, 1, 1]])
+    >>> lp.round_connected(mu, edges, connected=[1])      # the heavier piece kept
+    tensor([[0, 0, 0, 1, 1]])
     """
     mu = _batched_mu(mu)
     B, V, L = mu.shape
