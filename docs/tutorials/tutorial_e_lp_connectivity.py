@@ -1,6 +1,6 @@
 """
 Graph labeling with connectivity: LP relaxations, a differentiable layer, multicuts and stability
-================================================================================================
+=================================================================================================
 
 :mod:`structtorch.lp` labels the nodes of a graph (the pixels of a grid, superpixels, ...) by
 maximizing unary and pairwise scores over the LP relaxation of MAP (the local polytope), and can
