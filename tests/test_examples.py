@@ -34,13 +34,13 @@ def test_demo_runs(tmp_path):
 
 
 def test_readme_tour_runs():
-    """Each Python block of the README and of the guide's tour and pitfalls (docs/guide/) runs on
-    its own, in a fresh namespace, as a newcomer would paste it (no block needs an earlier one)."""
+    """Each Python block of the README and of the guide's concepts, tour and pitfalls (docs/guide/)
+    runs on its own, in a fresh namespace, as a newcomer would paste it (no block needs an earlier one)."""
     import linecache
     import re
 
     blocks = 0
-    for page in ("README.md", "docs/guide/tour.md", "docs/guide/pitfalls.md"):
+    for page in ("README.md", "docs/guide/concepts.md", "docs/guide/tour.md", "docs/guide/pitfalls.md"):
         text = (ROOT / page).read_text()
         for match in re.finditer(r"```python\n(.*?)```", text, flags=re.S):
             code, line = match.group(1), text[:match.start()].count("\n") + 2
