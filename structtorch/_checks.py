@@ -142,7 +142,17 @@ def plain(x: Tensor) -> Tensor:
     return x
 
 
-_BATCH = threading.local()
+class _Batch(threading.local):
+    """Each thread's batch of device checks (``state``: None outside :func:`one_assertion`); the
+    attribute is set in every thread from the start (``threading.local`` runs ``__init__`` per
+    thread), so that a compiled graph's guard on it does not change after the first call
+    (``torch.compile`` recompiled on the second)."""
+
+    def __init__(self) -> None:
+        self.state: dict | None = None
+
+
+_BATCH = _Batch()
 
 
 class one_assertion:  # noqa: N801 - used like a function, as torch's context managers are
@@ -156,7 +166,7 @@ class one_assertion:  # noqa: N801 - used like a function, as torch's context ma
     uses join the outermost one. Also a decorator."""
 
     def __enter__(self) -> one_assertion:
-        self._outer = getattr(_BATCH, "state", None) is None
+        self._outer = _BATCH.state is None
         if self._outer:
             _BATCH.state = {"checks": [], "messages": []}
         return self
@@ -190,7 +200,7 @@ def _counted(x: Tensor, kind: str, message: str, **params) -> bool:
     :class:`one_assertion`, which counts the bad entries of all its checks at its end; False
     (nothing done) outside one, under ``torch.compile`` or off the "triton" backend, where the
     caller asserts on its own."""
-    state = getattr(_BATCH, "state", None)
+    state = _BATCH.state
     if state is None or torch.compiler.is_compiling() or _backend.backend_for(x) != "triton":
         return False
     state["checks"].append((plain(x), kind, params))

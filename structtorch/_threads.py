@@ -36,7 +36,15 @@ INTERVAL = 0.05
 """Seconds for which one reading of the machine's load is reused."""
 
 _STATE = {"on": os.environ.get("STRUCTTORCH_ADAPTIVE_THREADS", "1") != "0", "until": 0.0, "free": None}
-_LOCAL = threading.local()  # depth: calls nested inside one that already chose
+class _Local(threading.local):
+    """Each thread's ``depth``: calls nested inside one that already chose (set in every thread from
+    the start, so that a compiled graph's guard on it does not change after the first call)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+
+
+_LOCAL = _Local()
 
 
 def set_adaptive_threads(enabled: bool) -> None:
@@ -87,7 +95,7 @@ class call_threads:  # noqa: N801 - used like a function, as torch's context man
 
     def __enter__(self) -> call_threads:
         self._outer, self._threads = False, 0
-        if getattr(_LOCAL, "depth", 0) or not _STATE["on"] or torch.compiler.is_compiling():
+        if _LOCAL.depth or not _STATE["on"] or torch.compiler.is_compiling():
             return self
         threads = torch.get_num_threads()
         free = _free() if threads > 1 else None

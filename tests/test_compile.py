@@ -370,3 +370,16 @@ def test_per_sample_gradients_with_vmap_of_grad():
         a_v = a.clone().requires_grad_()
         (want,) = torch.autograd.grad(st.log_partition(us[v], a_v).sum(), a_v)
         torch.testing.assert_close(grads[v], want)
+
+
+def test_a_second_call_does_not_recompile():
+    """The thread-local state the checks and the thread choice read exists from the start in every
+    thread: the guards of the first compile hold on the second call (it recompiled once, 0.65 s)."""
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    crf = st.LinearChainCRF(4)
+    step = torch.compile(lambda e, t: crf(e, t), backend=counter, fullgraph=True)
+    e, t = torch.randn(2, 5, 4), torch.randint(0, 4, (2, 5))
+    for _ in range(3):
+        step(e, t)
+    assert counter.frame_count == 1
