@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import inspect
 import os
 import re
 import sys
@@ -129,6 +130,21 @@ def _profiler_log_dropped() -> Iterator[None]:
                 sys.stderr.write(rest)
 
 
+def _check_fn(fn: object) -> None:
+    """``fn`` is a callable that takes no arguments (else a TypeError naming ``fn``, before the
+    profiler starts: not the call's own "object is not callable" or missing-argument error)."""
+    if not callable(fn):
+        raise TypeError(f"fn must be a callable taking no arguments, got {type(fn).__name__}")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # no signature to read (some builtins): the call decides
+        return
+    try:
+        signature.bind()
+    except TypeError as error:
+        raise TypeError(f"fn must be a callable taking no arguments, got {fn!r} ({error})") from None
+
+
 def device_ops(fn: Callable[[], Any]) -> DeviceOps:
     """Count what ``fn()`` launches and syncs (see the module docstring).
 
@@ -151,6 +167,7 @@ def device_ops(fn: Callable[[], Any]) -> DeviceOps:
     >>> counts.syncs >= 0
     True
     """
+    _check_fn(fn)
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
     with _profiler_log_dropped():
         prof.start()

@@ -5,8 +5,9 @@ crash in a kernel fails one test instead of killing the suite. The contract, for
 and every argument: a bad value raises ValueError or TypeError whose message names the argument;
 extreme but valid values give the float64 result (or a ValueError saying the result overflows).
 The APIs of the later rounds run against oracles: enumeration (partial labels, pair costs, the
-segment, boundary and 0-1 losses), dense references, round trips, and for the exact solvers the
-primal recomputed at their weights and a brute-force QP over every labeling (cvxpy).
+segment, boundary and 0-1 losses; the CRF head on a tiny BERT over its word positions), dense
+references, round trips (the word maps; the collator against manual padding), and for the exact
+solvers the primal recomputed at their weights and a brute-force QP over every labeling (cvxpy).
 """
 
 from __future__ import annotations
@@ -767,3 +768,317 @@ def test_exact_solvers_certify_the_brute_force_optimum(case, n, max_length, seed
     if solver == "cutting_plane":
         assert history.converged and gap[-1] <= tol
         assert objective[-1] == pytest.approx(best, abs=tol + slack)
+
+
+# ------------------------------------------------------------------------------------------------
+# The CRF head on a transformer, its collator and profiling.device_ops (issue 41): the head's loss
+# and predictions against enumeration over the word positions (left and right padding, word masks,
+# partial labels), the collator against manual padding, and bad input named in the error.
+
+HEAD_N = 3
+
+
+def _transformers():
+    return pytest.importorskip("transformers")
+
+
+_HEAD_CACHE: dict = {}
+
+
+def _head_encoder():
+    """A tiny randomly initialised BERT in float64, built once (offline: no download)."""
+    if "encoder" not in _HEAD_CACHE:
+        transformers = _transformers()
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            config = transformers.BertConfig(vocab_size=30, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                             intermediate_size=16, max_position_embeddings=32)
+            _HEAD_CACHE["encoder"] = transformers.BertModel(config).double().eval()
+    return _HEAD_CACHE["encoder"]
+
+
+def _head(seed: int = 0, **kwargs):
+    """CRFForTokenClassification on the cached encoder, its head and CRF drawn from ``seed``."""
+    from structtorch.nn.token_classification import CRFForTokenClassification
+
+    model = CRFForTokenClassification(_head_encoder(), HEAD_N, dropout=0.0, **kwargs).double().eval()
+    g = torch.Generator().manual_seed(seed)
+    for p in [*model.classifier.parameters(), *model.crf.parameters()]:
+        torch.nn.init.normal_(p, generator=g)
+    return model
+
+
+def _head_tokenizer():
+    """A fast tokenizer without a vocabulary to speak of: the collator reads its pad id and padding side."""
+    if "tokenizer" not in _HEAD_CACHE:
+        transformers = _transformers()
+        tokenizers = pytest.importorskip("tokenizers")
+        tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({"[PAD]": 0, "[UNK]": 1}, unk_token="[UNK]"))
+        _HEAD_CACHE["tokenizer"] = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]",
+                                                                        pad_token="[PAD]")
+    return _HEAD_CACHE["tokenizer"]
+
+
+@hst.composite
+def word_batches(draw):
+    """A batch of [CLS] word pieces [SEP] rows padded on one side: word_ids rows (None at specials and
+    padding), the attention mask, each word's first piece (the oracle's word positions) and word-level
+    labels there (-100 for unlabeled words), -100 elsewhere."""
+    B_ = draw(hst.integers(1, 3))
+    left = draw(hst.booleans())
+    rows = []
+    for _ in range(B_):
+        row = [None]
+        for w in range(draw(hst.integers(0, 4))):
+            row += [w] * draw(hst.integers(1, 2))
+        rows.append(row + [None])
+    T_ = max(len(r) for r in rows) + draw(hst.integers(0, 1))
+    word_ids, attention = [], torch.zeros(B_, T_, dtype=torch.long)
+    firsts = torch.zeros(B_, T_, dtype=torch.bool)
+    labels = torch.full((B_, T_), -100)
+    for b, r in enumerate(rows):
+        pad = [None] * (T_ - len(r))
+        offset = len(pad) if left else 0
+        word_ids.append(pad + r if left else r + pad)
+        attention[b, offset:offset + len(r)] = 1
+        for t, w in enumerate(r):
+            if w is not None and r[t - 1] != w:
+                firsts[b, offset + t] = True
+                labels[b, offset + t] = draw(hst.sampled_from([-100, *range(HEAD_N)]))
+    return word_ids, attention, firsts, labels
+
+
+def _enumerated(u, trans, start, end):
+    """Every labeling of the rows of u (W, N) and its score (N^W,), float64."""
+    import itertools
+
+    W = u.shape[0]
+    labs = torch.tensor(list(itertools.product(range(HEAD_N), repeat=W)), dtype=torch.long).reshape(-1, W)
+    score = u[torch.arange(W), labs].sum(1) + start[labs[:, 0]] + end[labs[:, -1]]
+    return labs, score + trans[labs[:, :-1], labs[:, 1:]].sum(1)
+
+
+@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 20)), deadline=None, database=None)
+@given(word_batches(), hst.sampled_from(["word_mask", "labels", "predict"]),
+       hst.sampled_from(["mean", "sum", "none", "token_mean"]), hst.integers(0, 2**16))
+def test_crf_head_matches_enumeration_over_the_words(case, mode, reduction, seed):
+    """CRFForTokenClassification on a tiny BERT, rows padded left or right: the chain runs over the
+    words (an explicit word_mask, inside which -100 is an unknown word; or the labeled positions); the
+    loss is the NLL of the consistent labelings by enumeration over those positions' logits, reduced;
+    the predictions are the best labeling by enumeration there, -100 elsewhere; decode gives them per
+    word. A label where attention_mask is 0 is an error naming attention_mask (and no error with value
+    checks off)."""
+    word_ids, attention, firsts, labels = case
+    model = _head(seed, reduction=reduction)
+    B_, T_ = attention.shape
+    ids = torch.randint(2, 30, (B_, T_), generator=torch.Generator().manual_seed(seed))
+    mask = st.word_mask(word_ids)
+    assert torch.equal(mask, firsts)
+    kw = {"input_ids": ids, "attention_mask": attention}
+    if mode == "word_mask":
+        kw |= {"word_mask": mask, "labels": labels}
+        chain = firsts
+    elif mode == "labels":
+        kw |= {"labels": labels}
+        chain = labels != -100
+    else:
+        kw |= {"word_mask": mask}
+        chain = firsts
+    out = model(**kw)
+    logits = out.logits.detach()
+    trans, start, end = (x.detach() for x in model.crf.scores())
+    nlls = []
+    for b in range(B_):
+        pos = chain[b].nonzero().flatten()
+        want = torch.full((T_,), -100)
+        if len(pos) == 0:
+            nlls.append(torch.zeros((), dtype=torch.float64))
+            assert torch.equal(out.predictions[b], want)
+            continue
+        labs, score = _enumerated(logits[b, pos], trans, start, end)
+        y = labels[b, pos]
+        consistent = ((labs == y) | (y == -100)).all(1)
+        nlls.append(score.logsumexp(0) - score[consistent].logsumexp(0))
+        want[pos] = labs[score.argmax()]
+        assert torch.equal(out.predictions[b], want), (b, out.predictions[b], want)
+    if mode == "predict":
+        assert out.loss is None
+        words = model.decode(**kw)
+        assert torch.equal(words, st.tokens_to_words(out.predictions, mask, fill=-1))
+        return
+    nll = torch.stack(nlls)
+    want = {"none": nll, "sum": nll.sum(), "mean": nll.mean(),
+            "token_mean": nll.sum() / max(int(chain.sum()), 1)}[reduction]
+    torch.testing.assert_close(out.loss.detach(), want, rtol=1e-9, atol=1e-9)
+    padding = (attention == 0).nonzero()
+    if len(padding):
+        b, t = padding[seed % len(padding)].tolist()
+        bad = labels.clone()
+        bad[b, t] = seed % HEAD_N
+        wm = {} if mode == "labels" else {"word_mask": mask.index_put((torch.tensor([b]), torch.tensor([t])),
+                                                                      torch.tensor(True))}
+        with pytest.raises(ValueError, match=re.escape(f"attention_mask is 0, which the loss would drop: [({b}, {t})]")):
+            model(**{**kw, **wm, "labels": bad})
+        with st.set_validation(False):
+            model(**{**kw, **wm, "labels": bad})
+
+
+def _head_call(**changes):
+    """The head on a fixed batch (2, 5) with one change."""
+    model = _head(0)
+    kw = {"input_ids": torch.tensor([[2, 3, 4, 5, 0], [2, 6, 7, 0, 0]]),
+          "attention_mask": torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]]),
+          "labels": torch.tensor([[-100, 0, 1, -100, -100], [-100, 2, -100, -100, -100]])}
+    return model(**{**kw, **changes})
+
+
+def _collate(features, **kwargs):
+    from structtorch.nn.token_classification import DataCollatorWithWordMask
+
+    tokenizer = _head_tokenizer()
+    tokenizer.padding_side = kwargs.pop("padding_side", "right")
+    return DataCollatorWithWordMask(tokenizer, **kwargs)(features)
+
+
+def _example(n: int, **changes) -> dict:
+    return {"input_ids": list(range(2, 2 + n)), "labels": [-100] + [0] * (n - 1),
+            "word_mask": [False] + [True] * (n - 1), **changes}
+
+
+HEAD_BAD_INPUTS = [  # (call, exception, what its message names)
+    (lambda: _head(0, ignore_index=1), ValueError, "ignore_index"),
+    (lambda: _head(0, ignore_index=-100.0), TypeError, "ignore_index"),
+    (lambda: _head(0, reduction="avg"), ValueError, "reduction"),
+    (lambda: _head_call(labels=torch.zeros(2, 5)), ValueError, "labels"),
+    (lambda: _head_call(labels=torch.zeros(2, 4, dtype=torch.long)), ValueError, "labels"),
+    (lambda: _head_call(labels=torch.zeros(2, 5, dtype=torch.long).tolist()), TypeError, "labels"),
+    (lambda: _head_call(labels=torch.full((2, 5), HEAD_N)), ValueError, "labels"),
+    (lambda: _head_call(labels=torch.full((2, 5), -1)), ValueError, "labels"),
+    (lambda: _head_call(labels=torch.ones(2, 5, HEAD_N, dtype=torch.bool)), ValueError, "word_mask"),
+    (lambda: _head_call(labels=torch.zeros(2, 5, dtype=torch.long)), ValueError, "attention_mask"),
+    (lambda: _head_call(word_mask=torch.ones(2, 5)), ValueError, "word_mask"),
+    (lambda: _head_call(word_mask=torch.ones(2, 4, dtype=torch.bool)), ValueError, "word_mask"),
+    (lambda: _head_call(word_mask=torch.full((2, 5), 2)), ValueError, "word_mask"),
+    (lambda: _head_call(attention_mask=torch.ones(2, 5)), ValueError, "attention_mask"),
+    (lambda: _head_call(attention_mask=torch.ones(2, 4, dtype=torch.long)), ValueError, "attention_mask"),
+    (lambda: _head_call(attention_mask=torch.ones(1, 5, dtype=torch.long)), ValueError, "attention_mask"),
+    (lambda: _head_call(attention_mask=torch.tensor([[1, 1, 0], [1, 0, 0]])), ValueError, "attention_mask"),
+    (lambda: _head_call(attention_mask=torch.tensor([[1, 1, 1, 1, -1], [1, 1, 1, 0, 0]])), ValueError,
+     "attention_mask"),
+    (lambda: _head_call(attention_mask=torch.tensor([[1, 1, 1, 1, 2], [1, 1, 1, 0, 0]])), ValueError,
+     "attention_mask"),
+    (lambda: _collate([_example(3), _example(4, word_mask=[True] * 5)]), ValueError, "word_mask of example 1"),
+    (lambda: _collate([_example(4, word_mask=[True] * 3), _example(2)], padding_side="left"), ValueError,
+     "word_mask of example 0"),
+    (lambda: _collate([_example(3), {k: v for k, v in _example(2).items() if k != "word_mask"}]), ValueError,
+     "not for [1]"),
+    (lambda: _collate([_example(3), _example(2, word_mask=None)]), TypeError, "word_mask of example 1"),
+    (lambda: _collate([_example(3), _example(2, word_mask=["a", "b"])]), TypeError, "word_mask of example 1"),
+    (lambda: _collate([_example(3), _example(2, word_mask=[0.5, 1.0])]), TypeError, "word_mask of example 1"),
+    (lambda: _collate([_example(2, word_mask=[2, 1]), _example(3)]), ValueError, "word_mask of example 0"),
+    (lambda: _collate([_example(4, word_mask=[[True, False], [True, False]]), _example(3)]), ValueError,
+     "word_mask of example 0 must have one dimension"),
+]
+
+
+@pytest.mark.parametrize("i", range(len(HEAD_BAD_INPUTS)))
+def test_the_crf_head_and_its_collator_name_the_bad_argument(i):
+    call, exc, name = HEAD_BAD_INPUTS[i]
+    with pytest.raises(exc) as info:
+        call()
+    assert name in str(info.value), f"{info.value!r} does not name {name!r}"
+
+
+def test_the_crf_head_masks_hold_0_and_1_a_value_check():
+    """An integer attention_mask or word_mask of other values than 0 and 1 (read as True by the head,
+    as a number by the encoder) is refused by the head and the collator, unless value checks are off."""
+    two = torch.tensor([[1, 1, 1, 1, 2], [1, 1, 1, 0, 0]])
+    with pytest.raises(ValueError, match="attention_mask must hold only 0 and 1"):
+        _head_call(attention_mask=two)
+    with pytest.raises(ValueError, match="word_mask must hold only 0 and 1"):
+        _head_call(word_mask=two)
+    with pytest.raises(ValueError, match="word_mask of example 1 must hold only 0 and 1"):
+        _collate([_example(3), _example(2, word_mask=[0, 2])])
+    with st.set_validation(False):
+        assert torch.isfinite(_head_call(word_mask=two).loss)
+        assert _collate([_example(3), _example(2, word_mask=[0, 2])])["word_mask"][1].tolist() == [
+            False, True, False]
+
+
+@SMALL
+@given(hst.lists(hst.tuples(hst.integers(1, 5), hst.booleans(), hst.sampled_from(["list", "tensor", "ints"])),
+                 min_size=1, max_size=4),
+       hst.sampled_from(["left", "right"]), hst.sampled_from([None, 4]), hst.booleans(), hst.integers(0, 2**16))
+def test_collator_pads_like_by_hand(rows, side, multiple, with_labels, seed):
+    """DataCollatorWithWordMask on examples of mixed lengths (word masks as lists, bool tensors or 0/1
+    ints; partial labels -100 inside them), padded left or right (and to a multiple): input_ids,
+    attention_mask, labels and word_mask equal the manual padding, each on its example's tokens."""
+    g = torch.Generator().manual_seed(seed)
+    features, wants = [], []
+    for n, _, form in rows:
+        ids = torch.randint(2, 30, (n,), generator=g).tolist()
+        wm = (torch.rand(n, generator=g) < 0.6).tolist()
+        labels = [int(torch.randint(-1, HEAD_N, (), generator=g)) if m else -100 for m in wm]
+        labels = [-100 if y < 0 else y for y in labels]
+        f = {"input_ids": ids, "word_mask": wm if form == "list" else torch.tensor(wm) if form == "tensor" else
+             [int(m) for m in wm]}
+        features.append(f | ({"labels": labels} if with_labels else {}))
+        wants.append((ids, labels, wm))
+    batch = _collate(features, padding_side=side, pad_to_multiple_of=multiple)
+    longest = max(n for n, _, _ in rows)
+    T_ = longest if multiple is None else -(-longest // multiple) * multiple
+    assert batch["input_ids"].shape == batch["word_mask"].shape == (len(rows), T_)
+    assert batch["word_mask"].dtype == torch.bool
+    assert ("labels" in batch) == with_labels
+    for b, (ids, labels, wm) in enumerate(wants):
+        k = T_ - len(ids)
+
+        def padded(row, fill, k=k):
+            return [fill] * k + row if side == "left" else row + [fill] * k
+
+        assert batch["input_ids"][b].tolist() == padded(ids, 0)
+        assert batch["attention_mask"][b].tolist() == padded([1] * len(ids), 0)
+        assert batch["word_mask"][b].tolist() == padded(wm, False)
+        if with_labels:
+            assert batch["labels"][b].tolist() == padded(labels, -100)
+
+
+@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 15)), deadline=None, database=None,
+          suppress_health_check=list(__import__("hypothesis").HealthCheck))
+@given(hst.integers(0, 3), hst.integers(0, 3), hst.sampled_from(["", "out\n"]), hst.sampled_from(["", "err\n"]))
+def test_device_ops_counts_and_prints_nothing_of_its_own(capfd, adds, items, out, err):
+    """device_ops counts k adds as k ops and k item() as k syncs, prints nothing of its own (a CUDA
+    build without a GPU logs a driver error from the profiler) and passes through what the function
+    itself writes; a function that raises raises through it, printing nothing either."""
+    import sys
+
+    from structtorch.profiling import device_ops
+
+    x = torch.randn(3)
+
+    def fn():
+        for _ in range(adds):
+            torch.add(x, x)
+        for _ in range(items):
+            x[0].item()
+        sys.stdout.write(out)
+        sys.stderr.write(err)
+
+    capfd.readouterr()
+    counts = device_ops(fn)
+    assert counts.names["aten::add"] == adds and counts.syncs == items and counts.launches == 0
+    assert counts.sync_names["aten::item"] == items
+    captured = capfd.readouterr()
+    assert (captured.out, captured.err) == (out, err)
+    with pytest.raises(ZeroDivisionError):
+        device_ops(lambda: 1 / 0)
+    assert capfd.readouterr() == ("", "")
+
+
+@pytest.mark.parametrize("fn", [None, 3, "viterbi", torch.zeros(2), lambda x: x, lambda *, k: k])
+def test_device_ops_names_a_bad_fn(fn, capfd):
+    from structtorch.profiling import device_ops
+
+    with pytest.raises(TypeError, match="fn must be a callable taking no arguments"):
+        device_ops(fn)
+    assert capfd.readouterr() == ("", "")

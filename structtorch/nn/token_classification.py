@@ -48,7 +48,15 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
     raise ImportError("structtorch.nn.token_classification needs the transformers package: "
                       "pip install 'structtorch[hf]' (or pip install transformers)") from error
 
-from .._checks import check_ignore_index, check_labels, on_host, plain, require, validation_enabled
+from .._checks import (
+    check_ignore_index,
+    check_labels,
+    check_that,
+    on_host,
+    plain,
+    require,
+    validation_enabled,
+)
 from .._numerics import reduce_batch
 from .crf import REDUCTIONS, Constraints, LinearChainCRF
 from .words import tokens_to_words
@@ -89,7 +97,7 @@ class DataCollatorWithWordMask(DataCollatorForTokenClassification):
             missing = [i for i in range(len(features)) if i not in carried]
             raise ValueError(f"word_mask is given for examples {_listed(carried)} but not for "
                              f"{_listed(missing)}: give every example of a batch a word_mask, or none")
-        masks = [torch.as_tensor(f["word_mask"]).bool().flatten() for f in features]
+        masks = [_example_mask(i, f["word_mask"]) for i, f in enumerate(features)]
         for i, (f, mask) in enumerate(zip(features, masks, strict=True)):
             tokens = f.get("input_ids")
             if tokens is not None and len(mask) != len(tokens):
@@ -108,6 +116,34 @@ class DataCollatorWithWordMask(DataCollatorForTokenClassification):
                 padded[i, :len(mask)] = mask
         batch["word_mask"] = padded
         return batch
+
+
+def _example_mask(i: int, mask: object) -> Tensor:
+    """Example ``i``'s ``word_mask`` (a list or tensor of T bools or 0/1 ints; (1, T) too) as a (T,)
+    bool tensor, or a TypeError/ValueError naming the example (it was cast with ``bool()``: 2, 0.5
+    or a float tensor read as True, strings or None gave torch's own errors)."""
+    try:
+        tensor = torch.as_tensor(mask)
+    except (TypeError, ValueError, RuntimeError):
+        tensor = None
+    if tensor is None or tensor.is_floating_point() or tensor.is_complex():
+        got = type(mask).__name__ if tensor is None else str(tensor.dtype)
+        raise TypeError(f"word_mask of example {i} must be a list or tensor of bools (or 0/1 ints), "
+                        f"got {got}")
+    if tensor.dim() == 2 and tensor.shape[0] == 1:
+        tensor = tensor[0]
+    if tensor.dim() != 1:
+        raise ValueError(f"word_mask of example {i} must have one dimension, one entry per token, got shape "
+                         f"{tuple(tensor.shape)}")
+    if tensor.dtype != torch.bool:
+        _check_binary(f"word_mask of example {i}", tensor)
+    return tensor.bool()
+
+
+def _check_binary(name: str, mask: Tensor) -> None:
+    """A value check: an integer mask holds only 0 and 1 (another value would be read as True here
+    while an encoder reads its attention mask as a number)."""
+    check_that(lambda: (mask == 0) | (mask == 1), f"{name} must hold only 0 and 1 (or be a bool tensor)")
 
 
 def _listed(indices: list[int], most: int = 5) -> str:
@@ -231,9 +267,13 @@ class CRFForTokenClassification(nn.Module):
         inputs = dict(zip(ENCODER_INPUTS, (input_ids, attention_mask, token_type_ids, position_ids,
                                            inputs_embeds), strict=True))
         extra = {"output_attentions": output_attentions, "output_hidden_states": output_hidden_states}
+        given, attended = input_ids if isinstance(input_ids, Tensor) else inputs_embeds, attention_mask
+        if attention_mask is not None and isinstance(given, Tensor) and given.dim() >= 2:
+            # checked before the encoder, which may fail on it with an error of its own
+            attended = _position_mask("attention_mask", attention_mask, tuple(given.shape[:2]))
         encoded = self.encoder(**{k: v for k, v in {**inputs, **extra}.items() if v is not None})
         logits = self.classifier(self.dropout(_hidden_states(encoded)))
-        mask = self._mask(logits, labels, word_mask, attention_mask)
+        mask = self._mask(logits, labels, word_mask, attended)
         loss = None if labels is None else self.loss(logits, labels, mask)
         predictions = None if self.training else self._predict(logits, mask)
         out = CRFTokenClassifierOutput(loss=loss, logits=logits, predictions=predictions,
@@ -354,6 +394,8 @@ def _position_mask(name: str, mask: object, shape: tuple[int, int]) -> Tensor:
         described = f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, Tensor) else type(mask).__name__
         raise ValueError(f"{name} must be a bool or integer tensor of shape (B, T) = {shape}, "
                          f"got {described}")
+    if mask.dtype != torch.bool:
+        _check_binary(name, mask)
     return mask.bool()
 
 
