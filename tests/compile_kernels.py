@@ -7,11 +7,21 @@ Triton has no ahead-of-time compile API.
 
     python tests/compile_kernels.py [NAME_PART] [K/N]   # only kernels named with NAME_PART; every
                                                         # N-th variant from the K-th (0-based)
+    python tests/compile_kernels.py --record            # compile all, write the manifest
+    python tests/compile_kernels.py --skip-known        # compile what the manifest does not hold
+
+The manifest (``tests/data/compiled_kernels.json``) holds one key per variant compiled without error
+or spill: a hash of the kernel's source with the Triton functions it calls (Triton's
+``cache_key``), its signature, constexprs, warps and the Triton version. ``--skip-known`` compiles
+only the variants whose key is not there: a changed kernel, signature, launch setting or Triton
+release is compiled and checked again, an unchanged one was checked when the manifest was written.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import re
 import subprocess
 import sys
@@ -29,6 +39,8 @@ except ImportError:
     print("this Triton has no ahead-of-time compile API")
     sys.exit(3)
 
+
+MANIFEST = Path(__file__).parent / "data" / "compiled_kernels.json"
 
 NS = (2, 8, 16, 32, 64, 128, 1024)
 """The label counts whose tiles are compiled (issue 23): block(N) is 16, 32 or 64."""
@@ -341,13 +353,20 @@ def main() -> int:
              "hamming fold (64)": hamming.FOLD_WARPS, "hamming fold (64, costs)": hamming.FOLD_WARPS_WIDE,
              "hamming choose": hamming.CHOOSE_WARPS, "window choose": hamming.CHOOSE_WARPS,
              ("chain scan backward", "*fp64"): scan.BACKWARD_WARPS_FLOAT64}  # (name, input type): by dtype
-    args = sys.argv[1:]
+    args = [a for a in sys.argv[1:] if a not in ("--record", "--skip-known")]
+    record, skip_known = "--record" in sys.argv, "--skip-known" in sys.argv
     part = next((a for a in args if re.fullmatch(r"\d+/\d+", a)), "0/1")  # K/N: every N-th variant from K
     k, n = map(int, part.split("/"))
     only = next((a for a in args if a != part), "")  # a part of the kernels' names: those alone
+    known = set(json.loads(MANIFEST.read_text())["keys"]) if skip_known and MANIFEST.exists() else set()
+    keys, skipped = [], 0
     variants = itertools.chain(_gpu_signatures(), _fused_hamming_signatures())
     for index, (name, kernel, signature, constexprs) in enumerate(variants):
         if only not in name or index % n != k:
+            continue
+        key = variant_key(kernel, signature, constexprs, _warps(warps, name, signature))
+        if key in known:
+            skipped += 1
             continue
         sig = {**signature, **{k: "constexpr" for k in constexprs}}
         try:
@@ -363,9 +382,22 @@ def main() -> int:
         use = resources(compiled.asm["cubin"])
         if use.get("LOCAL", 0) or use.get("STACK", 0):
             spills.append(name)
+        else:
+            keys.append(key)
         print("ok  ", name, constexprs, " ".join(f"{k}={v}" for k, v in use.items()))
+    print(f"known: {skipped} variants compiled and checked before (the manifest)")
     print(f"spills: {len(spills)} of the variants", sorted(set(spills)))
+    if record and n == 1 and not only and not failures and not spills:
+        MANIFEST.write_text(json.dumps({"triton": triton.__version__, "keys": sorted(keys)}, indent=0) + "\n")
     return 1 if failures else 0
+
+
+def variant_key(kernel, signature: dict, constexprs: dict, warps: int) -> str:
+    """What a compile of one variant depends on: the kernel's source with the Triton functions it
+    calls (``cache_key``), its signature, constexprs and warps, the Triton release and the target."""
+    text = json.dumps([kernel.cache_key, signature, {k: repr(v) for k, v in constexprs.items()}, warps,
+                       triton.__version__, "sm_90"], sort_keys=True)
+    return hashlib.sha1(text.encode()).hexdigest()
 
 
 if __name__ == "__main__":
