@@ -9,6 +9,8 @@ LP-specific parts are tolerances, real tensors and the solver's cost limit.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
+from numbers import Integral
 
 import numpy as np
 import torch
@@ -17,7 +19,7 @@ from torch import Tensor
 from .. import _checks
 
 __all__ = ["check_tol", "check_real", "check_costs", "check_real_tensor", "as_real_tensor",
-           "is_integer_dtype", "MAX_COST"]
+           "check_connected", "is_integer_dtype", "MAX_COST"]
 
 MAX_COST = 1e20
 """Costs of this magnitude or more are infinite to HiGHS (its ``infinite_cost`` option)."""
@@ -80,3 +82,24 @@ def check_costs(name: str, values: Tensor | np.ndarray) -> None:
     if v.size and float(np.abs(v).max()) >= MAX_COST:
         raise ValueError(f"{name} must be below {MAX_COST:g} in magnitude (the LP solver's infinity), "
                          f"got {float(np.abs(v).max()):g}")
+
+
+def check_connected(connected: object, connected_soft: object,
+                    L: int) -> tuple[list[int], list[tuple[int, object]]]:
+    """The hard ``connected`` labels (a list of ints in [0, L), repeats dropped, in order) and the soft
+    ``connected_soft`` ones as (label, weight >= 0) pairs; a label may not be both."""
+    if connected is not None and (not isinstance(connected, Iterable) or isinstance(connected, (str, bytes))):
+        raise TypeError(f"connected must be a list of labels, got {type(connected).__name__}")
+    if connected_soft is not None and not isinstance(connected_soft, Mapping):
+        raise TypeError(f"connected_soft must be a dict {{label: weight}}, got "
+                        f"{type(connected_soft).__name__}")
+    hard = [] if connected is None else list(connected)
+    soft = [] if connected_soft is None else list(connected_soft.items())
+    for c in hard + [c for c, _ in soft]:
+        if isinstance(c, bool) or not isinstance(c, Integral) or not 0 <= c < L:
+            raise ValueError(f"connected labels must be ints in [0, L) = [0, {L}), got {c!r}")
+    for _, w in soft:  # the LP is unbounded for a negative weight
+        check_real("connected_soft weights", w, minimum=0.0)
+    if set(hard) & {c for c, _ in soft}:
+        raise ValueError("a label cannot be both in connected and in connected_soft")
+    return list(dict.fromkeys(int(c) for c in hard)), [(int(c), w) for c, w in soft]

@@ -32,10 +32,10 @@ from torch import Tensor
 
 from .._checks import check_int
 from ._highs import cost_scale
-from ._options import check_real, check_tol
+from ._options import check_connected, check_real, check_tol
 from ._parallel import check_num_workers, parallel_map
 from .graph import adjacency, check_graph_potentials
-from .relaxation import _check_labels, _constraints, _Instance, _Options, _Problem, check_cuts
+from .relaxation import _constraints, _Instance, _Options, _Problem, check_cuts
 from .rounding import _round_one
 from .separation import Separator
 
@@ -169,10 +169,12 @@ class _BranchAndCut:
             t0 = time.perf_counter()
             found = p.separate(x)
             search.timings["separation"] += time.perf_counter() - t0
-            if not found:  # the program's solution keeps every constraint: it is the incumbent
-                labels = _labels_of(x, V, L)
-                search.labels, search.score = labels, self.score(cost, labels)
+            if not found:  # the program's solution keeps every constraint: optimal unless a limit stopped it
                 search.optimal = inst.h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+                labels = _labels_of(x, V, L)
+                score = self.score(cost, labels)
+                if search.optimal or score > search.score:
+                    search.labels, search.score = labels, score
                 break
             self.rounded(search, cost, x[: V * L].reshape(V, L))
             inst.add_rows([p.row(*cut) for cut in found])
@@ -283,7 +285,7 @@ def map_exact(
     """
     unary_b, pairwise_b, edges = check_graph_potentials(unary, pairwise, edges)
     B, V, L = unary_b.shape
-    hard, _ = _check_labels(connected, None, L)
+    hard, _ = check_connected(connected, None, L)
     if time_limit is not None:
         time_limit = check_real("time_limit", time_limit, minimum=0.0, strict=True)
     node_limit = None if node_limit is None else check_int("node_limit", node_limit, 1)

@@ -14,7 +14,6 @@ charges ``weight * s_c`` (the soft connectivity potential). The solver is HiGHS 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from numbers import Integral
 
@@ -26,7 +25,7 @@ from torch import Tensor
 
 from .._checks import check_int
 from ._highs import cost_scale, new_highs
-from ._options import check_costs, check_real, check_tol, is_integer_dtype
+from ._options import check_connected, check_costs, check_tol, is_integer_dtype
 from ._parallel import check_num_workers, parallel_map
 from .graph import check_graph_potentials
 from .rounding import fractional, fractional_nodes
@@ -127,24 +126,6 @@ def _constraints(V: int, L: int, edges: Tensor) -> sp.csc_array:
 
 def _weight(w) -> float:
     return float(w.detach()) if isinstance(w, Tensor) else float(w)
-
-
-def _check_labels(connected, connected_soft, L: int) -> tuple[list[int], list[tuple[int, object]]]:
-    if connected is not None and not isinstance(connected, Iterable):
-        raise TypeError(f"connected must be a list of labels, got {type(connected).__name__}")
-    if connected_soft is not None and not isinstance(connected_soft, Mapping):
-        raise TypeError(f"connected_soft must be a dict {{label: weight}}, got "
-                        f"{type(connected_soft).__name__}")
-    hard = [] if connected is None else list(connected)
-    soft = [] if connected_soft is None else list(connected_soft.items())
-    for c in hard + [c for c, _ in soft]:
-        if isinstance(c, bool) or not isinstance(c, Integral) or not 0 <= c < L:
-            raise ValueError(f"connected labels must be ints in [0, L) = [0, {L}), got {c!r}")
-    for _, w in soft:  # the LP is unbounded for a negative weight
-        check_real("connected_soft weights", w, minimum=0.0)
-    if set(hard) & {c for c, _ in soft}:
-        raise ValueError("a label cannot be both in connected and in connected_soft")
-    return [int(c) for c in hard], [(int(c), w) for c, w in soft]
 
 
 class _Instance:
@@ -410,7 +391,7 @@ def map_lp(
     workers = check_num_workers(num_workers)
     B, V, L = unary_b.shape
     E = len(edges)
-    hard, soft = _check_labels(connected, connected_soft, L)
+    hard, soft = check_connected(connected, connected_soft, L)
     start = check_cuts(cuts, B, V, L)
     soft_w = np.array([_weight(w) for _, w in soft])
     check_costs("connected_soft weights", soft_w)

@@ -14,7 +14,7 @@ from scipy.sparse.csgraph import connected_components
 from torch import Tensor
 
 from .._checks import check_values
-from ._options import check_real_tensor
+from ._options import check_connected, check_real_tensor
 from .graph import adjacency, check_edges, check_graph_potentials
 
 __all__ = ["round_labels", "round_connected", "labeling_score", "fractional", "fractional_nodes",
@@ -64,18 +64,6 @@ def _batched_mu(mu: Tensor) -> Tensor:
     mu = mu.unsqueeze(0) if mu.dim() == 2 else mu
     check_values("mu", mu, posinf=True)
     return mu
-
-
-def _connected_labels(connected: object, L: int) -> list[int]:
-    if connected is None:
-        return []
-    if not isinstance(connected, Iterable) or isinstance(connected, (str, bytes)):
-        raise TypeError(f"connected must be a list of labels, got {type(connected).__name__}")
-    labels = list(connected)
-    for c in labels:
-        if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or not 0 <= c < L:
-            raise ValueError(f"connected labels must be ints in [0, L) = [0, {L}), got {c!r}")
-    return sorted({int(c) for c in labels})
 
 
 def round_connected(mu: Tensor, edges: Tensor, connected: list[int]) -> Tensor:
@@ -128,7 +116,7 @@ def round_connected(mu: Tensor, edges: Tensor, connected: list[int]) -> Tensor:
     mu = _batched_mu(mu)
     B, V, L = mu.shape
     edges = check_edges(edges, V)
-    hard = _connected_labels(connected, L)
+    hard = sorted(check_connected(connected, None, L)[0])
     adj = adjacency(edges, V).tocsr()
     values = mu.detach().double().cpu().numpy()
     out = [_round_one(values[b], adj, hard) for b in range(B)]

@@ -113,6 +113,9 @@ def test_limits_return_the_best_connected_labeling_with_its_gap():
     pairwise = (0.3 * torch.eye(3, dtype=torch.float64)).expand(len(edges), 3, 3)
     res = lp.map_exact(unary, pairwise, edges, connected=[1, 2], node_limit=1, max_rounds=2)
     assert keeps(res.labels[0], edges, [1, 2]) and not bool(res.optimal[0])
+    rounded = lp.round_connected(lp.map_lp(unary, pairwise, edges, connected=[1, 2]).mu, edges, [1, 2])
+    # the incumbent is the best connected labeling met: never below the LP's connected rounding
+    assert res.score.item() >= lp.labeling_score(unary, pairwise, edges, rounded).item() - 1e-9
     full = lp.map_exact(unary, pairwise, edges, connected=[1, 2])
     assert bool(full.optimal[0]) and full.score.item() >= res.score.item() - 1e-9
     assert res.bound.item() >= full.score.item() - 1e-6 and res.gap.item() > 1e-3
@@ -141,6 +144,9 @@ def test_batches_integral_lps_and_bad_arguments():
         lp.round_connected(torch.rand(4, 2), lp.grid_edges(2, 2), [5])
     with pytest.raises(TypeError, match="connected must be a list"):
         lp.round_connected(torch.rand(4, 2), lp.grid_edges(2, 2), 1)
+    mu = torch.rand(4, 2)  # a label given twice is one constraint
+    assert torch.equal(lp.round_connected(mu, lp.grid_edges(2, 2), [1, 1]),
+                       lp.round_connected(mu, lp.grid_edges(2, 2), [1]))
     with pytest.raises(ValueError, match="labels must be in"):
         lp.labeling_score(unary, pairwise, edges, torch.full((36,), 2))
     empty = lp.map_exact(torch.zeros(0, 2), torch.zeros(0, 2, 2), torch.zeros(0, 2, dtype=torch.long),

@@ -225,8 +225,8 @@ class CuttingPlane:
         data, mine = self.data, self.group.share(len(self.data))
         if batch_size is not None or self.structure:
             return [self._rows(idx) for idx in mine.split(batch_size or 256)]
-        cap = max(ONE_SLACK_POSITIONS, 1)
-        chunks = length_chunks(data.lengths[mine], cap, CALL_POSITIONS + self.vector.d // CALL_WEIGHTS)
+        chunks = length_chunks(data.lengths[mine], ONE_SLACK_POSITIONS,
+                               CALL_POSITIONS + self.vector.d // CALL_WEIGHTS)
         if len(chunks) <= 1:
             return [self._rows(mine)]
         return [_trimmed(data.batch(mine[idx])) for idx in chunks]
