@@ -297,6 +297,30 @@ def lp_graphs(draw, max_nodes=6):
     return V, edges
 
 
+def cvxpy_smoothed(unary, pairwise, edges, smoothing, cuts=(), return_objective=False):
+    """The smoothed relaxation of MAPRelaxation (node variables smoothed), written directly in cvxpy
+    on the full local polytope with the cut rows as given and solved by Clarabel to 1e-10: mu (V, L)
+    (and the objective)."""
+    import cvxpy as cp
+
+    V, L = unary.shape
+    E = len(edges)
+    mu = cp.Variable((V, L))
+    mue = cp.Variable((E, L * L)) if E else None
+    cons = [mu >= 0, cp.sum(mu, axis=1) == 1] + ([mue >= 0] if E else [])
+    for e, (i, j) in enumerate(edges.tolist()):
+        M = cp.reshape(mue[e], (L, L), order="C")
+        cons += [cp.sum(M, axis=1) == mu[i], cp.sum(M, axis=0) == mu[j]]
+    for c, i, j, S in cuts:
+        cons.append(mu[i, c] + mu[j, c] - sum(mu[k, c] for k in S) <= 1)
+    obj = cp.sum(cp.multiply(unary.numpy(), mu))
+    if E:
+        obj = obj + cp.sum(cp.multiply(pairwise.reshape(E, -1).numpy(), mue))
+    problem = cp.Problem(cp.Maximize(obj - smoothing / 2 * cp.sum_squares(mu)), cons)
+    problem.solve(solver=cp.CLARABEL, tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10)
+    return (torch.tensor(mu.value), problem.value) if return_objective else torch.tensor(mu.value)
+
+
 def random_potentials(V, E, L, seed, integer=False):
     rng = np.random.default_rng(seed)
     draw = (lambda *s: rng.integers(-3, 4, size=s).astype(float)) if integer else (lambda *s: rng.normal(size=s))

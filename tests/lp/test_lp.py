@@ -10,7 +10,15 @@ import sys
 import numpy as np
 import pytest
 import torch
-from brute import FIVE_CYCLE, is_connected, labeling_score, lp_brute, lp_graphs, random_potentials
+from brute import (
+    FIVE_CYCLE,
+    cvxpy_smoothed,
+    is_connected,
+    labeling_score,
+    lp_brute,
+    lp_graphs,
+    random_potentials,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st_
 from torch import Tensor
@@ -231,25 +239,6 @@ def test_round_labels():
     mu = torch.tensor([[[1.0, 0.0], [0.5, 0.5], [0.0, 1.0], [0.2, 0.8]]])
     labels, frac = lp.round_labels(mu)
     assert labels.tolist() == [[0, 0, 1, 1]] and frac.item() == pytest.approx(0.5)
-
-
-def cvxpy_smoothed(unary, pairwise, edges, smoothing, cuts=()):
-    """The smoothed relaxation of the layers (node variables smoothed), written directly in cvxpy
-    on the full local polytope."""
-    import cvxpy as cp
-
-    V, L = unary.shape
-    E = len(edges)
-    mu, mue = cp.Variable((V, L)), cp.Variable((E, L * L))
-    cons = [mu >= 0, mue >= 0, cp.sum(mu, axis=1) == 1]
-    for e, (i, j) in enumerate(edges.tolist()):
-        M = cp.reshape(mue[e], (L, L), order="C")
-        cons += [cp.sum(M, axis=1) == mu[i], cp.sum(M, axis=0) == mu[j]]
-    for c, i, j, S in cuts:
-        cons.append(mu[i, c] + mu[j, c] - sum(mu[k, c] for k in S) <= 1)
-    obj = cp.sum(cp.multiply(unary.numpy(), mu)) + cp.sum(cp.multiply(pairwise.reshape(E, -1).numpy(), mue))
-    cp.Problem(cp.Maximize(obj - smoothing / 2 * cp.sum_squares(mu)), cons).solve()
-    return torch.tensor(mu.value)
 
 
 CUTS = [(1, 0, 2, [1])]

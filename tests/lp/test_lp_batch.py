@@ -123,20 +123,23 @@ def test_parallel_map_raises_the_first_error_in_batch_order():
 def test_map_relaxation_compiled_problem_cached_per_structure():
     lp.MAPRelaxation.cache_clear()
     edges = lp.grid_edges(3, 3)
-    first = lp.MAPRelaxation(edges, 2, max_cuts=2)
+    assert lp.MAPRelaxation(edges, 2, max_cuts=2).layer is None  # the default QP path compiles nothing
+    assert lp.MAPRelaxation.cache_info().misses == 0
+    first = lp.MAPRelaxation(edges, 2, max_cuts=2, solver="cvxpylayers")
     info = lp.MAPRelaxation.cache_info()
     assert (info.hits, info.misses, info.currsize) == (0, 1, 1)
-    second = lp.MAPRelaxation(edges.clone(), 2, max_cuts=2, num_workers=1)  # same structure, new tensor
+    second = lp.MAPRelaxation(edges.clone(), 2, max_cuts=2, num_workers=1, solver="cvxpylayers")  # same structure, new tensor
     info = lp.MAPRelaxation.cache_info()
     assert (info.hits, info.misses, info.currsize) == (1, 1, 1)
     assert second.layer.ctx is first.layer.ctx  # the compiled problem, not rebuilt
     assert second.layer is not first.layer and second.layer._buffers is not first.layer._buffers
     assert second.layer.A is first.layer.A  # buffers shared until one layer is moved
     # every part of the structure is part of the key
-    others = [lp.MAPRelaxation(edges, 2, max_cuts=2, smoothing=0.1), lp.MAPRelaxation(edges, 2, max_cuts=3),
-              lp.MAPRelaxation(edges, 3, max_cuts=2), lp.MAPRelaxation(edges[:-1], 2, max_cuts=2, num_nodes=9),
-              lp.MAPRelaxation(edges, 2, max_cuts=2, num_nodes=10),
-              lp.MAPRelaxation(edges, 2, max_cuts=2, solve_method="SCS")]
+    cvx = {"solver": "cvxpylayers"}
+    others = [lp.MAPRelaxation(edges, 2, max_cuts=2, smoothing=0.1, **cvx), lp.MAPRelaxation(edges, 2, max_cuts=3, **cvx),
+              lp.MAPRelaxation(edges, 3, max_cuts=2, **cvx), lp.MAPRelaxation(edges[:-1], 2, max_cuts=2, num_nodes=9, **cvx),
+              lp.MAPRelaxation(edges, 2, max_cuts=2, num_nodes=10, **cvx),
+              lp.MAPRelaxation(edges, 2, max_cuts=2, solve_method="SCS", **cvx)]
     info = lp.MAPRelaxation.cache_info()
     assert (info.hits, info.misses, info.currsize) == (1, 7, 7)
     assert len({id(m.layer.ctx) for m in [first, *others]}) == 7
@@ -156,7 +159,8 @@ def test_map_relaxation_compiled_problem_cached_per_structure():
     assert first.layer.ctx is second.layer.ctx  # built layers keep their problem
 
 
-def test_map_relaxation_num_workers_same_gradients():
+@pytest.mark.parametrize("solver", ["qp", "cvxpylayers"])
+def test_map_relaxation_num_workers_same_gradients(solver):
     edges = lp.grid_edges(3, 3)
     g = torch.Generator().manual_seed(1)
     unary = torch.randn(4, 9, 2, generator=g, dtype=torch.float64)
@@ -164,7 +168,7 @@ def test_map_relaxation_num_workers_same_gradients():
     pairwise[:, 0, 0] = pairwise[:, 1, 1] = 0.3
     out = []
     for workers in (1, 2):
-        layer = lp.MAPRelaxation(edges, 2, smoothing=0.1, max_cuts=2, num_workers=workers)
+        layer = lp.MAPRelaxation(edges, 2, smoothing=0.1, max_cuts=2, num_workers=workers, solver=solver)
         u = unary.clone().requires_grad_()
         mu = layer(u, pairwise)
         (mu[..., 1] * torch.arange(9, dtype=torch.float64)).sum().backward()
