@@ -212,7 +212,8 @@ class MAPRelaxation(nn.Module):
 
     def __init__(self, edges: Tensor, num_labels: int, *, num_nodes: int | None = None,
                  smoothing: float = 1e-2, max_cuts: int = 16, solver: str = "auto",
-                 solve_method: str = "Clarabel", solver_args: dict | None = None, num_workers: int | None = None) -> None:
+                 solve_method: str = "Clarabel", solver_args: dict | None = None,
+                 num_workers: int | None = None) -> None:
         super().__init__()
         num_labels = check_int("num_labels", num_labels, 2)
         smoothing = check_real("smoothing", smoothing, minimum=0.0)
