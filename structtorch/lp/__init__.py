@@ -1,10 +1,11 @@
 """LP relaxations of MAP labeling on graphs (Nowozin 2009, Part II).
 
 - :func:`map_lp`: the local-polytope LP solved exactly by HiGHS, with connectivity constraints
-  (hard or soft) added by cutting planes (Algorithm 7);
+  (hard or soft) added by cutting planes (Algorithm 7); :class:`WarmStart` keeps each training
+  instance's working set of cuts and simplex basis from one call (epoch) to the next;
 - :func:`connectivity_cut`: the vertex-separator separation oracle (min cut after node splitting);
-- :class:`MAPRelaxation`: a differentiable, quadratically smoothed relaxation layer built on
-  cvxpylayers;
+- :class:`MAPRelaxation`: a differentiable, quadratically smoothed relaxation layer (a native QP
+  with an exact implicit backward, or cvxpylayers);
 - :func:`map_exact`: the exact MAP under connectivity by branch and cut (HiGHS's MIP solver with
   the same separation), with a certified gap under a time or node limit;
 - :func:`round_labels`, :func:`round_connected` (a rounding that keeps every connectivity
@@ -38,16 +39,16 @@ from .clustering import (
 from .exact import ExactResult, map_exact
 from .graph import grid_edges
 from .layer import MAPRelaxation, cut_block
-from .learning import GraphStructure, RelaxedHingeLoss, area_weights, relaxed_hinge
+from .learning import GraphStructure, RelaxedHingeLoss, area_weights, relaxed_hinge, target_keys
 from .multicut import RELAXATIONS, MulticutResult, multicut
-from .relaxation import LPResult, lp_score, map_lp
+from .relaxation import LPResult, WarmStart, lp_score, map_lp
 from .rounding import labeling_score, round_connected, round_labels
 from .separation import connectivity_cut
 from .stability import critical_edges, node_stability, solution_path, stability_range, variable_stability
 
-__all__ = ["map_lp", "LPResult", "lp_score", "connectivity_cut", "round_labels", "grid_edges",
+__all__ = ["map_lp", "LPResult", "lp_score", "WarmStart", "connectivity_cut", "round_labels", "grid_edges",
            "map_exact", "ExactResult", "round_connected", "labeling_score",
-           "GraphStructure", "relaxed_hinge", "RelaxedHingeLoss", "area_weights",
+           "GraphStructure", "relaxed_hinge", "RelaxedHingeLoss", "area_weights", "target_keys",
            "MAPRelaxation", "cut_block", "multicut", "MulticutResult", "RELAXATIONS",
            "all_pairs", "modularity_weights", "correlation_weights", "consensus_weights", "cluster_size_bias",
            "modularity", "stability_range", "variable_stability", "critical_edges", "solution_path",

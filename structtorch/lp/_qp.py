@@ -108,7 +108,7 @@ def _clarabel(qp: QPInstance) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     P = sp.csc_array((qp.P / scale, np.arange(n), np.arange(n + 1)), shape=(n, n))
     Ab = sp.vstack([qp.A, qp.G]).tocsc() if m else qp.G
     rhs, q = np.concatenate([qp.b, qp.g]), -qp.c / scale
-    solver = qp.solvers.get("solver") if qp.solvers is not None else None
+    solver = qp.solvers.get(len(qp.param_rows)) if qp.solvers is not None else None
     if solver is not None:
         solver.update(P=P.data, q=q, A=Ab.data, b=rhs)
     else:
@@ -116,7 +116,7 @@ def _clarabel(qp: QPInstance) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
                                                          if qp.G.shape[0] else [])
         solver = clarabel.DefaultSolver(P, q, Ab, rhs, cones, _settings())
         if qp.solvers is not None:
-            qp.solvers["solver"] = solver
+            qp.solvers[len(qp.param_rows)] = solver
     sol = solver.solve()
     status = str(sol.status)
     if "Infeasible" in status:
@@ -353,10 +353,9 @@ class _Program:
     """What the programs share: a Clarabel solver per thread for the instances without cut rows
     (their sparsity is the program's), not pickled or copied with the program."""
 
-    def _reuse(self, cut_rows: np.ndarray) -> dict | None:
-        """The calling thread's solver table, or None where cut rows change the sparsity."""
-        if len(cut_rows):
-            return None
+    def _reuse(self) -> dict:
+        """The calling thread's solver table (by number of cut rows: the sparsity is the
+        program's with that many dense cut rows)."""
         local = self.__dict__.setdefault("_local", threading.local())
         return local.__dict__.setdefault("solvers", {})
 
@@ -365,16 +364,20 @@ class _Program:
 
 
 def _cut_rows(R: np.ndarray, h: np.ndarray, n: int) -> tuple[sp.csr_array, np.ndarray, np.ndarray]:
-    """The cut block's rows with a coefficient, padded to n columns (R's columns first), their
-    right sides and positions; an all-zero row with a negative right side is infeasible."""
+    """The cut block as rows padded to n columns (R's columns first), their right sides and
+    positions: none where the block is all zero, else all K rows with every one of R's columns
+    stored (zeros too), so that every such instance has the same sparsity and Clarabel's solver
+    is reused (a zero row ``0 <= h`` binds nothing). An all-zero row with h < 0 is infeasible."""
     used = np.abs(R).max(axis=1, initial=0.0) > 0
     if np.any(~used & (h < 0)):
         raise ValueError("the smoothed relaxation is infeasible: a row of the cut block (cuts) has no "
                          "coefficient but a right side below 0")
-    rows = np.flatnonzero(used)
-    block = sp.csr_array(R[rows])
-    block.resize((len(rows), n))
-    return block, h[rows], rows
+    if not used.any():
+        return sp.csr_array((0, n)), np.zeros(0), np.zeros(0, dtype=np.int64)
+    K, N = R.shape
+    block = sp.csr_array((R.ravel().astype(np.float64), np.tile(np.arange(N), K), np.arange(K + 1) * N),
+                         shape=(K, n))
+    return block, h.astype(np.float64), np.arange(K)
 
 
 class BinaryProgram(_Program):
@@ -427,7 +430,7 @@ class BinaryProgram(_Program):
         cuts, g_cuts, rows = _cut_rows(R, h, len(c))
         if len(rows):
             G, g = sp.vstack([G, cuts]).tocsc(), np.concatenate([g, g_cuts])
-        return QPInstance(self.P, c, self.A, self.b, G, g, rows, len(R), self._reuse(rows))
+        return QPInstance(self.P, c, self.A, self.b, G, g, rows, len(R), self._reuse())
 
 
 class LocalPolytopeProgram(_Program):
@@ -461,8 +464,7 @@ class LocalPolytopeProgram(_Program):
         cuts, g_cuts, rows = _cut_rows(R, h, len(c))
         G = sp.vstack([self.nonneg, cuts]).tocsc() if len(rows) else self.nonneg
         g = np.concatenate([np.zeros(len(c)), g_cuts])
-        return QPInstance(self.P, c, self.A, self.b, G, g, rows, len(R),
-                          self._reuse(rows))
+        return QPInstance(self.P, c, self.A, self.b, G, g, rows, len(R), self._reuse())
 
 
 class SmoothedQP(torch.autograd.Function):

@@ -21,9 +21,9 @@ from .._checks import check_float
 from .._numerics import reduce_batch
 from .exact import ExactResult, map_exact
 from .graph import check_graph_potentials
-from .relaxation import LPResult, lp_score, map_lp
+from .relaxation import LPResult, WarmStart, lp_score, map_lp
 
-__all__ = ["relaxed_hinge", "RelaxedHingeLoss", "GraphStructure", "area_weights"]
+__all__ = ["relaxed_hinge", "RelaxedHingeLoss", "GraphStructure", "area_weights", "target_keys"]
 
 
 def area_weights(area: Tensor | None, B: int, V: int, ref: Tensor, normalize: bool = True) -> Tensor:
@@ -76,6 +76,8 @@ def relaxed_hinge(
     reduction: str = "mean",
     return_result: bool = False,
     exact: bool = False,
+    warm_start: WarmStart | None = None,
+    ids=None,
     **lp_options,
 ) -> Tensor | tuple[Tensor, LPResult | ExactResult]:
     """Margin-rescaled structured hinge with loss-augmented inference over the LP relaxation.
@@ -104,6 +106,14 @@ def relaxed_hinge(
         loss-augmented labeling under hard connectivity, for graphs small enough) instead of the
         relaxation, whose fractional answers make the hinge an upper bound of the exact one.
         Hard ``connected`` labels only.
+    warm_start : WarmStart, optional
+        Keep each instance's working set of connectivity cuts and its LP basis from this call to
+        the next (epochs over the same data: see :class:`structtorch.lp.WarmStart`); the hinge is
+        that of the cold start wherever both converge. LP path only (not with ``exact``).
+    ids : sequence of B hashables or (B,) integer tensor, optional
+        The instances' keys in ``warm_start`` (e.g. dataset indices). Default: the target
+        labelings themselves (their bytes, numbered where a batch repeats one), which identify an
+        image across epochs unless augmentation changes its labels.
     **lp_options
         Passed to :func:`map_lp` (max_iter, tol, cuts, ...) or, with ``exact``, to
         :func:`map_exact` (also time_limit, node_limit), among them ``num_workers``: the
@@ -128,6 +138,13 @@ def relaxed_hinge(
     target = target.to(unary_b.device)
     r = area_weights(area, B, V, unary_b, normalize)
     wrong = r.unsqueeze(2) * (1 - nn.functional.one_hot(target, L).to(unary_b.dtype))  # Delta is <wrong, mu>
+    if warm_start is not None:
+        if exact:
+            raise ValueError("warm_start keeps the LP's working sets: it does not apply with exact=True")
+        keys = target_keys(target) if ids is None else ids
+        lp_options = {**lp_options, "warm_start": warm_start, "keys": keys}
+    elif ids is not None:
+        raise ValueError("ids are the instance keys of warm_start: pass warm_start too")
     with torch.no_grad():
         if exact:
             if connected_soft:
@@ -149,6 +166,18 @@ def relaxed_hinge(
         gold = gold - w * split[c].to(gold)  # phi_conn of an integral labeling: 1 if split, else 0
     value = reduce_batch((found + (wrong * mu).sum((1, 2)) - gold).clamp(min=0), reduction)
     return (value, res) if return_result else value
+
+
+def target_keys(target: Tensor) -> list[tuple[bytes, int]]:
+    """(B,) keys of the rows of ``target`` (B, V): its bytes and the occurrence number of that
+    labeling within the batch (so that repeated labelings get distinct keys)."""
+    seen: dict[bytes, int] = {}
+    keys = []
+    for row in target.cpu().numpy():
+        raw = row.tobytes()
+        keys.append((raw, seen.get(raw, 0)))
+        seen[raw] = seen.get(raw, 0) + 1
+    return keys
 
 
 def _disconnected(target: Tensor, edges: Tensor, connected, connected_soft) -> dict[int, Tensor]:
@@ -176,26 +205,34 @@ def _disconnected(target: Tensor, edges: Tensor, connected, connected_soft) -> d
 
 class RelaxedHingeLoss(nn.Module):
     """:func:`relaxed_hinge` on a fixed graph, callable as ``loss(unary, pairwise, target,
-    lengths=None, weights=None)`` so that :func:`structtorch.train.fit` can train graph models
-    (``weights`` are the region areas; ``lengths`` must be None or all V).
+    lengths=None, weights=None, ids=None)`` so that :func:`structtorch.train.fit` can train graph
+    models (``weights`` are the region areas; ``lengths`` must be None or all V).
+
+    ``warm_start=True`` keeps a :class:`structtorch.lp.WarmStart` (``self.warm_start``): every
+    instance starts from the working set of cuts and the basis of its last call, keyed by ``ids``
+    (default: the target labelings), which makes later epochs much cheaper under connectivity.
     """
 
     def __init__(self, edges: Tensor, *, connected: list[int] | None = None,
                  connected_soft: dict | None = None, normalize: bool = True, reduction: str = "mean",
-                 **lp_options) -> None:
+                 warm_start: bool | WarmStart = False, **lp_options) -> None:
         super().__init__()
         _check_reduction(reduction)
+        if not isinstance(warm_start, (bool, WarmStart)):
+            raise TypeError(f"warm_start must be a bool or a structtorch.lp.WarmStart, got "
+                            f"{type(warm_start).__name__}")
         self.edges, self.connected, self.connected_soft = edges, connected, connected_soft
         self.normalize, self.reduction, self.lp_options = normalize, reduction, lp_options
+        self.warm_start = WarmStart() if warm_start is True else (warm_start or None)
 
     def forward(self, unary: Tensor, pairwise: Tensor, target: Tensor, *, lengths: Tensor | None = None,
-                weights: Tensor | None = None, **unused) -> Tensor:
+                weights: Tensor | None = None, ids=None, **unused) -> Tensor:
         if unused:
             raise TypeError(f"unexpected arguments for a graph hinge: {sorted(unused)}")
         _check_no_lengths(lengths, unary.shape[-2])
         return relaxed_hinge(unary, pairwise, self.edges, target, connected=self.connected,
                              connected_soft=self.connected_soft, area=weights, normalize=self.normalize,
-                             reduction=self.reduction, **self.lp_options)
+                             reduction=self.reduction, warm_start=self.warm_start, ids=ids, **self.lp_options)
 
 
 class GraphStructure:

@@ -31,7 +31,7 @@ from .graph import check_graph_potentials
 from .rounding import fractional, fractional_nodes
 from .separation import Separator
 
-__all__ = ["map_lp", "LPResult", "lp_score"]
+__all__ = ["map_lp", "LPResult", "lp_score", "WarmStart"]
 
 
 @dataclass
@@ -241,6 +241,88 @@ class _Options:
 
 
 @dataclass
+class _Warm:
+    """What one instance keeps between calls: its working set of cuts (the rows that bound the
+    last LP solved, and those added after it) and the basis of the LP over them."""
+
+    cuts: list
+    basis: object = None  # highspy.HighsBasis over the base rows and ``cuts``
+    pool: list = field(default_factory=list)  # every cut known for the instance (``cuts`` among them)
+
+    @classmethod
+    def of(cls, inst: _Instance, base_rows: int, cuts: list, solved: int, pool: list) -> _Warm:
+        """The cuts of ``inst`` whose row is not basic in its last basis (a basic row is slack:
+        it bounds nothing) or that came after the last solve, with that basis cut to them; the
+        pool of all cuts (the most recent ``MAX_POOL``)."""
+        pool = pool[-MAX_POOL:]
+        basis = inst.h.getBasis()
+        if not basis.valid:
+            return cls(list(cuts), None, pool)
+        rows = list(basis.row_status)
+        kept = [k for k in range(len(cuts))
+                if k >= solved or rows[base_rows + k] != highspy.HighsBasisStatus.kBasic]
+        pruned = highspy.HighsBasis()
+        pruned.valid = True
+        pruned.col_status = basis.col_status
+        pruned.row_status = rows[:base_rows] + [rows[base_rows + k] for k in kept]
+        return cls([cuts[k] for k in kept], pruned, pool)
+
+
+MAX_POOL = 20_000  # cuts a WarmStart keeps per instance
+
+
+class _Pool:
+    """The cuts known for an instance, checked against each LP solution (one sparse product)
+    before the separation oracle runs: most cuts an instance needs in a later epoch were found in
+    an earlier one."""
+
+    def __init__(self, problem: _Problem, known: list, in_lp: list) -> None:
+        self.problem, self.cuts = problem, list(known)
+        self.keys = {_key(cut) for cut in self.cuts}
+        self.in_lp = {_key(cut) for cut in in_lp}
+        self.cuts += [cut for cut in in_lp if _key(cut) not in self.keys]
+        self.keys |= self.in_lp
+        self.matrix, self.rows = None, 0
+
+    def enter(self, cuts: list) -> None:
+        """Cuts added to the LP (new ones join the pool)."""
+        for cut in cuts:
+            key = _key(cut)
+            self.in_lp.add(key)
+            if key not in self.keys:
+                self.keys.add(key)
+                self.cuts.append(cut)
+
+    def violated(self, x: np.ndarray) -> list:
+        """The pool's cuts outside the LP that x violates by more than the tolerance, most violated
+        first, at most as many as a separation round adds."""
+        p, o = self.problem, self.problem.options
+        if len(self.cuts) > self.rows:  # rows for the cuts that joined since the last check
+            rows = [p.row(c, i, j, S.numpy()) for c, i, j, S in self.cuts[self.rows:]]
+            indptr = np.concatenate([[0], np.cumsum([len(i) for i, _ in rows])])
+            values, columns = np.concatenate([v for _, v in rows]), np.concatenate([i for i, _ in rows])
+            new = sp.csr_array((values, columns, indptr), shape=(len(rows), len(x)))
+            self.matrix = new if self.matrix is None else sp.vstack([self.matrix, new]).tocsr()
+            self.rows = len(self.cuts)
+        if self.matrix is None:
+            return []
+        violation = self.matrix @ x - 1.0
+        order = np.argsort(-violation)
+        out = []
+        for k in order[: int((violation > o.tol).sum())]:
+            if _key(self.cuts[k]) not in self.in_lp:
+                out.append(self.cuts[k])
+                if len(out) >= o.cuts_per_round * o.nested * len(p.labels):
+                    break
+        return out
+
+
+def _key(cut: tuple) -> tuple:
+    c, i, j, S = cut
+    return c, i, j, S.numpy().tobytes()
+
+
+@dataclass
 class _Run:
     """One instance's cutting-plane loop: the last solution, the cuts, LP solves, convergence."""
 
@@ -249,6 +331,7 @@ class _Run:
     solves: int
     converged: bool
     timings: dict
+    warm: _Warm | None = None
 
 
 @dataclass
@@ -278,33 +361,139 @@ class _Problem:
     def row(self, c: int, i: int, j: int, S: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return _cut_row(c, i, j, S, self.L, self.slack_col.get(c))
 
-    def solve(self, cost: np.ndarray, soft_w: np.ndarray, start: list) -> _Run:
+    def solve(self, cost: np.ndarray, soft_w: np.ndarray, start: list, warm: _Warm | None = None,
+              keep: bool = False) -> _Run:
         """Algorithm 7 for one instance, on the costs scaled to [-1, 1] (the solution is that of the
-        unscaled LP; HiGHS's absolute tolerances then act relative to the largest cost)."""
+        unscaled LP; HiGHS's absolute tolerances then act relative to the largest cost). ``warm``:
+        the working set, basis and cut pool of earlier calls on this instance: the working set is
+        solved from the first LP on (before ``start``), and each round adds the pool's violated
+        cuts where there are any, the separation oracle's otherwise (so a converged run is one
+        whose last solution the oracle passed, as cold); ``keep``: return what to keep in
+        ``run.warm``."""
         if self.V == 0:  # nothing to label: the slacks stay at 0
             return _Run(np.zeros(len(soft_w)), [], 0, True, {"lp": 0.0, "separation": 0.0})
         inst = _Instance(np.concatenate([cost, soft_w]) / cost_scale(cost, soft_w), self.A, self.rhs,
                          len(self.slack_col))
+        start = (list(warm.cuts) if warm is not None else []) + list(start)
         if start:
             inst.add_rows([self.row(c, i, j, S.numpy()) for c, i, j, S in start])
+        if warm is not None and warm.basis is not None:
+            inst.h.setBasis(warm.basis)  # rows of the base LP and of warm.cuts, in this order
+        pool = _Pool(self, warm.pool if warm is not None else [], start)
         run = _Run(np.zeros(0), list(start), 0, False, {"lp": 0.0, "separation": 0.0})
+        solved_cuts = 0
         while run.solves < self.options.max_iter:
             t0 = time.perf_counter()
             run.x = inst.solve()
+            solved_cuts = len(run.cuts)
             run.solves += 1
             run.timings["lp"] += time.perf_counter() - t0
             if self.sep is None:
                 run.converged = True
                 break
             t0 = time.perf_counter()
-            found = self.separate(run.x)
+            found = pool.violated(run.x) if warm is not None else []
+            if not found:
+                found = [(c, i, j, torch.from_numpy(S).long()) for c, i, j, S in self.separate(run.x)]
             run.timings["separation"] += time.perf_counter() - t0
             if not found:
                 run.converged = True
                 break
-            inst.add_rows([self.row(*cut) for cut in found])
-            run.cuts += [(c, i, j, torch.from_numpy(S).long()) for c, i, j, S in found]
+            inst.add_rows([self.row(c, i, j, S.numpy()) for c, i, j, S in found])
+            pool.enter(found)
+            run.cuts += found
+        if keep:
+            run.warm = _Warm.of(inst, self.A.shape[0], run.cuts, solved_cuts, pool.cuts)
         return run
+
+
+class WarmStart:
+    """The working sets of connectivity cuts and the LP bases of training instances, kept from
+    one call of :func:`map_lp` (or :func:`structtorch.lp.relaxed_hinge`) to the next.
+
+    Nowozin's cutting-plane learning keeps the constraints it found for an instance from one
+    iteration to the next; epochs over the same images change the potentials a little, and the
+    cuts that bounded an instance's last LP mostly bound the next one. Each call with
+    ``warm_start=`` and ``keys=`` starts every instance from its working set (the cuts whose rows
+    were tight at its last solve, and those found after it) and its last simplex basis, and stores
+    the new ones. Cuts depend on the graph only, so a working set is valid for any potentials; the
+    LPs converge to the same optimum as a cold start (the answers agree where both converge).
+
+    One object serves one graph, label set and connectivity labels (checked). ``len(warm)``
+    counts the instances kept; :meth:`clear` forgets them.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from structtorch import lp
+    >>> edges, warm = lp.grid_edges(3, 3), lp.WarmStart()
+    >>> unary = torch.zeros(2, 9, 2)
+    >>> unary[:, :, 1] = -0.1  # label 1 costs a little everywhere ...
+    >>> unary[:, [0, 8], 1] = 1.0  # ... but two far corners like it: connect them by a path
+    >>> pairwise = torch.zeros(12, 2, 2)
+    >>> first = lp.map_lp(unary, pairwise, edges, connected=[1], warm_start=warm, keys=[0, 1])
+    >>> first.iterations.tolist(), first.score.tolist(), warm
+    ([2, 2], [1.7000000476837158, 1.7000000476837158], WarmStart(2 instances, 6 cuts))
+    >>> again = lp.map_lp(unary, pairwise, edges, connected=[1], warm_start=warm, keys=[0, 1])
+    >>> again.iterations.tolist()  # the working set bounds the LP at once
+    [1, 1]
+    """
+
+    def __init__(self) -> None:
+        self._states: dict = {}
+        self._problem: tuple | None = None
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def __repr__(self) -> str:
+        cuts = sum(len(w.cuts) for w in self._states.values())
+        return f"WarmStart({len(self)} instances, {cuts} cuts)"
+
+    def clear(self) -> None:
+        """Forget every instance."""
+        self._states.clear()
+        self._problem = None
+
+    def cuts(self, key) -> list:
+        """The working set of one instance: (label, i, j, separator) rows, as ``LPResult.cuts``."""
+        return list(self._states[key].cuts) if key in self._states else []
+
+    def _states_for(self, problem: tuple, keys: list) -> list:
+        if self._problem is not None and self._problem != problem:
+            raise ValueError("warm_start holds the working sets of another graph, label count or set of "
+                             "connectivity labels; use one WarmStart per problem (or clear() it)")
+        self._problem = problem
+        return [self._states.get(k) for k in keys]
+
+    def _store(self, keys: list, runs: list) -> None:
+        for k, run in zip(keys, runs, strict=True):
+            if run.warm is not None:
+                self._states[k] = run.warm
+
+
+def check_keys(keys, B: int) -> list:
+    """``keys`` as a list of B hashable instance keys (a 1-D integer tensor is read as ints)."""
+    if isinstance(keys, Tensor):
+        if keys.dim() != 1 or keys.dtype.is_floating_point or keys.dtype.is_complex:
+            raise TypeError(f"keys given as a tensor must be a 1-D integer tensor, got {keys.dtype} of shape "
+                            f"{tuple(keys.shape)}")
+        keys = keys.tolist()
+    if isinstance(keys, (str, bytes)) or not hasattr(keys, "__len__"):
+        raise TypeError(f"keys must be a sequence of B = {B} hashable instance ids, got "
+                        f"{type(keys).__name__}")
+    keys = list(keys)
+    if len(keys) != B:
+        raise ValueError(f"keys must hold B = {B} instance ids, got {len(keys)}")
+    for k in keys:
+        try:
+            hash(k)
+        except TypeError:
+            raise TypeError(f"keys must be hashable (ints, strings, tuples), got "
+                            f"{type(k).__name__}") from None
+    if len(set(keys)) != B:
+        raise ValueError("keys must be distinct within a batch (one working set per instance)")
+    return keys
 
 
 def lp_score(unary: Tensor, pairwise: Tensor, mu: Tensor, mu_edges: Tensor) -> Tensor:
@@ -325,6 +514,8 @@ def map_lp(
     cuts: list | None = None,
     nested: int = 4,
     num_workers: int | None = None,
+    warm_start: WarmStart | None = None,
+    keys=None,
 ) -> LPResult:
     """Maximize the score over the local polytope, with connectivity cuts (Algorithm 7).
 
@@ -393,6 +584,19 @@ def map_lp(
     E = len(edges)
     hard, soft = check_connected(connected, connected_soft, L)
     start = check_cuts(cuts, B, V, L)
+    warm = [None] * B
+    if warm_start is not None:
+        if not isinstance(warm_start, WarmStart):
+            raise TypeError(f"warm_start must be a structtorch.lp.WarmStart, got {type(warm_start).__name__}")
+        if keys is None:
+            raise ValueError("warm_start needs keys: one id per instance of the batch")
+        keys = check_keys(keys, B)
+        fingerprint = (edges.numpy().tobytes(), V, L, tuple(hard), tuple(c for c, _ in soft))
+        warm = warm_start._states_for(fingerprint, keys)
+        # a basis fits the working set's rows only: not with extra rows given as cuts
+        warm = [w if w is None or not start[b] else _Warm(w.cuts) for b, w in enumerate(warm)]
+    elif keys is not None:
+        raise ValueError("keys are the instance ids of warm_start: pass warm_start too")
     soft_w = np.array([_weight(w) for _, w in soft])
     check_costs("connected_soft weights", soft_w)
     problem = _Problem(V, L, _constraints(V, L, edges), np.concatenate([np.ones(V), np.zeros(2 * E * L)]),
@@ -400,7 +604,10 @@ def map_lp(
                        {c: V * L + E * L * L + pos for pos, (c, _) in enumerate(soft)}, options)
     cost = -torch.cat([unary_b.reshape(B, V * L), pairwise_b.reshape(B, E * L * L)], 1)
     cost = cost.detach().double().cpu().numpy()
-    runs = parallel_map(lambda b: problem.solve(cost[b], soft_w, start[b]), range(B), workers)
+    keep = warm_start is not None
+    runs = parallel_map(lambda b: problem.solve(cost[b], soft_w, start[b], warm[b], keep), range(B), workers)
+    if keep:
+        warm_start._store(keys, runs)
     return _result(runs, unary_b, pairwise_b, edges, soft, cost, hard)
 
 

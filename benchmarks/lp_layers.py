@@ -1,0 +1,170 @@
+"""The graph layers against the network they sit on (issue 51): per batch forward+backward, one thread.
+
+Setting: ``examples/vision_segmentation.py``'s, B = 8 images of bars (``structtorch.data.
+synthetic_objects``) on an H x W node grid (4-neighbourhood), two labels, Potts couplings 0.8; the
+unaries are the object mask's signal plus N(0, 1) noise, and each "epoch" adds N(0, 0.2^2) to them
+(a network that moves a little between epochs). The backbone is the example's (ResNet-18 stem and
+first stage, 1x1 head) on the 4H x 4W images, forward and backward.
+
+Rows, each the median time per batch:
+
+- ``MAPRelaxation`` (smoothing 0.5, the example's): the QP path against cvxpylayers, without cuts
+  and with the cut block filled from each image's connectivity working set (its 16 newest cuts);
+  the outputs of both paths are compared (largest node difference) and so are the gradients
+  (relative norm);
+- ``relaxed_hinge`` with hard and with soft (weight 0.5) connectivity of the object, the example's
+  loss (``normalize=False``, at most 10 LP solves a call): "cold" starts every call afresh (epoch
+  1), "cuts carried" passes each image's cuts of the previous epoch back in (what the example did
+  before ``lp.WarmStart``), "warm" keeps working sets, bases and cut pools in an ``lp.WarmStart``
+  (epochs 2+).
+
+    python benchmarks/lp_layers.py [--sizes 16 32] [--epochs 4] [--repeats 3] [--no-cvxpylayers]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from structtorch import lp
+from structtorch.data import synthetic_objects
+
+B = 8
+
+
+def instances(H: int, epochs: int, seed: int = 0):
+    """(unary per epoch [(B, V, 2)], pairwise (E, 2, 2), edges, target (B, V))."""
+    data = synthetic_objects(B, "bar", H=H, W=H, num_features=4, noise=1.0, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    unary = torch.zeros(B, H * H, 2, dtype=torch.float64)
+    unary[..., 1] = (2 * data.labels - 1).double() + torch.randn(B, H * H, generator=g, dtype=torch.float64)
+    per_epoch = []
+    for _ in range(epochs):
+        unary = unary + 0.2 * torch.randn(unary.shape, generator=g, dtype=torch.float64)
+        per_epoch.append(unary.clone())
+    pairwise = torch.zeros(len(data.edges), 2, 2, dtype=torch.float64)
+    pairwise[:, 0, 0] = pairwise[:, 1, 1] = 0.8
+    return per_epoch, pairwise, data.edges, data.labels
+
+
+def timed(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def backbone_time(H: int, repeats: int) -> float | None:
+    try:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+        from vision_segmentation import Backbone
+    except ImportError:  # torchvision is an extra
+        return None
+    torch.manual_seed(0)
+    net = Backbone((H, H))
+    images = torch.rand(B, 3, 4 * H, 4 * H)
+
+    def step():
+        net.zero_grad()
+        net(images).square().sum().backward()
+
+    step()
+    return timed(step, repeats)
+
+
+def layer_rows(unary, pairwise, edges, cuts, repeats: int, with_cvxpylayers: bool) -> dict:
+    """{solver: (seconds, mu, grad)} for MAPRelaxation forward+backward."""
+    weights = torch.randn(unary.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    out = {}
+    for solver in ("qp", "cvxpylayers") if with_cvxpylayers else ("qp",):
+        layer = lp.MAPRelaxation(edges, 2, smoothing=0.5, max_cuts=16, solver=solver, num_workers=1)
+        result = {}
+
+        def step(layer=layer, result=result):
+            u = unary.clone().requires_grad_()
+            mu = layer(u, pairwise, cuts)
+            (mu * weights).sum().backward()
+            result["mu"], result["grad"] = mu.detach(), u.grad
+
+        step()
+        out[solver] = (timed(step, repeats), result["mu"], result["grad"])
+    return out
+
+
+def hinge_rows(per_epoch, pairwise, edges, target, connectivity: dict) -> dict:
+    """{mode: [seconds per epoch]} for relaxed_hinge forward+backward over the epochs."""
+    options = {"normalize": False, "max_iter": 10, "num_workers": 1, **connectivity}
+    ids = list(range(B))
+    out = {"cold": [], "cuts carried": [], "warm": []}
+    warm, carried = lp.WarmStart(), [[] for _ in ids]
+    for unary in per_epoch:
+        for mode in out:
+            u = unary.clone().requires_grad_()
+            t0 = time.perf_counter()
+            if mode == "warm":
+                loss = lp.relaxed_hinge(u, pairwise, edges, target, warm_start=warm, ids=ids, **options)
+            else:
+                loss, res = lp.relaxed_hinge(u, pairwise, edges, target, return_result=True,
+                                             cuts=carried if mode == "cuts carried" else None, **options)
+                if mode == "cuts carried":
+                    carried = res.cuts
+            loss.backward()
+            out[mode].append(time.perf_counter() - t0)
+    return out
+
+
+def ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{1e3 * seconds:.1f} ms"
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", type=int, nargs="*", default=[16, 32])
+    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--no-cvxpylayers", action="store_true")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    print(f"# torch {torch.__version__}, 1 thread, B = {B}, two labels, Potts 0.8")
+    for H in args.sizes:
+        per_epoch, pairwise, edges, target = instances(H, args.epochs)
+        backbone = backbone_time(H, args.repeats)
+        print(f"\n## {H} x {H} grid (V = {H * H}, E = {len(edges)}); backbone fwd+bwd {ms(backbone)}\n")
+        ref = (lambda t: f"{t / backbone:.2f}x") if backbone else (lambda t: "-")
+        warm = lp.WarmStart()
+        for unary in per_epoch:  # each image's working set under hard connectivity: the cut block's rows
+            res = lp.map_lp(unary, pairwise, edges, connected=[1], warm_start=warm, keys=list(range(B)))
+        block = [found[-16:] for found in res.cuts]
+        print("| layer (fwd+bwd per batch) | qp | cvxpylayers | qp / cvxpylayers | qp / backbone | max |mu diff| "
+              "| grad rel. diff |")
+        print("|---|---|---|---|---|---|---|")
+        for name, cuts in (("MAPRelaxation, no cuts", None), ("MAPRelaxation, 16 cuts per image", block)):
+            rows = layer_rows(per_epoch[-1], pairwise, edges, cuts, args.repeats, not args.no_cvxpylayers)
+            t_qp, mu_qp, g_qp = rows["qp"]
+            if "cvxpylayers" in rows:
+                t_cvx, mu_cvx, g_cvx = rows["cvxpylayers"]
+                diff = f"{float((mu_qp - mu_cvx).abs().max()):.1e}"
+                grad = f"{float((g_qp - g_cvx).norm() / g_cvx.norm().clamp(min=1e-300)):.1e}"
+                print(f"| {name} | {ms(t_qp)} | {ms(t_cvx)} | {t_qp / t_cvx:.3f} | {ref(t_qp)} | {diff} | {grad} |")
+            else:
+                print(f"| {name} | {ms(t_qp)} | - | - | {ref(t_qp)} | - | - |")
+        print("\n| relaxed_hinge (fwd+bwd per batch) | epoch 1, cold | epochs 2+, cold | epochs 2+, cuts carried "
+              "| epochs 2+, warm | warm / cuts carried | warm / backbone |")
+        print("|---|---|---|---|---|---|---|")
+        for name, conn in (("hard connectivity", {"connected": [1]}), ("soft connectivity (0.5)",
+                                                                     {"connected_soft": {1: 0.5}})):
+            t = hinge_rows(per_epoch, pairwise, edges, target, conn)
+            later = {k: statistics.median(v[1:]) for k, v in t.items()}
+            print(f"| {name} | {ms(t['cold'][0])} | {ms(later['cold'])} | {ms(later['cuts carried'])} | "
+                  f"{ms(later['warm'])} | {later['warm'] / later['cuts carried']:.2f} | {ref(later['warm'])} |")
+
+
+if __name__ == "__main__":
+    main()

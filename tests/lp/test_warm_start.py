@@ -1,0 +1,113 @@
+"""WarmStart: working sets of connectivity cuts, LP bases and cut pools kept per training instance
+between calls of map_lp / relaxed_hinge give the answers of cold starts, in fewer rounds."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st_
+
+from structtorch import lp
+from structtorch.lp import relaxation
+
+
+def denoising(H, W, B, seed, sigma=1.0, strength=0.6):
+    """B noisy instances of an H x W grid whose foreground (label 1) is a cross (connected)."""
+    g = torch.Generator().manual_seed(seed)
+    truth = torch.zeros(H, W)
+    truth[H // 2, :] = truth[:, W // 2] = 1
+    unary = torch.zeros(B, H * W, 2, dtype=torch.float64)
+    unary[..., 1] = (2 * truth.reshape(-1) - 1) + sigma * torch.randn(B, H * W, generator=g, dtype=torch.float64)
+    edges = lp.grid_edges(H, W)
+    pairwise = torch.zeros(len(edges), 2, 2, dtype=torch.float64)
+    pairwise[:, 0, 0] = pairwise[:, 1, 1] = strength
+    return unary, pairwise, edges, truth.reshape(-1).long().expand(B, -1).clone()
+
+
+@settings(deadline=None, max_examples=8)
+@given(seed=st_.integers(0, 2**31), soft=st_.booleans(), size=st_.sampled_from([(4, 4), (5, 6)]),
+       sigma=st_.sampled_from([1.0, 1.5]))
+def test_warm_hinge_equals_the_cold_one_over_epochs(seed, soft, size, sigma):
+    """Three epochs over the same instances with drifting potentials: every warm call gives the
+    cold call's hinge (both converged), and the working sets are kept per instance."""
+    unary, pairwise, edges, target = denoising(*size, 3, seed, sigma=sigma, strength=0.3)
+    connectivity = {"connected_soft": {1: 0.7}} if soft else {"connected": [1]}
+    warm = lp.WarmStart()
+    g = torch.Generator().manual_seed(seed + 1)
+    for _ in range(3):
+        unary = unary + 0.2 * torch.randn(unary.shape, generator=g, dtype=torch.float64)
+        cold, res_cold = lp.relaxed_hinge(unary, pairwise, edges, target, reduction="none", return_result=True,
+                                          max_iter=500, **connectivity)
+        hot, res_hot = lp.relaxed_hinge(unary, pairwise, edges, target, reduction="none", return_result=True,
+                                        max_iter=500, warm_start=warm, ids=[10, 11, 12], **connectivity)
+        assert bool(res_cold.converged.all()) and bool(res_hot.converged.all())
+        torch.testing.assert_close(hot, cold, atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(res_hot.score, res_cold.score, atol=1e-6, rtol=1e-6)
+    assert len(warm) == 3 and all(len(warm.cuts(k)) <= len(warm._states[k].pool) for k in (10, 11, 12))
+
+
+def test_a_repeated_call_needs_one_lp_and_the_pool_saves_separation(monkeypatch):
+    unary, pairwise, edges, _ = denoising(8, 8, 2, 0, sigma=1.5, strength=0.3)
+    warm = lp.WarmStart()
+    first = lp.map_lp(unary, pairwise, edges, connected=[1], warm_start=warm, keys=["a", "b"])
+    assert bool(first.converged.all()) and int(first.iterations.max()) > 1  # the cold call needed cuts
+    again = lp.map_lp(unary, pairwise, edges, connected=[1], warm_start=warm, keys=["a", "b"])
+    assert again.iterations.tolist() == [1, 1]  # its working set bounds the LP at once
+    torch.testing.assert_close(again.score, first.score)
+    # other potentials, then the first ones again: the cuts of the first call come from the pool
+    other = unary.flip(1)
+    lp.map_lp(other, pairwise, edges, connected=[1], warm_start=warm, keys=["a", "b"])
+    calls = []
+    separate = relaxation._Problem.separate
+    monkeypatch.setattr(relaxation._Problem, "separate", lambda self, x: calls.append(1) or separate(self, x))
+    back = lp.map_lp(unary, pairwise, edges, connected=[1], warm_start=warm, keys=["a", "b"])
+    torch.testing.assert_close(back.score, first.score)
+    assert len(calls) == 2  # one oracle call per instance: the check of the last solution
+    cold = lp.map_lp(unary, pairwise, edges, connected=[1])
+    assert len(calls) > 4  # a cold start runs the oracle every round
+
+
+def test_warm_start_arguments_are_checked():
+    unary, pairwise, edges, target = denoising(3, 3, 2, 0)
+    warm = lp.WarmStart()
+    with pytest.raises(ValueError, match="warm_start needs keys"):
+        lp.map_lp(unary, pairwise, edges, connected=[1], warm_start=warm)
+    with pytest.raises(ValueError, match="keys are the instance ids of warm_start"):
+        lp.map_lp(unary, pairwise, edges, connected=[1], keys=[0, 1])
+    with pytest.raises(ValueError, match=r"keys must hold B = 2 instance ids, got 3"):
+        lp.map_lp(unary, pairwise, edges, warm_start=warm, keys=[0, 1, 2])
+    with pytest.raises(ValueError, match="keys must be distinct within a batch"):
+        lp.map_lp(unary, pairwise, edges, warm_start=warm, keys=[0, 0])
+    with pytest.raises(TypeError, match="keys must be hashable"):
+        lp.map_lp(unary, pairwise, edges, warm_start=warm, keys=[[0], [1]])
+    with pytest.raises(TypeError, match="keys given as a tensor must be a 1-D integer tensor"):
+        lp.map_lp(unary, pairwise, edges, warm_start=warm, keys=torch.tensor([0.0, 1.0]))
+    with pytest.raises(TypeError, match="warm_start must be a structtorch.lp.WarmStart"):
+        lp.map_lp(unary, pairwise, edges, warm_start={}, keys=[0, 1])
+    lp.map_lp(unary, pairwise, edges, connected=[1], warm_start=warm, keys=torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="warm_start holds the working sets of another graph"):
+        lp.map_lp(unary, pairwise, edges, connected=[0], warm_start=warm, keys=[0, 1])
+    warm.clear()
+    assert len(warm) == 0 and repr(warm) == "WarmStart(0 instances, 0 cuts)"
+    with pytest.raises(ValueError, match="does not apply with exact=True"):
+        lp.relaxed_hinge(unary, pairwise, edges, target, connected=[1], exact=True, warm_start=warm)
+    with pytest.raises(ValueError, match="ids are the instance keys of warm_start"):
+        lp.relaxed_hinge(unary, pairwise, edges, target, connected=[1], ids=[0, 1])
+    with pytest.raises(TypeError, match="warm_start must be a bool or a structtorch.lp.WarmStart"):
+        lp.RelaxedHingeLoss(edges, warm_start="yes")
+
+
+def test_relaxed_hinge_loss_keeps_its_working_sets():
+    unary, pairwise, edges, target = denoising(5, 5, 2, 3)
+    target[1, 0] = 1 - target[1, 0]  # two targets, so that the default keys differ ...
+    loss = lp.RelaxedHingeLoss(edges, connected_soft={1: 0.5}, warm_start=True)
+    value = loss(unary, pairwise, target)
+    assert len(loss.warm_start) == 2  # ... keyed by the target labelings
+    again = loss(unary, pairwise, target, ids=torch.tensor([7, 8]))
+    assert len(loss.warm_start) == 4
+    torch.testing.assert_close(again, value)
+    same = target.clone()
+    same[1] = same[0]
+    keys = lp.target_keys(same)
+    assert keys[0] != keys[1] and keys[0][0] == keys[1][0]  # a repeated labeling is numbered
