@@ -137,13 +137,16 @@ def main(argv: list[str] | None = None) -> None:
         per_epoch, pairwise, edges, target = instances(H, args.epochs)
         backbone = backbone_time(H, args.repeats)
         print(f"\n## {H} x {H} grid (V = {H * H}, E = {len(edges)}); backbone fwd+bwd {ms(backbone)}\n")
-        ref = (lambda t: f"{t / backbone:.2f}x") if backbone else (lambda t: "-")
+
+        def ref(t: float, backbone: float | None = backbone) -> str:
+            return f"{t / backbone:.2f}x" if backbone else "-"
+
         warm = lp.WarmStart()
         for unary in per_epoch:  # each image's working set under hard connectivity: the cut block's rows
             res = lp.map_lp(unary, pairwise, edges, connected=[1], warm_start=warm, keys=list(range(B)))
         block = [found[-16:] for found in res.cuts]
-        print("| layer (fwd+bwd per batch) | qp | cvxpylayers | qp / cvxpylayers | qp / backbone | max |mu diff| "
-              "| grad rel. diff |")
+        print("| layer (fwd+bwd per batch) | qp | cvxpylayers | qp / cvxpylayers | qp / backbone "
+              "| max |mu diff| | grad rel. diff |")
         print("|---|---|---|---|---|---|---|")
         for name, cuts in (("MAPRelaxation, no cuts", None), ("MAPRelaxation, 16 cuts per image", block)):
             rows = layer_rows(per_epoch[-1], pairwise, edges, cuts, args.repeats, not args.no_cvxpylayers)
@@ -152,18 +155,20 @@ def main(argv: list[str] | None = None) -> None:
                 t_cvx, mu_cvx, g_cvx = rows["cvxpylayers"]
                 diff = f"{float((mu_qp - mu_cvx).abs().max()):.1e}"
                 grad = f"{float((g_qp - g_cvx).norm() / g_cvx.norm().clamp(min=1e-300)):.1e}"
-                print(f"| {name} | {ms(t_qp)} | {ms(t_cvx)} | {t_qp / t_cvx:.3f} | {ref(t_qp)} | {diff} | {grad} |")
+                print(f"| {name} | {ms(t_qp)} | {ms(t_cvx)} | {t_qp / t_cvx:.3f} | {ref(t_qp)} | {diff} "
+                      f"| {grad} |")
             else:
                 print(f"| {name} | {ms(t_qp)} | - | - | {ref(t_qp)} | - | - |")
-        print("\n| relaxed_hinge (fwd+bwd per batch) | epoch 1, cold | epochs 2+, cold | epochs 2+, cuts carried "
-              "| epochs 2+, warm | warm / cuts carried | warm / backbone |")
+        print("\n| relaxed_hinge (fwd+bwd per batch) | epoch 1, cold | epochs 2+, cold | epochs 2+, cuts "
+              "carried | epochs 2+, warm | warm / cuts carried | warm / backbone |")
         print("|---|---|---|---|---|---|---|")
-        for name, conn in (("hard connectivity", {"connected": [1]}), ("soft connectivity (0.5)",
-                                                                     {"connected_soft": {1: 0.5}})):
+        soft = {"connected_soft": {1: 0.5}}
+        for name, conn in (("hard connectivity", {"connected": [1]}), ("soft connectivity (0.5)", soft)):
             t = hinge_rows(per_epoch, pairwise, edges, target, conn)
             later = {k: statistics.median(v[1:]) for k, v in t.items()}
+            gain = later["warm"] / later["cuts carried"]
             print(f"| {name} | {ms(t['cold'][0])} | {ms(later['cold'])} | {ms(later['cuts carried'])} | "
-                  f"{ms(later['warm'])} | {later['warm'] / later['cuts carried']:.2f} | {ref(later['warm'])} |")
+                  f"{ms(later['warm'])} | {gain:.2f} | {ref(later['warm'])} |")
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ def test_a_repeated_call_needs_one_lp_and_the_pool_saves_separation(monkeypatch)
     back = lp.map_lp(unary, pairwise, edges, connected=[1], warm_start=warm, keys=["a", "b"])
     torch.testing.assert_close(back.score, first.score)
     assert len(calls) == 2  # one oracle call per instance: the check of the last solution
-    cold = lp.map_lp(unary, pairwise, edges, connected=[1])
+    lp.map_lp(unary, pairwise, edges, connected=[1])
     assert len(calls) > 4  # a cold start runs the oracle every round
 
 
