@@ -10,13 +10,19 @@ min-cut separation oracle (Nowozin 2009, ch. 5-6). This page walks through:
 
 1. MAP with and without connectivity on a noisy grid;
 2. fractional solutions, and the two ways to a connected labeling (a rounding, the exact MAP);
-3. the differentiable relaxation layer (cvxpylayers) and max-margin training over the LP;
+3. the differentiable relaxation layer and max-margin training over the LP, and what the layers
+   cost next to a CNN backbone;
 4. graph partitioning over the multicut polytope (modularity clustering);
 5. stability ranges: how far a weight can move before the optimal solution changes.
 
 Scores are maximized (the thesis minimizes energies, energy = -score). V nodes, E edges (i < j),
 L labels, B instances on one graph. All problems here are tiny; each LP is solved by HiGHS.
 """
+import importlib.util
+
+PLOT = importlib.util.find_spec("matplotlib") is not None  # the figures need matplotlib (docs extra)
+if PLOT:
+    import matplotlib.pyplot as plt
 
 # %%
 # A noisy X
@@ -54,6 +60,22 @@ def show(*labelings, titles=()):
     for i in range(H):
         print("".join("".join("#" if int(y[i * W + j]) else "." for j in range(W)) + "   "
                       for y in labelings))
+
+
+def draw(panels, title=None):
+    """Grids side by side: (title, (V,) values in [0, 1]) each, grey scale (white = label 1)."""
+    if not PLOT:
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(2.3 * len(panels), 2.6), squeeze=False)
+    for ax, (name, values) in zip(axes[0], panels, strict=True):
+        side = int(round(len(values) ** 0.5))
+        ax.imshow(values.detach().reshape(side, side).numpy(), cmap="gray", vmin=0, vmax=1)
+        ax.set_title(name, fontsize=8)
+        ax.axis("off")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    plt.show()
 
 
 def components(labels):
@@ -94,6 +116,8 @@ print(f"{len(res.cuts[0])} cuts, {int(res.iterations[0])} LP solves, {seconds:.2
       f"{float(res.score[0]):.3f} (<= {float(plain.score[0]):.3f} without the constraint)")
 print(f"errors {int((cmrf != truth).sum())}, foreground components {components(cmrf)}")
 show(truth, mrf, cmrf, titles=("truth", "MRF", "connected"))
+draw([("truth", truth.double()), ("noisy input: sigmoid(unary)", torch.sigmoid(2 * unary[:, 1])),
+      ("MRF (LP = MAP)", mrf.double()), ("connected (LP + cuts)", cmrf.double())])
 
 # %%
 # The oracle itself is public: :func:`~structtorch.lp.connectivity_cut` returns the most violated
@@ -137,14 +161,24 @@ for name, labels in (("rounded", rounded[0]), ("exact", exact.labels[0])):
         print("  " + "".join("#" if v else "." for v in row))
 
 # %%
+# Side by side: the input (the blobs' unary scores), the LP's node marginals mu_i(1) (grey: the
+# half-integral band the LP spreads between the blobs), the connected rounding and the exact MAP.
+draw([("input: sigmoid(unary)", torch.sigmoid(blobs[:, 1])), ("LP marginals mu(1)", frac.mu[0, :, 1]),
+      (f"round_connected ({rounded_score:.2f})", rounded[0].double()),
+      (f"map_exact ({float(exact.score[0]):.2f})", exact.labels[0].double())],
+     title=f"two blobs under connectivity: LP bound {float(frac.score[0]):.2f}")
+
+# %%
 # A differentiable relaxation layer
 # ---------------------------------
 # The LP's solution is piecewise constant in the scores, so its gradient is zero almost
-# everywhere. :class:`~structtorch.lp.MAPRelaxation` adds a small quadratic smoothing and solves
-# the problem as a cvxpylayers layer: ``mu`` is then a differentiable function of the unary and
-# pairwise scores, and any loss on it trains what produced them. The problem is compiled once per
-# graph structure (edges, labels, cut rows) and cached. Connectivity enters through a fixed block
-# of cut rows (``max_cuts``), e.g. those :func:`~structtorch.lp.map_lp` found.
+# everywhere. :class:`~structtorch.lp.MAPRelaxation` adds a small quadratic smoothing: ``mu`` is
+# then a differentiable function of the unary and pairwise scores, and any loss on it trains what
+# produced them. Each instance is solved as a quadratic program (Clarabel), polished on its
+# active set, and differentiated exactly through that active set's KKT system
+# (``solver="cvxpylayers"`` is the older, 8-12x slower path through cvxpy and diffcp).
+# Connectivity enters through a fixed block of cut rows (``max_cuts``), e.g. those
+# :func:`~structtorch.lp.map_lp` found.
 small = lp.grid_edges(5, 5)
 target = torch.zeros(25, dtype=torch.long)
 target[[6, 7, 8, 11, 16, 17, 18]] = 1  # a "C" shape
@@ -154,6 +188,7 @@ strength = torch.tensor(0.0, dtype=torch.float64, requires_grad=True)  # learned
 layer = lp.MAPRelaxation(small, num_labels=2, smoothing=0.1, max_cuts=4)
 optimizer = torch.optim.Adam([scale, strength], lr=0.05)
 began = time.perf_counter()
+curve = []
 for step in range(20):
     unary_s = torch.stack([torch.zeros(25, dtype=torch.float64), scale * feature], 1)
     pairwise_s = (strength * torch.eye(2, dtype=torch.float64)).expand(len(small), 2, 2)
@@ -162,11 +197,14 @@ for step in range(20):
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
+    curve.append(loss.item())
     if step % 5 == 0 or step == 19:
         errors = int((mu[0].argmax(1) != target).sum())
         print(f"step {step:2d}: loss {loss.item():.3f}, scale {scale.item():.2f}, "
               f"strength {strength.item():.2f}, {errors} of 25 pixels wrong")
-print(f"{time.perf_counter() - began:.1f} s for 20 steps (each a conic solve and its derivative)")
+print(f"{time.perf_counter() - began:.2f} s for 20 steps (each a QP solve and its derivative)")
+draw([("target", target.double()), ("feature (noisy)", torch.sigmoid(feature)),
+      ("layer output mu(1)", mu[0, :, 1])], title=f"after 20 steps: loss {curve[0]:.3f} -> {curve[-1]:.3f}")
 
 # %%
 # Max-margin training over the LP
@@ -190,6 +228,96 @@ print("the subgradient moves the unary scores toward the truth at",
 # :func:`structtorch.train.fit`, and :class:`~structtorch.lp.GraphStructure` makes graph labelings a
 # structure for the cutting-plane solver (``fit(..., solver="cutting_plane")``, a duality-gap
 # certificate); ``examples/connected_segmentation.py`` trains both ways.
+
+# %%
+# What the graph layers cost in a training loop
+# ---------------------------------------------
+# Both losses sit on top of a network. Here a small CNN reads synthetic images
+# (:func:`structtorch.data.synthetic_objects`: a bar on clutter, 4 features per node of a 12 x 12
+# grid) and outputs the unary scores; a learned Potts strength gives the pairwise ones. Two models
+# train for 4 epochs on 16 images in batches of 8: the smoothed layer on the expected Hamming
+# loss ``mean_i (1 - mu_i(y_i))``, and the relaxed hinge with soft connectivity of the bar, whose
+# :class:`~structtorch.lp.WarmStart` keeps each image's cuts, LP basis and cut pool from one epoch
+# to the next (``ids`` are the image indices), at most 5 LP solves per step
+# (the loss-augmented LPs grow fractional as the network sharpens its scores, and their cutting
+# planes then dominate the step). Each step times the network (forward and backward) apart from
+# the structured loss. ``examples/vision_segmentation.py`` runs the same
+# comparison with a ResNet-18 stem, and ``benchmarks/lp_layers.py`` measures the layers alone.
+from torch import nn
+
+from structtorch.data import synthetic_objects
+
+torch.manual_seed(0)
+objects = synthetic_objects(16, "bar", H=12, W=12, num_features=4, noise=1.0, seed=3)
+images = objects.x.transpose(1, 2).reshape(16, 4, 12, 12).float()  # (n, channels, H, W)
+grid = objects.edges
+
+
+def make_model():
+    torch.manual_seed(0)
+    cnn = nn.Sequential(nn.Conv2d(4, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(),
+                        nn.Conv2d(16, 1, 1))
+    return cnn, torch.zeros((), requires_grad=True)  # the CNN and the Potts strength
+
+
+def train_graph_model(kind, epochs=4):
+    cnn, potts_strength = make_model()
+    opt = torch.optim.Adam([*cnn.parameters(), potts_strength], lr=0.003)
+    layer = lp.MAPRelaxation(grid, 2, smoothing=0.5)
+    warm = lp.WarmStart()
+    history = []
+    for _ in range(epochs):
+        losses, t_net, t_struct = [], [], []
+        for idx in torch.randperm(16).split(8):
+            t0 = time.perf_counter()
+            score = cnn(images[idx]).flatten(1).double()  # (B, V): label 1's score
+            t1 = time.perf_counter()
+            leaf = score.detach().requires_grad_()
+            unary_b = torch.stack([torch.zeros_like(leaf), leaf], 2)  # (B, V, 2)
+            pairwise_b = (potts_strength.double() * torch.eye(2, dtype=torch.float64)).expand(len(grid), 2, 2)
+            target_b = objects.labels[idx]
+            if kind == "MAPRelaxation":
+                mu_b = layer(unary_b, pairwise_b)
+                loss_b = (1 - mu_b.gather(2, target_b.unsqueeze(2))).mean()
+            else:
+                loss_b = lp.relaxed_hinge(unary_b, pairwise_b, grid, target_b, connected_soft={1: 0.5},
+                                          warm_start=warm, ids=idx, max_iter=5, num_workers=1)
+            opt.zero_grad()
+            loss_b.backward()
+            t2 = time.perf_counter()
+            score.backward(leaf.grad)
+            opt.step()
+            t3 = time.perf_counter()
+            losses.append(loss_b.item())
+            t_net.append((t1 - t0) + (t3 - t2))
+            t_struct.append(t2 - t1)
+        history.append((sum(losses) / len(losses), 1e3 * sum(t_net) / len(t_net), 1e3 * sum(t_struct) / len(t_struct)))
+    return history
+
+
+histories = {kind: train_graph_model(kind) for kind in ("MAPRelaxation", "relaxed hinge (soft, warm)")}
+for kind, history in histories.items():
+    print(kind)
+    for epoch, (loss_e, net_ms, struct_ms) in enumerate(history, 1):
+        print(f"  epoch {epoch}: loss {loss_e:.4f}, per batch: network {net_ms:.1f} ms, structured {struct_ms:.1f} ms")
+
+if PLOT:
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3))
+    for col, (kind, history) in enumerate(histories.items()):
+        epochs_axis = range(1, len(history) + 1)
+        axes[0].plot(epochs_axis, [h[0] / history[0][0] for h in history], marker="o", label=kind)
+        axes[col + 1].bar(epochs_axis, [h[1] for h in history], label="network fwd+bwd")
+        axes[col + 1].bar(epochs_axis, [h[2] for h in history], bottom=[h[1] for h in history],
+                          label="structured loss fwd+bwd")
+        axes[col + 1].set_title(kind, fontsize=8)
+        axes[col + 1].set_xlabel("epoch")
+        axes[col + 1].set_ylabel("ms per batch of 8")
+    axes[0].set_xlabel("epoch")
+    axes[0].set_ylabel("training loss / first epoch's")
+    axes[0].legend(fontsize=7)
+    axes[2].legend(fontsize=7)
+    fig.tight_layout()
+    plt.show()
 
 # %%
 # Graph partitioning: the multicut polytope
