@@ -473,8 +473,9 @@ class SmoothedQP(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, c: Tensor, R: Tensor, h: Tensor, program, workers: int) -> Tensor:
-        N = R.shape[2]
-        c_np, R_np, h_np = (t.detach().to("cpu", torch.float64).numpy() for t in (c, R, h))
+        (B, n), (K, N) = c.shape, R.shape[1:]
+        packed = torch.cat([c, R.reshape(B, K * N), h], 1).detach().to("cpu", torch.float64).numpy()
+        c_np, R_np, h_np = packed[:, :n], packed[:, n:n + K * N].reshape(B, K, N), packed[:, n + K * N:]
 
         def run(b: int):
             qp = program.instance(c_np[b], R_np[b], h_np[b])

@@ -69,9 +69,11 @@ def num_nodes_of(edges: object, num_nodes: object, minimum: int = 0) -> int:
     return max(int(edges.max()) + 1, minimum)
 
 
-def check_graph_potentials(unary: object, pairwise: object, edges: object) -> tuple[Tensor, Tensor, Tensor]:
+def check_graph_potentials(unary: object, pairwise: object, edges: object,
+                           edges_checked: bool = False) -> tuple[Tensor, Tensor, Tensor]:
     """Bring unary (V, L) / (B, V, L) and pairwise (E, L, L) / (B, E, L, L) to batched form and
-    validate the edges; returns (unary (B, V, L), pairwise (B, E, L, L), edges (E, 2) int64 on CPU)."""
+    validate the edges (unless ``edges_checked``: a layer's own, checked when it was built);
+    returns (unary (B, V, L), pairwise (B, E, L, L), edges (E, 2) int64 on CPU)."""
     unary = check_float("unary", unary)
     if unary.dim() == 2:
         unary = unary.unsqueeze(0)
@@ -79,7 +81,7 @@ def check_graph_potentials(unary: object, pairwise: object, edges: object) -> tu
         raise ValueError(f"unary must have shape (V, L) or (B, V, L), got {_fmt(unary.shape)}")
     check_finite("unary", unary, " (-inf is not supported by the LP relaxations)")
     B, V, L = unary.shape
-    edges = check_edges(edges, V)
+    edges = edges if edges_checked else check_edges(edges, V)
     E = len(edges)
     pairwise = check_float("pairwise", pairwise, unary, "unary")
     if pairwise.dim() == 3:

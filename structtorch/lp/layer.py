@@ -302,7 +302,7 @@ class MAPRelaxation(nn.Module):
 
     def forward(self, unary: Tensor, pairwise: Tensor, cuts=None) -> Tensor:
         """mu (B, V, L): the smoothed relaxed solution; ``cuts`` as for :func:`cut_block`."""
-        unary_b, pairwise_b, _ = check_graph_potentials(unary, pairwise, self.edges)
+        unary_b, pairwise_b, _ = check_graph_potentials(unary, pairwise, self.edges, edges_checked=True)
         B, V, L = unary_b.shape
         if (V, L) != (self.num_nodes, self.num_labels):
             raise ValueError(f"unary must have V = {self.num_nodes} nodes and L = {self.num_labels} labels, "

@@ -220,3 +220,23 @@ def test_qp_gradient_at_a_degenerate_cut_is_a_one_sided_derivative():
     fwd, bwd = one_sided_differences(lambda t: layer(unary, pairwise, cuts=t), block, weights)
     assert float((fwd - bwd).abs().max()) > 1  # a kink
     torch.testing.assert_close(cuts.grad, fwd, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("L", [2, 3])
+def test_qp_layer_runs_a_constant_number_of_ops_and_no_sync_without_checks(L):
+    """The batch crosses to the solvers and back in one piece: the operators a call runs (each a
+    launch on a GPU) do not grow with B or V, and with value checks off nothing syncs."""
+    import structtorch as st
+    from structtorch.profiling import device_ops
+
+    counts = []
+    for H, B in ((3, 2), (3, 6), (5, 6)):
+        edges = lp.grid_edges(H, H)
+        layer = lp.MAPRelaxation(edges, L, smoothing=0.5, max_cuts=4)
+        unary = torch.randn(B, H * H, L, dtype=torch.float64, requires_grad=True)
+        pairwise = torch.zeros(len(edges), L, L, dtype=torch.float64)
+        block = lp.cut_block([(1, 0, H * H - 1, [1, H])], B, H * H, L, 4, unary)
+        counts.append(device_ops(lambda: layer(unary, pairwise, block).sum().backward()))  # noqa: B023
+        with st.set_validation(False):
+            assert device_ops(lambda: layer(unary, pairwise, block).sum().backward()).syncs == 0  # noqa: B023
+    assert len({c.ops for c in counts}) == 1 and len({c.syncs for c in counts}) == 1, counts
