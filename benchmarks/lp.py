@@ -1,5 +1,7 @@
 """LP relaxation benchmark: HiGHS LP, the cvxpylayers layer (plain and smoothed), and connectivity.
 
+(``benchmarks/lp_layers.py`` compares MAPRelaxation's default QP path with cvxpylayers.)
+
 Part 1, on a 32x32 binary grid with random unaries and attractive Potts edges (batch 1):
 - ``map_lp`` (HiGHS dual simplex on the local polytope);
 - ``MAPRelaxation`` with smoothing 0 (the plain LP through cvxpylayers/diffcp) and with the
@@ -47,7 +49,7 @@ def grid_problem(H: int = 32, seed: int = 0):
 def layer_cases(unary, pairwise, edges, budget):
     rows = []
     for smoothing, method in ((0.0, "Clarabel"), (1e-2, "Clarabel"), (1e-2, "SCS")):
-        layer = lp.MAPRelaxation(edges, 2, smoothing=smoothing, solve_method=method)
+        layer = lp.MAPRelaxation(edges, 2, smoothing=smoothing, solver="cvxpylayers", solve_method=method)
 
         def forward(layer=layer):
             with torch.no_grad():

@@ -14,15 +14,18 @@ two labels on the signs of the edge couplings), ``R x_nodes <= h`` is the cut bl
 2. **Active set**: the inequalities whose multiplier exceeds their slack.
 3. **Polish**: the equality-constrained QP on that active set is one symmetric indefinite linear
    system, the KKT matrix ``K = [[P, M'], [M, 0]]`` (M: the equalities and active rows). Its
-   solution is exact to rounding; it replaces the interior point's answer when it stays feasible
-   with non-negative multipliers (else the interior point's answer stays).
+   solution is exact to rounding; it replaces the interior point's answer when it keeps every row,
+   stays close to it and gives the cut rows non-negative multipliers; otherwise up to two
+   primal-dual active-set steps correct the set (else the interior point's answer stays).
 4. **Backward**: the same factorization gives the vector-Jacobian product. For an upstream
    gradient v on x, ``K [u; w] = [v; 0]`` gives dL/dc = u, dL/d(rhs of an active row) = w_k and
    dL/d(row k) = -(mu_k u + w_k x) (Amos & Kolter 2017, OptNet). Inactive rows get zero.
 
 Degenerate active sets (several active rows through one point, edge variables tied along a cycle)
-make K singular; it is factored with a tiny regularization (``[[P + d, M'], [M, -d]]``, d = 1e-10
-times the largest entry of P) and each solve refined twice against the exact K, which picks the
+make K singular. Rows that depend on others are set aside, keeping those with the larger
+interior-point multipliers (see :class:`KKT`: the gradient is then a one-sided derivative); what
+stays singular is factored with a tiny regularization (``[[P + d, M'], [M, -d]]``, d = 1e-10 times
+the largest entry of P) and each solve refined twice against the exact K, which picks the
 least-norm multipliers and leaves the node solution (unique: P is positive on it) exact to
 rounding.
 """
@@ -60,7 +63,7 @@ class QPInstance:
 
     ``P`` is the diagonal of P (n,); ``A`` (m_eq, n) and ``G`` (m_in, n) are CSC matrices. The last
     ``len(param_rows)`` rows of G are cut rows, which take gradients: ``param_rows`` holds their
-    positions among the ``num_params`` rows of the cut block (all-zero rows are left out).
+    positions among the ``num_params`` rows of the cut block (none where the block is all zero).
     """
 
     P: np.ndarray
@@ -71,13 +74,13 @@ class QPInstance:
     g: np.ndarray
     param_rows: np.ndarray
     num_params: int
-    solvers: dict | None = None  # Clarabel solvers to reuse: instances sharing it share A's and G's sparsity
+    solvers: dict | None = None  # Clarabel solvers to reuse, by number of cut rows (the sparsity)
 
 
 @dataclass
-class QPSolution:  # noqa: F821 (KKT is defined below)
-    """The solution x (n,), the active rows' matrix M, their multipliers, and the factorization
-    of the KKT matrix (for the backward pass)."""
+class QPSolution:
+    """The solution x (n,), its objective, the active rows, their multipliers, the factored KKT
+    system (for the backward pass) and whether the polish gave x."""
 
     x: np.ndarray
     objective: float
@@ -100,9 +103,9 @@ def _settings() -> clarabel.DefaultSettings:
 def _clarabel(qp: QPInstance) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """x, the multipliers of every row (equalities first) and the inequalities' slacks from
     Clarabel (minimizing -c.x + 1/2 x'Px, scaled so that its largest coefficient is 1: the
-    tolerances are then relative). A solver built for an instance of the same pattern (same
-    sparsity, e.g. no cut rows) is updated with the new values instead of built again (its
-    symbolic factorization is kept: about a quarter of the time of a 16 x 16 grid's solve)."""
+    tolerances are then relative). A solver built for an instance of the same sparsity (the
+    program's, with or without its dense cut block) is updated with the new values instead of
+    built again (its symbolic factorization is kept: about a quarter of a 16 x 16 grid's solve)."""
     n, m = len(qp.c), qp.A.shape[0]
     scale = max(float(np.abs(qp.c).max(initial=0.0)), float(qp.P.max(initial=0.0)), 1e-300)
     P = sp.csc_array((qp.P / scale, np.arange(n), np.arange(n + 1)), shape=(n, n))
@@ -484,6 +487,7 @@ class SmoothedQP(torch.autograd.Function):
         solved = parallel_map(run, range(len(c_np)), workers)
         ctx.solved, ctx.workers, ctx.N = solved, workers, N
         x = np.stack([sol.x[:N] for _, sol in solved]).clip(0.0, 1.0) if solved else np.zeros((0, N))
+        x += 0.0  # -0.0 (a fixed node's substitution) prints as 0
         return torch.from_numpy(x).to(device=c.device, dtype=c.dtype)
 
     @staticmethod

@@ -244,26 +244,28 @@ def test_round_labels():
 CUTS = [(1, 0, 2, [1])]
 
 
+@pytest.mark.parametrize("solver", ["qp", "cvxpylayers"])
 @pytest.mark.parametrize("L", [2, 3])
-def test_layer_matches_cvxpy_and_the_lp(L):
+def test_layer_matches_cvxpy_and_the_lp(L, solver):
     torch.manual_seed(L)
     unary, pairwise = 0.5 * torch.randn(5, L, dtype=torch.float64), 0.5 * torch.randn(5, L, L, dtype=torch.float64)
-    layer = lp.MAPRelaxation(FIVE_CYCLE, L, smoothing=0.5)
+    layer = lp.MAPRelaxation(FIVE_CYCLE, L, smoothing=0.5, solver=solver)
     for cuts in ((), CUTS):
         torch.testing.assert_close(layer(unary, pairwise, cuts=list(cuts))[0],
                                    cvxpy_smoothed(unary, pairwise, FIVE_CYCLE, 0.5, cuts), atol=1e-4, rtol=0)
     unary, pairwise = random_potentials(5, 5, L, 1)  # tiny smoothing: the LP solution, with and without cuts
-    sharp = lp.MAPRelaxation(FIVE_CYCLE, L, smoothing=1e-4)
+    sharp = lp.MAPRelaxation(FIVE_CYCLE, L, smoothing=1e-4, solver=solver)
     for kwargs in ({}, {"connected": [1]}):
         res = lp.map_lp(unary, pairwise, FIVE_CYCLE, **kwargs)
         if bool(res.integral[0]):
             torch.testing.assert_close(sharp(unary, pairwise, cuts=res.cuts), res.mu, atol=1e-3, rtol=0)
 
 
+@pytest.mark.parametrize("solver", ["qp", "cvxpylayers"])
 @pytest.mark.parametrize("L", [2, 3])
-def test_layer_gradients_match_finite_differences_of_plain_cvxpy(L):
+def test_layer_gradients_match_finite_differences_of_plain_cvxpy(L, solver):
     torch.manual_seed(L)
-    layer = lp.MAPRelaxation(FIVE_CYCLE, L, smoothing=1.0)
+    layer = lp.MAPRelaxation(FIVE_CYCLE, L, smoothing=1.0, solver=solver)
     unary = 0.5 * torch.randn(5, L, dtype=torch.float64, requires_grad=True)
     pairwise = 0.5 * torch.randn(5, L, L, dtype=torch.float64, requires_grad=True)
     weights = torch.randn(5, L, dtype=torch.float64)
