@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import torch
+from timing import median_time
 
 from structtorch import lp
 from structtorch.data import synthetic_objects
@@ -53,12 +54,8 @@ def instances(H: int, epochs: int, seed: int = 0):
 
 
 def timed(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    """Median seconds of ``repeats`` calls after one warm-up."""
+    return median_time(fn, 0.0, torch.device("cpu"), min_runs=repeats, max_runs=repeats)
 
 
 def backbone_time(H: int, repeats: int) -> float | None:
@@ -75,7 +72,6 @@ def backbone_time(H: int, repeats: int) -> float | None:
         net.zero_grad()
         net(images).square().sum().backward()
 
-    step()
     return timed(step, repeats)
 
 
@@ -93,7 +89,6 @@ def layer_rows(unary, pairwise, edges, cuts, repeats: int, with_cvxpylayers: boo
             (mu * weights).sum().backward()
             result["mu"], result["grad"] = mu.detach(), u.grad
 
-        step()
         out[solver] = (timed(step, repeats), result["mu"], result["grad"])
     return out
 

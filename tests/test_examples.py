@@ -126,6 +126,18 @@ def test_gpu_benchmark_script_runs_in_smoke_mode():
     assert "| 2,5,3 | logZ fwd+bwd |" in proc.stdout
 
 
+def test_lp_layers_benchmark_runs_at_a_tiny_size():
+    """benchmarks/lp_layers.py (issue 51) on a 6 x 6 grid: every table, the QP path beside
+    cvxpylayers with their differences within the layer's tolerances."""
+    root = Path(__file__).parent.parent
+    proc = subprocess.run([sys.executable, str(root / "benchmarks/lp_layers.py"), "--sizes", "6", "--epochs", "2",
+                           "--repeats", "1"], capture_output=True, text=True, timeout=300, cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split(" | ") for line in proc.stdout.splitlines() if line.startswith("| MAPRelaxation")]
+    assert len(rows) == 2 and all(float(r[5]) < 1e-4 and float(r[6].strip(" |")) < 1e-2 for r in rows), rows
+    assert "| hard connectivity |" in proc.stdout and "| soft connectivity (0.5) |" in proc.stdout
+
+
 def test_action_mining_example_runs():
     stdout = run_example("action_mining.py", "--n", "120", "--B", "1", "8", "--nu", "0.1", "--C", "10")
     assert "subsequence LPBoost" in stdout and "chi2-SVM, binarized" in stdout
