@@ -42,6 +42,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from ._parallel import parallel_map
 
@@ -74,7 +75,7 @@ class QPInstance:
     g: np.ndarray
     param_rows: np.ndarray
     num_params: int
-    solvers: dict | None = None  # Clarabel solvers to reuse, by number of cut rows (the sparsity)
+    solvers: SolverPool | None = None  # Clarabel solvers to reuse
 
 
 @dataclass
@@ -111,16 +112,17 @@ def _clarabel(qp: QPInstance) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     P = sp.csc_array((qp.P / scale, np.arange(n), np.arange(n + 1)), shape=(n, n))
     Ab = sp.vstack([qp.A, qp.G]).tocsc() if m else qp.G
     rhs, q = np.concatenate([qp.b, qp.g]), -qp.c / scale
-    solver = qp.solvers.get(len(qp.param_rows)) if qp.solvers is not None else None
+    key = len(qp.param_rows)  # the sparsity: the program's, with or without its cut block
+    solver = qp.solvers.take(key) if qp.solvers is not None else None
     if solver is not None:
         solver.update(P=P.data, q=q, A=Ab.data, b=rhs)
     else:
         cones = ([clarabel.ZeroConeT(m)] if m else []) + ([clarabel.NonnegativeConeT(qp.G.shape[0])]
                                                          if qp.G.shape[0] else [])
         solver = clarabel.DefaultSolver(P, q, Ab, rhs, cones, _settings())
-        if qp.solvers is not None:
-            qp.solvers[len(qp.param_rows)] = solver
     sol = solver.solve()
+    if qp.solvers is not None:
+        qp.solvers.give(key, solver)
     status = str(sol.status)
     if "Infeasible" in status:
         raise ValueError("the smoothed relaxation is infeasible: the cut block's rows (cuts) exclude "
@@ -352,18 +354,37 @@ def vjp(qp: QPInstance, sol: QPSolution, v: np.ndarray) -> tuple[np.ndarray, np.
     return u, grad_rows, grad_rhs
 
 
-class _Program:
-    """What the programs share: a Clarabel solver per thread for the instances without cut rows
-    (their sparsity is the program's), not pickled or copied with the program."""
+class SolverPool:
+    """The idle Clarabel solvers of one program, by sparsity: a solve takes one (or builds one)
+    and gives it back, so that the solvers outlive the threads of a batch and every call reuses
+    them. At most as many as ever ran at once."""
 
-    def _reuse(self) -> dict:
-        """The calling thread's solver table (by number of cut rows: the sparsity is the
-        program's with that many dense cut rows)."""
-        local = self.__dict__.setdefault("_local", threading.local())
-        return local.__dict__.setdefault("solvers", {})
+    def __init__(self) -> None:
+        self._idle: dict[int, list] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key: int):
+        with self._lock:
+            idle = self._idle.get(key)
+            return idle.pop() if idle else None
+
+    def give(self, key: int, solver) -> None:
+        with self._lock:
+            self._idle.setdefault(key, []).append(solver)
+
+
+class _Program:
+    """What the programs share: their pool of solvers (not pickled or copied with the program)."""
+
+    def __init__(self) -> None:
+        self.solvers = SolverPool()
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_local"}
+        return {k: v for k, v in self.__dict__.items() if k != "solvers"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.solvers = SolverPool()
 
 
 def _cut_rows(R: np.ndarray, h: np.ndarray, n: int) -> tuple[sp.csr_array, np.ndarray, np.ndarray]:
@@ -396,6 +417,7 @@ class BinaryProgram(_Program):
     """
 
     def __init__(self, edges: np.ndarray, V: int, smoothing: float) -> None:
+        super().__init__()
         E = len(edges)
         self.V, self.E = V, E
         z, r0 = V + np.arange(E), 2 * np.arange(E)
@@ -433,7 +455,7 @@ class BinaryProgram(_Program):
         cuts, g_cuts, rows = _cut_rows(R, h, len(c))
         if len(rows):
             G, g = sp.vstack([G, cuts]).tocsc(), np.concatenate([g, g_cuts])
-        return QPInstance(self.P, c, self.A, self.b, G, g, rows, len(R), self._reuse())
+        return QPInstance(self.P, c, self.A, self.b, G, g, rows, len(R), self.solvers)
 
 
 class LocalPolytopeProgram(_Program):
@@ -442,6 +464,7 @@ class LocalPolytopeProgram(_Program):
     label left out: they follow from the others and make the rows dependent) and x >= 0."""
 
     def __init__(self, edges: np.ndarray, V: int, L: int, smoothing: float) -> None:
+        super().__init__()
         E = len(edges)
         self.V, self.L = V, L
         n_nodes, n = V * L, V * L + E * L * L
@@ -467,7 +490,7 @@ class LocalPolytopeProgram(_Program):
         cuts, g_cuts, rows = _cut_rows(R, h, len(c))
         G = sp.vstack([self.nonneg, cuts]).tocsc() if len(rows) else self.nonneg
         g = np.concatenate([np.zeros(len(c)), g_cuts])
-        return QPInstance(self.P, c, self.A, self.b, G, g, rows, len(R), self._reuse())
+        return QPInstance(self.P, c, self.A, self.b, G, g, rows, len(R), self.solvers)
 
 
 class SmoothedQP(torch.autograd.Function):
@@ -491,6 +514,7 @@ class SmoothedQP(torch.autograd.Function):
         return torch.from_numpy(x).to(device=c.device, dtype=c.dtype)
 
     @staticmethod
+    @once_differentiable  # the backward is a linear solve on the CPU: no second derivative
     def backward(ctx, grad: Tensor):
         N = ctx.N
         g_np = grad.detach().to("cpu", torch.float64).numpy()

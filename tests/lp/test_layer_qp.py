@@ -240,3 +240,12 @@ def test_qp_layer_runs_a_constant_number_of_ops_and_no_sync_without_checks(L):
         with st.set_validation(False):
             assert device_ops(lambda: layer(unary, pairwise, block).sum().backward()).syncs == 0  # noqa: B023
     assert len({c.ops for c in counts}) == 1 and len({c.syncs for c in counts}) == 1, counts
+
+
+def test_qp_layer_refuses_a_second_derivative():
+    layer = lp.MAPRelaxation(lp.grid_edges(2, 2), 2, smoothing=1.0)
+    unary = torch.randn(4, 2, dtype=torch.float64, requires_grad=True)
+    mu = layer(unary, torch.zeros(4, 2, 2, dtype=torch.float64))
+    (grad,) = torch.autograd.grad((mu[..., 1] ** 2).sum(), unary, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        grad.sum().backward()
