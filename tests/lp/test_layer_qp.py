@@ -14,6 +14,15 @@ from hypothesis import strategies as st_
 from structtorch import lp
 
 
+@st_.composite
+def graphs(draw, max_nodes=6):
+    """(V, edges): a random graph (brute.lp_graphs) or a small grid."""
+    if draw(st_.booleans()):
+        return draw(lp_graphs(max_nodes=max_nodes))
+    h, w = draw(st_.integers(1, 3)), draw(st_.integers(2, 3))
+    return h * w, lp.grid_edges(h, w)
+
+
 def potentials(V, E, L, seed, coupling):
     """(unary (V, L), pairwise (E, L, L)) float64: Gaussian unaries; Potts couplings of random
     strength ("attractive"), or Gaussian pairwise scores ("mixed")."""
@@ -46,7 +55,7 @@ def objective(mu, unary, pairwise, edges, smoothing, mu_edges=None):
 
 
 @settings(deadline=None, max_examples=40)
-@given(graph=lp_graphs(), L=st_.integers(2, 3), seed=st_.integers(0, 2**31), ncuts=st_.integers(0, 3),
+@given(graph=graphs(), L=st_.integers(2, 3), seed=st_.integers(0, 2**31), ncuts=st_.integers(0, 3),
        coupling=st_.sampled_from(["attractive", "mixed"]), smoothing=st_.sampled_from([0.05, 0.5, 2.0]))
 def test_qp_layer_equals_the_smoothed_relaxation(graph, L, seed, ncuts, coupling, smoothing):
     V, edges = graph
@@ -98,7 +107,7 @@ def one_sided_differences(fn, x, weights, step=1e-6):
 
 
 @settings(deadline=None, max_examples=15)
-@given(graph=lp_graphs(max_nodes=5), L=st_.integers(2, 3), seed=st_.integers(0, 2**31),
+@given(graph=graphs(max_nodes=5), L=st_.integers(2, 3), seed=st_.integers(0, 2**31),
        coupling=st_.sampled_from(["attractive", "mixed"]), with_cuts=st_.booleans())
 def test_qp_gradients_equal_finite_differences(graph, L, seed, coupling, with_cuts):
     """The implicit backward against finite differences of the layer itself (unary, pairwise and
