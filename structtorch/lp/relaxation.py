@@ -247,14 +247,14 @@ class _Warm:
 
     cuts: list
     basis: object = None  # highspy.HighsBasis over the base rows and ``cuts``
-    pool: list = field(default_factory=list)  # every cut known for the instance (``cuts`` among them)
+    pool: _CutPool | None = None  # every cut known for the instance (``cuts`` among them)
 
     @classmethod
-    def of(cls, inst: _Instance, base_rows: int, cuts: list, solved: int, pool: list) -> _Warm:
+    def of(cls, inst: _Instance, base_rows: int, cuts: list, solved: int, pool: _CutPool) -> _Warm:
         """The cuts of ``inst`` whose row is not basic in its last basis (a basic row is slack:
         it bounds nothing) or that came after the last solve, with that basis cut to them; the
         pool of all cuts (the most recent ``MAX_POOL``)."""
-        pool = pool[-MAX_POOL:]
+        pool = pool.trimmed(MAX_POOL)
         basis = inst.h.getBasis()
         if not basis.valid:
             return cls(list(cuts), None, pool)
@@ -271,47 +271,84 @@ class _Warm:
 MAX_POOL = 20_000  # cuts a WarmStart keeps per instance
 
 
-class _Pool:
-    """The cuts known for an instance, checked against each LP solution (one sparse product)
-    before the separation oracle runs: most cuts an instance needs in a later epoch were found in
-    an earlier one."""
+class _CutPool:
+    """Every cut known for an instance, with its key and its row (a CSR matrix over the LP's
+    columns, grown as cuts join): kept across calls in ``_Warm.pool``."""
 
-    def __init__(self, problem: _Problem, known: list, in_lp: list) -> None:
-        self.problem, self.cuts = problem, list(known)
-        self.keys = {_key(cut) for cut in self.cuts}
-        self.in_lp = {_key(cut) for cut in in_lp}
-        self.cuts += [cut for cut in in_lp if _key(cut) not in self.keys]
-        self.keys |= self.in_lp
-        self.matrix, self.rows = None, 0
+    def __init__(self) -> None:
+        self.cuts: list = []
+        self.keys: list = []
+        self.known: set = set()
+        self.matrix: sp.csr_array | None = None
+        self.rows = 0  # cuts that have their row in ``matrix``
+
+    def add(self, cut: tuple, key: tuple) -> None:
+        if key not in self.known:
+            self.known.add(key)
+            self.cuts.append(cut)
+            self.keys.append(key)
+
+    def rows_for(self, problem: _Problem, width: int) -> sp.csr_array | None:
+        """The matrix of all cuts' rows, built for the cuts that joined since the last call."""
+        if len(self.cuts) > self.rows:
+            rows = [problem.row(c, i, j, S.numpy()) for c, i, j, S in self.cuts[self.rows:]]
+            indptr = np.concatenate([[0], np.cumsum([len(i) for i, _ in rows])])
+            values, columns = np.concatenate([v for _, v in rows]), np.concatenate([i for i, _ in rows])
+            new = sp.csr_array((values, columns, indptr), shape=(len(rows), width))
+            self.matrix = new if self.matrix is None else sp.vstack([self.matrix, new]).tocsr()
+            self.rows = len(self.cuts)
+        return self.matrix
+
+    def trimmed(self, limit: int) -> _CutPool:
+        """The pool of the most recent ``limit`` cuts."""
+        if len(self.cuts) <= limit:
+            return self
+        out = _CutPool()
+        out.cuts, out.keys = self.cuts[-limit:], self.keys[-limit:]
+        out.known = set(out.keys)
+        if self.matrix is not None and self.rows == len(self.cuts):
+            out.matrix, out.rows = self.matrix[-limit:], limit
+        return out
+
+    def __len__(self) -> int:
+        return len(self.cuts)
+
+
+class _Pool:
+    """One call's view of an instance's cut pool: which cuts are in the LP, and the pool's
+    violated cuts outside it, checked against each LP solution (one sparse product) before the
+    separation oracle runs: most cuts an instance needs in a later epoch were found in an earlier
+    one."""
+
+    def __init__(self, problem: _Problem, pool: _CutPool, in_lp: list) -> None:
+        self.problem, self.pool = problem, pool
+        self.in_lp = set()
+        self.enter(in_lp)
+
+    @property
+    def cuts(self) -> list:
+        return self.pool.cuts
 
     def enter(self, cuts: list) -> None:
         """Cuts added to the LP (new ones join the pool)."""
         for cut in cuts:
             key = _key(cut)
             self.in_lp.add(key)
-            if key not in self.keys:
-                self.keys.add(key)
-                self.cuts.append(cut)
+            self.pool.add(cut, key)
 
     def violated(self, x: np.ndarray) -> list:
         """The pool's cuts outside the LP that x violates by more than the tolerance, most violated
         first, at most as many as a separation round adds."""
         p, o = self.problem, self.problem.options
-        if len(self.cuts) > self.rows:  # rows for the cuts that joined since the last check
-            rows = [p.row(c, i, j, S.numpy()) for c, i, j, S in self.cuts[self.rows:]]
-            indptr = np.concatenate([[0], np.cumsum([len(i) for i, _ in rows])])
-            values, columns = np.concatenate([v for _, v in rows]), np.concatenate([i for i, _ in rows])
-            new = sp.csr_array((values, columns, indptr), shape=(len(rows), len(x)))
-            self.matrix = new if self.matrix is None else sp.vstack([self.matrix, new]).tocsr()
-            self.rows = len(self.cuts)
-        if self.matrix is None:
+        matrix = self.pool.rows_for(p, len(x))
+        if matrix is None:
             return []
-        violation = self.matrix @ x - 1.0
-        order = np.argsort(-violation)
+        violation = matrix @ x - 1.0
+        candidates = np.flatnonzero(violation > o.tol)
         out = []
-        for k in order[: int((violation > o.tol).sum())]:
-            if _key(self.cuts[k]) not in self.in_lp:
-                out.append(self.cuts[k])
+        for k in candidates[np.argsort(-violation[candidates])]:
+            if self.pool.keys[k] not in self.in_lp:
+                out.append(self.pool.cuts[k])
                 if len(out) >= o.cuts_per_round * o.nested * len(p.labels):
                     break
         return out
@@ -379,7 +416,7 @@ class _Problem:
             inst.add_rows([self.row(c, i, j, S.numpy()) for c, i, j, S in start])
         if warm is not None and warm.basis is not None:
             inst.h.setBasis(warm.basis)  # rows of the base LP and of warm.cuts, in this order
-        pool = _Pool(self, warm.pool if warm is not None else [], start)
+        pool = _Pool(self, warm.pool if warm is not None and warm.pool is not None else _CutPool(), start)
         run = _Run(np.zeros(0), list(start), 0, False, {"lp": 0.0, "separation": 0.0})
         solved_cuts = 0
         while run.solves < self.options.max_iter:
@@ -403,7 +440,7 @@ class _Problem:
             pool.enter(found)
             run.cuts += found
         if keep:
-            run.warm = _Warm.of(inst, self.A.shape[0], run.cuts, solved_cuts, pool.cuts)
+            run.warm = _Warm.of(inst, self.A.shape[0], run.cuts, solved_cuts, pool.pool)
         return run
 
 

@@ -111,3 +111,16 @@ def test_relaxed_hinge_loss_keeps_its_working_sets():
     same[1] = same[0]
     keys = lp.target_keys(same)
     assert keys[0] != keys[1] and keys[0][0] == keys[1][0]  # a repeated labeling is numbered
+
+
+def test_the_pool_keeps_the_newest_cuts_within_its_bound(monkeypatch):
+    monkeypatch.setattr(relaxation, "MAX_POOL", 5)
+    unary, pairwise, edges, _ = denoising(8, 8, 1, 0, sigma=1.5, strength=0.3)
+    warm = lp.WarmStart()
+    first = lp.map_lp(unary, pairwise, edges, connected=[1], warm_start=warm, keys=[0])
+    pool = warm._states[0].pool
+    assert len(pool) == 5 and pool.keys == [relaxation._key(cut) for cut in first.cuts[0][-5:]]
+    again = lp.map_lp(unary.flip(1), pairwise, edges, connected=[1], warm_start=warm, keys=[0])
+    cold = lp.map_lp(unary.flip(1), pairwise, edges, connected=[1])
+    assert bool(again.converged[0]) and len(warm._states[0].pool) == 5
+    torch.testing.assert_close(again.score, cold.score)
