@@ -176,7 +176,7 @@ draw([("input: sigmoid(unary)", torch.sigmoid(blobs[:, 1])), ("LP marginals mu(1
 # then a differentiable function of the unary and pairwise scores, and any loss on it trains what
 # produced them. Each instance is solved as a quadratic program (Clarabel), polished on its
 # active set, and differentiated exactly through that active set's KKT system
-# (``solver="cvxpylayers"`` is the older path through cvxpy and diffcp, 6-16x slower).
+# (``solver="cvxpylayers"`` is the older path through cvxpy and diffcp, 5-16x slower).
 # Connectivity enters through a fixed block of cut rows (``max_cuts``), e.g. those
 # :func:`~structtorch.lp.map_lp` found.
 small = lp.grid_edges(5, 5)

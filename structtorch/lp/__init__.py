@@ -39,7 +39,7 @@ from .clustering import (
 from .exact import ExactResult, map_exact
 from .graph import grid_edges
 from .layer import MAPRelaxation, cut_block
-from .learning import GraphStructure, RelaxedHingeLoss, area_weights, relaxed_hinge, target_keys
+from .learning import GraphStructure, RelaxedHingeLoss, area_weights, relaxed_hinge
 from .multicut import RELAXATIONS, MulticutResult, multicut
 from .relaxation import LPResult, WarmStart, lp_score, map_lp
 from .rounding import labeling_score, round_connected, round_labels
@@ -48,7 +48,7 @@ from .stability import critical_edges, node_stability, solution_path, stability_
 
 __all__ = ["map_lp", "LPResult", "lp_score", "WarmStart", "connectivity_cut", "round_labels", "grid_edges",
            "map_exact", "ExactResult", "round_connected", "labeling_score",
-           "GraphStructure", "relaxed_hinge", "RelaxedHingeLoss", "area_weights", "target_keys",
+           "GraphStructure", "relaxed_hinge", "RelaxedHingeLoss", "area_weights",
            "MAPRelaxation", "cut_block", "multicut", "MulticutResult", "RELAXATIONS",
            "all_pairs", "modularity_weights", "correlation_weights", "consensus_weights", "cluster_size_bias",
            "modularity", "stability_range", "variable_stability", "critical_edges", "solution_path",

@@ -54,7 +54,7 @@ REGULARIZATION = 1e-10
 REFINE = 2  # steps of iterative refinement of a KKT solve
 POLISH_STEPS = 3  # active sets tried by the polish
 CLOSE = 1e-5  # the polished point lies this close to the interior point's (relative)
-MAX_SWAPS = 20  # rounds of setting aside a weak row of a degenerate active set
+MAX_SWAPS = 3  # rounds of setting aside the weak rows of a degenerate active set around cut rows
 MAX_DENSE = 4_000_000  # entries of the dense QR that finds dependent rows around a cut row
 
 
@@ -80,15 +80,13 @@ class QPInstance:
 
 @dataclass
 class QPSolution:
-    """The solution x (n,), its objective, the active rows, their multipliers, the factored KKT
-    system (for the backward pass) and whether the polish gave x."""
+    """The solution x (n,), the active rows, their multipliers and the factored KKT system (for
+    the backward pass)."""
 
     x: np.ndarray
-    objective: float
     active: np.ndarray  # indices into G's rows
     multipliers: np.ndarray  # of [A; G[active]]
     kkt: KKT
-    polished: bool
 
 
 def _settings() -> clarabel.DefaultSettings:
@@ -142,12 +140,12 @@ class KKT:
     forward for the fixed variables and backward for the eliminated rows' multipliers.
 
     Degenerate active sets: a row whose variables other rows all fixed is a combination of them.
-    Where such a row holds a larger multiplier (``weights``: the interior point's) than the weakest
-    row of that combination, that row is set aside instead (treated as inactive) and the cascade
-    runs again, so that the rows kept are a basis that prefers the strongly active rows: their
-    multipliers stay non-negative, and the derivative is the one-sided derivative of that active
-    set (with the dependent rows all kept, the least-norm compromise would be neither side's). Rows
-    still dependent get multiplier 0.
+    Where such a row is a cut row, the rows of these combinations are chosen again greedily by
+    multiplier (``weights``: the interior point's), the weaker ones that depend on stronger ones
+    are set aside (treated as inactive) and the cascade runs again, so that the rows kept are a
+    basis that prefers the strongly active rows: their multipliers stay non-negative, and the
+    derivative is the one-sided derivative of that active set (with the dependent rows all kept,
+    the least-norm compromise would be neither side's). Rows still dependent get multiplier 0.
     """
 
     def __init__(self, P: np.ndarray, M: sp.coo_array, weights: np.ndarray, params: np.ndarray) -> None:
@@ -205,9 +203,11 @@ class KKT:
         return free, live & (count > 0), np.flatnonzero(live & (count == 0))
 
     def _weaker_supports(self, dependent: np.ndarray, weights: np.ndarray) -> np.ndarray:
-        """For each dependent (cut) row, the weakest of the eliminated rows it is a combination of,
-        where that row is weaker than it (the combination by back-substitution through the
-        rounds)."""
+        """The eliminated rows to set aside so that the dependent (cut) rows enter where they are
+        stronger: the rows of the dependent rows' circuits (each one and the eliminated rows it is
+        a combination of, by back-substitution through the rounds), kept greedily by weight; those
+        of them that depend on stronger ones leave. The rank stays: a row that leaves lies in the
+        span of the circuit rows kept."""
         (m, n), (row, col, val) = self.shape, self.entries
         if not len(dependent):
             return np.zeros(0, dtype=np.int64)
@@ -217,27 +217,30 @@ class KKT:
         for rows, var, coef, *_ in reversed(self.rounds):
             alpha[:, rows] = 0.0
             alpha[:, rows] = (target[:, var] - (M.T @ alpha.T).T[:, var]) / coef
-        support = np.where(np.abs(alpha) > 1e-9, weights[None, :], np.inf)
-        weakest = support.argmin(axis=1)
-        weaker = support[np.arange(len(dependent)), weakest] < weights[dependent] * (1 - 1e-6)
-        return np.unique(weakest[weaker])
+        circuits = np.union1d(np.flatnonzero(np.abs(alpha).max(axis=0) > 1e-9), dependent)
+        touched = np.unique(col[np.isin(row, circuits)])
+        return np.setdiff1d(self._greedy_dependent(circuits, touched, weights), dependent)
 
     def _dependent_live(self, free: np.ndarray, live: np.ndarray, weights: np.ndarray) -> np.ndarray:
-        """Rows left for the factored system that depend on stronger ones: a QR factorization of
-        their columns (M_F') in order of decreasing weight, where a small diagonal entry marks a
-        column in the span of those before it. Run only where a cut row is among them (the split
-        of the multipliers of dependent rows matters for a cut row's gradient alone), and up to
+        """Rows left for the factored system that depend on stronger ones (run only where a cut
+        row is among them: the split of the multipliers of dependent rows matters for a cut row's
+        gradient alone)."""
+        return self._greedy_dependent(np.flatnonzero(live), np.flatnonzero(free), weights)
+
+    def _greedy_dependent(self, rows: np.ndarray, cols: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """Of ``rows`` (restricted to the variables ``cols``), those in the span of stronger ones,
+        taken in order of decreasing weight: a QR factorization of their columns (M'), where a
+        small diagonal entry marks a column in the span of those before it. Nothing beyond
         ``MAX_DENSE`` entries."""
         (m, n), (row, col, val) = self.shape, self.entries
-        rows, cols = np.flatnonzero(live), np.flatnonzero(free)
         if len(rows) * len(cols) > MAX_DENSE:
             return np.zeros(0, dtype=np.int64)
         order = rows[np.argsort(-weights[rows], kind="stable")]
         rpos, cpos = np.full(m, -1), np.full(n, -1)
         rpos[order], cpos[cols] = np.arange(len(order)), np.arange(len(cols))
-        keep = (rpos[row] >= 0) & (cpos[col] >= 0)
+        inside = (rpos[row] >= 0) & (cpos[col] >= 0)
         dense = np.zeros((len(cols), len(order)))
-        dense[cpos[col[keep]], rpos[row[keep]]] = val[keep]
+        dense[cpos[col[inside]], rpos[row[inside]]] = val[inside]
         keep = np.arange(len(order))
         dropped = []
         while len(keep):
@@ -274,7 +277,7 @@ class KKT:
         return x, mu
 
 
-def _distinct(qp: QPInstance, active: np.ndarray, lam: np.ndarray) -> np.ndarray:
+def _distinct(qp: QPInstance, active: np.ndarray) -> np.ndarray:
     """The active rows without repeats of a cut row (the same coefficients and right side): of
     equal rows the first stays active (the repeats then take no gradient: moving one of two equal
     rows is a kink, and this is the side on which it loosens)."""
@@ -317,7 +320,7 @@ def solve_qp(qp: QPInstance) -> QPSolution:
     x, duals, slack = _clarabel(qp)
     m, first = qp.A.shape[0], qp.G.shape[0] - len(qp.param_rows)
     lam = duals[m:]
-    active = _distinct(qp, np.flatnonzero(lam > slack), lam)
+    active = _distinct(qp, np.flatnonzero(lam > slack))
     feasible = FEASIBLE * (1.0 + np.abs(qp.g).max(initial=0.0))
     signed = -FEASIBLE * (1.0 + np.abs(qp.c).max(initial=0.0))
     close = CLOSE * (1.0 + np.abs(x).max(initial=0.0))
@@ -328,14 +331,13 @@ def solve_qp(qp: QPInstance) -> QPSolution:
         broken = np.flatnonzero(qp.G @ xp > qp.g + feasible)
         negative = active[(mult[m:] < signed) & (active >= first)]
         if not len(broken) and not len(negative) and np.abs(xp - x).max(initial=0.0) <= close:
-            return QPSolution(xp, float(qp.c @ xp - 0.5 * (qp.P * xp * xp).sum()), active, mult, kkt, True)
+            return QPSolution(xp, active, mult, kkt)
         changed = np.union1d(np.setdiff1d(active, negative), broken)
         if np.array_equal(changed, active):
             break
-        active = _distinct(qp, changed, lam)
+        active = _distinct(qp, changed)
     active, kkt = tried  # the interior point's answer and multipliers, the first active set's system
-    return QPSolution(x, float(qp.c @ x - 0.5 * (qp.P * x * x).sum()), active,
-                      np.concatenate([duals[:m], lam[active]]), kkt, False)
+    return QPSolution(x, active, np.concatenate([duals[:m], lam[active]]), kkt)
 
 
 def vjp(qp: QPInstance, sol: QPSolution, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

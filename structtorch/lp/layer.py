@@ -18,7 +18,7 @@ Two solvers compute the same thing:
 - ``"qp"`` (the default for ``smoothing > 0``, :mod:`structtorch.lp._qp`): each instance is handed
   to Clarabel as a quadratic program, its answer polished on its active set and differentiated
   exactly through the KKT system of that active set (one sparse factorization, reduced by the
-  rows that fix a variable: the 0/1 nodes). 6-16x faster than cvxpylayers on 16 x 16 and 32 x 32
+  rows that fix a variable: the 0/1 nodes). 5-16x faster than cvxpylayers on 16 x 16 and 32 x 32
   grids (benchmarks/lp_layers.py), the same solution to about 1e-5 (diffcp's accuracy) and the
   same gradients to about 3e-4 (relative norm).
 - ``"cvxpylayers"``: the problem compiled by cvxpy (seconds on a 32 x 32 grid, so the compiled

@@ -23,7 +23,7 @@ from .exact import ExactResult, map_exact
 from .graph import check_graph_potentials
 from .relaxation import LPResult, WarmStart, lp_score, map_lp
 
-__all__ = ["relaxed_hinge", "RelaxedHingeLoss", "GraphStructure", "area_weights", "target_keys"]
+__all__ = ["relaxed_hinge", "RelaxedHingeLoss", "GraphStructure", "area_weights"]
 
 
 def area_weights(area: Tensor | None, B: int, V: int, ref: Tensor, normalize: bool = True) -> Tensor:
@@ -141,7 +141,7 @@ def relaxed_hinge(
     if warm_start is not None:
         if exact:
             raise ValueError("warm_start keeps the LP's working sets: it does not apply with exact=True")
-        keys = target_keys(target) if ids is None else ids
+        keys = _target_keys(target) if ids is None else ids
         lp_options = {**lp_options, "warm_start": warm_start, "keys": keys}
     elif ids is not None:
         raise ValueError("ids are the instance keys of warm_start: pass warm_start too")
@@ -168,7 +168,7 @@ def relaxed_hinge(
     return (value, res) if return_result else value
 
 
-def target_keys(target: Tensor) -> list[tuple[bytes, int]]:
+def _target_keys(target: Tensor) -> list[tuple[bytes, int]]:
     """(B,) keys of the rows of ``target`` (B, V): its bytes and the occurrence number of that
     labeling within the batch (so that repeated labelings get distinct keys)."""
     seen: dict[bytes, int] = {}

@@ -243,7 +243,8 @@ class _Options:
 @dataclass
 class _Warm:
     """What one instance keeps between calls: its working set of cuts (the rows that bound the
-    last LP solved, and those added after it) and the basis of the LP over them."""
+    last LP solved, and those added after it), the basis of the LP over them and its pool of every
+    cut found."""
 
     cuts: list
     basis: object = None  # highspy.HighsBasis over the base rows and ``cuts``
@@ -324,10 +325,6 @@ class _Pool:
         self.problem, self.pool = problem, pool
         self.in_lp = set()
         self.enter(in_lp)
-
-    @property
-    def cuts(self) -> list:
-        return self.pool.cuts
 
     def enter(self, cuts: list) -> None:
         """Cuts added to the LP (new ones join the pool)."""
@@ -416,7 +413,8 @@ class _Problem:
             inst.add_rows([self.row(c, i, j, S.numpy()) for c, i, j, S in start])
         if warm is not None and warm.basis is not None:
             inst.h.setBasis(warm.basis)  # rows of the base LP and of warm.cuts, in this order
-        pool = _Pool(self, warm.pool if warm is not None and warm.pool is not None else _CutPool(), start)
+        known = warm.pool if warm is not None and warm.pool is not None else _CutPool()
+        pool = _Pool(self, known, start) if keep else None  # only a warm start keeps and checks one
         run = _Run(np.zeros(0), list(start), 0, False, {"lp": 0.0, "separation": 0.0})
         solved_cuts = 0
         while run.solves < self.options.max_iter:
@@ -429,7 +427,7 @@ class _Problem:
                 run.converged = True
                 break
             t0 = time.perf_counter()
-            found = pool.violated(run.x) if warm is not None else []
+            found = pool.violated(run.x) if pool is not None else []
             if not found:
                 found = [(c, i, j, torch.from_numpy(S).long()) for c, i, j, S in self.separate(run.x)]
             run.timings["separation"] += time.perf_counter() - t0
@@ -437,7 +435,8 @@ class _Problem:
                 run.converged = True
                 break
             inst.add_rows([self.row(c, i, j, S.numpy()) for c, i, j, S in found])
-            pool.enter(found)
+            if pool is not None:
+                pool.enter(found)
             run.cuts += found
         if keep:
             run.warm = _Warm.of(inst, self.A.shape[0], run.cuts, solved_cuts, pool.pool)
@@ -631,7 +630,7 @@ def map_lp(
         fingerprint = (edges.numpy().tobytes(), V, L, tuple(hard), tuple(c for c, _ in soft))
         warm = warm_start._states_for(fingerprint, keys)
         # a basis fits the working set's rows only: not with extra rows given as cuts
-        warm = [w if w is None or not start[b] else _Warm(w.cuts) for b, w in enumerate(warm)]
+        warm = [w if w is None or not start[b] else _Warm(w.cuts, None, w.pool) for b, w in enumerate(warm)]
     elif keys is not None:
         raise ValueError("keys are the instance ids of warm_start: pass warm_start too")
     soft_w = np.array([_weight(w) for _, w in soft])

@@ -10,6 +10,7 @@ from hypothesis import strategies as st_
 
 from structtorch import lp
 from structtorch.lp import relaxation
+from structtorch.lp.learning import _target_keys
 
 
 def denoising(H, W, B, seed, sigma=1.0, strength=0.6):
@@ -109,7 +110,7 @@ def test_relaxed_hinge_loss_keeps_its_working_sets():
     torch.testing.assert_close(again, value)
     same = target.clone()
     same[1] = same[0]
-    keys = lp.target_keys(same)
+    keys = _target_keys(same)
     assert keys[0] != keys[1] and keys[0][0] == keys[1][0]  # a repeated labeling is numbered
 
 
@@ -124,3 +125,14 @@ def test_the_pool_keeps_the_newest_cuts_within_its_bound(monkeypatch):
     cold = lp.map_lp(unary.flip(1), pairwise, edges, connected=[1])
     assert bool(again.converged[0]) and len(warm._states[0].pool) == 5
     torch.testing.assert_close(again.score, cold.score)
+
+
+def test_cuts_given_beside_a_warm_start_keep_the_pool():
+    """Extra rows in ``cuts`` make the stored basis unusable, but the working set and the pool
+    stay: the pool only grows."""
+    unary, pairwise, edges, _ = denoising(8, 8, 1, 0, sigma=1.5, strength=0.3)
+    warm = lp.WarmStart()
+    lp.map_lp(unary, pairwise, edges, connected=[1], warm_start=warm, keys=[0])
+    known = len(warm._states[0].pool)
+    res = lp.map_lp(unary, pairwise, edges, connected=[1], warm_start=warm, keys=[0], cuts=[(1, 0, 63, [1, 8])])
+    assert bool(res.converged[0]) and len(warm._states[0].pool) >= known + 1
