@@ -1,5 +1,6 @@
 // The kernels that the Python bindings (python.cpp) and the small-call lanes (quick.cpp) call
-// directly, defined in checks.cpp and chain.cpp.
+// directly, defined in checks.cpp and chain.cpp, and the separation oracle of the LP relaxations
+// (separation.cpp).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -36,4 +37,15 @@ std::vector<at::Tensor> logz_grad(const at::Tensor& grad, const at::Tensor& unar
                                   const std::optional<at::Tensor>& labels, bool edges);
 
 }  // namespace chain
+
+namespace lp {
+
+// The violated connectivity cuts of one label plane y (V,) float64 on the graph in CSR (int32
+// indptr, indices), most violated first (see separation.cpp): pairs (K, 2), violations (K,), the
+// separators' vertices concatenated and their offsets (K + 1,). limit < 0: no limit.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> connectivity_cuts(
+    const at::Tensor& y, const at::Tensor& indptr, const at::Tensor& indices, double tol, double offset,
+    int64_t limit, int64_t nested);
+
+}  // namespace lp
 }  // namespace structtorch

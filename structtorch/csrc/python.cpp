@@ -35,4 +35,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "quick_viterbi with the score's autograd node (see quick_grad.cpp).");
   m.def("quick_nll_autograd", &structtorch::quick::nll_autograd,
         "quick_nll with the loss's autograd node (see quick_grad.cpp).");
+  m.def("connectivity_cuts", &structtorch::lp::connectivity_cuts,
+        "The violated connectivity cuts of one label plane (see separation.cpp).");
 }

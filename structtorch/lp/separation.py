@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
@@ -40,6 +40,7 @@ import torch
 from scipy.sparse.csgraph import breadth_first_order, connected_components, maximum_flow
 from torch import Tensor
 
+from .._backend import _choose, fast_ops
 from ._options import check_real_tensor, check_tol
 from .graph import adjacency, check_edges
 
@@ -70,6 +71,7 @@ class Separator:
     num_nodes: int
     adjacency: sp.csr_array
     arc_src: np.ndarray
+    _csr: tuple[Tensor, Tensor] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def build(cls, edges: Tensor, num_nodes: int) -> Separator:
@@ -182,6 +184,9 @@ class Separator:
         as (violation, i, j, separator), most violated first: at most ``nested`` per pair of
         representatives (disjoint separators), and at most ``limit`` (pairs are tried heaviest
         component first, so the first cuts separate the small pieces from the main one)."""
+        kernel = _compiled()
+        if kernel is not None:
+            return self._violated_compiled(kernel, y, tol, limit, nested, offset)
         order = self._candidates(y, tol)
         scale = float(min(1e6, (_INF // 4) / (self.num_nodes + 1)))
         plane = _Plane(self, y, scale)
@@ -191,6 +196,18 @@ class Separator:
             if limit is not None and len(found) >= limit:
                 return sorted(found, key=lambda c: -c[0])[:limit]
         return sorted(found, key=lambda c: -c[0])
+
+    def _violated_compiled(self, kernel, y: np.ndarray, tol: float, limit: int | None, nested: int,
+                           offset: float) -> list[Cut]:
+        """:meth:`violated` by the compiled oracle (``csrc/separation.cpp``): the same cuts."""
+        if self._csr is None:
+            self._csr = (torch.from_numpy(self.adjacency.indptr), torch.from_numpy(self.adjacency.indices))
+        plane = torch.from_numpy(np.ascontiguousarray(y, dtype=np.float64))
+        pairs, violation, vertices, offsets = kernel.connectivity_cuts(
+            plane, *self._csr, float(tol), float(offset), -1 if limit is None else int(limit), int(nested))
+        bounds, cut = offsets.tolist(), vertices.numpy()
+        return [(v, i, j, cut[bounds[k]:bounds[k + 1]])
+                for k, (v, (i, j)) in enumerate(zip(violation.tolist(), pairs.tolist(), strict=True))]
 
     def _candidates(self, y: np.ndarray, tol: float) -> np.ndarray:
         """One representative per component of y >= 1 - tol vertices (its lowest index, weighted by
@@ -306,6 +323,12 @@ class _Plane:
         out = inside & ~support[heads]
         keys = np.unique(labels[sep.arc_src[out]].astype(np.int64) * V + heads[out])
         return _Components(labels, keys)
+
+
+def _compiled():
+    """The compiled kernels' module when the CPU backend is "compiled" (the default where they
+    built; ``use_backend("torch")`` runs the Python oracle, the reference), else None."""
+    return fast_ops() if _choose("cpu") == "compiled" else None
 
 
 def _nearest_cut(net: sp.csr_array, flow: sp.csr_array, n: int, a: int, b: int,

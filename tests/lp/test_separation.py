@@ -5,7 +5,9 @@ The separator computes a flow only when i and j share a component of the support
 capacity, i, j, blocked vertices), on that component's network, and labels the components of a
 support met twice once for all pairs. Every such shortcut must give exactly the cuts of one
 max-flow per pair on the whole split network (the code before issue 26, kept here as the
-reference), so that the LP sees the same rows in the same order.
+reference), so that the LP sees the same rows in the same order. The round runs compiled
+(``csrc/separation.cpp``, the default on CPU) or in Python (``use_backend("torch")``): both are
+checked against the reference and against each other, bit for bit.
 """
 
 from __future__ import annotations
@@ -22,11 +24,27 @@ from hypothesis import strategies as st_
 from scipy.sparse.csgraph import breadth_first_order, connected_components, maximum_flow
 
 from structtorch import lp
+from structtorch._backend import chain_ops, use_backend
 from structtorch.lp import separation
 from structtorch.lp.graph import adjacency
 from structtorch.lp.separation import _INF, Separator, _Plane
 
 SCALE = 1e6
+ORACLES = ["python"] + (["compiled"] if chain_ops() is not None else [])
+
+
+@pytest.fixture(params=ORACLES)
+def oracle(request):
+    """Each test of whole rounds runs on both oracles."""
+    with use_backend("compiled" if request.param == "compiled" else "torch"):
+        yield request.param
+
+
+@pytest.fixture
+def python_oracle():
+    """Tests of the Python round's own machinery (cache, flows) run it."""
+    with use_backend("torch"):
+        yield
 
 
 def reference_min_separator(adj, y, i, j, blocked, near_source):
@@ -162,7 +180,7 @@ def separates(i, j, S, edges, V):
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("limit, nested, offset", [(None, 1, 0.0), (7, 4, 0.0), (100, 4, 0.0), (None, 3, 0.2)])
-def test_violated_equals_the_loop_before_issue_26(seed, limit, nested, offset):
+def test_violated_equals_the_loop_before_issue_26(seed, limit, nested, offset, oracle):
     """The whole round on 7x7 grid planes: same cuts, same violations, same order."""
     rng = np.random.default_rng(seed)
     H = 7
@@ -176,19 +194,65 @@ def test_violated_equals_the_loop_before_issue_26(seed, limit, nested, offset):
 
 @settings(deadline=None, max_examples=40)
 @given(graph=lp_graphs(max_nodes=9), seed=st_.integers(0, 2**31), tol=st_.sampled_from([1e-6, 1e-9]),
-       nested=st_.integers(1, 4), limit=st_.sampled_from([None, 1, 3]), offset=st_.sampled_from([0.0, 0.1]))
-def test_violated_equals_the_loop_before_issue_26_on_any_graph(graph, seed, tol, nested, limit, offset):
+       nested=st_.integers(1, 4), limit=st_.sampled_from([None, 1, 3]), offset=st_.sampled_from([0.0, 0.1]),
+       name=st_.sampled_from(ORACLES))
+def test_violated_equals_the_loop_before_issue_26_on_any_graph(graph, seed, tol, nested, limit, offset, name):
     """Disconnected graphs, ties, values just above the tolerance and below the capacity resolution
     (with tol = 1e-9, as stability.py uses: pairs whose ends have zero capacity), y near 1."""
     V, edges = graph
     rng = np.random.default_rng(seed)
     y = rng.choice([0.0, 1.0, 1.0, 0.5, 0.25, 0.75, 4e-7, 5e-7, 2e-9, 1 - 1e-7, 1 / 3, 2 / 3], size=V)
-    got = Separator.build(edges, V).violated(y, tol, limit, nested, offset)
+    with use_backend("compiled" if name == "compiled" else "torch"):
+        got = Separator.build(edges, V).violated(y, tol, limit, nested, offset)
     assert same_cuts(got, reference_violated(adjacency(edges, V), y, tol, limit, nested, offset))
 
 
-def test_bounded_cache_keeps_the_cuts(monkeypatch):
-    """With room for 16 supports only (least recently used dropped), a round without a cut limit
+def grid_plane(H, W, rng, kind):
+    """Label planes of an LP on an H x W grid: uniform, halves, sparse levels, ones and zeros with
+    fractional pixels between."""
+    V = H * W
+    if kind == 0:
+        return rng.random(V)
+    if kind == 1:
+        return np.round(rng.random(V) * 2) / 2
+    if kind == 2:
+        return (rng.random(V) < 0.5) * rng.choice([1.0, 0.7, 0.3], V)
+    return np.where(rng.random(V) < 0.3, 1.0, np.where(rng.random(V) < 0.5, 0.0, rng.random(V)))
+
+
+@pytest.mark.skipif(len(ORACLES) < 2, reason="the compiled kernels did not build")
+@settings(deadline=None, max_examples=60)
+@given(H=st_.integers(1, 9), W=st_.integers(2, 9), kind=st_.integers(0, 3), seed=st_.integers(0, 2**31),
+       nested=st_.integers(1, 4), limit=st_.sampled_from([None, 1, 5]), offset=st_.sampled_from([0.0, 0.3]))
+def test_the_compiled_round_equals_the_python_one(H, W, kind, seed, nested, limit, offset):
+    """On grids up to 9 x 9 (many pairs, flows on large components, nested cuts around blocked
+    vertices), the compiled round returns the Python round's cuts, violations and order exactly."""
+    y = grid_plane(H, W, np.random.default_rng(seed), kind)
+    sep = Separator.build(lp.grid_edges(H, W), H * W)
+    with use_backend("compiled"):
+        got = sep.violated(y, 1e-6, limit, nested, offset)
+    with use_backend("torch"):
+        want = sep.violated(y, 1e-6, limit, nested, offset)
+    assert same_cuts(got, want)
+
+
+@pytest.mark.skipif(len(ORACLES) < 2, reason="the compiled kernels did not build")
+def test_the_compiled_kernel_refuses_a_malformed_graph():
+    """The kernel checks the CSR arrays it reads: a RuntimeError, never a read out of bounds."""
+    from structtorch._extension import fast_ops
+
+    y = torch.full((3,), 0.9, dtype=torch.float64)
+    indptr, indices = torch.tensor([0, 1, 2, 2], dtype=torch.int32), torch.tensor([1, 7], dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="out of range"):
+        fast_ops().connectivity_cuts(y, indptr, indices, 1e-6, 0.0, -1, 1)
+    with pytest.raises(RuntimeError, match="indptr"):
+        fast_ops().connectivity_cuts(y, indptr[:3], indices, 1e-6, 0.0, -1, 1)
+    with pytest.raises(RuntimeError, match="float64"):
+        fast_ops().connectivity_cuts(y.float(), indptr, indices, 1e-6, 0.0, -1, 1)
+
+
+def test_bounded_cache_keeps_the_cuts(monkeypatch, python_oracle):
+    """(The Python round's cache.) With room for 16 supports only (least recently used dropped), a round without a cut limit
     that meets many more gives the cuts of the reference, and no plane holds more than 16."""
     planes = []
     init = _Plane.__init__
@@ -228,7 +292,7 @@ def test_cached_components_equal_a_fresh_search(seed):
     assert any(v is not None for v in plane.seen.values())  # the labelled path ran
 
 
-def test_thin_strokes_need_few_flows():
+def test_thin_strokes_need_few_flows(python_oracle):
     """On a thin-stroke LP plane (isolated y = 1 pixels), almost every cut is a zero-capacity one
     around a support component: no max-flow at all for pairs in different components."""
     H = 12
