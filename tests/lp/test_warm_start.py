@@ -136,3 +136,54 @@ def test_cuts_given_beside_a_warm_start_keep_the_pool():
     known = len(warm._states[0].pool)
     res = lp.map_lp(unary, pairwise, edges, connected=[1], warm_start=warm, keys=[0], cuts=[(1, 0, 63, [1, 8])])
     assert bool(res.converged[0]) and len(warm._states[0].pool) >= known + 1
+
+
+def test_live_lps_give_the_answers_of_rebuilt_ones_within_their_bound():
+    """Live LPs (costs changed in place, slack cut rows deleted) against stored bases only
+    (``max_lps=0``) and cold starts over drifting epochs; at most ``max_lps`` stay live, the least
+    recently used given up first."""
+    unary, pairwise, edges, target = denoising(6, 6, 3, 5, sigma=1.5, strength=0.3)
+    live, frozen = lp.WarmStart(max_lps=2), lp.WarmStart(max_lps=0)
+    g = torch.Generator().manual_seed(2)
+    for _ in range(3):
+        unary = unary + 0.3 * torch.randn(unary.shape, generator=g, dtype=torch.float64)
+        losses = [lp.relaxed_hinge(unary, pairwise, edges, target, reduction="none", max_iter=500, connected=[1],
+                                   **({} if w is None else {"warm_start": w, "ids": [0, 1, 2]}))
+                  for w in (live, frozen, None)]
+        torch.testing.assert_close(losses[0], losses[2], atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(losses[1], losses[2], atol=1e-6, rtol=1e-6)
+        assert list(live._live) == [1, 2] and not frozen._live
+        assert live._states[0].lp is None and live._states[0].basis is not None
+    assert all(live._states[k].lp.added_upper.shape == (len(live.cuts(k)),) for k in (1, 2))
+
+
+def test_a_failed_call_leaves_a_usable_working_set(monkeypatch):
+    """An LP that fails mid-call (here: a solver error) was taken from the store: the instance
+    keeps its cuts and pool, and the next call answers as a cold start."""
+    unary, pairwise, edges, _ = denoising(8, 8, 1, 0, sigma=1.5, strength=0.3)
+    warm = lp.WarmStart()
+    lp.map_lp(unary, pairwise, edges, connected=[1], warm_start=warm, keys=[0])
+    solve = relaxation._Instance.solve
+    monkeypatch.setattr(relaxation._Instance, "solve", lambda self: (_ for _ in ()).throw(RuntimeError("boom")))
+    with pytest.raises(RuntimeError, match="boom"):
+        lp.map_lp(unary.flip(1), pairwise, edges, connected=[1], warm_start=warm, keys=[0])
+    monkeypatch.setattr(relaxation._Instance, "solve", solve)
+    assert warm._states[0].lp is None and len(warm.cuts(0)) > 0
+    again = lp.map_lp(unary.flip(1), pairwise, edges, connected=[1], warm_start=warm, keys=[0])
+    torch.testing.assert_close(again.score, lp.map_lp(unary.flip(1), pairwise, edges, connected=[1]).score)
+
+
+def test_a_pickled_warm_start_keeps_its_working_sets():
+    """Pickling drops the solver objects (LPs, bases) and keeps cuts and pools: the restored
+    object answers as the original."""
+    import pickle
+
+    unary, pairwise, edges, _ = denoising(8, 8, 2, 0, sigma=1.5, strength=0.3)
+    warm = lp.WarmStart()
+    first = lp.map_lp(unary, pairwise, edges, connected=[1], warm_start=warm, keys=[0, 1])
+    restored = pickle.loads(pickle.dumps(warm))
+    assert restored.cuts(0) and all(torch.equal(a[3], b[3]) for a, b in zip(restored.cuts(0), warm.cuts(0),
+                                                                             strict=True))
+    again = lp.map_lp(unary, pairwise, edges, connected=[1], warm_start=restored, keys=[0, 1])
+    assert again.iterations.tolist() == [1, 1]
+    torch.testing.assert_close(again.score, first.score)
