@@ -14,9 +14,11 @@ Rows, each the median time per batch:
   (relative norm);
 - ``relaxed_hinge`` with hard and with soft (weight 0.5) connectivity of the object, the example's
   loss (``normalize=False``, at most 10 LP solves a call): "cold" starts every call afresh (epoch
-  1), "cuts carried" passes each image's cuts of the previous epoch back in (what the example did
-  before ``lp.WarmStart``), "warm" keeps working sets, bases and cut pools in an ``lp.WarmStart``
-  (epochs 2+).
+  1, and epochs 2+), "cold, Python oracle" the same with the separation oracle in Python
+  (``use_backend("torch")``: the path when issue 51 was filed, but for the two-label LP form),
+  "cuts carried" passes each image's cuts of the previous epoch back in (what the example did
+  before ``lp.WarmStart``), "warm" keeps working sets, live LPs and cut pools in an
+  ``lp.WarmStart`` (epochs 2+); medians over ``--repeats`` passes through the epochs.
 
     python benchmarks/lp_layers.py [--sizes 16 32] [--epochs 4] [--repeats 3] [--no-cvxpylayers]
         [--smoothing 0.5] [--layers-only]
@@ -33,7 +35,7 @@ from pathlib import Path
 import torch
 from timing import median_time
 
-from structtorch import lp
+from structtorch import lp, use_backend
 from structtorch.data import synthetic_objects
 
 B = 8
@@ -94,25 +96,33 @@ def layer_rows(unary, pairwise, edges, cuts, repeats: int, with_cvxpylayers: boo
     return out
 
 
-def hinge_rows(per_epoch, pairwise, edges, target, connectivity: dict) -> dict:
-    """{mode: [seconds per epoch]} for relaxed_hinge forward+backward over the epochs."""
+def hinge_rows(per_epoch, pairwise, edges, target, connectivity: dict, repeats: int) -> dict:
+    """{mode: [seconds per call]} for relaxed_hinge forward+backward: epoch 1 cold, and epochs 2+
+    of each mode, over ``repeats`` passes through the epochs (fresh working sets each)."""
     options = {"normalize": False, "max_iter": 10, "num_workers": 1, **connectivity}
     ids = list(range(B))
-    out = {"cold": [], "cuts carried": [], "warm": []}
-    warm, carried = lp.WarmStart(), [[] for _ in ids]
-    for unary in per_epoch:
-        for mode in out:
-            u = unary.clone().requires_grad_()
-            t0 = time.perf_counter()
-            if mode == "warm":
-                loss = lp.relaxed_hinge(u, pairwise, edges, target, warm_start=warm, ids=ids, **options)
-            else:
-                loss, res = lp.relaxed_hinge(u, pairwise, edges, target, return_result=True,
-                                             cuts=carried if mode == "cuts carried" else None, **options)
-                if mode == "cuts carried":
-                    carried = res.cuts
-            loss.backward()
-            out[mode].append(time.perf_counter() - t0)
+    out = {"epoch 1": [], "python oracle": [], "cold": [], "cuts carried": [], "warm": []}
+    for _ in range(repeats):
+        warm, carried = lp.WarmStart(), [[] for _ in ids]
+        for epoch, unary in enumerate(per_epoch):
+            for mode in list(out)[1:]:
+                u = unary.clone().requires_grad_()
+                t0 = time.perf_counter()
+                if mode == "warm":
+                    loss = lp.relaxed_hinge(u, pairwise, edges, target, warm_start=warm, ids=ids, **options)
+                else:
+                    cuts = carried if mode == "cuts carried" else None
+                    with use_backend("torch" if mode == "python oracle" else None):
+                        loss, res = lp.relaxed_hinge(u, pairwise, edges, target, return_result=True,
+                                                     cuts=cuts, **options)
+                    if mode == "cuts carried":
+                        carried = res.cuts
+                loss.backward()
+                seconds = time.perf_counter() - t0
+                if epoch > 0:
+                    out[mode].append(seconds)
+                elif mode == "cold":
+                    out["epoch 1"].append(seconds)
     return out
 
 
@@ -161,16 +171,16 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"| {name} | {ms(t_qp)} | - | - | {ref(t_qp)} | - | - |")
         if args.layers_only:
             continue
-        print("\n| relaxed_hinge (fwd+bwd per batch) | epoch 1, cold | epochs 2+, cold | epochs 2+, cuts "
-              "carried | epochs 2+, warm | warm / cuts carried | warm / backbone |")
-        print("|---|---|---|---|---|---|---|")
+        print("\n| relaxed_hinge (fwd+bwd per batch) | epoch 1, cold | epochs 2+: cold, Python oracle | cold "
+              "| cuts carried | warm | warm / cold, Python oracle | warm / backbone |")
+        print("|---|---|---|---|---|---|---|---|")
         soft = {"connected_soft": {1: 0.5}}
         for name, conn in (("hard connectivity", {"connected": [1]}), ("soft connectivity (0.5)", soft)):
-            t = hinge_rows(per_epoch, pairwise, edges, target, conn)
-            later = {k: statistics.median(v[1:]) for k, v in t.items()}
-            gain = later["warm"] / later["cuts carried"]
-            print(f"| {name} | {ms(t['cold'][0])} | {ms(later['cold'])} | {ms(later['cuts carried'])} | "
-                  f"{ms(later['warm'])} | {gain:.2f} | {ref(later['warm'])} |")
+            t = {k: statistics.median(v) for k, v in hinge_rows(per_epoch, pairwise, edges, target, conn,
+                                                                  args.repeats).items()}
+            print(f"| {name} | {ms(t['epoch 1'])} | {ms(t['python oracle'])} | {ms(t['cold'])} | "
+                  f"{ms(t['cuts carried'])} | {ms(t['warm'])} | {t['warm'] / t['python oracle']:.2f} | "
+                  f"{ref(t['warm'])} |")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ each the same backbone trained from the same initialization:
   for it);
 - ``hinge hard``: ``lp.relaxed_hinge`` with hard connectivity of the object (loss-augmented
   LP inference with vertex-separator cuts; each image keeps its working set of cuts, its LP
-  basis and its pool of cuts from epoch to epoch in an ``lp.WarmStart``);
+  and its pool of cuts from epoch to epoch in an ``lp.WarmStart``);
 - ``hinge soft``: ``lp.relaxed_hinge`` with soft connectivity and a learned weight w >= 0;
 - ``MAPRelaxation``: the smoothed relaxation layer ``lp.MAPRelaxation`` (smoothing
   ``--smoothing``; its QP path) with the connectivity cuts of the current LP solution (warm
@@ -177,7 +177,7 @@ class Trainer:
                  args: argparse.Namespace) -> None:
         self.method, self.model, self.edges, self.args = method, model, edges, args
         self.opt = torch.optim.Adam(model.parameters(), lr=args.lr)
-        self.warm = lp.WarmStart()  # per image: working set of cuts, LP basis, cut pool
+        self.warm = lp.WarmStart()  # per image: working set of cuts, LP, cut pool
         self.layer = None
         if method == "MAPRelaxation":
             V = model.backbone.grid[0] * model.backbone.grid[1]

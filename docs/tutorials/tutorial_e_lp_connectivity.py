@@ -237,7 +237,7 @@ print("the subgradient moves the unary scores toward the truth at",
 # grid) and outputs the unary scores; a learned Potts strength gives the pairwise ones. Two models
 # train for 4 epochs on 16 images in batches of 8: the smoothed layer on the expected Hamming
 # loss ``mean_i (1 - mu_i(y_i))``, and the relaxed hinge with soft connectivity of the bar, whose
-# :class:`~structtorch.lp.WarmStart` keeps each image's cuts, LP basis and cut pool from one epoch
+# :class:`~structtorch.lp.WarmStart` keeps each image's cuts, LP and cut pool from one epoch
 # to the next (``ids`` are the image indices), at most 5 LP solves per step
 # (the loss-augmented LPs grow fractional as the network sharpens its scores, and their cutting
 # planes then dominate the step). Each step times the network (forward and backward) apart from

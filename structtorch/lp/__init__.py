@@ -2,7 +2,7 @@
 
 - :func:`map_lp`: the local-polytope LP solved exactly by HiGHS, with connectivity constraints
   (hard or soft) added by cutting planes (Algorithm 7); :class:`WarmStart` keeps each training
-  instance's working set of cuts and simplex basis from one call (epoch) to the next;
+  instance's working set of cuts, its LP and a pool of cuts from one call (epoch) to the next;
 - :func:`connectivity_cut`: the vertex-separator separation oracle (min cut after node splitting);
 - :class:`MAPRelaxation`: a differentiable, quadratically smoothed relaxation layer (a native QP
   with an exact implicit backward, or cvxpylayers);

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -107,7 +108,7 @@ def relaxed_hinge(
         relaxation, whose fractional answers make the hinge an upper bound of the exact one.
         Hard ``connected`` labels only.
     warm_start : WarmStart, optional
-        Keep each instance's working set of connectivity cuts and its LP basis from this call to
+        Keep each instance's working set of connectivity cuts and its LP (with its basis) from this call to
         the next (epochs over the same data: see :class:`structtorch.lp.WarmStart`); the hinge is
         that of the cold start wherever both converge. LP path only (not with ``exact``).
     ids : sequence of B hashables or (B,) integer tensor, optional
@@ -182,20 +183,25 @@ def _target_keys(target: Tensor) -> list[tuple[bytes, int]]:
 
 def _disconnected(target: Tensor, edges: Tensor, connected, connected_soft) -> dict[int, Tensor]:
     """{label: (B,) bool} whether the target's nodes of that label are split; hard-connected labels
-    must not be (the target would be infeasible)."""
+    must not be (the target would be infeasible). One component search per label over the batch
+    (the rows' subgraphs side by side)."""
+    from scipy.sparse import coo_array
     from scipy.sparse.csgraph import connected_components
-
-    from .graph import adjacency
 
     labels = list(connected or []) + list(connected_soft or {})
     if not labels:
         return {}
-    adj = adjacency(edges, target.shape[1])
-    y = target.cpu().numpy()
+    y, e = target.cpu().numpy(), edges.cpu().numpy()
+    B, V = y.shape
     out = {}
     for c in labels:
-        split = [connected_components(adj[row == c][:, row == c], directed=False)[0] > 1 for row in y]
-        out[c] = torch.tensor(split, device=target.device)
+        inside = y == c
+        row, k = np.nonzero(inside[:, e[:, 0]] & inside[:, e[:, 1]])  # the edges within label c
+        graph = coo_array((np.ones(len(k)), (row * V + e[k, 0], row * V + e[k, 1])), shape=(B * V, B * V))
+        _, comp = connected_components(graph, directed=False)
+        rows, nodes = np.nonzero(inside)
+        _, first = np.unique(comp[rows * V + nodes], return_index=True)  # one entry per component
+        out[c] = torch.from_numpy(np.bincount(rows[first], minlength=B) > 1).to(target.device)
         if c in (connected or []) and bool(out[c].any()):
             b = int(out[c].nonzero()[0])
             raise ValueError(f"target row {b} splits label {c} into several components, but connected "
@@ -209,7 +215,7 @@ class RelaxedHingeLoss(nn.Module):
     models (``weights`` are the region areas; ``lengths`` must be None or all V).
 
     ``warm_start=True`` keeps a :class:`structtorch.lp.WarmStart` (``self.warm_start``): every
-    instance starts from the working set of cuts and the basis of its last call, keyed by ``ids``
+    instance starts from the working set of cuts and the LP of its last call, keyed by ``ids``
     (default: the target labelings), which makes later epochs much cheaper under connectivity.
     """
 

@@ -26,6 +26,14 @@ share (the first cut of one representative i is the same for every j), from one 
 components, kept for the round in a cache of bounded size (least recently used out). The cuts,
 and so the LP's rows and optimum, are exactly those of one max-flow per pair on the whole network;
 on thin, noisy label planes the support components are small and most pairs lie in different ones.
+
+:meth:`Separator.violated` runs this round compiled (``csrc/separation.cpp``) where the C++ kernels
+built and the CPU backend is "compiled" (the default): the same pairs in the same order, the same
+capacities, and the nearest minimum cuts, which do not depend on the max-flow algorithm, so the
+cuts, their violations (summed in numpy's order) and their order are those of the Python round,
+bit for bit (tested). There, the first cut of a pair of positive vertices reads the components of
+the positive vertices (labelled once per plane), and one widest-path search from i certifies all
+its pairs at once. ``use_backend("torch")`` runs the Python round, the reference.
 """
 
 from __future__ import annotations
