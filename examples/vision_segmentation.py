@@ -25,9 +25,10 @@ each the same backbone trained from the same initialization:
   and its pool of cuts from epoch to epoch in an ``lp.WarmStart``);
 - ``hinge soft``: ``lp.relaxed_hinge`` with soft connectivity and a learned weight w >= 0;
 - ``MAPRelaxation``: the smoothed relaxation layer ``lp.MAPRelaxation`` (smoothing
-  ``--smoothing``; its QP path) with the connectivity cuts of the current LP solution (warm
-  started per image as above) in its cut block, trained on the expected Hamming loss
-  mean_i (1 - mu_i(y_i)) of its output.
+  ``--smoothing``; its QP path), trained on the expected Hamming loss mean_i (1 - mu_i(y_i)) of
+  its output; its cut block holds, per image, the newest connectivity cuts that its own outputs
+  for that image violated at earlier steps (``lp.connectivity_cuts``: cutting planes for the
+  smoothed problem, carried from epoch to epoch).
 
 After training, the BatchNorm statistics of every model are recomputed on the training images
 under the final weights (``recalibrate_batchnorm``). The structured models are decoded by LP MAP
@@ -62,9 +63,6 @@ from structtorch.data import OBJECT_CLASSES, synthetic_objects
 
 METHODS = ("pixel CE", "hinge hard", "hinge soft", "MAPRelaxation")
 TRAIN_MAX_ITER = 10  # LP solves per loss-augmented inference in training (the cuts carry over)
-# LP solves per batch for MAPRelaxation's cut block: the block holds the 16 newest cuts of each
-# image's working set, which carries over from epoch to epoch: one LP and one round of new cuts
-BLOCK_MAX_ITER = 1
 PIXEL_NOISE = 0.05
 
 
@@ -179,6 +177,7 @@ class Trainer:
         self.opt = torch.optim.Adam(model.parameters(), lr=args.lr)
         self.warm = lp.WarmStart()  # per image: working set of cuts, LP, cut pool
         self.layer = None
+        self.cuts: dict[int, list] = {}  # MAPRelaxation: per image, the cut block's rows (newest last)
         if method == "MAPRelaxation":
             V = model.backbone.grid[0] * model.backbone.grid[1]
             self.layer = lp.MAPRelaxation(edges, 2, num_nodes=V, smoothing=args.smoothing, max_cuts=args.max_cuts,
@@ -195,13 +194,12 @@ class Trainer:
             return lp.relaxed_hinge(unary, pairwise, self.edges, target, normalize=False, warm_start=self.warm,
                                     ids=idx, max_iter=TRAIN_MAX_ITER, num_workers=self.args.workers,
                                     **connectivity(self.method, self.model))
-        # MAPRelaxation: the cuts of the current LP solution (with hard connectivity) in the block
-        with torch.no_grad():
-            res = lp.map_lp(unary, pairwise, self.edges, connected=[1], warm_start=self.warm, keys=idx,
-                            max_iter=BLOCK_MAX_ITER, num_workers=self.args.workers)
-        block = [found[-self.args.max_cuts:] for found in res.cuts]  # the most recent cuts fit the block
-        mu = self.layer(unary.cpu(), pairwise.cpu(), block).to(unary.device)
-        return (1 - mu.gather(2, target.unsqueeze(2))).mean()
+        # MAPRelaxation: each image's block holds the newest cuts its earlier outputs violated
+        k = self.args.max_cuts
+        mu = self.layer(unary.cpu(), pairwise.cpu(), [self.cuts.get(i, []) for i in idx])
+        for i, rows in zip(idx, lp.connectivity_cuts(mu.detach(), self.edges, [1], max_cuts=k), strict=True):
+            self.cuts[i] = (self.cuts.get(i, []) + rows)[-k:]
+        return (1 - mu.to(unary.device).gather(2, target.unsqueeze(2))).mean()
 
     def step(self, images: Tensor, target: Tensor, idx: list[int]) -> float:
         sync = torch.cuda.synchronize if images.is_cuda else (lambda: None)

@@ -178,7 +178,8 @@ draw([("input: sigmoid(unary)", torch.sigmoid(blobs[:, 1])), ("LP marginals mu(1
 # active set, and differentiated exactly through that active set's KKT system
 # (``solver="cvxpylayers"`` is the older path through cvxpy and diffcp, 5-16x slower).
 # Connectivity enters through a fixed block of cut rows (``max_cuts``), e.g. those
-# :func:`~structtorch.lp.map_lp` found.
+# :func:`~structtorch.lp.map_lp` found, or those the layer's own output violates
+# (:func:`~structtorch.lp.connectivity_cuts`), passed in on the next call.
 small = lp.grid_edges(5, 5)
 target = torch.zeros(25, dtype=torch.long)
 target[[6, 7, 8, 11, 16, 17, 18]] = 1  # a "C" shape

@@ -4,6 +4,7 @@
   (hard or soft) added by cutting planes (Algorithm 7); :class:`WarmStart` keeps each training
   instance's working set of cuts, its LP and a pool of cuts from one call (epoch) to the next;
 - :func:`connectivity_cut`: the vertex-separator separation oracle (min cut after node splitting);
+  :func:`connectivity_cuts`: every violated cut of a point (e.g. a layer's output) as ``cuts`` rows;
 - :class:`MAPRelaxation`: a differentiable, quadratically smoothed relaxation layer (a native QP
   with an exact implicit backward, or cvxpylayers);
 - :func:`map_exact`: the exact MAP under connectivity by branch and cut (HiGHS's MIP solver with
@@ -43,10 +44,11 @@ from .learning import GraphStructure, RelaxedHingeLoss, area_weights, relaxed_hi
 from .multicut import RELAXATIONS, MulticutResult, multicut
 from .relaxation import LPResult, WarmStart, lp_score, map_lp
 from .rounding import labeling_score, round_connected, round_labels
-from .separation import connectivity_cut
+from .separation import connectivity_cut, connectivity_cuts
 from .stability import critical_edges, node_stability, solution_path, stability_range, variable_stability
 
-__all__ = ["map_lp", "LPResult", "lp_score", "WarmStart", "connectivity_cut", "round_labels", "grid_edges",
+__all__ = ["map_lp", "LPResult", "lp_score", "WarmStart", "connectivity_cut", "connectivity_cuts",
+           "round_labels", "grid_edges",
            "map_exact", "ExactResult", "round_connected", "labeling_score",
            "GraphStructure", "relaxed_hinge", "RelaxedHingeLoss", "area_weights",
            "MAPRelaxation", "cut_block", "multicut", "MulticutResult", "RELAXATIONS",

@@ -49,10 +49,11 @@ from scipy.sparse.csgraph import breadth_first_order, connected_components, maxi
 from torch import Tensor
 
 from .._backend import _choose, fast_ops
-from ._options import check_real_tensor, check_tol
+from .._checks import check_int
+from ._options import check_connected, check_real_tensor, check_tol
 from .graph import adjacency, check_edges
 
-__all__ = ["connectivity_cut", "Separator"]
+__all__ = ["connectivity_cut", "connectivity_cuts", "Separator"]
 
 _INF = 2**30
 _MARGIN = 1e-9  # certificates of "not violated" keep this far from the tolerance (rounding)
@@ -389,3 +390,70 @@ def connectivity_cut(y: Tensor, edges: Tensor, *, tol: float = 1e-6) -> tuple[fl
         return 0.0, -1, -1, torch.zeros(0, dtype=torch.long)
     violation, i, j, cut = found[0]
     return violation, i, j, torch.from_numpy(cut).long()
+
+
+Row = tuple[int, int, int, Tensor]  # (label, i, j, separator): a row of map_lp's cuts
+
+
+def connectivity_cuts(mu: Tensor, edges: Tensor, connected: list[int], *, tol: float = 1e-6,
+                      max_cuts: int | None = None, nested: int = 1) -> list[list[Row]]:
+    """The vertex-separator inequalities that node marginals violate, as rows of ``cuts``.
+
+    The separation round of :func:`map_lp` on any point: e.g. the output of
+    :class:`MAPRelaxation`, whose violated cuts can fill its cut block on the next call (cutting
+    planes for the smoothed problem itself), or a marginal from elsewhere.
+
+    Parameters
+    ----------
+    mu : Tensor (V, L) or (B, V, L)
+        Node marginals in [0, 1] (up to ``tol``), e.g. ``MAPRelaxation``'s output or
+        ``LPResult.mu``.
+    edges : Tensor (E, 2) int64
+        Undirected edges, i < j.
+    connected : list of int
+        The labels whose planes ``mu[..., c]`` are separated.
+    tol : float in (0, 1)
+        Violations up to ``tol`` do not count.
+    max_cuts : int >= 1, optional
+        At most this many rows per instance, the most violated (each label's round stops once it
+        has found that many).
+    nested : int >= 1
+        Cuts per violated pair, with disjoint separators (as :func:`map_lp`'s ``nested``).
+
+    Returns
+    -------
+    list of B lists of (label, i, j, separator) rows
+        ``separator`` a sorted (|S|,) int64 tensor; most violated first: the row format of
+        :func:`map_lp`'s and :class:`MAPRelaxation`'s ``cuts`` (one list per instance). A (V, L)
+        ``mu`` gives one list.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from structtorch import lp
+    >>> mu = torch.zeros(9, 2)
+    >>> mu[:, 0] = 1
+    >>> mu[[0, 8], :] = torch.tensor([0.0, 1.0])  # two far corners of a 3 x 3 grid take label 1
+    >>> [(c, i, j, S.tolist()) for c, i, j, S in lp.connectivity_cuts(mu, lp.grid_edges(3, 3), [1])[0]]
+    [(1, 0, 8, [1, 3])]
+    """
+    check_real_tensor("mu", mu)
+    if mu.dim() not in (2, 3):
+        raise ValueError(f"mu must be a (V, L) or (B, V, L) tensor, got shape {tuple(mu.shape)}")
+    tol = check_tol("tol", tol)
+    limit = None if max_cuts is None else check_int("max_cuts", max_cuts, 1)
+    nested = check_int("nested", nested, 1)
+    values = mu.detach().double().cpu().numpy()
+    values = values[None] if mu.dim() == 2 else values
+    B, V, L = values.shape
+    if np.isnan(values).any() or (values < -tol).any() or (values > 1 + tol).any():
+        raise ValueError(f"mu must lie in [0, 1] (up to tol = {tol:g}) and not be NaN")
+    labels, _ = check_connected(connected, None, L)
+    sep = Separator.build(check_edges(edges, V), V)
+    out = []
+    for plane in np.clip(values, 0.0, 1.0):
+        found = [(v, c, i, j, S) for c in labels
+                 for v, i, j, S in sep.violated(plane[:, c], tol, limit, nested)]
+        found.sort(key=lambda row: -row[0])
+        out.append([(c, i, j, torch.from_numpy(S).long()) for _, c, i, j, S in found[:limit]])
+    return out

@@ -314,3 +314,69 @@ def test_connectivity_cut_on_a_thin_diagonal():
     y[[0, 4]] = 1.0  # (0, 0) and (1, 1) on a 3x3 grid
     violation, i, j, S = lp.connectivity_cut(y, lp.grid_edges(3, 3))
     assert (i, j) == (0, 4) and violation == pytest.approx(1.0) and S.tolist() == [1, 3]
+
+
+def brute_max_violation(y, edges, V):
+    """max over non-adjacent pairs of y_i + y_j - 1 - (the least y-weight of an (i, j) separator),
+    by enumerating every vertex subset; -inf where no pair can be separated."""
+    adjacent = {tuple(e) for e in edges.tolist()}
+    best = -np.inf
+    for i, j in itertools.combinations(range(V), 2):
+        if (i, j) in adjacent:
+            continue
+        others = [k for k in range(V) if k not in (i, j)]
+        weight = min(sum(y[k] for k in S) for r in range(len(others) + 1) for S in itertools.combinations(others, r)
+                     if separates(i, j, S, edges, V))
+        best = max(best, y[i] + y[j] - 1 - weight)
+    return best
+
+
+@settings(deadline=None, max_examples=30)
+@given(graph=lp_graphs(max_nodes=7), seed=st_.integers(0, 2**31), L=st_.integers(2, 3),
+       max_cuts=st_.sampled_from([None, 1, 3]), nested=st_.integers(1, 3), name=st_.sampled_from(ORACLES))
+def test_connectivity_cuts_against_enumeration(graph, seed, L, max_cuts, nested, name):
+    """Every row is a violated inequality whose separator separates its pair; rows come most
+    violated first, at most max_cuts; the first one's violation is the largest of all pairs and
+    separators (enumerated), and there are none exactly when nothing is violated."""
+    V, edges = graph
+    rng = np.random.default_rng(seed)
+    mu = torch.from_numpy(rng.choice([0.0, 0.25, 0.5, 0.75, 1.0], size=(2, V, L)))
+    labels = sorted(rng.choice(L, size=rng.integers(1, L + 1), replace=False).tolist())
+    with use_backend("compiled" if name == "compiled" else "torch"):
+        rows = lp.connectivity_cuts(mu, edges, labels, max_cuts=max_cuts, nested=nested)
+    assert len(rows) == 2
+    for b, found in enumerate(rows):
+        y = mu[b].numpy()
+        violation = [y[i, c] + y[j, c] - 1 - y[S.numpy(), c].sum() for c, i, j, S in found]
+        assert all(v > 1e-6 for v in violation) and violation == sorted(violation, reverse=True)
+        assert all(separates(i, j, S.tolist(), edges, V) and S.dtype == torch.long for _, i, j, S in found)
+        assert max_cuts is None or len(found) <= max_cuts
+        best = max(brute_max_violation(y[:, c], edges, V) for c in labels)
+        assert bool(found) == (best > 1e-6)
+        if found:
+            assert violation[0] == pytest.approx(best)
+
+
+def test_connectivity_cuts_of_one_marginal_and_bad_inputs():
+    edges = lp.grid_edges(3, 3)
+    mu = torch.zeros(9, 2)
+    mu[:, 0] = 1
+    mu[[0, 8]] = torch.tensor([0.0, 1.0])
+    rows = lp.connectivity_cuts(mu, edges, [1], nested=4)
+    assert len(rows) == 1 and [(c, i, j) for c, i, j, _ in rows[0]] == [(1, 0, 8)] * 3
+    assert lp.connectivity_cuts(mu, edges, [0]) == [[]]  # label 0 is connected
+    assert lp.connectivity_cuts(mu[None, :0], torch.zeros(0, 2, dtype=torch.long), [1]) == [[]]
+    for kwargs, error, match in [
+        ({"mu": mu[:, 0]}, ValueError, "mu must be a"),
+        ({"mu": mu.masked_fill(mu > 0.5, float("nan"))}, ValueError, "mu must lie in"),
+        ({"mu": mu + 0.5}, ValueError, "mu must lie in"),
+        ({"connected": [2]}, ValueError, "connected labels"),
+        ({"connected": 1}, TypeError, "connected must be"),
+        ({"max_cuts": 0}, ValueError, "max_cuts"),
+        ({"nested": 1.5}, TypeError, "nested"),
+        ({"tol": 0.0}, ValueError, "tol"),
+        ({"edges": torch.tensor([[0, 9]])}, ValueError, "edges"),
+    ]:
+        args = {"mu": mu, "edges": edges, "connected": [1], **kwargs}
+        with pytest.raises(error, match=match):
+            lp.connectivity_cuts(args.pop("mu"), args.pop("edges"), args.pop("connected"), **args)
