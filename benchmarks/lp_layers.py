@@ -19,9 +19,12 @@ Rows, each the median time per batch:
   "cuts carried" passes each image's cuts of the previous epoch back in (what the example did
   before ``lp.WarmStart``), "warm" keeps working sets, live LPs and cut pools in an
   ``lp.WarmStart`` (epochs 2+); medians over ``--repeats`` passes through the epochs.
+  ``--hinge-only --modes cold`` runs on releases without ``lp.WarmStart`` too: with
+  ``PYTHONPATH`` at a checkout of another revision (and ``STRUCTTORCH_NO_EXTENSION=1`` when its
+  kernels would rebuild the cached ones), it measures that revision on the same instances.
 
     python benchmarks/lp_layers.py [--sizes 16 32] [--epochs 4] [--repeats 3] [--no-cvxpylayers]
-        [--smoothing 0.5] [--layers-only]
+        [--smoothing 0.5] [--layers-only] [--hinge-only] [--modes cold warm ...]
 """
 
 from __future__ import annotations
@@ -96,16 +99,20 @@ def layer_rows(unary, pairwise, edges, cuts, repeats: int, with_cvxpylayers: boo
     return out
 
 
-def hinge_rows(per_epoch, pairwise, edges, target, connectivity: dict, repeats: int) -> dict:
+MODES = ("python oracle", "cold", "cuts carried", "warm")
+
+
+def hinge_rows(per_epoch, pairwise, edges, target, connectivity: dict, repeats: int,
+               modes: tuple[str, ...] = MODES) -> dict:
     """{mode: [seconds per call]} for relaxed_hinge forward+backward: epoch 1 cold, and epochs 2+
     of each mode, over ``repeats`` passes through the epochs (fresh working sets each)."""
     options = {"normalize": False, "max_iter": 10, "num_workers": 1, **connectivity}
     ids = list(range(B))
-    out = {"epoch 1": [], "python oracle": [], "cold": [], "cuts carried": [], "warm": []}
+    out = {"epoch 1": [], **{mode: [] for mode in modes}}
     for _ in range(repeats):
-        warm, carried = lp.WarmStart(), [[] for _ in ids]
+        warm, carried = (lp.WarmStart() if "warm" in modes else None), [[] for _ in ids]
         for epoch, unary in enumerate(per_epoch):
-            for mode in list(out)[1:]:
+            for mode in modes:
                 u = unary.clone().requires_grad_()
                 t0 = time.perf_counter()
                 if mode == "warm":
@@ -138,49 +145,65 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-cvxpylayers", action="store_true")
     p.add_argument("--smoothing", type=float, default=0.5, help="MAPRelaxation's (the example's 0.5)")
     p.add_argument("--layers-only", action="store_true", help="skip the relaxed hinge tables")
+    p.add_argument("--hinge-only", action="store_true", help="skip the backbone and the layers")
+    p.add_argument("--modes", nargs="*", default=list(MODES), choices=MODES,
+                   help="relaxed hinge modes (\"cold\" alone also runs on releases before lp.WarmStart)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
-    print(f"# torch {torch.__version__}, 1 thread, B = {B}, two labels, Potts 0.8")
+    print(f"# torch {torch.__version__}, structtorch from {Path(lp.__file__).parents[1]}, 1 thread, B = {B}, "
+          "two labels, Potts 0.8")
     for H in args.sizes:
         per_epoch, pairwise, edges, target = instances(H, args.epochs)
-        backbone = backbone_time(H, args.repeats)
+        backbone = None if args.hinge_only else backbone_time(H, args.repeats)
         print(f"\n## {H} x {H} grid (V = {H * H}, E = {len(edges)}); backbone fwd+bwd {ms(backbone)}\n")
 
         def ref(t: float, backbone: float | None = backbone) -> str:
             return f"{t / backbone:.2f}x" if backbone else "-"
 
-        warm = lp.WarmStart()
-        for unary in per_epoch:  # each image's working set under hard connectivity: the cut block's rows
-            res = lp.map_lp(unary, pairwise, edges, connected=[1], warm_start=warm, keys=list(range(B)))
-        block = [found[-16:] for found in res.cuts]
-        print(f"MAPRelaxation with smoothing {args.smoothing}:\n")
-        print("| layer (fwd+bwd per batch) | qp | cvxpylayers | qp / cvxpylayers | qp / backbone "
-              "| max |mu diff| | grad rel. diff |")
-        print("|---|---|---|---|---|---|---|")
-        for name, cuts in (("MAPRelaxation, no cuts", None), ("MAPRelaxation, 16 cuts per image", block)):
-            rows = layer_rows(per_epoch[-1], pairwise, edges, cuts, args.repeats, not args.no_cvxpylayers,
-                              args.smoothing)
-            t_qp, mu_qp, g_qp = rows["qp"]
-            if "cvxpylayers" in rows:
-                t_cvx, mu_cvx, g_cvx = rows["cvxpylayers"]
-                diff = f"{float((mu_qp - mu_cvx).abs().max()):.1e}"
-                grad = f"{float((g_qp - g_cvx).norm() / g_cvx.norm().clamp(min=1e-300)):.1e}"
-                print(f"| {name} | {ms(t_qp)} | {ms(t_cvx)} | {t_qp / t_cvx:.3f} | {ref(t_qp)} | {diff} "
-                      f"| {grad} |")
-            else:
-                print(f"| {name} | {ms(t_qp)} | - | - | {ref(t_qp)} | - | - |")
-        if args.layers_only:
-            continue
-        print("\n| relaxed_hinge (fwd+bwd per batch) | epoch 1, cold | epochs 2+: cold, Python oracle | cold "
-              "| cuts carried | warm | warm / cold, Python oracle | warm / backbone |")
-        print("|---|---|---|---|---|---|---|---|")
-        soft = {"connected_soft": {1: 0.5}}
-        for name, conn in (("hard connectivity", {"connected": [1]}), ("soft connectivity (0.5)", soft)):
-            t = {k: statistics.median(v) for k, v in hinge_rows(per_epoch, pairwise, edges, target, conn,
-                                                                  args.repeats).items()}
-            print(f"| {name} | {ms(t['epoch 1'])} | {ms(t['python oracle'])} | {ms(t['cold'])} | "
-                  f"{ms(t['cuts carried'])} | {ms(t['warm'])} | {t['warm'] / t['python oracle']:.2f} | "
-                  f"{ref(t['warm'])} |")
+        if not args.hinge_only:
+            layer_table(per_epoch, pairwise, edges, args, ref)
+        if not args.layers_only:
+            hinge_table(per_epoch, pairwise, edges, target, args, ref)
+
+
+def layer_table(per_epoch, pairwise, edges, args: argparse.Namespace, ref) -> None:
+    """MAPRelaxation's QP path against cvxpylayers, without cuts and with a cut block."""
+    warm = lp.WarmStart()
+    for unary in per_epoch:  # each image's working set under hard connectivity: the cut block's rows
+        res = lp.map_lp(unary, pairwise, edges, connected=[1], warm_start=warm, keys=list(range(B)))
+    block = [found[-16:] for found in res.cuts]
+    print(f"MAPRelaxation with smoothing {args.smoothing}:\n")
+    print("| layer (fwd+bwd per batch) | qp | cvxpylayers | qp / cvxpylayers | qp / backbone "
+          "| max |mu diff| | grad rel. diff |")
+    print("|---|---|---|---|---|---|---|")
+    for name, cuts in (("MAPRelaxation, no cuts", None), ("MAPRelaxation, 16 cuts per image", block)):
+        rows = layer_rows(per_epoch[-1], pairwise, edges, cuts, args.repeats, not args.no_cvxpylayers,
+                          args.smoothing)
+        t_qp, mu_qp, g_qp = rows["qp"]
+        if "cvxpylayers" in rows:
+            t_cvx, mu_cvx, g_cvx = rows["cvxpylayers"]
+            diff = f"{float((mu_qp - mu_cvx).abs().max()):.1e}"
+            grad = f"{float((g_qp - g_cvx).norm() / g_cvx.norm().clamp(min=1e-300)):.1e}"
+            print(f"| {name} | {ms(t_qp)} | {ms(t_cvx)} | {t_qp / t_cvx:.3f} | {ref(t_qp)} | {diff} "
+                  f"| {grad} |")
+        else:
+            print(f"| {name} | {ms(t_qp)} | - | - | {ref(t_qp)} | - | - |")
+
+
+def hinge_table(per_epoch, pairwise, edges, target, args: argparse.Namespace, ref) -> None:
+    """relaxed_hinge per mode, hard and soft connectivity ("-" for the modes not run)."""
+    print("\n| relaxed_hinge (fwd+bwd per batch) | epoch 1, cold | epochs 2+: cold, Python oracle | cold "
+          "| cuts carried | warm | warm / cold, Python oracle | warm / backbone |")
+    print("|---|---|---|---|---|---|---|---|")
+    soft = {"connected_soft": {1: 0.5}}
+    for name, conn in (("hard connectivity", {"connected": [1]}), ("soft connectivity (0.5)", soft)):
+        rows = hinge_rows(per_epoch, pairwise, edges, target, conn, args.repeats, tuple(args.modes))
+        t = {k: statistics.median(v) if v else None for k, v in rows.items()}
+        t = {mode: t.get(mode) for mode in ("epoch 1", *MODES)}
+        gain = f"{t['warm'] / t['python oracle']:.2f}" if t["warm"] and t["python oracle"] else "-"
+        per_backbone = ref(t["warm"]) if t["warm"] else "-"
+        print(f"| {name} | {ms(t['epoch 1'])} | {ms(t['python oracle'])} | {ms(t['cold'])} | "
+              f"{ms(t['cuts carried'])} | {ms(t['warm'])} | {gain} | {per_backbone} |")
 
 
 if __name__ == "__main__":

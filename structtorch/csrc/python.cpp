@@ -35,6 +35,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "quick_viterbi with the score's autograd node (see quick_grad.cpp).");
   m.def("quick_nll_autograd", &structtorch::quick::nll_autograd,
         "quick_nll with the loss's autograd node (see quick_grad.cpp).");
+  // without the GIL: map_lp's worker threads separate their instances' planes concurrently
   m.def("connectivity_cuts", &structtorch::lp::connectivity_cuts,
-        "The violated connectivity cuts of one label plane (see separation.cpp).");
+        "The violated connectivity cuts of one label plane (see separation.cpp).",
+        pybind11::call_guard<pybind11::gil_scoped_release>());
 }

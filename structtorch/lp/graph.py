@@ -37,23 +37,24 @@ def check_edges(edges: object, num_nodes: int) -> Tensor:
         raise TypeError(f"edges must be an integer tensor of shape (E, 2), got {edges.dtype}")
     if edges.dim() != 2 or edges.shape[1] != 2:
         raise ValueError(f"edges must have shape (E, 2), got {_fmt(edges.shape)}")
-    edges = edges.long().cpu()
-    if len(edges):
-        if int(edges.min()) < 0 or int(edges.max()) >= num_nodes:
+    edges = edges.long().cpu()  # graphs live on the host: checked there (no device sync)
+    e = edges.numpy()
+    if len(e):
+        if e.min() < 0 or e.max() >= num_nodes:
             raise ValueError(f"edges must index nodes in [0, V) = [0, {num_nodes}), got min "
-                             f"{int(edges.min())} and max {int(edges.max())}")
-        if bool((edges[:, 0] == edges[:, 1]).any()):
-            e = int((edges[:, 0] == edges[:, 1]).nonzero()[0])
-            raise ValueError(f"edges has a self-loop at row {e}: {edges[e].tolist()}")
-        if bool((edges[:, 0] > edges[:, 1]).any()):
-            e = int((edges[:, 0] > edges[:, 1]).nonzero()[0])
+                             f"{int(e.min())} and max {int(e.max())}")
+        if (e[:, 0] == e[:, 1]).any():
+            row = int(np.flatnonzero(e[:, 0] == e[:, 1])[0])
+            raise ValueError(f"edges has a self-loop at row {row}: {e[row].tolist()}")
+        if (e[:, 0] > e[:, 1]).any():
+            row = int(np.flatnonzero(e[:, 0] > e[:, 1])[0])
             raise ValueError(f"edges must have i < j in every row (pairwise[e, s, t] scores label s at "
-                             f"edges[e, 0]); row {e} is {edges[e].tolist()}")
-        key = edges[:, 0] * num_nodes + edges[:, 1]
-        if len(torch.unique(key)) != len(key):
-            _, inverse, counts = torch.unique(key, return_inverse=True, return_counts=True)
-            e = int((counts[inverse] > 1).nonzero()[0])
-            raise ValueError(f"edges has a duplicate edge {edges[e].tolist()} (row {e})")
+                             f"edges[e, 0]); row {row} is {e[row].tolist()}")
+        key = e[:, 0] * num_nodes + e[:, 1]
+        _, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
+        if (counts > 1).any():
+            row = int(np.flatnonzero(counts[inverse] > 1)[0])
+            raise ValueError(f"edges has a duplicate edge {e[row].tolist()} (row {row})")
     return edges
 
 

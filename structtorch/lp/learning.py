@@ -43,10 +43,16 @@ def area_weights(area: Tensor | None, B: int, V: int, ref: Tensor, normalize: bo
     return area / area.sum(1, keepdim=True) if normalize else area
 
 
+def _one_hot(index: Tensor, n: int, dtype: torch.dtype) -> Tensor:
+    """``one_hot(index, n)`` in ``dtype`` for indices already checked to lie in [0, n): without
+    ``one_hot``'s own range check (two host syncs on a device)."""
+    out = torch.zeros(*index.shape, n, dtype=dtype, device=index.device)
+    return out.scatter_(-1, index.unsqueeze(-1), 1)
+
+
 def _onehot_edges(target: Tensor, edges: Tensor, L: int, dtype: torch.dtype) -> Tensor:
     i, j = target[:, edges[:, 0]], target[:, edges[:, 1]]
-    flat = nn.functional.one_hot(i * L + j, L * L).to(dtype)
-    return flat.view(*i.shape, L, L)
+    return _one_hot(i * L + j, L * L, dtype).view(*i.shape, L, L)
 
 
 REDUCTIONS = ("mean", "sum", "none")
@@ -134,15 +140,16 @@ def relaxed_hinge(
     target = target.unsqueeze(0) if target.dim() == 1 else target
     if target.shape != (B, V):
         raise ValueError(f"target must have shape (V,) or (B, V) = ({B}, {V}), got {tuple(target.shape)}")
-    if bool(((target < 0) | (target >= L)).any()):
+    labels = target.cpu().numpy()  # the target's one transfer to the host (checks, keys, components)
+    if labels.size and (labels.min() < 0 or labels.max() >= L):
         raise ValueError(f"target labels must lie in [0, L) = [0, {L})")
     target = target.to(unary_b.device)
     r = area_weights(area, B, V, unary_b, normalize)
-    wrong = r.unsqueeze(2) * (1 - nn.functional.one_hot(target, L).to(unary_b.dtype))  # Delta is <wrong, mu>
+    wrong = r.unsqueeze(2) * (1 - _one_hot(target, L, unary_b.dtype))  # Delta is <wrong, mu>
     if warm_start is not None:
         if exact:
             raise ValueError("warm_start keeps the LP's working sets: it does not apply with exact=True")
-        keys = _target_keys(target) if ids is None else ids
+        keys = _target_keys(labels) if ids is None else ids
         lp_options = {**lp_options, "warm_start": warm_start, "keys": keys}
     elif ids is not None:
         raise ValueError("ids are the instance keys of warm_start: pass warm_start too")
@@ -151,47 +158,50 @@ def relaxed_hinge(
             if connected_soft:
                 raise ValueError("exact=True takes hard connectivity (connected=) only, not connected_soft")
             res = map_exact(unary_b + wrong, pairwise_b, edges, connected=connected, **lp_options)
-            mu = nn.functional.one_hot(res.labels, L).to(unary_b.dtype)
+            mu = _one_hot(res.labels, L, unary_b.dtype)
             mu_edges = _onehot_edges(res.labels, edges.to(target.device), L, unary_b.dtype)
         else:
             res = map_lp(unary_b + wrong, pairwise_b, edges, connected=connected,
                          connected_soft=connected_soft, **lp_options)
             mu, mu_edges = res.mu, res.mu_edges
-    y_nodes = nn.functional.one_hot(target, L).to(unary_b.dtype)
+    y_nodes = _one_hot(target, L, unary_b.dtype)
     y_edges = _onehot_edges(target, edges.to(target.device), L, unary_b.dtype)
     found = lp_score(unary_b, pairwise_b, mu, mu_edges)
     gold = lp_score(unary_b, pairwise_b, y_nodes, y_edges)
-    split = _disconnected(target, edges, connected, connected_soft)
-    for pos, (c, w) in enumerate((connected_soft or {}).items()):
-        found = found - w * res.slack[:, pos]
-        gold = gold - w * split[c].to(gold)  # phi_conn of an integral labeling: 1 if split, else 0
+    split = _disconnected(labels, edges, connected, connected_soft)
+    soft = list((connected_soft or {}).items())
+    if soft:  # phi_conn of an integral labeling: 1 if split, else 0
+        phi = torch.from_numpy(np.stack([split[c] for c, _ in soft], 1)).to(gold)
+        for pos, (_, w) in enumerate(soft):
+            found = found - w * res.slack[:, pos]
+            gold = gold - w * phi[:, pos]
     value = reduce_batch((found + (wrong * mu).sum((1, 2)) - gold).clamp(min=0), reduction)
     return (value, res) if return_result else value
 
 
-def _target_keys(target: Tensor) -> list[tuple[bytes, int]]:
-    """(B,) keys of the rows of ``target`` (B, V): its bytes and the occurrence number of that
-    labeling within the batch (so that repeated labelings get distinct keys)."""
+def _target_keys(target: np.ndarray | Tensor) -> list[tuple[bytes, int]]:
+    """(B,) keys of the rows of ``target`` (B, V) int64: its bytes and the occurrence number of
+    that labeling within the batch (so that repeated labelings get distinct keys)."""
     seen: dict[bytes, int] = {}
     keys = []
-    for row in target.cpu().numpy():
+    for row in (target.cpu().numpy() if isinstance(target, Tensor) else target):
         raw = row.tobytes()
         keys.append((raw, seen.get(raw, 0)))
         seen[raw] = seen.get(raw, 0) + 1
     return keys
 
 
-def _disconnected(target: Tensor, edges: Tensor, connected, connected_soft) -> dict[int, Tensor]:
-    """{label: (B,) bool} whether the target's nodes of that label are split; hard-connected labels
-    must not be (the target would be infeasible). One component search per label over the batch
-    (the rows' subgraphs side by side)."""
+def _disconnected(y: np.ndarray, edges: Tensor, connected, connected_soft) -> dict[int, np.ndarray]:
+    """{label: (B,) bool} whether the nodes of that label in the target ``y`` (B, V) are split;
+    hard-connected labels must not be (the target would be infeasible). One component search per
+    label over the batch (the rows' subgraphs side by side)."""
     from scipy.sparse import coo_array
     from scipy.sparse.csgraph import connected_components
 
     labels = list(connected or []) + list(connected_soft or {})
     if not labels:
         return {}
-    y, e = target.cpu().numpy(), edges.cpu().numpy()
+    e = edges.cpu().numpy()
     B, V = y.shape
     out = {}
     for c in labels:
@@ -201,9 +211,9 @@ def _disconnected(target: Tensor, edges: Tensor, connected, connected_soft) -> d
         _, comp = connected_components(graph, directed=False)
         rows, nodes = np.nonzero(inside)
         _, first = np.unique(comp[rows * V + nodes], return_index=True)  # one entry per component
-        out[c] = torch.from_numpy(np.bincount(rows[first], minlength=B) > 1).to(target.device)
-        if c in (connected or []) and bool(out[c].any()):
-            b = int(out[c].nonzero()[0])
+        out[c] = np.bincount(rows[first], minlength=B) > 1
+        if c in (connected or []) and out[c].any():
+            b = int(np.flatnonzero(out[c])[0])
             raise ValueError(f"target row {b} splits label {c} into several components, but connected "
                              f"requires it to be connected")
     return out

@@ -745,13 +745,16 @@ def map_lp(
     (tensor([3.5000]), tensor([True]), tensor([[0, 1]]))
     """
     unary_b, pairwise_b, edges = check_graph_potentials(unary, pairwise, edges)
-    check_costs("unary", unary_b)
-    check_costs("pairwise", pairwise_b)
+    B, V, L = unary_b.shape
+    E = len(edges)
+    # the potentials' one transfer to the host: the LP's costs, checked there
+    cost = -torch.cat([unary_b.reshape(B, V * L), pairwise_b.reshape(B, E * L * L)], 1)
+    cost = cost.detach().double().cpu().numpy()
+    check_costs("unary", cost[:, :V * L])
+    check_costs("pairwise", cost[:, V * L:])
     options = _Options(check_int("max_iter", max_iter, 1), check_tol("tol", tol),
                        check_int("cuts_per_round", cuts_per_round, 1), check_int("nested", nested, 1))
     workers = check_num_workers(num_workers)
-    B, V, L = unary_b.shape
-    E = len(edges)
     hard, soft = check_connected(connected, connected_soft, L)
     start = check_cuts(cuts, B, V, L)
     warm = [None] * B
@@ -774,8 +777,6 @@ def map_lp(
                        Separator.build(edges, V) if hard or soft else None, hard + [c for c, _ in soft],
                        {c: V * L + E * L * L + pos for pos, (c, _) in enumerate(soft)}, options,
                        _TwoLabels(V, edges, len(soft)) if L == 2 else None)
-    cost = -torch.cat([unary_b.reshape(B, V * L), pairwise_b.reshape(B, E * L * L)], 1)
-    cost = cost.detach().double().cpu().numpy()
     keep = warm_start is not None
     runs = parallel_map(lambda b: problem.solve(cost[b], soft_w, start[b], warm[b], keep), range(B), workers)
     if keep:
@@ -785,22 +786,25 @@ def map_lp(
 
 def _result(runs: list[_Run], unary_b: Tensor, pairwise_b: Tensor, edges: Tensor, soft: list,
             cost: np.ndarray, hard: list[int]) -> LPResult:
-    """The LPResult of the instances' runs, in the dtype and on the device of ``unary``."""
+    """The LPResult of the instances' runs, in the dtype and on the device of ``unary``: the
+    solutions and per-instance figures go to the device in one transfer."""
     B, V, L = unary_b.shape
     E, n = len(edges), cost.shape[1]
     X = torch.from_numpy(np.stack([r.x for r in runs]) if runs else np.zeros((0, n + len(soft))))
     mu = X[:, : V * L].reshape(B, V, L).clamp(0, 1)
     mu_e = X[:, V * L:n].reshape(B, E, L, L).clamp(0, 1)
-    slack = X[:, n:].clamp(min=0)
-    frac, frac_e, node_frac = fractional(mu), fractional(mu_e).flatten(1).any(1), fractional_nodes(mu)
+    integral = ~fractional(mu).flatten(1).any(1) & ~fractional(mu_e).flatten(1).any(1)
+    figures = torch.tensor([[r.solves, r.converged] for r in runs], dtype=torch.float64).reshape(B, 2)
+    packed = torch.cat([X, integral[:, None].double(), fractional_nodes(mu)[:, None], figures], 1)
+    packed = packed.to(unary_b.device)  # the one transfer back
     ref = unary_b
-    mu, mu_e, slack = (t.to(dtype=ref.dtype, device=ref.device) for t in (mu, mu_e, slack))
+    mu, mu_e, slack = (t.to(ref.dtype) for t in (packed[:, :V * L].reshape(B, V, L).clamp(0, 1),
+                                                  packed[:, V * L:n].reshape(B, E, L, L).clamp(0, 1),
+                                                  packed[:, n:n + len(soft)].clamp(min=0)))
+    extra = packed[:, n + len(soft):]
     score = lp_score(unary_b, pairwise_b, mu, mu_e)
     for pos, (_, w) in enumerate(soft):
         score = score - w * slack[:, pos]
-    dev = ref.device
-    return LPResult(mu, mu_e, score, (~frac.flatten(1).any(1) & ~frac_e).to(dev),
-                    node_frac.to(dtype=ref.dtype, device=dev), [r.cuts for r in runs],
-                    torch.tensor([r.solves for r in runs], dtype=torch.long, device=dev),
-                    torch.tensor([r.converged for r in runs], dtype=torch.bool, device=dev), slack,
+    return LPResult(mu, mu_e, score, extra[:, 0].bool(), extra[:, 1].to(ref.dtype), [r.cuts for r in runs],
+                    extra[:, 2].long(), extra[:, 3].bool(), slack,
                     [r.timings for r in runs], edges, torch.from_numpy(cost), hard, bool(soft))

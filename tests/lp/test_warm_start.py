@@ -187,3 +187,25 @@ def test_a_pickled_warm_start_keeps_its_working_sets():
     again = lp.map_lp(unary, pairwise, edges, connected=[1], warm_start=restored, keys=[0, 1])
     assert again.iterations.tolist() == [1, 1]
     torch.testing.assert_close(again.score, first.score)
+
+
+@pytest.mark.parametrize("connectivity", [{"connected": [1]}, {"connected_soft": {1: 0.5}}])
+def test_lp_calls_cross_to_the_host_once_each_way_without_a_sync(connectivity):
+    """map_lp and relaxed_hinge (forward and backward) move the potentials to the solver and the
+    solutions back in one piece each: the operators they run (each a launch on a GPU) do not grow
+    with B or V, and with value checks off nothing syncs (edges are checked on the host)."""
+    import structtorch as st
+    from structtorch.profiling import device_ops
+
+    counts = {"map_lp": [], "relaxed_hinge": []}
+    for H, B in ((3, 2), (3, 5), (5, 5)):
+        unary, pairwise, edges, target = denoising(H, H, B, 0)
+        unary.requires_grad_()
+        calls = {"map_lp": lambda: lp.map_lp(unary, pairwise, edges, **connectivity),  # noqa: B023
+                 "relaxed_hinge": lambda: lp.relaxed_hinge(unary, pairwise, edges, target,  # noqa: B023
+                                                           **connectivity).backward()}
+        for name, call in calls.items():
+            counts[name].append(device_ops(call).ops)
+            with st.set_validation(False):
+                assert device_ops(call).syncs == 0, name
+    assert all(len(set(c)) == 1 for c in counts.values()), counts
