@@ -37,7 +37,6 @@ from dataclasses import dataclass
 
 import clarabel
 import numpy as np
-import scipy.linalg
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 import torch
@@ -229,9 +228,10 @@ class KKT:
 
     def _greedy_dependent(self, rows: np.ndarray, cols: np.ndarray, weights: np.ndarray) -> np.ndarray:
         """Of ``rows`` (restricted to the variables ``cols``), those in the span of stronger ones,
-        taken in order of decreasing weight: a QR factorization of their columns (M'), where a
-        small diagonal entry marks a column in the span of those before it. Nothing beyond
-        ``MAX_DENSE`` entries."""
+        taken in order of decreasing weight: Gram-Schmidt over their columns (M') in that order,
+        twice orthogonalized, where a column whose remainder is small (1e-9 of the largest column)
+        lies in the span of those kept before it and is not kept. Nothing beyond ``MAX_DENSE``
+        entries."""
         (m, n), (row, col, val) = self.shape, self.entries
         if len(rows) * len(cols) > MAX_DENSE:
             return np.zeros(0, dtype=np.int64)
@@ -241,19 +241,19 @@ class KKT:
         inside = (rpos[row] >= 0) & (cpos[col] >= 0)
         dense = np.zeros((len(cols), len(order)))
         dense[cpos[col[inside]], rpos[row[inside]]] = val[inside]
-        keep = np.arange(len(order))
+        tiny = 1e-9 * max(float(np.abs(dense).max(initial=0.0)), 1.0)
+        basis = np.zeros((len(cols), 0))
         dropped = []
-        while len(keep):
-            R = scipy.linalg.qr(dense[:, keep], mode="r")[0]
-            k = min(R.shape)
-            diag = np.abs(np.diagonal(R)[:k])
-            small = np.flatnonzero(diag <= 1e-9 * max(float(np.abs(R).max(initial=0.0)), 1.0))
-            if not len(small):  # the first k columns are independent; any after them depend on them
-                dropped += list(keep[k:])
-                break
-            dropped.append(keep[small[0]])  # the first column in the span of those before it
-            keep = np.delete(keep, small[0])
-        return order[np.array(sorted(dropped), dtype=np.int64)]
+        for k in range(len(order)):
+            v = dense[:, k]
+            for _ in range(2):
+                v = v - basis @ (basis.T @ v)
+            norm = float(np.linalg.norm(v))
+            if norm <= tiny:
+                dropped.append(k)
+            else:
+                basis = np.column_stack([basis, v / norm])
+        return order[np.array(dropped, dtype=np.int64)]
 
     def solve(self, c: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(x, mu) with P x + M' mu = c and M x = r (least-norm on degenerate rows)."""

@@ -66,13 +66,18 @@ def cut_block(cuts, B: int, V: int, L: int, max_cuts: int, ref: Tensor) -> Tenso
         block[:, : rows.shape[1]] = rows
         return block
     rows = check_cuts(cuts, B, V, L)
+    index, value = [], []  # (b, k, node, label) of every coefficient, added in one call
     for b, instance in enumerate(rows):
         if len(instance) > max_cuts:
             raise ValueError(f"{len(instance)} cuts do not fit the cut block of max_cuts = {max_cuts} rows")
         for k, (c, i, j, S) in enumerate(instance):
-            block[b, k, i, c] += 1.0
-            block[b, k, j, c] += 1.0
-            block[b, k, S, c] -= 1.0
+            nodes = torch.cat([torch.tensor([i, j]), S])
+            index.append(torch.stack([torch.full_like(nodes, b), torch.full_like(nodes, k), nodes,
+                                      torch.full_like(nodes, c)]))
+            value.append(torch.cat([torch.ones(2), -torch.ones(len(S))]))
+    if index:
+        where = torch.cat(index, 1).to(ref.device)
+        block.index_put_(tuple(where), torch.cat(value).to(ref), accumulate=True)
     return block
 
 
