@@ -415,8 +415,10 @@ def connectivity_cuts(mu: Tensor, edges: Tensor, connected: list[int], *, tol: f
     tol : float in (0, 1)
         Violations up to ``tol`` do not count.
     max_cuts : int >= 1, optional
-        At most this many rows per instance, the most violated (each label's round stops once it
-        has found that many).
+        At most this many rows per instance. Each label's round stops once it has found that many
+        (as :func:`map_lp`'s ``cuts_per_round``: pairs are tried heaviest component first, so these
+        are not always the most violated of all), and the most violated of the rounds' are kept.
+        Without it every pair is tried and the first row is the most violated inequality.
     nested : int >= 1
         Cuts per violated pair, with disjoint separators (as :func:`map_lp`'s ``nested``).
 
