@@ -425,7 +425,7 @@ def connectivity_cuts(mu: Tensor, edges: Tensor, connected: list[int], *, tol: f
     Returns
     -------
     list of B lists of (label, i, j, separator) rows
-        ``separator`` a sorted (|S|,) int64 tensor; most violated first: the row format of
+        ``separator`` a sorted ``(|S|,)`` int64 tensor; most violated first: the row format of
         :func:`map_lp`'s and :class:`MAPRelaxation`'s ``cuts`` (one list per instance). A (V, L)
         ``mu`` gives one list.
 
