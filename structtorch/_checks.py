@@ -280,7 +280,7 @@ def check_float(name: str, x: object, ref: Tensor | None = None, ref_name: str =
     arguments at once (:func:`check_all_values`).
     """
     if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        raise not_a_tensor(name, x)
     if x.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{name} must be float32 or float64, got {x.dtype}")
     if ref is not None:
@@ -480,9 +480,19 @@ def check_length_values(lengths: Tensor, T: int) -> None:
         )
 
 
+def not_a_tensor(name: str, x: object, shape: str = "") -> TypeError:
+    """The TypeError for an argument ``x`` that should be a tensor (of ``shape``); for an FX proxy
+    (``torch.fx.symbolic_trace``) it says what to do instead."""
+    text = f"{name} must be a torch.Tensor{' of shape ' + shape if shape else ''}, got {type(x).__name__}"
+    if type(x).__name__ == "Proxy" and type(x).__module__.startswith("torch.fx"):
+        text += (": torch.fx.symbolic_trace cannot trace through structtorch's dynamic programs (their "
+                 "control flow reads values); use torch.export.export, whose graphs hold them as operators")
+    return TypeError(text)
+
+
 def check_unary(unary: object, name: str = "unary", *, values: bool = True) -> Tensor:
     if not isinstance(unary, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of shape (B, T, N), got {type(unary).__name__}")
+        raise not_a_tensor(name, unary, "(B, T, N)")
     if unary.dim() != 3:
         raise ValueError(f"{name} must have shape (B, T, N), got {_fmt(unary.shape)}")
     if unary.shape[2] < 1:

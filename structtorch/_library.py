@@ -41,6 +41,29 @@ def operator(name: str, fake: Callable) -> Callable[[Callable], Callable]:
     return register
 
 
+EXPORT_HINT = ("use torch.export.export instead (then AOTInductor, or torch.onnx.export(..., dynamo=True)): "
+               "it captures structtorch's operators with symbolic batch sizes and lengths")
+
+
+def refuse_jit_tracing() -> None:
+    """Raise under ``torch.jit.trace``: the fast paths call kernels outside the dispatcher, and the
+    general path's control flow depends on lengths, masks and value checks, which a trace would
+    freeze at the example's values: a traced model would answer other inputs wrongly, silently."""
+    if torch.jit.is_tracing():
+        raise RuntimeError("torch.jit.trace cannot record structtorch's dynamic programs faithfully (their "
+                           "control flow depends on the lengths, masks and checks of each call, which a "
+                           "trace freezes at the example's values); " + EXPORT_HINT)
+
+
+class NotScriptable:
+    """Mixin of structtorch's modules: ``torch.jit.script`` refuses them with a clear error (their
+    Python, keyword-only arguments and dispatch to custom operators are beyond TorchScript)."""
+
+    def __prepare_scriptable__(self):
+        raise RuntimeError(f"torch.jit.script cannot compile structtorch.{type(self).__name__} (TorchScript "
+                           "does not take its Python); " + EXPORT_HINT)
+
+
 def eager_call(op: torch._ops.OpOverload, implementation: Callable) -> Callable:
     """A caller of ``op`` that runs its Python ``implementation`` straight away on plain eager
     tensors (what the dispatcher would do, without its 20-60 us of boxing and Python callback per
@@ -50,7 +73,10 @@ def eager_call(op: torch._ops.OpOverload, implementation: Callable) -> Callable:
 
     @functools.wraps(implementation)
     def call(*args):
-        return implementation(*args) if plain_eager(args) else op(*args)
+        if plain_eager(args):
+            return implementation(*args)
+        refuse_jit_tracing()
+        return op(*args)
 
     call.op = op  # type: ignore[attr-defined]
     return call
@@ -62,9 +88,11 @@ PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 def intercepted() -> bool:
     """Whether something stands between a call and the kernels: ``torch.compile`` tracing,
-    ``torch.func`` transforms, dispatch or function modes."""
+    ``torch.func`` transforms, dispatch or function modes, ``torch.jit.trace`` (which the
+    operators' callers then refuse: :func:`refuse_jit_tracing`)."""
     return (torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active()
-            or bool(torch._C._len_torch_dispatch_stack()) or torch._C._is_torch_function_mode_enabled())
+            or bool(torch._C._len_torch_dispatch_stack()) or torch._C._is_torch_function_mode_enabled()
+            or torch._C._is_tracing())
 
 
 def plain_eager(args: tuple) -> bool:

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from ._checks import cast_checked, one_assertion
+from ._library import refuse_jit_tracing
 from ._threads import call_threads
 
 __all__ = ["HALF_DTYPES", "mixed_precision", "map_tensors", "widen"]
@@ -113,10 +114,12 @@ def widen(inputs: Any) -> tuple[Any, torch.dtype | None]:
 def mixed_precision(fn: F) -> F:
     """Wrap ``fn`` so that it accepts float16/bfloat16 potentials (see the module docstring); the
     public entry points it wraps also run under :func:`structtorch._threads.call_threads`, so
-    their eager checks use fewer threads while other processes keep the CPUs busy."""
+    their eager checks use fewer threads while other processes keep the CPUs busy, and refuse
+    ``torch.jit.trace`` (:func:`structtorch._library.refuse_jit_tracing`)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        refuse_jit_tracing()  # never a trace that answers other inputs wrongly
         device = _device_of(args, kwargs)
         result = None
         if not _no_half(args, kwargs):

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from torch import Tensor, nn
 
 from ._checks import LengthsLike, warn_infinite_loss
+from ._library import NotScriptable
 from ._numerics import reduce_batch
 from ._precision import mixed_precision
 from .chain.linear import chain_loss
@@ -174,7 +175,7 @@ def structure_of(unary: Tensor, transitions: Tensor, target: object, *, start=No
     return structure, (target, target_starts)
 
 
-class StructuredHingeLoss(nn.Module):
+class StructuredHingeLoss(NotScriptable, nn.Module):
     """Structured SVM hinge loss as a module; see :func:`structured_hinge`.
 
     Parameters

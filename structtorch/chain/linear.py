@@ -43,6 +43,7 @@ from .._checks import (
     plain,
     validation_enabled,
 )
+from .._library import NotScriptable
 from .._numerics import NEG_INF, accumulate, negative_log_likelihood
 from .._precision import mixed_precision
 from . import _ops, _quick, _torch
@@ -393,7 +394,7 @@ def kbest_chain(chain: Chain, k: int) -> tuple[Tensor, Tensor]:
     return cast_checked(scores, chain.unary.dtype, "a k-best score", chain.potentials), paths
 
 
-class Viterbi(nn.Module):
+class Viterbi(NotScriptable, nn.Module):
     """Parameter-free layer computing :func:`viterbi`; ``forward`` takes the same arguments."""
 
     def forward(

@@ -40,6 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import check_finite, check_int
+from .._library import NotScriptable
 from ._options import check_real, check_real_tensor
 from ._parallel import check_num_workers
 from ._qp import BinaryProgram, LocalPolytopeProgram, SmoothedQP
@@ -152,7 +153,7 @@ def _own_copy(template: nn.Module) -> nn.Module:
     return layer
 
 
-class MAPRelaxation(nn.Module):
+class MAPRelaxation(NotScriptable, nn.Module):
     """Smoothed LP relaxation of MAP on a fixed graph as a differentiable layer.
 
     Parameters

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import check_float
+from .._library import NotScriptable
 from .._numerics import reduce_batch
 from .exact import ExactResult, map_exact
 from .graph import check_graph_potentials
@@ -219,7 +220,7 @@ def _disconnected(y: np.ndarray, edges: Tensor, connected, connected_soft) -> di
     return out
 
 
-class RelaxedHingeLoss(nn.Module):
+class RelaxedHingeLoss(NotScriptable, nn.Module):
     """:func:`relaxed_hinge` on a fixed graph, callable as ``loss(unary, pairwise, target,
     lengths=None, weights=None, ids=None)`` so that :func:`structtorch.train.fit` can train graph
     models (``weights`` are the region areas; ``lengths`` must be None or all V).

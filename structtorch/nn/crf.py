@@ -23,9 +23,11 @@ from .._checks import (
     _fmt,
     check_ignore_index,
     check_lengths,
+    not_a_tensor,
     one_assertion,
     warn_infinite_loss,
 )
+from .._library import NotScriptable
 from .._numerics import NEG_INF, reduce_batch
 from .._precision import mixed_precision
 from ..chain.layout import check_chain
@@ -67,7 +69,7 @@ class _Batch:
         return self.moved.put(x, fill)
 
 
-class LinearChainCRF(nn.Module):
+class LinearChainCRF(NotScriptable, nn.Module):
     """Linear-chain CRF over ``num_labels`` labels on top of any (B, T, N) emission scores.
 
     Parameters
@@ -197,8 +199,7 @@ class LinearChainCRF(nn.Module):
                lengths: LengthsLike) -> _Batch:
         """Validate and bring to batch-first, left-aligned form (see :class:`_Batch`)."""
         if not isinstance(emissions, Tensor):
-            raise TypeError(f"emissions must be a torch.Tensor of shape {self._layout('N')}, "
-                            f"got {type(emissions).__name__}")
+            raise not_a_tensor("emissions", emissions, self._layout("N"))
         if emissions.dim() != 3:
             raise ValueError(f"emissions must have shape {self._layout('N')}, got {_fmt(emissions.shape)}")
         if emissions.shape[2] != self.num_labels:

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import LengthsLike, _fmt, check_finite, check_float, check_lengths
+from .._library import NotScriptable
 from .._numerics import NEG_INF
 from .._precision import mixed_precision
 from ..lossaug.semimarkov import check_target
@@ -60,7 +61,7 @@ def _mask(labels: Sequence[int] | None, N: int, name: str) -> Tensor:
     return mask
 
 
-class HiddenSemiMarkovSVM(nn.Module):
+class HiddenSemiMarkovSVM(NotScriptable, nn.Module):
     """Hidden semi-Markov SVM with PLiF transforms of signal, content and length features.
 
     Parameters

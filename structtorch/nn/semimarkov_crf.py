@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import LengthsLike, caller_stacklevel, check_int, check_number
+from .._library import NotScriptable
 from ..chain.masking import Compaction, compaction
 from ..distributions import SemiMarkovDistribution
 from ..semimarkov.segments import semimarkov_viterbi
@@ -16,7 +17,7 @@ from .crf import REDUCTIONS, _reduce
 __all__ = ["SemiMarkovCRF"]
 
 
-class SemiMarkovCRF(nn.Module):
+class SemiMarkovCRF(NotScriptable, nn.Module):
     """Semi-Markov CRF over ``num_labels`` segment labels on top of any (B, T, N) content scores.
 
     A segmentation of [0, L) into labeled segments [s, e) (1 <= e - s <= ``max_len``) scores the sum

@@ -11,6 +11,7 @@ from torch.autograd.function import once_differentiable
 from .._backend import backend_for
 from .._checks import check_int
 from .._extension import chain_ops
+from .._library import NotScriptable
 from .._threads import call_threads
 
 __all__ = ["SparseFeaturePotentials"]
@@ -41,7 +42,7 @@ class _BagSum(torch.autograd.Function):
         return chain_ops().bag_sum_backward(ids, values, grad.contiguous(), ctx.num_features), None, None
 
 
-class SparseFeaturePotentials(nn.Module):
+class SparseFeaturePotentials(NotScriptable, nn.Module):
     """The linear model of :class:`LinearChainPotentials` over sparse features, without one-hots.
 
     Each position carries a bag of active feature ids (word identity, suffixes, window features,

@@ -57,6 +57,7 @@ from .._checks import (
     require,
     validation_enabled,
 )
+from .._library import NotScriptable
 from .._numerics import reduce_batch
 from .crf import REDUCTIONS, Constraints, LinearChainCRF
 from .words import tokens_to_words
@@ -152,7 +153,7 @@ def _listed(indices: list[int], most: int = 5) -> str:
     return f"[{shown}]" if len(indices) <= most else f"[{shown}, ... ({len(indices) - most} more)]"
 
 
-class CRFForTokenClassification(nn.Module):
+class CRFForTokenClassification(NotScriptable, nn.Module):
     """Encoder -> dropout -> linear -> linear-chain CRF over the words of each sequence.
 
     Parameters
