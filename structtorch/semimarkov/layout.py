@@ -166,10 +166,12 @@ def check_semimarkov(content, transitions, max_len, length_scores, boundary, seg
         if given[name] is None:
             return defaults[name]
         x = check_float(name, given[name], content, "content")
-        if x.shape not in allowed:
+        # ranks first: shapes of other ranks are never compared entry by entry (which would guard
+        # a symbolic batch size against N or max_len under torch.export)
+        if not any(x.dim() == len(shape) and x.shape == shape for shape in allowed):
             wanted = " or ".join(_fmt(s) for s in allowed)
             raise ValueError(f"{name} must have shape {wanted}, got {_fmt(x.shape)}")
-        return x.expand(full) if x.shape != full else x
+        return x.expand(full)
 
     length_scores = optional("length_scores", [(S, N), (B, S, N)], (B, S, N))[:, :used]
     boundary = optional("boundary", [(B, T, N)], (B, T, N))
