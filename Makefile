@@ -12,7 +12,7 @@ TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(TORCH_SPEC) || $(PY) -m pip install -q torch torchvision
-	$(PY) -m pip install -q -e ".[dev,examples,bench,docs,hf]"
+	$(PY) -m pip install -q -e ".[dev,examples,bench,docs,hf,export]"
 	$(PY) -c "import structtorch._extension as e; raise SystemExit(e.main())"  # build the kernels now
 	touch $@
 

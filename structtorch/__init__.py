@@ -112,11 +112,32 @@ __all__ = [
     "set_validation",
     "validation_enabled",
     "set_adaptive_threads",
+    "onnx_translation_table",
 ]
 
 __version__ = "0.4.0.dev0"
 
 _LAZY = ("lp", "data", "mining", "semisup")
+
+
+def onnx_translation_table() -> dict:
+    """ONNX translations of structtorch's operators, for ``torch.onnx.export``.
+
+    Pass it as ``torch.onnx.export(model, args, dynamo=True, dynamic_shapes=...,
+    custom_translation_table=structtorch.onnx_translation_table())``. Covers the chain Viterbi
+    (``viterbi``, ``LinearChainCRF.decode``, masks, lengths and constraints): an ONNX ``Loop`` over
+    positions in float64, whose onnxruntime paths equal PyTorch's. Other operators (log-partition,
+    k-best, semi-Markov) have no translation yet: their export fails naming the operator. Needs
+    onnx and onnxscript (the ``export`` extra).
+
+    Returns
+    -------
+    dict
+        {operator overload: onnxscript function}.
+    """
+    from ._onnx import translation_table
+
+    return translation_table()
 
 
 def __getattr__(name: str):

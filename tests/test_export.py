@@ -41,6 +41,9 @@ def inputs(B, T, seed):
     mask = torch.ones(B, T, dtype=torch.bool)
     if B > 1:
         mask[1, T - 2:] = False  # a shorter row
+    if B > 2:
+        mask[2, :2] = False  # left padding
+        mask[-1, T // 2] = False  # a gap (compacted in order: counted, not sorted, in a traced graph)
     return torch.randn(B, T, F, generator=g), mask, torch.randint(0, N, (B, T), generator=g)
 
 

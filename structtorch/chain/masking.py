@@ -110,8 +110,16 @@ def compaction(mask: object, B: int, T: int, device: torch.device, layout: str =
         prefix = torch.arange(T, device=device) < lengths[:, None]
         if bool(plain(prefix == mask).all()):
             return Compaction(lengths)
-    index = torch.sort(mask.view(torch.uint8), dim=1, descending=True, stable=True).indices
-    return Compaction(lengths, index)
+    if not torch.compiler.is_compiling():  # eager: one stable sort (one launch on a device)
+        index = torch.sort(mask.view(torch.uint8), dim=1, descending=True, stable=True).indices
+        return Compaction(lengths, index)
+    # traced (torch.compile, torch.export): the same order by counting, which ONNX can express (it
+    # has no stable sort and no view of a bool as uint8): each position's slot, the masked-in ones
+    # first, then the rest, each in order
+    keep = mask.long()
+    slot = torch.where(mask, keep.cumsum(1) - 1, lengths[:, None] + (1 - keep).cumsum(1) - 1)
+    order = torch.arange(T, device=device).expand(mask.shape[0], T)
+    return Compaction(lengths, torch.empty_like(slot).scatter_(1, slot, order))
 
 
 def masked_chain(unary: Tensor, transitions: Tensor, start: Tensor | None, end: Tensor | None,

@@ -1,0 +1,65 @@
+"""ONNX translations of structtorch's operators, for ``torch.onnx.export(..., dynamo=True)``.
+
+:func:`translation_table` gives ``custom_translation_table=``: each operator as an onnxscript
+function over ONNX ``Loop`` (the dynamic program's recursion over positions, the backtracking in
+reverse), in float64 as the compiled kernels accumulate. onnxscript is imported only here (the
+``export`` extra).
+Nothing imports this module at ``import structtorch``: onnxscript loads with it.
+"""
+
+import torch
+from onnxscript import DOUBLE, INT64, script
+from onnxscript import opset18 as op
+
+__all__ = ["translation_table"]
+
+
+@script(default_opset=op)
+def chain_viterbi(unary, transitions, start, end, lengths: INT64, backend: str) -> tuple[DOUBLE, INT64]:
+    """structtorch::chain_viterbi: (score (B,) float64, path (B, T) int64), -1 beyond each
+    length and on infeasible rows, score 0 on empty rows."""
+    u = op.Cast(unary, to=11)
+    w = op.Unsqueeze(op.Cast(transitions, to=11), [0])
+    T = op.Squeeze(op.Shape(unary, start=1, end=2))
+    B = op.Shape(unary, start=0, end=1)
+    N = op.Shape(unary, start=2, end=3)
+    alpha = op.Add(op.Cast(start, to=11), op.Gather(u, op.Constant(value_int=0), axis=1))
+    pointers = op.Cast(op.ConstantOfShape(op.Concat(op.Constant(value_ints=[0]), B, N, axis=0)), to=7)
+    for i in range(T - 1):
+        step = i + 1
+        scores = op.Add(op.Unsqueeze(alpha, [2]), w)  # (B, previous, next)
+        moved = op.Add(op.ReduceMax(scores, [1], keepdims=0), op.Gather(u, step, axis=1))
+        alpha = op.Where(op.Unsqueeze(op.Less(step, lengths), [1]), moved, alpha)
+        pointers = op.Concat(pointers, op.Unsqueeze(op.ArgMax(scores, axis=1, keepdims=0), [0]), axis=0)
+    final = op.Add(alpha, op.Cast(end, to=11))
+    score = op.ReduceMax(final, [1], keepdims=0)
+    last = op.ArgMax(final, axis=1, keepdims=0)
+    minus = op.Constant(value_int=-1)
+    zero = op.Constant(value_int=0)
+    current = last
+    reversed_path = op.Cast(op.ConstantOfShape(op.Concat(op.Constant(value_ints=[0]), B, axis=0)), to=7)
+    for k in range(T):
+        t = T - 1 - k
+        label = op.Where(op.Equal(t, op.Sub(lengths, 1)), last, current)
+        kept = op.Where(op.Less(t, lengths), label, minus)
+        reversed_path = op.Concat(reversed_path, op.Unsqueeze(kept, [0]), axis=0)
+        back = op.Gather(pointers, op.Max(op.Sub(t, 1), zero), axis=0)  # (B, N): into t from t - 1
+        current = op.Squeeze(op.GatherElements(back, op.Unsqueeze(op.Max(label, zero), [1]), axis=1), [1])
+    path = op.Transpose(op.Slice(reversed_path, op.Constant(value_ints=[-1]),
+                                 op.Constant(value_ints=[-9223372036854775807]), op.Constant(value_ints=[0]),
+                                 op.Constant(value_ints=[-1])), perm=[1, 0])
+    feasible = op.Not(op.IsInf(score, detect_positive=0))
+    empty = op.Equal(lengths, zero)
+    path = op.Where(op.Unsqueeze(op.And(feasible, op.Not(empty)), [1]), path, minus)
+    score = op.Where(empty, op.Cast(zero, to=11), score)
+    return score, path
+
+
+
+
+def translation_table() -> dict:
+    """{operator overload: onnxscript function} for ``torch.onnx.export(..., dynamo=True,
+    custom_translation_table=translation_table())``."""
+    from .chain import _ops  # noqa: F401 - registers the operators
+
+    return {torch.ops.structtorch.chain_viterbi.default: chain_viterbi}
