@@ -125,10 +125,11 @@ def onnx_translation_table() -> dict:
 
     Pass it as ``torch.onnx.export(model, args, dynamo=True, dynamic_shapes=...,
     custom_translation_table=structtorch.onnx_translation_table())``. Covers the chain Viterbi
-    (``viterbi``, ``LinearChainCRF.decode``, masks, lengths and constraints): an ONNX ``Loop`` over
-    positions in float64, whose onnxruntime paths equal PyTorch's. Other operators (log-partition,
-    k-best, semi-Markov) have no translation yet: their export fails naming the operator. Needs
-    onnx and onnxscript (the ``export`` extra).
+    (``viterbi``, ``LinearChainCRF.decode``, masks, lengths and constraints) and the chain's node
+    marginals (``marginals``, ``LinearChainCRF.marginals``: confidence scores): ONNX loops over
+    positions in float64, whose onnxruntime paths equal PyTorch's and marginals agree within 1e-5.
+    Other operators (log-partition, k-best, semi-Markov) have no translation yet: their export fails
+    naming the operator. Needs onnx and onnxscript (the ``export`` extra).
 
     Returns
     -------

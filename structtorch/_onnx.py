@@ -2,14 +2,17 @@
 
 :func:`translation_table` gives ``custom_translation_table=``: each operator as an onnxscript
 function over ONNX ``Loop`` (the dynamic program's recursion over positions, the backtracking in
-reverse), in float64 as the compiled kernels accumulate. onnxscript is imported only here (the
-``export`` extra).
-Nothing imports this module at ``import structtorch``: onnxscript loads with it.
+reverse), in float64 as the compiled kernels accumulate. Nothing imports this module at
+``import structtorch``: onnxscript (the ``export`` extra) loads with it.
 """
 
+from typing import TypeVar
+
 import torch
-from onnxscript import DOUBLE, INT64, script
+from onnxscript import BFLOAT16, DOUBLE, FLOAT, FLOAT16, INT64, script
 from onnxscript import opset18 as op
+
+TFloat = TypeVar("TFloat", FLOAT, DOUBLE, FLOAT16, BFLOAT16)
 
 __all__ = ["translation_table"]
 
@@ -57,9 +60,58 @@ def chain_viterbi(unary, transitions, start, end, lengths: INT64, backend: str) 
 
 
 
+@script(default_opset=op)
+def chain_marginals(unary: TFloat, transitions, start, end, lengths: INT64, backend: str) -> TFloat:
+    """structtorch::chain_marginals: node marginals (B, T, N) in the dtype of ``unary``, by the
+    forward and backward recursions in log space (float64), 0 beyond each length."""
+    u = op.Cast(unary, to=11)
+    w = op.Unsqueeze(op.Cast(transitions, to=11), [0])  # (1, previous, next)
+    e = op.Cast(end, to=11)
+    one = op.Constant(value_ints=[1])
+    two = op.Constant(value_ints=[2])
+    zero = op.CastLike(op.Constant(value_float=0.0), u)
+    T = op.Squeeze(op.Shape(unary, start=1, end=2))
+    alpha = op.Add(op.Cast(start, to=11), op.Gather(u, op.Constant(value_int=0), axis=1))
+    alphas = op.Unsqueeze(alpha, [0])
+    for i in range(T - 1):
+        step = i + 1
+        x = op.Add(op.Unsqueeze(alpha, [2]), w)  # log sum exp over the previous labels, -inf-safe:
+        peak = op.ReduceMax(x, one, keepdims=1)
+        peak = op.Where(op.IsInf(peak, detect_positive=0), zero, peak)
+        total = op.Add(op.Log(op.ReduceSum(op.Exp(op.Sub(x, peak)), one, keepdims=1)), peak)
+        moved = op.Add(op.Squeeze(total, one), op.Gather(u, step, axis=1))
+        alpha = op.Where(op.Unsqueeze(op.Less(step, lengths), [1]), moved, alpha)
+        alphas = op.Concat(alphas, op.Unsqueeze(alpha, [0]), axis=0)
+    final = op.Add(alpha, e)
+    peak = op.ReduceMax(final, one, keepdims=1)
+    peak = op.Where(op.IsInf(peak, detect_positive=0), zero, peak)
+    logz = op.Add(op.Log(op.ReduceSum(op.Exp(op.Sub(final, peak)), one, keepdims=1)), peak)  # (B, 1)
+    beta = e
+    reversed_marginals = op.Unsqueeze(op.Mul(alpha, zero), [0])  # a (1, B, N) placeholder, dropped
+    last = op.Sub(T, 1)
+    for k in range(T):
+        t = op.Sub(last, k)
+        following = op.Add(op.Gather(u, op.Min(op.Add(t, 1), last), axis=1), beta)  # (B, next)
+        x = op.Add(w, op.Unsqueeze(following, [1]))  # (B, previous, next): over the next labels
+        peak = op.ReduceMax(x, two, keepdims=1)
+        peak = op.Where(op.IsInf(peak, detect_positive=0), zero, peak)
+        total = op.Add(op.Log(op.ReduceSum(op.Exp(op.Sub(x, peak)), two, keepdims=1)), peak)
+        recursed = op.Squeeze(total, two)
+        ends_here = op.Unsqueeze(op.GreaterOrEqual(t, op.Sub(lengths, 1)), [1])
+        beta = op.Where(ends_here, e, recursed)
+        inside = op.Unsqueeze(op.Less(t, lengths), [1])
+        value = op.Exp(op.Sub(op.Add(op.Gather(alphas, t, axis=0), beta), logz))
+        kept = op.Unsqueeze(op.Where(inside, value, zero), [0])
+        reversed_marginals = op.Concat(reversed_marginals, kept, axis=0)
+    ordered = op.Slice(reversed_marginals, op.Constant(value_ints=[-1]), op.Constant(value_ints=[0]),
+                       op.Constant(value_ints=[0]), op.Constant(value_ints=[-1]))  # drops the placeholder
+    return op.CastLike(op.Transpose(ordered, perm=[1, 0, 2]), unary)
+
+
 def translation_table() -> dict:
     """{operator overload: onnxscript function} for ``torch.onnx.export(..., dynamo=True,
     custom_translation_table=translation_table())``."""
     from .chain import _ops  # noqa: F401 - registers the operators
 
-    return {torch.ops.structtorch.chain_viterbi.default: chain_viterbi}
+    return {torch.ops.structtorch.chain_viterbi.default: chain_viterbi,
+            torch.ops.structtorch.chain_marginals.default: chain_marginals}

@@ -80,3 +80,36 @@ def test_viterbi_with_lengths_runs_in_onnxruntime(tmp_path):
     for B, T in ((4, 8), (1, 3)):
         unary, lengths = torch.randn(B, T, N, generator=g), torch.randint(0, T + 1, (B,), generator=g)
         assert_same(run(unary, lengths), model(unary, lengths))
+
+
+class Confidence(torch.nn.Module):
+    """Per-token confidence: the CRF's node marginals."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = torch.nn.Linear(F, N)
+        self.crf = st.LinearChainCRF(N, constraints=st.allowed_transitions("BIO", TAGS))
+
+    def forward(self, x, mask):
+        return self.crf.marginals(self.encoder(x), mask)
+
+
+def test_marginals_run_in_onnxruntime_within_1e5(tmp_path):
+    torch.manual_seed(0)
+    model = Confidence().eval()
+    example = (torch.randn(2, 7, F), torch.ones(2, 7, dtype=torch.bool))
+    batch, length = torch.export.Dim("batch", min=1), torch.export.Dim("length", min=2)
+    program = torch.onnx.export(model, example, dynamic_shapes=({0: batch, 1: length},) * 2, dynamo=True,
+                                custom_translation_table=st.onnx_translation_table())
+    program.save(str(tmp_path / "confidence.onnx"))
+    session = ort.InferenceSession(str(tmp_path / "confidence.onnx"))
+    g = torch.Generator().manual_seed(3)
+    for B, T in ((3, 9), (1, 4)):
+        x, mask = torch.randn(B, T, F, generator=g), torch.ones(B, T, dtype=torch.bool)
+        if B > 1:
+            mask[1, T - 3:] = False
+            mask[2, 2] = False
+        (got,) = session.run(None, {"x": x.numpy(), "mask": mask.numpy()})
+        want = model(x, mask).detach().numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got.sum(-1), mask.numpy().astype(np.float32), atol=1e-5)
