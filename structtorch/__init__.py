@@ -128,8 +128,10 @@ def onnx_translation_table() -> dict:
     (``viterbi``, ``LinearChainCRF.decode``, masks, lengths and constraints) and the chain's node
     marginals (``marginals``, ``LinearChainCRF.marginals``: confidence scores): ONNX loops over
     positions in float64, whose onnxruntime paths equal PyTorch's and marginals agree within 1e-5.
-    Other operators (log-partition, k-best, semi-Markov) have no translation yet: their export fails
-    naming the operator. Needs onnx and onnxscript (the ``export`` extra).
+    Every other structtorch operator fails the export with an error that names it and says what to
+    export instead (a training loss: the decoder; log-partition, k-best, semi-Markov: not yet
+    translated, served by torch.export and AOTInductor). Needs onnx and onnxscript (the ``export``
+    extra).
 
     Returns
     -------

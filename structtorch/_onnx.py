@@ -6,13 +6,13 @@ reverse), in float64 as the compiled kernels accumulate. Nothing imports this mo
 ``import structtorch``: onnxscript (the ``export`` extra) loads with it.
 """
 
-from typing import TypeVar
+from typing import TypeVar, Union
 
 import torch
 from onnxscript import BFLOAT16, DOUBLE, FLOAT, FLOAT16, INT64, script
 from onnxscript import opset18 as op
 
-TFloat = TypeVar("TFloat", FLOAT, DOUBLE, FLOAT16, BFLOAT16)
+TFloat = TypeVar("TFloat", bound=Union[FLOAT16, FLOAT, DOUBLE, BFLOAT16])  # noqa: UP007 - onnxscript reads it
 
 __all__ = ["translation_table"]
 
@@ -108,10 +108,34 @@ def chain_marginals(unary: TFloat, transitions, start, end, lengths: INT64, back
     return op.CastLike(op.Transpose(ordered, perm=[1, 0, 2]), unary)
 
 
-def translation_table() -> dict:
-    """{operator overload: onnxscript function} for ``torch.onnx.export(..., dynamo=True,
-    custom_translation_table=translation_table())``."""
-    from .chain import _ops  # noqa: F401 - registers the operators
+TRAINING = ("nll", "backward", "loss_augmented", "hamming", "sample")  # operators of training only
 
-    return {torch.ops.structtorch.chain_viterbi.default: chain_viterbi,
-            torch.ops.structtorch.chain_marginals.default: chain_marginals}
+
+def _refusal(name: str):
+    """A translation that fails the export naming the operator and what to export instead."""
+    if any(word in name for word in TRAINING):
+        why = ("serves training (a loss, a gradient, a loss-augmented search or sampling): export the "
+               "decoder (viterbi, LinearChainCRF.decode) or the marginals instead")
+    else:
+        why = ("has no ONNX translation yet: serve the model with torch.export.export and an AOTInductor "
+               "package, which take every operator, or export viterbi / marginals, which translate")
+
+    def refuse(*args, **kwargs):
+        raise NotImplementedError(f"structtorch::{name} {why}")
+
+    return refuse
+
+
+def translation_table() -> dict:
+    """{operator overload: translation} for ``torch.onnx.export(..., dynamo=True,
+    custom_translation_table=translation_table())``: onnxscript functions where there is one, and
+    for every other structtorch operator a function that fails the export with an error naming
+    it and saying what to export instead."""
+    from . import lossaug, semimarkov  # noqa: F401 - register their operators
+    from ._library import OPERATORS
+    from .chain import _ops  # noqa: F401
+
+    table = {getattr(torch.ops.structtorch, name).default: _refusal(name) for name in OPERATORS}
+    table[torch.ops.structtorch.chain_viterbi.default] = chain_viterbi
+    table[torch.ops.structtorch.chain_marginals.default] = chain_marginals
+    return table

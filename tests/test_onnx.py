@@ -113,3 +113,32 @@ def test_marginals_run_in_onnxruntime_within_1e5(tmp_path):
         want = model(x, mask).detach().numpy()
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(got.sum(-1), mask.numpy().astype(np.float32), atol=1e-5)
+
+
+class Loss(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.crf = st.LinearChainCRF(N)
+
+    def forward(self, emissions, tags, mask):
+        return self.crf(emissions, tags, mask, reduction="mean")
+
+
+class Segments(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.semi = st.SemiMarkovCRF(N, 3)
+
+    def forward(self, content, mask):
+        return self.semi.decode(content, mask)
+
+
+@pytest.mark.parametrize("model, example, match", [
+    (Loss, (torch.randn(2, 5, N), torch.zeros(2, 5, dtype=torch.long), torch.ones(2, 5, dtype=torch.bool)),
+     "structtorch::chain_nll serves training.*export the decoder"),
+    (Segments, (torch.randn(2, 5, N), torch.ones(2, 5, dtype=torch.bool)),
+     "structtorch::semimarkov_viterbi has no ONNX translation yet.*AOTInductor"),
+], ids=["the CRF loss", "the semi-Markov decoder"])
+def test_operators_without_a_translation_fail_the_export_naming_them(model, example, match):
+    with pytest.raises(Exception, match=match):
+        torch.onnx.export(model().eval(), example, dynamo=True, custom_translation_table=st.onnx_translation_table())
