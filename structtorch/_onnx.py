@@ -131,9 +131,8 @@ def translation_table() -> dict:
     custom_translation_table=translation_table())``: onnxscript functions where there is one, and
     for every other structtorch operator a function that fails the export with an error naming
     it and saying what to export instead."""
-    from . import lossaug, semimarkov  # noqa: F401 - register their operators
+    from . import chain, lossaug, semimarkov  # noqa: F401 - their operators, registered on import
     from ._library import OPERATORS
-    from .chain import _ops  # noqa: F401
 
     table = {getattr(torch.ops.structtorch, name).default: _refusal(name) for name in OPERATORS}
     table[torch.ops.structtorch.chain_viterbi.default] = chain_viterbi
