@@ -108,14 +108,14 @@ def chain_marginals(unary: TFloat, transitions, start, end, lengths: INT64, back
     return op.CastLike(op.Transpose(ordered, perm=[1, 0, 2]), unary)
 
 
-TRAINING = ("nll", "backward", "loss_augmented", "hamming", "sample")  # operators of training only
+TRAINING = ("nll", "backward", "loss_augmented", "hamming")  # operators of training only
 
 
 def _refusal(name: str):
     """A translation that fails the export naming the operator and what to export instead."""
     if any(word in name for word in TRAINING):
-        why = ("serves training (a loss, a gradient, a loss-augmented search or sampling): export the "
-               "decoder (viterbi, LinearChainCRF.decode) or the marginals instead")
+        why = ("serves training (a loss, a gradient or a loss-augmented search): export the decoder "
+               "(viterbi, LinearChainCRF.decode) or the marginals instead")
     else:
         why = ("has no ONNX translation yet: serve the model with torch.export.export and an AOTInductor "
                "package, which take every operator, or export viterbi / marginals, which translate")
