@@ -173,14 +173,20 @@ class _Instance:
 
     def add_rows(self, rows: list[tuple[np.ndarray, np.ndarray]], upper: np.ndarray | None = None) -> None:
         """Add rows ``val . x[idx] <= upper`` (default 1)."""
-        starts = np.cumsum([0] + [len(idx) for idx, _ in rows[:-1]])
-        index = np.concatenate([idx for idx, _ in rows]).astype(np.int32)
-        value = np.concatenate([val for _, val in rows]).astype(np.float64)
+        m = row_matrix(rows, self.h.getNumCol())
         k = len(rows)
         upper = np.ones(k) if upper is None else np.asarray(upper, dtype=np.float64)
         self.added_upper = np.concatenate([self.added_upper, upper])
-        self.h.addRows(k, np.full(k, -highspy.kHighsInf), upper, len(index), starts.astype(np.int32),
-                       index, value)
+        self.h.addRows(k, np.full(k, -highspy.kHighsInf), upper, m.nnz, m.indptr[:-1].astype(np.int32),
+                       m.indices.astype(np.int32), m.data)
+
+
+def row_matrix(rows: list[tuple[np.ndarray, np.ndarray]], width: int) -> sp.csr_array:
+    """(len(rows), width) float64 CSR matrix of sparse rows given as (indices, values)."""
+    indptr = np.concatenate([[0], np.cumsum([len(idx) for idx, _ in rows])])
+    values = np.concatenate([val for _, val in rows]).astype(np.float64)
+    columns = np.concatenate([idx for idx, _ in rows]).astype(np.int64)
+    return sp.csr_array((values, columns, indptr), shape=(len(rows), width))
 
 
 def _cut_row(c: int, i: int, j: int, S: np.ndarray, L: int,
@@ -320,10 +326,7 @@ class _CutPool:
     def rows_for(self, problem: _Problem, width: int) -> sp.csr_array | None:
         """The matrix of all cuts' rows, built for the cuts that joined since the last call."""
         if len(self.cuts) > self.rows:
-            rows = [problem.row(c, i, j, S.numpy()) for c, i, j, S in self.cuts[self.rows:]]
-            indptr = np.concatenate([[0], np.cumsum([len(i) for i, _ in rows])])
-            values, columns = np.concatenate([v for _, v in rows]), np.concatenate([i for i, _ in rows])
-            new = sp.csr_array((values, columns, indptr), shape=(len(rows), width))
+            new = row_matrix([problem.row(c, i, j, S.numpy()) for c, i, j, S in self.cuts[self.rows:]], width)
             self.matrix = new if self.matrix is None else sp.vstack([self.matrix, new]).tocsr()
             self.rows = len(self.cuts)
         return self.matrix
@@ -440,9 +443,7 @@ class _TwoLabels:
 
     def rows(self, rows: list) -> tuple[list, np.ndarray]:
         """Rows ``val . x_full[idx] <= 1`` as rows of the reduced columns, with their bounds."""
-        indptr = np.concatenate([[0], np.cumsum([len(idx) for idx, _ in rows])])
-        R = sp.csr_array((np.concatenate([v for _, v in rows]), np.concatenate([i for i, _ in rows]), indptr),
-                         shape=(len(rows), self.M.shape[0]))
+        R = row_matrix(rows, self.M.shape[0])
         out = (R @ self.M).tocsr()
         bounds = zip(out.indptr[:-1], out.indptr[1:], strict=True)
         return [(out.indices[a:b], out.data[a:b]) for a, b in bounds], 1.0 - R @ self.m0
@@ -566,10 +567,10 @@ class WarmStart:
     to the same optimum as a cold start (the answers agree where both converge).
 
     The LPs themselves stay in memory (HiGHS models: the next call only changes their costs and
-    re-solves), about 3 MB each on a 16 x 16 grid with two labels and 4x that at 32 x 32; beyond
-    ``max_lps`` instances the least recently used keep their cuts and basis only (the LP is then
-    rebuilt, about 2-3 ms more per call at 16 x 16). Pickling keeps the working sets and pools,
-    not the solver objects.
+    re-solves), about 1.3 MB each on a 16 x 16 grid with two labels and 4.1 MB at 32 x 32 (solved,
+    before cuts); beyond ``max_lps`` instances the least recently used keep their cuts and basis
+    only (the LP is then rebuilt: about 0.6 ms more per call at 16 x 16, 2.2 ms at 32 x 32, and a
+    refactorization). Pickling keeps the working sets and pools, not the solver objects.
 
     One object serves one graph, label set and connectivity labels (checked). ``len(warm)``
     counts the instances kept; :meth:`clear` forgets them.
@@ -791,16 +792,16 @@ def _result(runs: list[_Run], unary_b: Tensor, pairwise_b: Tensor, edges: Tensor
     B, V, L = unary_b.shape
     E, n = len(edges), cost.shape[1]
     X = torch.from_numpy(np.stack([r.x for r in runs]) if runs else np.zeros((0, n + len(soft))))
-    mu = X[:, : V * L].reshape(B, V, L).clamp(0, 1)
-    mu_e = X[:, V * L:n].reshape(B, E, L, L).clamp(0, 1)
-    integral = ~fractional(mu).flatten(1).any(1) & ~fractional(mu_e).flatten(1).any(1)
+    mu, mu_e, slack = X[:, :V * L].clamp(0, 1), X[:, V * L:n].clamp(0, 1), X[:, n:].clamp(min=0)
+    integral = ~fractional(mu).any(1) & ~fractional(mu_e).any(1)
     figures = torch.tensor([[r.solves, r.converged] for r in runs], dtype=torch.float64).reshape(B, 2)
-    packed = torch.cat([X, integral[:, None].double(), fractional_nodes(mu)[:, None], figures], 1)
+    node_frac = fractional_nodes(mu.view(B, V, L))
+    packed = torch.cat([mu, mu_e, slack, integral[:, None].double(), node_frac[:, None], figures], 1)
     packed = packed.to(unary_b.device)  # the one transfer back
     ref = unary_b
-    mu, mu_e, slack = (t.to(ref.dtype) for t in (packed[:, :V * L].reshape(B, V, L).clamp(0, 1),
-                                                  packed[:, V * L:n].reshape(B, E, L, L).clamp(0, 1),
-                                                  packed[:, n:n + len(soft)].clamp(min=0)))
+    mu, mu_e, slack = (t.to(ref.dtype) for t in (packed[:, :V * L].reshape(B, V, L),
+                                                  packed[:, V * L:n].reshape(B, E, L, L),
+                                                  packed[:, n:n + len(soft)]))
     extra = packed[:, n + len(soft):]
     score = lp_score(unary_b, pairwise_b, mu, mu_e)
     for pos, (_, w) in enumerate(soft):

@@ -355,6 +355,18 @@ def _nearest_cut(net: sp.csr_array, flow: sp.csr_array, n: int, a: int, b: int,
     return np.nonzero(~reached[:n] & reached[n:])[0]
 
 
+def _marginals(name: str, x: Tensor, dims: tuple[int, ...], shape: str, tol: float) -> np.ndarray:
+    """``x`` as float64 numpy clipped to [0, 1], after checking it is a real tensor of one of the
+    ranks ``dims`` with values in [0, 1] up to ``tol``."""
+    check_real_tensor(name, x)
+    if x.dim() not in dims:
+        raise ValueError(f"{name} must be a {shape} tensor, got shape {tuple(x.shape)}")
+    values = x.detach().double().cpu().numpy()
+    if np.isnan(values).any() or (values < -tol).any() or (values > 1 + tol).any():
+        raise ValueError(f"{name} must lie in [0, 1] (up to tol = {tol:g}) and not be NaN")
+    return np.clip(values, 0.0, 1.0)
+
+
 def connectivity_cut(y: Tensor, edges: Tensor, *, tol: float = 1e-6) -> tuple[float, int, int, Tensor]:
     """The most violated vertex-separator inequality for y (V,) in [0, 1].
 
@@ -377,15 +389,10 @@ def connectivity_cut(y: Tensor, edges: Tensor, *, tol: float = 1e-6) -> tuple[fl
     separator : Tensor (|S|,) int64
         The vertex separator S (empty when none is violated).
     """
-    check_real_tensor("y", y)
-    if y.dim() != 1:
-        raise ValueError(f"y must be a (V,) tensor, got shape {tuple(y.shape)}")
     tol = check_tol("tol", tol)
-    values = y.detach().double().cpu().numpy()
-    if np.isnan(values).any() or (values < -tol).any() or (values > 1 + tol).any():
-        raise ValueError(f"y must lie in [0, 1] (up to tol = {tol:g}) and not be NaN")
+    values = _marginals("y", y, (1,), "(V,)", tol)
     sep = Separator.build(check_edges(edges, len(values)), len(values))
-    found = sep.violated(np.clip(values, 0.0, 1.0), tol)  # every pair: the most violated comes first
+    found = sep.violated(values, tol)  # every pair: the most violated comes first
     if not found:
         return 0.0, -1, -1, torch.zeros(0, dtype=torch.long)
     violation, i, j, cut = found[0]
@@ -439,21 +446,16 @@ def connectivity_cuts(mu: Tensor, edges: Tensor, connected: list[int], *, tol: f
     >>> [(c, i, j, S.tolist()) for c, i, j, S in lp.connectivity_cuts(mu, lp.grid_edges(3, 3), [1])[0]]
     [(1, 0, 8, [1, 3])]
     """
-    check_real_tensor("mu", mu)
-    if mu.dim() not in (2, 3):
-        raise ValueError(f"mu must be a (V, L) or (B, V, L) tensor, got shape {tuple(mu.shape)}")
     tol = check_tol("tol", tol)
     limit = None if max_cuts is None else check_int("max_cuts", max_cuts, 1)
     nested = check_int("nested", nested, 1)
-    values = mu.detach().double().cpu().numpy()
+    values = _marginals("mu", mu, (2, 3), "(V, L) or (B, V, L)", tol)
     values = values[None] if mu.dim() == 2 else values
     B, V, L = values.shape
-    if np.isnan(values).any() or (values < -tol).any() or (values > 1 + tol).any():
-        raise ValueError(f"mu must lie in [0, 1] (up to tol = {tol:g}) and not be NaN")
     labels, _ = check_connected(connected, None, L)
     sep = Separator.build(check_edges(edges, V), V)
     out = []
-    for plane in np.clip(values, 0.0, 1.0):
+    for plane in values:
         found = [(v, c, i, j, S) for c in labels
                  for v, i, j, S in sep.violated(plane[:, c], tol, limit, nested)]
         found.sort(key=lambda row: -row[0])
