@@ -39,9 +39,12 @@ class Lengths(torch.nn.Module):
         return st.viterbi(unary, self.transitions, lengths=lengths)
 
 
-def run_onnx(model, example, path, names):
+def run_onnx(model, example, path, names, fixed=()):
+    """An onnxruntime runner of ``model`` exported with a dynamic batch (dim 0) and length (dim 1 of
+    the inputs with two dimensions or more, except those named in ``fixed``)."""
     batch, length = torch.export.Dim("batch", min=1), torch.export.Dim("length", min=2)
-    dims = tuple({0: batch, 1: length} if x.dim() > 1 else {0: batch} for x in example)
+    dims = tuple({0: batch, 1: length} if x.dim() > 1 and name not in fixed else {0: batch}
+                 for x, name in zip(example, names, strict=True))
     program = torch.onnx.export(model, example, dynamic_shapes=dims, dynamo=True,
                                 custom_translation_table=st.onnx_translation_table())
     program.save(str(path))
@@ -115,6 +118,49 @@ def test_marginals_run_in_onnxruntime_within_1e5(tmp_path):
         np.testing.assert_allclose(got.sum(-1), mask.numpy().astype(np.float32), atol=1e-5)
 
 
+class Head(torch.nn.Module):
+    """CRFForTokenClassification on a small BERT: the forward pass's tag scores and token-level
+    predictions, and decode's word-level tags (B, W), W read from the word mask."""
+
+    def __init__(self):
+        super().__init__()
+        transformers = pytest.importorskip("transformers")
+        from structtorch.nn.token_classification import CRFForTokenClassification
+
+        config = transformers.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                         intermediate_size=32)
+        self.head = CRFForTokenClassification(transformers.BertModel(config), num_labels=N,
+                                              constraints=st.allowed_transitions("BIO", TAGS))
+
+    def forward(self, input_ids, attention_mask, word_mask):
+        out = self.head(input_ids=input_ids, attention_mask=attention_mask, word_mask=word_mask)
+        words = self.head.decode(input_ids=input_ids, attention_mask=attention_mask, word_mask=word_mask)
+        return out.logits, out.predictions, words
+
+
+def test_the_transformer_crf_head_predicts_in_onnxruntime_as_in_pytorch(tmp_path):
+    torch.manual_seed(0)
+    model = Head().eval()
+    g = torch.Generator().manual_seed(6)
+
+    def inputs(B, T):
+        ids, attended = torch.randint(50, (B, T), generator=g), torch.ones(B, T, dtype=torch.long)
+        words = torch.rand(B, T, generator=g) < 0.7
+        words[:, 0] = True
+        if B > 1:
+            attended[1, T - 3:] = 0  # padding
+            words[-1] = False  # no word
+        return ids, attended, words
+
+    run = run_onnx(model, inputs(2, 8), tmp_path / "head.onnx", ["input_ids", "attention_mask", "word_mask"])
+    for B, T in ((3, 11), (1, 5), (4, 9)):
+        x = inputs(B, T)
+        (logits, predictions, words), want = run(*x), model(*x)
+        np.testing.assert_allclose(logits, want[0].detach().numpy(), rtol=1e-5, atol=1e-5)
+        assert np.array_equal(predictions, want[1].numpy())
+        assert words.shape == want[2].shape and np.array_equal(words, want[2].numpy())
+
+
 class Loss(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -127,10 +173,76 @@ class Loss(torch.nn.Module):
 class Segments(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.semi = st.SemiMarkovCRF(N, 3)
+        self.semi = st.SemiMarkovCRF(N, 3, init_scale=1.0)
 
     def forward(self, content, mask):
         return self.semi.decode(content, mask)
+
+
+class EveryPotential(torch.nn.Module):
+    """st.semimarkov_viterbi with lengths, boundary, segment scores, per-row length scores and a
+    segment PLiF: every input of the operator's translation."""
+
+    def __init__(self, S: int = 3):
+        super().__init__()
+        self.S = S
+        def integers(*shape):  # so that integer inputs tie
+            return torch.nn.Parameter(torch.randint(-2, 3, shape).float())
+
+        self.transitions, self.ordinates = integers(N, N), integers(N, 5)
+        self.start, self.end = integers(N), integers(N)
+
+    def forward(self, content, boundary, segment, tracks, length, lengths):
+        return st.semimarkov_viterbi(content, self.transitions, max_len=self.S, length_scores=length,
+                                     boundary=boundary, segment_scores=segment, start=self.start, end=self.end,
+                                     lengths=lengths, segment_plif=st.SegmentPLiF(tracks, self.ordinates, -1.0, 2.0))
+
+
+def assert_same_segmentation(got, want):
+    score, labels, starts = (w.detach().numpy() for w in want)
+    assert np.array_equal(got[1], labels)
+    assert np.array_equal(got[2], starts)
+    np.testing.assert_allclose(got[0], score, rtol=1e-5, atol=1e-5)
+
+
+def test_the_semimarkov_crf_decodes_in_onnxruntime_as_in_pytorch(tmp_path):
+    torch.manual_seed(0)
+    model = Segments().eval()
+    run = run_onnx(model, (torch.randn(2, 7, N), torch.ones(2, 7, dtype=torch.bool)), tmp_path / "semi.onnx",
+                   ["content", "mask"])
+    g = torch.Generator().manual_seed(4)
+    for B, T in ((3, 9), (1, 2), (5, 16)):
+        content, mask = torch.randn(B, T, N, generator=g), torch.ones(B, T, dtype=torch.bool)
+        if B > 1:
+            mask[1, T - 2:] = False  # padding
+            mask[0, 1] = False  # a gap
+            mask[-1] = False  # an empty row
+        assert_same_segmentation(run(content, mask), model(content, mask))
+
+
+def test_semimarkov_viterbi_with_every_potential_runs_in_onnxruntime(tmp_path):
+    """Lengths, -inf content, an infeasible row, ties (integer scores), segments longer than some
+    rows, every optional potential."""
+    torch.manual_seed(0)
+    model, S = EveryPotential(), 3
+    names = ["content", "boundary", "segment", "tracks", "length", "lengths"]
+
+    def inputs(B, T, g, integer=False):
+        draw = (lambda *shape: torch.randint(-2, 3, shape, generator=g).float()) if integer else (
+            lambda *shape: torch.randn(*shape, generator=g))
+        tracks = torch.full((B, T, N), 0.5) if integer else 2 * torch.rand(B, T, N, generator=g) - 0.5
+        return (draw(B, T, N), draw(B, T, N), draw(B, T, S, N), tracks,
+                draw(B, S, N), torch.randint(0, T + 1, (B,), generator=g))
+
+    g = torch.Generator().manual_seed(5)
+    run = run_onnx(model, inputs(2, 7, g), tmp_path / "every.onnx", names, fixed=["length"])
+    for B, T, integer in ((4, 9, False), (8, 12, True), (1, 2, False)):  # integer: ties on every row
+        x = inputs(B, T, g, integer)
+        x[0][0, 1:3, 1:] = float("-inf")  # -inf content: only label 0 at positions 1 and 2
+        if B > 2:
+            x[0][2, 1] = float("-inf")  # an infeasible row (when it reaches position 1)
+            x[5][2] = T
+        assert_same_segmentation(run(*x), model(*x))
 
 
 @pytest.mark.parametrize("model, example, match", [

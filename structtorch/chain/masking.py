@@ -65,8 +65,10 @@ class Compaction:
     def blank(self, x: Tensor, fill: float | int) -> Tensor:
         """``x`` (B, W, ...) with ``fill`` at positions >= each row's length."""
         inside = torch.arange(x.shape[1], device=x.device) < self.lengths[:, None]
-        shape = inside.shape + (1,) * (x.dim() - 2)
-        return torch.where(inside.view(shape), x, torch.full((), fill, dtype=x.dtype, device=x.device))
+        inside = inside.view(inside.shape + (1,) * (x.dim() - 2))
+        if x.dtype == torch.bool:  # logical operators: ONNX Runtime has no Where over bools
+            return x | ~inside if fill else x & inside
+        return torch.where(inside, x, torch.full((), fill, dtype=x.dtype, device=x.device))
 
     def put(self, x: Tensor, fill: float | int) -> Tensor:
         """Per-position results (B, T, ...) back at the original positions, ``fill`` elsewhere."""

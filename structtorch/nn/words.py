@@ -140,9 +140,12 @@ def tokens_to_words(x: Tensor, mask: Tensor, *, fill: float | int = -1,
     if num_words is not None:
         check_int("num_words", num_words, 0)
     moved = compaction(mask, x.shape[0], x.shape[1], x.device)
-    if num_words is None:
+    if num_words is None and torch.compiler.is_compiling():  # a size read from the data, bounded
+        num_words = moved.lengths.max().item() if x.shape[0] else 0
+        torch._check(num_words <= x.shape[1])
+    elif num_words is None:
         num_words = int(moved.lengths.max()) if len(moved.lengths) else 0
-    if num_words > x.shape[1]:
+    if not torch.compiler.is_compiling() and num_words > x.shape[1]:
         raise ValueError(f"num_words = {num_words} exceeds the T = {x.shape[1]} sub-tokens")
     return moved.blank(moved.take(x)[:, :num_words], fill)
 
