@@ -124,14 +124,19 @@ def onnx_translation_table() -> dict:
     """ONNX translations of structtorch's operators, for ``torch.onnx.export``.
 
     Pass it as ``torch.onnx.export(model, args, dynamo=True, dynamic_shapes=...,
-    custom_translation_table=structtorch.onnx_translation_table())``. Covers the chain Viterbi
-    (``viterbi``, ``LinearChainCRF.decode``, masks, lengths and constraints) and the chain's node
-    marginals (``marginals``, ``LinearChainCRF.marginals``: confidence scores): ONNX loops over
-    positions in float64, whose onnxruntime paths equal PyTorch's and marginals agree within 1e-5.
-    Every other structtorch operator fails the export with an error that names it and says what to
-    export instead (a training loss: the decoder; log-partition, k-best, semi-Markov: not yet
-    translated, served by torch.export and AOTInductor). Needs onnx and onnxscript (the ``export``
-    extra).
+    custom_translation_table=structtorch.onnx_translation_table())``. Covers every decoder and
+    the confidence scores: the chain Viterbi and k-best (``viterbi``, ``kbest``,
+    ``LinearChainCRF.decode`` with ``k`` or without; masks, lengths, constraints, start/end,
+    per-step transitions), window chains of any order (``window_viterbi``), the semi-Markov Viterbi
+    (``semimarkov_viterbi``, ``SemiMarkovCRF.decode``, ``HiddenSemiMarkovSVM.decode``: every
+    potential, segment PLiFs included), the log-partitions (``log_partition``,
+    ``semimarkov_log_partition``) and the chain's node marginals (``marginals``,
+    ``LinearChainCRF.marginals``), hence ``CRFForTokenClassification``'s predictions and
+    ``decode``. Each is an ONNX loop over positions in float64 whose onnxruntime paths equal
+    PyTorch's (ties included) and whose scores agree within 1e-5. Every other structtorch operator
+    fails the export with an error that names it and says what to export instead (a training loss
+    or gradient: the decoder; sampling: not yet translated, served by torch.export and
+    AOTInductor). Needs onnx and onnxscript (the ``export`` extra).
 
     Returns
     -------

@@ -1,113 +1,30 @@
 """ONNX translations of structtorch's operators, for ``torch.onnx.export(..., dynamo=True)``.
 
-:func:`translation_table` gives ``custom_translation_table=``: each operator as an onnxscript
-function over ONNX ``Loop`` (the dynamic program's recursion over positions, the backtracking in
-reverse), in float64 as the compiled kernels accumulate. Nothing imports this module at
-``import structtorch``: onnxscript (the ``export`` extra) loads with it.
-"""
+:func:`translation_table` gives ``custom_translation_table=``. Each translated operator is a
+traced Python function (the exporter calls it with symbolic values: it casts the potentials to
+float64, as the compiled kernels accumulate, fills absent optional potentials and fixes the
+static parts, such as a window chain's state order) around onnxscript functions that hold the
+dynamic programs as ONNX ``Loop``s over positions (the recursion forward, the backtracking in
+reverse). Ties are broken as the PyTorch reference breaks them, so paths are equal, not merely
+as good.
 
-from typing import TypeVar, Union
+Three rules of onnxscript (0.7) the script functions follow: a multi-output function annotates
+its outputs ``TYPE[...]`` (a bare ``TYPE`` declares a scalar); a loop carries at most four
+variables (beyond four, the converter can order the Loop's outputs unlike its inputs); and script
+functions are called from the traced ones, never from inside a loop (the exporter registers only
+the functions it sees called).
+
+Nothing imports this module at ``import structtorch``: onnxscript (the ``export`` extra) loads
+with it.
+"""
 
 import numpy as np
 import torch
 from onnx.numpy_helper import from_array as onnx_tensor
-from onnxscript import BFLOAT16, BOOL, DOUBLE, FLOAT, FLOAT16, INT64, script
+from onnxscript import BOOL, DOUBLE, INT64, script
 from onnxscript import opset18 as op
 
-TFloat = TypeVar("TFloat", bound=Union[FLOAT16, FLOAT, DOUBLE, BFLOAT16])  # noqa: UP007 - onnxscript reads it
-
-__all__ = ["translation_table"]
-
-
-@script(default_opset=op)
-def chain_viterbi(unary, transitions, start, end, lengths: INT64, backend: str) -> tuple[DOUBLE, INT64]:
-    """structtorch::chain_viterbi: (score (B,) float64, path (B, T) int64), -1 beyond each
-    length and on infeasible rows, score 0 on empty rows."""
-    u = op.Cast(unary, to=11)
-    w = op.Unsqueeze(op.Cast(transitions, to=11), [0])
-    T = op.Squeeze(op.Shape(unary, start=1, end=2))
-    B = op.Shape(unary, start=0, end=1)
-    N = op.Shape(unary, start=2, end=3)
-    alpha = op.Add(op.Cast(start, to=11), op.Gather(u, op.Constant(value_int=0), axis=1))
-    pointers = op.Cast(op.ConstantOfShape(op.Concat(op.Constant(value_ints=[0]), B, N, axis=0)), to=7)
-    for i in range(T - 1):
-        step = i + 1
-        scores = op.Add(op.Unsqueeze(alpha, [2]), w)  # (B, previous, next)
-        moved = op.Add(op.ReduceMax(scores, [1], keepdims=0), op.Gather(u, step, axis=1))
-        alpha = op.Where(op.Unsqueeze(op.Less(step, lengths), [1]), moved, alpha)
-        pointers = op.Concat(pointers, op.Unsqueeze(op.ArgMax(scores, axis=1, keepdims=0), [0]), axis=0)
-    final = op.Add(alpha, op.Cast(end, to=11))
-    score = op.ReduceMax(final, [1], keepdims=0)
-    last = op.ArgMax(final, axis=1, keepdims=0)
-    minus = op.Constant(value_int=-1)
-    zero = op.Constant(value_int=0)
-    current = last
-    reversed_path = op.Cast(op.ConstantOfShape(op.Concat(op.Constant(value_ints=[0]), B, axis=0)), to=7)
-    for k in range(T):
-        t = T - 1 - k
-        label = op.Where(op.Equal(t, op.Sub(lengths, 1)), last, current)
-        kept = op.Where(op.Less(t, lengths), label, minus)
-        reversed_path = op.Concat(reversed_path, op.Unsqueeze(kept, [0]), axis=0)
-        back = op.Gather(pointers, op.Max(op.Sub(t, 1), zero), axis=0)  # (B, N): into t from t - 1
-        current = op.Squeeze(op.GatherElements(back, op.Unsqueeze(op.Max(label, zero), [1]), axis=1), [1])
-    path = op.Transpose(op.Slice(reversed_path, op.Constant(value_ints=[-1]),
-                                 op.Constant(value_ints=[-9223372036854775807]), op.Constant(value_ints=[0]),
-                                 op.Constant(value_ints=[-1])), perm=[1, 0])
-    feasible = op.Not(op.IsInf(score, detect_positive=0))
-    empty = op.Equal(lengths, zero)
-    path = op.Where(op.Unsqueeze(op.And(feasible, op.Not(empty)), [1]), path, minus)
-    score = op.Where(empty, op.Cast(zero, to=11), score)
-    return score, path
-
-
-
-
-@script(default_opset=op)
-def chain_marginals(unary: TFloat, transitions, start, end, lengths: INT64, backend: str) -> TFloat:
-    """structtorch::chain_marginals: node marginals (B, T, N) in the dtype of ``unary``, by the
-    forward and backward recursions in log space (float64), 0 beyond each length."""
-    u = op.Cast(unary, to=11)
-    w = op.Unsqueeze(op.Cast(transitions, to=11), [0])  # (1, previous, next)
-    e = op.Cast(end, to=11)
-    one = op.Constant(value_ints=[1])
-    two = op.Constant(value_ints=[2])
-    zero = op.CastLike(op.Constant(value_float=0.0), u)
-    T = op.Squeeze(op.Shape(unary, start=1, end=2))
-    alpha = op.Add(op.Cast(start, to=11), op.Gather(u, op.Constant(value_int=0), axis=1))
-    alphas = op.Unsqueeze(alpha, [0])
-    for i in range(T - 1):
-        step = i + 1
-        x = op.Add(op.Unsqueeze(alpha, [2]), w)  # log sum exp over the previous labels, -inf-safe:
-        peak = op.ReduceMax(x, one, keepdims=1)
-        peak = op.Where(op.IsInf(peak, detect_positive=0), zero, peak)
-        total = op.Add(op.Log(op.ReduceSum(op.Exp(op.Sub(x, peak)), one, keepdims=1)), peak)
-        moved = op.Add(op.Squeeze(total, one), op.Gather(u, step, axis=1))
-        alpha = op.Where(op.Unsqueeze(op.Less(step, lengths), [1]), moved, alpha)
-        alphas = op.Concat(alphas, op.Unsqueeze(alpha, [0]), axis=0)
-    final = op.Add(alpha, e)
-    peak = op.ReduceMax(final, one, keepdims=1)
-    peak = op.Where(op.IsInf(peak, detect_positive=0), zero, peak)
-    logz = op.Add(op.Log(op.ReduceSum(op.Exp(op.Sub(final, peak)), one, keepdims=1)), peak)  # (B, 1)
-    beta = e
-    reversed_marginals = op.Unsqueeze(op.Mul(alpha, zero), [0])  # a (1, B, N) placeholder, dropped
-    last = op.Sub(T, 1)
-    for k in range(T):
-        t = op.Sub(last, k)
-        following = op.Add(op.Gather(u, op.Min(op.Add(t, 1), last), axis=1), beta)  # (B, next)
-        x = op.Add(w, op.Unsqueeze(following, [1]))  # (B, previous, next): over the next labels
-        peak = op.ReduceMax(x, two, keepdims=1)
-        peak = op.Where(op.IsInf(peak, detect_positive=0), zero, peak)
-        total = op.Add(op.Log(op.ReduceSum(op.Exp(op.Sub(x, peak)), two, keepdims=1)), peak)
-        recursed = op.Squeeze(total, two)
-        ends_here = op.Unsqueeze(op.GreaterOrEqual(t, op.Sub(lengths, 1)), [1])
-        beta = op.Where(ends_here, e, recursed)
-        inside = op.Unsqueeze(op.Less(t, lengths), [1])
-        value = op.Exp(op.Sub(op.Add(op.Gather(alphas, t, axis=0), beta), logz))
-        kept = op.Unsqueeze(op.Where(inside, value, zero), [0])
-        reversed_marginals = op.Concat(reversed_marginals, kept, axis=0)
-    ordered = op.Slice(reversed_marginals, op.Constant(value_ints=[-1]), op.Constant(value_ints=[0]),
-                       op.Constant(value_ints=[0]), op.Constant(value_ints=[-1]))  # drops the placeholder
-    return op.CastLike(op.Transpose(ordered, perm=[1, 0, 2]), unary)
+# -- building blocks, traced: constants, float64, -inf-safe log-sum-exp
 
 
 def _constant(value, dtype=np.float64):
@@ -116,6 +33,29 @@ def _constant(value, dtype=np.float64):
 
 def _double(x):
     return op.Cast(x, to=DOUBLE.dtype)
+
+
+def _logsumexp(x, axis: int):
+    """log sum exp of x over ``axis`` (kept), -inf-safe (-inf where every term is -inf)."""
+    axes = _constant([axis], np.int64)
+    peak = op.ReduceMax(x, axes, keepdims=1)
+    peak = op.Where(op.IsInf(peak, detect_positive=0), _constant(0.0), peak)
+    return op.Add(op.Log(op.ReduceSum(op.Exp(op.Sub(x, peak)), axes, keepdims=1)), peak)
+
+
+def _nonempty(logz, lengths):
+    """log Z (B,), 0 on the empty rows."""
+    return op.Where(op.Greater(lengths, _constant(0, np.int64)), logz, _constant(0.0))
+
+
+def _blocks(transitions):
+    """Transitions (N, N) or per step (B, T - 1, N, N) as float64 blocks (1, 1, N, N) or (B, T, N, N)
+    (a zero block after the last step, so that none is empty), read at step min(t - 1, last)."""
+    w = _double(transitions)
+    if len(transitions.shape) == 2:
+        return op.Unsqueeze(w, _constant([0, 1], np.int64))
+    shape = op.Concat(op.Shape(w, start=0, end=1), _constant([1], np.int64), op.Shape(w, start=2), axis=0)
+    return op.Concat(w, op.Expand(_constant(0.0), shape), axis=1)
 
 
 def _front_padded(x, S):
@@ -129,10 +69,230 @@ def _reversed(x, axis: int):
                     _constant([axis], np.int64), _constant([-1], np.int64))
 
 
-def semimarkov_viterbi(content, length, boundary, segment, transitions, start, end, lengths, tracks,
-                       ordinates, low: float, high: float, backend: str):
-    """structtorch::semimarkov_viterbi: (best (B,) float64, labels (B, T) int64, starts (B, T) bool),
-    labels -1 and starts False beyond each length and on infeasible rows, best 0 on empty rows.
+# -- chains: the k-list Viterbi (the Viterbi is its 1-best list), forward and backward recursions
+
+
+@script(default_opset=op)
+def _chain_kbest(u, w, top, end, lengths: INT64, k: INT64) -> tuple[DOUBLE[...], INT64[...]]:
+    """The k-list Viterbi of :func:`structtorch.chain._torch.kbest` on float64 unary scores u
+    (B, T, N), transition blocks w (B or 1, T or 1, N, N) read at clamped steps, the lists of
+    position 0 ``top`` (B, N, k) and end (B, N): the DP's k best scores (B, k) and labelings (B, k, T)
+    (-1 beyond each length; rows and entries left to the caller). ONNX's TopK orders equal values
+    by index, as the reference's stable sort of the candidates by code i * k + r."""
+    T = op.Squeeze(op.Shape(u, start=1, end=2))
+    B = op.Shape(u, start=0, end=1)
+    N = op.Shape(u, start=2, end=3)
+    last_block = op.Sub(op.Squeeze(op.Shape(w, start=1, end=2)), 1)
+    rows = op.Concat(B, N, op.Mul(N, k), axis=0)
+    pointers = op.Cast(op.ConstantOfShape(op.Concat(op.Constant(value_ints=[0]), B, N, k, axis=0)), to=7)
+    for i in range(T - 1):
+        step = i + 1
+        block = op.Gather(w, op.Min(i, last_block), axis=1)  # (B or 1, previous, next)
+        cand = op.Add(op.Unsqueeze(top, [2]), op.Unsqueeze(block, [3]))  # (B, previous, next, k)
+        cand = op.Reshape(op.Transpose(cand, perm=[0, 2, 1, 3]), rows)  # (B, next, code)
+        vals, codes = op.TopK(cand, k, axis=2)
+        moved = op.Add(vals, op.Unsqueeze(op.Gather(u, step, axis=1), [2]))
+        top = op.Where(op.Unsqueeze(op.Less(step, lengths), [1, 2]), moved, top)
+        pointers = op.Concat(pointers, op.Unsqueeze(codes, [0]), axis=0)
+    best, code = op.TopK(op.Reshape(op.Add(top, op.Unsqueeze(end, [2])), op.Concat(B, op.Mul(N, k), axis=0)),
+                         k, axis=1)  # code = label * k + rank
+    minus = op.Constant(value_int=-1)
+    zero = op.Constant(value_int=0)
+    flat = op.Concat(B, op.Mul(N, k), axis=0)
+    current = code
+    paths = op.Cast(op.ConstantOfShape(op.Concat(op.Constant(value_ints=[0]), B, k, axis=0)), to=7)
+    for r in range(T):
+        t = T - 1 - r
+        current = op.Where(op.Unsqueeze(op.Equal(t, op.Sub(lengths, 1)), [1]), code, current)
+        inside = op.Unsqueeze(op.Less(t, lengths), [1])
+        label = op.Unsqueeze(op.Where(inside, op.Div(current, k), minus), [0])
+        paths = op.Concat(label, paths, axis=0)  # (T - t, B, k): positions t, ..., T - 1
+        back = op.Reshape(op.Gather(pointers, op.Max(op.Sub(t, 1), zero), axis=0), flat)  # into t from t - 1
+        earlier = op.GatherElements(back, current, axis=1)
+        current = op.Where(op.And(inside, op.Greater(t, zero)), earlier, current)
+    return best, op.Transpose(paths, perm=[1, 2, 0])
+
+
+def _kbest(unary, transitions, start, end, lengths, k: int) -> tuple:
+    """The k best scores (B, k) float64 (0 then -inf on empty rows, -inf in missing entries) and
+    labelings (B, k, T) int64 (-1 beyond each length and in missing entries)."""
+    u = _double(unary)
+    first = op.Add(_double(start), op.Gather(u, _constant(0, np.int64), axis=1))  # (B, N)
+    shape = op.Concat(op.Shape(first), _constant([k - 1], np.int64), axis=0)
+    later = op.Expand(_constant(float("-inf")), shape)
+    top = op.Concat(op.Unsqueeze(first, _constant([2], np.int64)), later, axis=2)
+    best, paths = _chain_kbest(u, _blocks(transitions), top, _double(end), lengths, _constant([k], np.int64))
+    is_first = _constant(np.arange(k) == 0, np.bool_)
+    empty = op.Unsqueeze(op.Equal(lengths, _constant(0, np.int64)), _constant([1], np.int64))
+    valid = op.Or(op.And(empty, is_first), op.And(op.Not(empty), op.Not(op.IsInf(best, detect_positive=0))))
+    ninf = _constant(float("-inf"))
+    scores = op.Where(valid, op.Where(empty, op.Where(is_first, _constant(0.0), ninf), best), ninf)
+    return scores, op.Where(op.Unsqueeze(valid, _constant([2], np.int64)), paths, _constant(-1, np.int64))
+
+
+def chain_kbest(unary, transitions, start, end, lengths, k: int, backend: str):
+    """structtorch::chain_kbest: see :func:`_kbest`."""
+    return _kbest(unary, transitions, start, end, lengths, k)
+
+
+def chain_viterbi(unary, transitions, start, end, lengths, backend: str):
+    """structtorch::chain_viterbi: (score (B,) float64, path (B, T) int64), -1 beyond each length
+    and on infeasible rows, score 0 on empty rows: the 1-best list."""
+    scores, paths = _kbest(unary, transitions, start, end, lengths, 1)
+    return op.Squeeze(scores, _constant([1], np.int64)), op.Squeeze(paths, _constant([1], np.int64))
+
+
+@script(default_opset=op)
+def _chain_alphas(u, w, alpha, lengths: INT64) -> DOUBLE[...]:
+    """The forward recursion of a chain in log space: alpha (T, B, N) from the unary scores
+    u (B, T, N), transition blocks w (see :func:`_blocks`) and alpha at position 0 (B, N), kept
+    beyond each length."""
+    one = op.Constant(value_ints=[1])
+    last_block = op.Sub(op.Squeeze(op.Shape(w, start=1, end=2)), 1)
+    zero = op.Cast(op.Constant(value_float=0.0), to=11)
+    alphas = op.Unsqueeze(alpha, [0])
+    for i in range(op.Sub(op.Squeeze(op.Shape(u, start=1, end=2)), 1)):
+        step = i + 1
+        x = op.Add(op.Unsqueeze(alpha, [2]), op.Gather(w, op.Min(i, last_block), axis=1))  # over the previous
+        # labels, -inf-safe:
+        peak = op.ReduceMax(x, one, keepdims=1)
+        peak = op.Where(op.IsInf(peak, detect_positive=0), zero, peak)
+        total = op.Add(op.Log(op.ReduceSum(op.Exp(op.Sub(x, peak)), one, keepdims=1)), peak)
+        moved = op.Add(op.Squeeze(total, one), op.Gather(u, step, axis=1))
+        alpha = op.Where(op.Unsqueeze(op.Less(step, lengths), [1]), moved, alpha)
+        alphas = op.Concat(alphas, op.Unsqueeze(alpha, [0]), axis=0)
+    return alphas
+
+
+@script(default_opset=op)
+def _chain_node_marginals(u, w, e, alphas, logz, lengths: INT64) -> DOUBLE[...]:
+    """Node marginals (T, B, N) by the backward recursion from the forward one's ``alphas``
+    (T, B, N) and log Z (B, 1); 0 beyond each length."""
+    two = op.Constant(value_ints=[2])
+    zero = op.Cast(op.Constant(value_float=0.0), to=11)
+    T = op.Squeeze(op.Shape(u, start=1, end=2))
+    last_block = op.Sub(op.Squeeze(op.Shape(w, start=1, end=2)), 1)
+    beta = e
+    marginals = op.ConstantOfShape(op.Concat(op.Constant(value_ints=[0]), op.Shape(e), axis=0))
+    marginals = op.Cast(marginals, to=11)  # (0, B, N)
+    last = op.Sub(T, 1)
+    for k in range(T):
+        t = op.Sub(last, k)
+        following = op.Add(op.Gather(u, op.Min(op.Add(t, 1), last), axis=1), beta)  # (B, next)
+        block = op.Gather(w, op.Min(t, last_block), axis=1)  # from t to t + 1
+        x = op.Add(block, op.Unsqueeze(following, [1]))  # (B, previous, next): over the next labels
+        peak = op.ReduceMax(x, two, keepdims=1)
+        peak = op.Where(op.IsInf(peak, detect_positive=0), zero, peak)
+        total = op.Add(op.Log(op.ReduceSum(op.Exp(op.Sub(x, peak)), two, keepdims=1)), peak)
+        ends_here = op.Unsqueeze(op.GreaterOrEqual(t, op.Sub(lengths, 1)), [1])
+        beta = op.Where(ends_here, e, op.Squeeze(total, two))
+        inside = op.Unsqueeze(op.Less(t, lengths), [1])
+        value = op.Exp(op.Sub(op.Add(op.Gather(alphas, t, axis=0), beta), logz))
+        kept = op.Unsqueeze(op.Where(inside, value, zero), [0])
+        marginals = op.Concat(kept, marginals, axis=0)  # (T - t, B, N): positions t, ..., T - 1
+    return marginals
+
+
+def _chain_forward(unary, transitions, start, end, lengths) -> tuple:
+    """Of a chain's potentials: u (B, T, N), blocks w (:func:`_blocks`) and end (B, N) in float64, the forward
+    recursion's alphas (T, B, N) and log Z (B, 1) (the DP's value on empty rows: masked by the
+    callers)."""
+    u, w, e = _double(unary), _blocks(transitions), _double(end)
+    alpha = op.Add(_double(start), op.Gather(u, _constant(0, np.int64), axis=1))
+    alphas = _chain_alphas(u, w, alpha, lengths)
+    last = op.Gather(alphas, op.Sub(op.Squeeze(op.Shape(u, start=1, end=2)), _constant(1, np.int64)), axis=0)
+    return u, w, e, alphas, _logsumexp(op.Add(last, e), 1)
+
+
+def chain_log_partition(unary, transitions, start, end, lengths, backend: str):
+    """structtorch::chain_log_partition for inference: log Z (B,) float64 (0 on empty rows), and
+    an empty sequence for the saved state (which only the backward pass reads)."""
+    logz = op.Squeeze(_chain_forward(unary, transitions, start, end, lengths)[-1], _constant([1], np.int64))
+    return _nonempty(logz, lengths), op.SequenceEmpty(dtype=DOUBLE.dtype)
+
+
+def chain_marginals(unary, transitions, start, end, lengths, backend: str):
+    """structtorch::chain_marginals: node marginals (B, T, N) in the dtype of ``unary``, by the
+    forward and backward recursions in log space (float64), 0 beyond each length."""
+    u, w, e, alphas, logz = _chain_forward(unary, transitions, start, end, lengths)
+    marginals = _chain_node_marginals(u, w, e, alphas, logz, lengths)
+    return op.CastLike(op.Transpose(marginals, perm=[1, 0, 2]), unary)
+
+
+# -- window chains (any order)
+
+
+@script(default_opset=op)
+def _window_viterbi(flat, lengths: INT64, newest_first: INT64) -> tuple[DOUBLE[...], INT64[...]]:
+    """:func:`structtorch.chain._torch.window_dp` on flat float64 window scores (B, T, S, N),
+    S = N^order, states ordered newest label first in ``newest_first`` (S,): the best score (B,)
+    (0 on empty rows) and labeling (B, T) (-1 beyond each length and on infeasible rows)."""
+    B = op.Shape(flat, start=0, end=1)
+    T = op.Squeeze(op.Shape(flat, start=1, end=2))
+    S = op.Shape(flat, start=2, end=3)
+    N = op.Shape(flat, start=3, end=4)
+    rest = op.Div(S, N)  # the states of the younger labels
+    zero = op.Constant(value_int=0)
+    minus = op.Constant(value_int=-1)
+    start = op.Gather(op.Gather(flat, zero, axis=1), zero, axis=1)  # (B, N): labels before 0 read as 0
+    ninf = op.Cast(op.Constant(value_float=float("-inf")), to=11)
+    never = op.Expand(ninf, op.Concat(B, op.Sub(S, N), axis=0))
+    alpha = op.Concat(start, never, axis=1)  # (B, S), oldest label most significant
+    pointers = op.Cast(op.ConstantOfShape(op.Concat(op.Constant(value_ints=[0]), B, S, axis=0)), to=7)
+    for i in range(T - 1):
+        step = i + 1
+        cand = op.Add(op.Unsqueeze(alpha, [2]), op.Gather(flat, step, axis=1))  # (B, S, next)
+        cand = op.Reshape(cand, op.Concat(B, N, rest, N, axis=0))  # (B, oldest, younger, next)
+        moved = op.Reshape(op.ReduceMax(cand, [1], keepdims=0), op.Concat(B, S, axis=0))
+        alpha = op.Where(op.Unsqueeze(op.Less(step, lengths), [1]), moved, alpha)
+        oldest = op.Reshape(op.ArgMax(cand, axis=1, keepdims=0), op.Concat(B, S, axis=0))
+        pointers = op.Concat(pointers, op.Unsqueeze(oldest, [0]), axis=0)
+    final = op.Gather(newest_first, op.ArgMax(op.Gather(alpha, newest_first, axis=1), axis=1, keepdims=0))
+    best = op.Squeeze(op.GatherElements(alpha, op.Unsqueeze(final, [1]), axis=1), [1])
+    current = final
+    path = op.Cast(op.ConstantOfShape(op.Concat(op.Constant(value_ints=[0]), B, axis=0)), to=7)
+    for r in range(T):
+        t = T - 1 - r
+        current = op.Where(op.Equal(t, op.Sub(lengths, 1)), final, current)
+        inside = op.Less(t, lengths)
+        label = op.Unsqueeze(op.Where(inside, op.Mod(current, N), minus), [0])
+        path = op.Concat(label, path, axis=0)  # (T - t, B): positions t, ..., T - 1
+        back = op.Gather(pointers, op.Max(op.Sub(t, 1), zero), axis=0)  # (B, S): into t from t - 1
+        oldest = op.Squeeze(op.GatherElements(back, op.Unsqueeze(current, [1]), axis=1), [1])
+        earlier = op.Add(op.Mul(oldest, rest), op.Div(current, N))
+        current = op.Where(op.And(inside, op.Greater(t, zero)), earlier, current)
+    path = op.Transpose(path, perm=[1, 0])
+    best = op.Where(op.Greater(lengths, zero), best, op.Cast(zero, to=11))
+    return best, op.Where(op.Unsqueeze(op.IsInf(best, detect_positive=0), [1]), minus, path)
+
+
+def chain_window_viterbi(scores, lengths, backend: str):
+    """structtorch::chain_window_viterbi: the best score (B,) float64 and labeling (B, T) int64 of
+    window scores (B, T) + (N,) * (l + 1) (order 0 solved as order 1, as the reference does)."""
+    order, N = len(scores.shape) - 3, scores.shape[2]
+    if not isinstance(N, int):
+        raise NotImplementedError("structtorch::chain_window_viterbi translates with a static number of "
+                                  "labels")
+    flat = _double(scores)
+    if order == 0:
+        shape = op.Concat(op.Shape(flat, start=0, end=3), _constant([N], np.int64), axis=0)
+        flat = op.Expand(op.Unsqueeze(flat, _constant([2], np.int64)), shape)
+    else:
+        flat = op.Reshape(flat, op.Concat(op.Shape(flat, start=0, end=2), _constant([N**order, N], np.int64),
+                                          axis=0))
+    order = max(order, 1)
+    newest_first = np.arange(N**order).reshape((N,) * order).transpose(*reversed(range(order))).reshape(-1)
+    return _window_viterbi(flat, lengths, _constant(newest_first, np.int64))
+
+
+# -- semi-Markov chains
+
+
+def _semimarkov_alphas(content, length, boundary, segment, transitions, start, end, lengths, tracks,
+                       ordinates, low: float, high: float, summed: bool) -> tuple:
+    """The semi-Markov forward recursion over the operators' inputs, max-plus or log-sum-exp
+    (``summed``): alpha[e] + end at each row's length, ``final`` (B, N), and the pointers of
+    :func:`_semimarkov_forward` as (B, (T + 1) N).
 
     The segments ending at e are read in the order d = S, ..., 1 (windows of S positions before
     e, padded with S zeros in front), so that the last maximal one is the shortest (the reference's
@@ -148,20 +308,15 @@ def semimarkov_viterbi(content, length, boundary, segment, transitions, start, e
     alphas, best_len, came_from = _semimarkov_forward(
         _front_padded(op.Where(forbidden, _constant(0.0), u), S), _front_padded(_double(forbidden), S),
         _reversed(_double(length), 1), _double(boundary), _reversed(_double(segment), 2),
-        _front_padded(_double(tracks), S), *plif, _double(start), _double(transitions))
+        _front_padded(_double(tracks), S), *plif, _double(start), _double(transitions),
+        _constant(summed, np.bool_))
     flat = op.Concat(op.Shape(content, start=0, end=1), _constant([-1], np.int64), axis=0)
     alphas, best_len, came_from = (op.Reshape(op.Transpose(x, perm=[1, 0, 2]), flat)  # (B, (T + 1) N)
                                    for x in (alphas, best_len, came_from))
     N = op.Shape(content, start=2, end=3)
     at_length = op.Add(op.Mul(op.Unsqueeze(lengths, [1]), N),
                        op.Range(_constant(0, np.int64), op.Squeeze(N), _constant(1, np.int64)))
-    final = op.Add(op.GatherElements(alphas, at_length, axis=1), _double(end))
-    top = op.ReduceMax(final, _constant([1], np.int64), keepdims=0)
-    best = op.Where(op.Greater(lengths, _constant(0, np.int64)), top, _constant(0.0))
-    stop = op.Where(op.IsInf(top, detect_positive=0), _constant(0, np.int64), lengths)
-    labels, starts = _semimarkov_backtrack(best_len, came_from, stop, op.ArgMax(final, axis=1, keepdims=0),
-                                           op.Shape(content, start=1, end=2))
-    return best, labels, starts
+    return op.Add(op.GatherElements(alphas, at_length, axis=1), _double(end)), best_len, came_from
 
 
 def _plif_constants(ordinates, low: float, high: float) -> tuple:
@@ -179,9 +334,12 @@ def _plif_constants(ordinates, low: float, high: float) -> tuple:
 
 @script(default_opset=op)
 def _semimarkov_forward(content, forbidden, length, boundary, segment, tracks, ordinates, rows: INT64, last,
-                        low, high, scale, start, transitions) -> tuple[DOUBLE[...], INT64[...], INT64[...]]:
-    """Max-plus over segment ends e = 1..T of the inputs :func:`semimarkov_viterbi` prepares:
-    alpha[e] (T + 1, B, N), the best last segment's length and the previous label (T + 1, B, N)."""
+                        low, high, scale, start, transitions, summed: BOOL) -> tuple[DOUBLE[...], INT64[...],
+                                                                                      INT64[...]]:
+    """Max-plus (log-sum-exp where ``summed``) over segment ends e = 1..T of the inputs
+    :func:`_semimarkov_alphas` prepares: alpha[e] (T + 1, B, N), and under max-plus the best last
+    segment's length and the previous label (T + 1, B, N)."""
+    zero = op.Cast(op.Constant(value_float=0.0), to=11)
     S = op.Shape(length, start=1, end=2)
     B = op.Shape(content, start=0, end=1)
     N = op.Shape(content, start=2, end=3)
@@ -215,13 +373,28 @@ def _semimarkov_forward(content, forbidden, length, boundary, segment, tracks, o
         before = op.Transpose(op.Slice(incoming, op.Neg(S), op.Constant(value_ints=[9223372036854775807]),
                                        op.Constant(value_ints=[0])), perm=[1, 0, 2])
         terms = op.Add(op.Where(blocked, ninf, terms), before)
-        alpha = op.ReduceMax(terms, one, keepdims=0)
-        chosen = op.ArgMax(terms, axis=1, keepdims=0, select_last_index=1)
-        cand = op.Add(op.Unsqueeze(alpha, [2]), op.Unsqueeze(transitions, [0]))
+        if summed:  # the log semiring (-inf-safe log sum exp); no pointers
+            peak = op.ReduceMax(terms, one, keepdims=1)
+            peak = op.Where(op.IsInf(peak, detect_positive=0), zero, peak)
+            alpha = op.Add(op.Log(op.ReduceSum(op.Exp(op.Sub(terms, peak)), one, keepdims=1)), peak)
+            alpha = op.Squeeze(alpha, one)
+            cand = op.Add(op.Unsqueeze(alpha, [2]), op.Unsqueeze(transitions, [0]))
+            peak = op.ReduceMax(cand, one, keepdims=1)
+            peak = op.Where(op.IsInf(peak, detect_positive=0), zero, peak)
+            into = op.Add(op.Log(op.ReduceSum(op.Exp(op.Sub(cand, peak)), one, keepdims=1)), peak)
+            into = op.Squeeze(into, one)
+            shortest = op.Cast(op.Mul(alpha, zero), to=7)
+            back = shortest
+        else:
+            alpha = op.ReduceMax(terms, one, keepdims=0)
+            shortest = op.Sub(S, op.ArgMax(terms, axis=1, keepdims=0, select_last_index=1))
+            cand = op.Add(op.Unsqueeze(alpha, [2]), op.Unsqueeze(transitions, [0]))
+            into = op.ReduceMax(cand, one, keepdims=0)
+            back = op.ArgMax(cand, axis=1, keepdims=0)
         alphas = op.Concat(alphas, op.Unsqueeze(alpha, [0]), axis=0)
-        incoming = op.Concat(incoming, op.Unsqueeze(op.ReduceMax(cand, one, keepdims=0), [0]), axis=0)
-        best_len = op.Concat(best_len, op.Unsqueeze(op.Sub(S, chosen), [0]), axis=0)
-        came_from = op.Concat(came_from, op.Unsqueeze(op.ArgMax(cand, axis=1, keepdims=0), [0]), axis=0)
+        incoming = op.Concat(incoming, op.Unsqueeze(into, [0]), axis=0)
+        best_len = op.Concat(best_len, op.Unsqueeze(shortest, [0]), axis=0)
+        came_from = op.Concat(came_from, op.Unsqueeze(back, [0]), axis=0)
     return alphas, best_len, came_from
 
 
@@ -254,6 +427,33 @@ def _semimarkov_backtrack(best_len: INT64, came_from: INT64, stop: INT64, label:
     return labels, starts
 
 
+def semimarkov_viterbi(content, length, boundary, segment, transitions, start, end, lengths, tracks,
+                       ordinates, low: float, high: float, backend: str):
+    """structtorch::semimarkov_viterbi: (best (B,) float64, labels (B, T) int64, starts (B, T) bool),
+    labels -1 and starts False beyond each length and on infeasible rows, best 0 on empty rows."""
+    final, best_len, came_from = _semimarkov_alphas(content, length, boundary, segment, transitions, start,
+                                                    end, lengths, tracks, ordinates, low, high, False)
+    top = op.ReduceMax(final, _constant([1], np.int64), keepdims=0)
+    best = op.Where(op.Greater(lengths, _constant(0, np.int64)), top, _constant(0.0))
+    stop = op.Where(op.IsInf(top, detect_positive=0), _constant(0, np.int64), lengths)
+    labels, starts = _semimarkov_backtrack(best_len, came_from, stop, op.ArgMax(final, axis=1, keepdims=0),
+                                           op.Shape(content, start=1, end=2))
+    return best, labels, starts
+
+
+def semimarkov_log_partition(content, length, boundary, segment, transitions, start, end, lengths, tracks,
+                             ordinates, low: float, high: float, backend: str):
+    """structtorch::semimarkov_log_partition for inference: log Z (B,) float64 (0 on empty rows),
+    and an empty sequence for the saved state (which only the backward pass reads)."""
+    final = _semimarkov_alphas(content, length, boundary, segment, transitions, start, end, lengths, tracks,
+                               ordinates, low, high, True)[0]
+    logz = op.Squeeze(_logsumexp(final, 1), _constant([1], np.int64))
+    return _nonempty(logz, lengths), op.SequenceEmpty(dtype=DOUBLE.dtype)
+
+
+# -- the table
+
+
 TRAINING = ("nll", "backward", "loss_augmented", "hamming")  # operators of training only
 
 
@@ -282,6 +482,10 @@ def translation_table() -> dict:
 
     table = {getattr(torch.ops.structtorch, name).default: _refusal(name) for name in OPERATORS}
     table[torch.ops.structtorch.chain_viterbi.default] = chain_viterbi
+    table[torch.ops.structtorch.chain_kbest.default] = chain_kbest
+    table[torch.ops.structtorch.chain_window_viterbi.default] = chain_window_viterbi
     table[torch.ops.structtorch.chain_marginals.default] = chain_marginals
+    table[torch.ops.structtorch.chain_log_partition.default] = chain_log_partition
+    table[torch.ops.structtorch.semimarkov_log_partition.default] = semimarkov_log_partition
     table[torch.ops.structtorch.semimarkov_viterbi.default] = semimarkov_viterbi
     return table
