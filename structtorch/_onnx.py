@@ -73,55 +73,62 @@ def _reversed(x, axis: int):
 
 
 @script(default_opset=op)
-def _chain_kbest(u, w, top, end, lengths: INT64, k: INT64) -> tuple[DOUBLE[...], INT64[...]]:
-    """The k-list Viterbi of :func:`structtorch.chain._torch.kbest` on float64 unary scores u
-    (B, T, N), transition blocks w (B or 1, T or 1, N, N) read at clamped steps, the lists of
-    position 0 ``top`` (B, N, k) and end (B, N): the DP's k best scores (B, k) and labelings (B, k, T)
-    (-1 beyond each length; rows and entries left to the caller). ONNX's TopK orders equal values
-    by index, as the reference's stable sort of the candidates by code i * k + r."""
+def _chain_kbest(u, w, top, end, live, ends, moves, k: INT64) -> tuple[DOUBLE[...], INT64[...]]:
+    """The k-list Viterbi of :func:`structtorch.chain._torch.kbest` on the inputs :func:`_kbest`
+    prepares: the DP's k best scores (B, k) and labelings (B, k, T) (-1 beyond each length; rows and
+    entries left to the caller). ONNX's TopK orders equal values by index, as the reference's
+    stable sort of the candidates by code i * k + r."""
     T = op.Squeeze(op.Shape(u, start=1, end=2))
     B = op.Shape(u, start=0, end=1)
     N = op.Shape(u, start=2, end=3)
     last_block = op.Sub(op.Squeeze(op.Shape(w, start=1, end=2)), 1)
-    rows = op.Concat(B, N, op.Mul(N, k), axis=0)
-    pointers = op.Cast(op.ConstantOfShape(op.Concat(op.Constant(value_ints=[0]), B, N, k, axis=0)), to=7)
-    for i in range(T - 1):
-        step = i + 1
-        block = op.Gather(w, op.Min(i, last_block), axis=1)  # (B or 1, previous, next)
-        cand = op.Add(op.Unsqueeze(top, [2]), op.Unsqueeze(block, [3]))  # (B, previous, next, k)
-        cand = op.Reshape(op.Transpose(cand, perm=[0, 2, 1, 3]), rows)  # (B, next, code)
-        vals, codes = op.TopK(cand, k, axis=2)
-        moved = op.Add(vals, op.Unsqueeze(op.Gather(u, step, axis=1), [2]))
-        top = op.Where(op.Unsqueeze(op.Less(step, lengths), [1, 2]), moved, top)
-        pointers = op.Concat(pointers, op.Unsqueeze(codes, [0]), axis=0)
-    best, code = op.TopK(op.Reshape(op.Add(top, op.Unsqueeze(end, [2])), op.Concat(B, op.Mul(N, k), axis=0)),
-                         k, axis=1)  # code = label * k + rank
-    minus = op.Constant(value_int=-1)
-    zero = op.Constant(value_int=0)
+    codes = op.Concat(B, N, op.Mul(N, k), axis=0)
     flat = op.Concat(B, op.Mul(N, k), axis=0)
+    pointers = op.Cast(op.ConstantOfShape(op.Concat(op.Constant(value_ints=[1]), flat, axis=0)), to=7)
+    for i in range(T - 1):  # pointers[t]: into t from t - 1 (pointers[0] unused)
+        step = i + 1
+        cand = op.Add(op.Unsqueeze(top, [1]), op.Gather(w, op.Min(i, last_block), axis=1))  # (B, next, i, r)
+        vals, came = op.TopK(op.Reshape(cand, codes), k, axis=2)  # by code i * k + r
+        moved = op.Add(vals, op.Gather(u, step, axis=1))
+        top = op.Where(op.Unsqueeze(op.Gather(live, step, axis=0), [2]), moved, top)
+        pointers = op.Concat(pointers, op.Unsqueeze(op.Reshape(came, flat), [0]), axis=0)
+    best, code = op.TopK(op.Reshape(op.Add(top, end), flat), k, axis=1)  # code = label * k + rank
+    minus = op.Constant(value_int=-1)
     current = code
     paths = op.Cast(op.ConstantOfShape(op.Concat(op.Constant(value_ints=[0]), B, k, axis=0)), to=7)
+    last = op.Sub(T, 1)
     for r in range(T):
-        t = T - 1 - r
-        current = op.Where(op.Unsqueeze(op.Equal(t, op.Sub(lengths, 1)), [1]), code, current)
-        inside = op.Unsqueeze(op.Less(t, lengths), [1])
-        label = op.Unsqueeze(op.Where(inside, op.Div(current, k), minus), [0])
-        paths = op.Concat(label, paths, axis=0)  # (T - t, B, k): positions t, ..., T - 1
-        back = op.Reshape(op.Gather(pointers, op.Max(op.Sub(t, 1), zero), axis=0), flat)  # into t from t - 1
-        earlier = op.GatherElements(back, current, axis=1)
-        current = op.Where(op.And(inside, op.Greater(t, zero)), earlier, current)
+        t = op.Sub(last, r)
+        current = op.Where(op.Gather(ends, t, axis=0), code, current)
+        label = op.Where(op.Gather(live, t, axis=0), op.Div(current, k), minus)
+        paths = op.Concat(op.Unsqueeze(label, [0]), paths, axis=0)  # (T - t, B, k): positions t, ..., T - 1
+        earlier = op.GatherElements(op.Gather(pointers, t, axis=0), current, axis=1)
+        current = op.Where(op.Gather(moves, t, axis=0), earlier, current)
     return best, op.Transpose(paths, perm=[1, 2, 0])
 
 
 def _kbest(unary, transitions, start, end, lengths, k: int) -> tuple:
     """The k best scores (B, k) float64 (0 then -inf on empty rows, -inf in missing entries) and
-    labelings (B, k, T) int64 (-1 beyond each length and in missing entries)."""
-    u = _double(unary)
-    first = op.Add(_double(start), op.Gather(u, _constant(0, np.int64), axis=1))  # (B, N)
-    shape = op.Concat(op.Shape(first), _constant([k - 1], np.int64), axis=0)
-    later = op.Expand(_constant(float("-inf")), shape)
-    top = op.Concat(op.Unsqueeze(first, _constant([2], np.int64)), later, axis=2)
-    best, paths = _chain_kbest(u, _blocks(transitions), top, _double(end), lengths, _constant([k], np.int64))
+    labelings (B, k, T) int64 (-1 beyond each length and in missing entries).
+
+    What the loops read at each step is laid out here, once: unary scores (B, T, N, 1), the
+    transition blocks transposed to (B or 1, T or 1, next, previous, 1), the lists of position 0
+    (B, N, k), and per position (T, B, 1) whether it is inside the row, its last, and inside after
+    the first."""
+    u = op.Unsqueeze(_double(unary), _constant([3], np.int64))
+    w = op.Unsqueeze(op.Transpose(_blocks(transitions), perm=[0, 1, 3, 2]), _constant([4], np.int64))
+    first = op.Add(op.Unsqueeze(_double(start), _constant([2], np.int64)),
+                   op.Gather(u, _constant(0, np.int64), axis=1))  # (B, N, 1)
+    shape = op.Concat(op.Shape(first, start=0, end=2), _constant([k - 1], np.int64), axis=0)
+    top = op.Concat(first, op.Expand(_constant(float("-inf")), shape), axis=2)
+    t = op.Unsqueeze(op.Range(_constant(0, np.int64), op.Squeeze(op.Shape(u, start=1, end=2)),
+                              _constant(1, np.int64)), _constant([1], np.int64))  # (T, 1)
+    after = _constant([2], np.int64)
+    live = op.Unsqueeze(op.Less(t, lengths), after)  # (T, B, 1)
+    ends = op.Unsqueeze(op.Equal(t, op.Sub(lengths, _constant(1, np.int64))), after)
+    moves = op.And(live, op.Unsqueeze(op.Greater(t, _constant(0, np.int64)), after))
+    best, paths = _chain_kbest(u, w, top, op.Unsqueeze(_double(end), after), live, ends, moves,
+                               _constant([k], np.int64))
     is_first = _constant(np.arange(k) == 0, np.bool_)
     empty = op.Unsqueeze(op.Equal(lengths, _constant(0, np.int64)), _constant([1], np.int64))
     valid = op.Or(op.And(empty, is_first), op.And(op.Not(empty), op.Not(op.IsInf(best, detect_positive=0))))
