@@ -26,7 +26,13 @@ def _node(x: Tensor, create_graph: bool) -> Tensor:
 def logz_and_grads(fn: Callable[..., Tensor], parts: Sequence[Tensor]) -> tuple[Tensor, list[Tensor]]:
     """``fn(*parts)`` (a (B,) log-partition) and its gradients w.r.t. every part (the marginals),
     differentiable w.r.t. the parts when grad mode is on and one of them requires grad; infeasible
-    rows (-inf) get zero gradients. Works under ``torch.inference_mode`` too."""
+    rows (-inf) get zero gradients. Works under ``torch.inference_mode`` too; refused under
+    ``torch.export`` (which cannot trace a gradient taken inside the call)."""
+    if torch.compiler.is_exporting():
+        raise NotImplementedError(
+            "torch.export cannot trace the gradient of a log-partition taken inside the call (a "
+            "distribution's marginals, entropy or cross-entropy): export the log-partition, the "
+            "decoder, or LinearChainCRF.marginals (the chain's node marginals, an operator)")
     create_graph = torch.is_grad_enabled() and any(p.requires_grad for p in parts)
     context = torch.enable_grad() if create_graph else torch.inference_mode(False)
     with context, torch.enable_grad():

@@ -81,3 +81,24 @@ def test_an_aotinductor_package_decodes_as_eager(tmp_path):
     for B, T, seed in ((3, 9, 1), (1, 4, 2)):
         args = inputs(B, T, seed)
         assert_same(tuple(loaded(*args)), model(*args))
+
+
+class Expectation(torch.nn.Module):
+    """A distribution's quantity taken as a gradient of its log-partition inside the call."""
+
+    def __init__(self, which: str):
+        super().__init__()
+        self.which = which
+        self.transitions = torch.nn.Parameter(torch.randn(3, 3))
+
+    def forward(self, x, lengths):
+        if self.which == "chain entropy":
+            return st.ChainDistribution(x, self.transitions, lengths=lengths).entropy
+        return st.SemiMarkovDistribution(x, self.transitions, max_len=2, lengths=lengths).marginals.positions
+
+
+@pytest.mark.parametrize("which", ["chain entropy", "semi-Markov marginals"])
+def test_gradients_taken_inside_the_call_refuse_export_naming_what_exports(which):
+    example = (torch.randn(2, 5, 3), torch.tensor([5, 3]))
+    with pytest.raises(NotImplementedError, match="torch.export cannot trace the gradient.*export the log-partition"):
+        torch.export.export(Expectation(which), example)
