@@ -118,7 +118,9 @@ onnx_program = torch.onnx.export(model, example, dynamic_shapes=(dims, dims, dim
                                  custom_translation_table=st.onnx_translation_table(), verbose=False)
 onnx_path = os.path.join(folder, "tagger.onnx")
 onnx_program.save(onnx_path)
-session = onnxruntime.InferenceSession(onnx_path)
+options = onnxruntime.SessionOptions()
+options.intra_op_num_threads = options.inter_op_num_threads = 1  # one thread, as PyTorch here
+session = onnxruntime.InferenceSession(onnx_path, options)
 names = [i.name for i in session.get_inputs()]
 
 
