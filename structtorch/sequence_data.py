@@ -24,21 +24,31 @@ class SequenceData:
         For segmentations: True where a segment begins (``labels`` then holds each position's
         segment label). :func:`structtorch.train.fit` passes ``(labels, starts)`` as the target of a
         model that returns a segmentation structure (a :class:`structtorch.SemiMarkovDistribution`).
+    cost : Tensor (B, T, N) float, optional
+        Per-example costs of the structured hinge: ``cost[b, t, j]`` is what predicting label j at
+        position t of sequence b costs (0 at its gold label, as a rule); the loss of a labeling is
+        their sum over its positions, in place of the Hamming count (the loss's ``h`` applies to
+        that sum). Every solver of :func:`structtorch.train.fit` passes it to the loss as
+        ``cost=`` (see :class:`structtorch.StructuredHingeLoss`).
     """
 
     x: Tensor
     labels: Tensor
     lengths: Tensor
     starts: Tensor | None = None
+    cost: Tensor | None = None
 
     def __len__(self) -> int:
         return self.x.shape[0]
 
     def batch(self, index: Tensor) -> SequenceData:
         """The sub-batch of rows ``index``."""
-        starts = None if self.starts is None else self.starts[index]
-        return SequenceData(self.x[index], self.labels[index], self.lengths[index], starts)
+        def rows(x: Tensor | None) -> Tensor | None:
+            return None if x is None else x[index]
+
+        return SequenceData(self.x[index], self.labels[index], self.lengths[index], rows(self.starts),
+                            rows(self.cost))
 
     def map_x(self, fn) -> SequenceData:
         """The same sequences with features ``fn(x)``."""
-        return SequenceData(fn(self.x), self.labels, self.lengths, self.starts)
+        return SequenceData(fn(self.x), self.labels, self.lengths, self.starts, self.cost)

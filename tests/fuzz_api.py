@@ -461,6 +461,51 @@ U3, A3, Y3 = torch.randn(2, 4, 3), torch.randn(3, 3), torch.randint(0, 3, (2, 4)
 def _sm_target():
     return {"target_labels": torch.tensor([[0, 0, 1, 1], [2, 2, 0, 1]]),
             "target_starts": torch.tensor([[True, False, True, False], [True, False, True, True]])}
+def _pytorch_crf(N: int = 3, **scores):
+    """An object with a torchcrf.CRF's attributes, ``scores`` replacing its parameters."""
+    import types
+
+    crf = types.SimpleNamespace(num_tags=N, batch_first=True, transitions=torch.randn(N, N),
+                                start_transitions=torch.randn(N), end_transitions=torch.randn(N))
+    return vars(crf).update(scores) or crf
+
+
+def _from_pytorch_crf_bad() -> list:
+    """Issue 53, items 4 and 5: every parameter of a wrong shape (broadcastable ones were copied
+    silently, the others raised PyTorch's size mismatch) or dtype, and num_tags disagreeing."""
+    cases = []
+    for name, good in (("transitions", (3, 3)), ("start_transitions", (3,)), ("end_transitions", (3,))):
+        wrong = {(1, 3), (3, 1), (4, 4), (2, 2), (3,), (3, 3, 1)} if len(good) == 2 else {(1,), (4,), (2,), (3, 1), ()}
+        for shape in sorted(wrong, key=str):
+            cases.append((lambda n=name, sh=shape: st.LinearChainCRF.from_pytorch_crf(
+                _pytorch_crf(**{n: torch.zeros(sh)})), ValueError, f"crf.{name}"))
+        for dtype in (torch.long, torch.bool, torch.float16, torch.complex64):
+            cases.append((lambda n=name, sh=good, dt=dtype: st.LinearChainCRF.from_pytorch_crf(
+                _pytorch_crf(**{n: torch.zeros(sh, dtype=dt)})), TypeError, f"crf.{name}"))
+        cases.append((lambda n=name, sh=good: st.LinearChainCRF.from_pytorch_crf(
+            _pytorch_crf(**{n: torch.full(sh, math.nan)})), ValueError, f"crf.{name}"))
+    for N_ in (2, 4):
+        cases.append((lambda k=N_: st.LinearChainCRF.from_pytorch_crf(_pytorch_crf(**{"num_tags": k})), ValueError,
+                      "crf.transitions"))
+    cases.append((lambda: st.LinearChainCRF.from_pytorch_crf(_pytorch_crf(**{"num_tags": 3.0})), TypeError,
+                  "crf.num_tags"))
+    return cases
+
+
+def _semimarkov_crf_bad_masks() -> list:
+    """Issue 53, item 7: masks as (nested) lists, tensors of each non-mask dtype, shapes off by one."""
+    mask = torch.ones(2, 4, dtype=torch.bool)
+    cases = [(lambda m=m: _semimarkov_crf({**_smcrf_args(), "mask": m}), TypeError, "mask")
+             for m in (mask.tolist(), [tuple(r) for r in mask.tolist()], [torch.ones(4, dtype=torch.bool)] * 2)]
+    cases += [(lambda dt=dt: _semimarkov_crf({**_smcrf_args(), "mask": mask.to(dt)}), TypeError, "mask")
+              for dt in (torch.float32, torch.float64, torch.int64, torch.int32, torch.int8)]
+    cases += [(lambda sh=sh: _semimarkov_crf({**_smcrf_args(), "mask": torch.ones(sh, dtype=torch.bool)}),
+               ValueError, "mask") for sh in ((2, 3), (2, 5), (1, 4), (3, 4), (2, 4, 1), (2, 2, 2))]
+    return cases
+
+
+FROM_PYTORCH_CRF_BAD = _from_pytorch_crf_bad()
+SEMIMARKOV_CRF_BAD_MASKS = _semimarkov_crf_bad_masks()
 NEW_BAD_INPUTS = [  # (call, exception, the argument its message names)
     (lambda: st.word_mask([[None, -2, 0]]), ValueError, "word_ids"),
     (lambda: st.word_mask([[None, 0.0, 0]]), TypeError, "word_ids"),
@@ -506,6 +551,8 @@ NEW_BAD_INPUTS = [  # (call, exception, the argument its message names)
                               "lengths": torch.tensor([4, 4])}), ValueError, "lengths"),
     (lambda: _semimarkov_crf({**_smcrf_args(), "lengths": torch.tensor([5, 4])}), ValueError, "lengths"),
     (lambda: st.LinearChainCRF.from_pytorch_crf(object()), TypeError, "crf"),
+    *FROM_PYTORCH_CRF_BAD,
+    *SEMIMARKOV_CRF_BAD_MASKS,
     (lambda: st.allowed_transitions("BIOX", ["O"]), ValueError, "scheme"),
     (lambda: st.set_validation("False"), TypeError, "enabled"),
     (lambda: st.set_adaptive_threads("0"), TypeError, "enabled"),
@@ -672,8 +719,9 @@ def test_segment_losses_of_the_hinge_match_enumeration(B_, T_, N_, S_, seed, res
 
 
 def _labelings_psi(model, data):
-    """Per sequence: [(labeling, Hamming count, psi(x, labeling) (d,) float64)] over every labeling of
-    its length, psi being the gradient of the path score w.r.t. the parameters (a linear model)."""
+    """Per sequence: [(labeling, loss, psi(x, labeling) (d,) float64)] over every labeling of its
+    length, the loss being the Hamming count (or the sum of ``data.cost`` at the labeling's labels)
+    and psi the gradient of the path score w.r.t. the parameters (a linear model)."""
     import itertools
 
     import numpy as np
@@ -690,7 +738,11 @@ def _labelings_psi(model, data):
             grads = torch.autograd.grad(score.sum(), params, allow_unused=True)
             flat = np.concatenate([(torch.zeros_like(p) if gr is None else gr).reshape(-1).double().numpy()
                                    for gr, p in zip(grads, params, strict=True)])
-            rows.append((lab, int((torch.tensor(lab, dtype=torch.long) != y).sum()), flat))
+            if data.cost is None:
+                loss = int((torch.tensor(lab, dtype=torch.long) != y).sum())
+            else:
+                loss = float(sum(data.cost[i, t, j] for t, j in enumerate(lab)))
+            rows.append((lab, loss, flat))
         out.append((tuple(y.tolist()), rows))
     return out
 
@@ -771,6 +823,104 @@ def test_exact_solvers_certify_the_brute_force_optimum(case, n, max_length, seed
     if solver == "cutting_plane":
         assert history.converged and gap[-1] <= tol
         assert objective[-1] == pytest.approx(best, abs=tol + slack)
+
+
+class _ConfusionHinge(st.StructuredHingeLoss):
+    """A user's way to a per-position cost before SequenceData.cost: forward adds cost= (issue 53,
+    item 9). BCFW, which calls the oracle and not forward, refuses it."""
+
+    def __init__(self, cost):
+        super().__init__("margin")
+        self.cost = cost
+
+    def forward(self, unary, transitions, target, **kw):
+        return super().forward(unary, transitions, target, cost=self.cost, **kw)
+
+
+@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 6)), deadline=None, database=None)
+@given(hst.integers(1, 3), hst.integers(1, 3), hst.integers(0, 2**16), hst.sampled_from([0.3, 3.0]))
+def test_every_exact_solver_trains_the_data_costs(n, max_length, seed, C):
+    """SequenceData.cost (per position and label, 0 at the gold label): BCFW, 1-slack and n-slack
+    cutting planes certify the same optimum, the QP over every labeling's constraint with the costs
+    as losses (cvxpy), and each reported primal is the one recomputed by enumeration at its weights
+    with the costs (not the Hamming count)."""
+    import numpy as np
+
+    from structtorch.data import SequenceData, make_tagging_data
+
+    raw = make_tagging_data(n, seed=seed, min_length=1, max_length=max_length, num_features=2, num_labels=2,
+                            noise=1.5)
+    g = torch.Generator().manual_seed(seed)
+    cost = 3 * torch.rand(n, raw.labels.shape[1], 2, generator=g, dtype=torch.float64)
+    cost.scatter_(2, raw.labels.unsqueeze(2), 0.0)  # nothing for the gold label
+    data = SequenceData(raw.x.double(), raw.labels, raw.lengths, cost=cost)
+    lam = 1 / (n * C)
+    psis = _labelings_psi(st.LinearChainPotentials(2, 2).double(), data)
+    best = _qp_optimum(sum(p.numel() for p in st.LinearChainPotentials(2, 2).parameters()), lam, "margin", psis)
+    slack = 1e-6 * max(1.0, abs(best))  # Clarabel's accuracy
+    for solver, options in (("bcfw", {"tol": 1e-3}), ("cutting_plane", {"variant": "one_slack", "tol": 1e-7}),
+                            ("cutting_plane", {"variant": "n_slack", "tol": 1e-7})):
+        model = st.LinearChainPotentials(2, 2).double()
+        history = st.train.fit(model, data, st.StructuredHingeLoss("margin"), epochs=2000, C=C, solver=solver,
+                               solver_options=options, progress=False)
+        assert history.converged, (solver, options)  # the gap is at most tol: a certificate
+        w = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).double().numpy()
+        objective, dual = history["objective"][-1], history["dual"][-1]
+        assert objective == pytest.approx(_primal(w, lam, "margin", psis), rel=1e-9, abs=1e-12)
+        assert dual - slack <= best <= objective + slack and objective - best <= options["tol"] + slack
+    with pytest.raises(TypeError, match="solver='bcfw'.*overrides.*SequenceData\\(cost="):
+        st.train.fit(st.LinearChainPotentials(2, 2).double(), SequenceData(raw.x.double(), raw.labels, raw.lengths),
+                     _ConfusionHinge(cost), epochs=1, C=C, solver="bcfw", progress=False)
+    assert np.isfinite(best)
+
+
+_CHECKPOINTS: dict = {}
+
+
+def _fit_with_checkpoint(path, epochs: int):
+    from structtorch.data import make_tagging_data
+
+    data = make_tagging_data(6, seed=0, min_length=2, max_length=4, num_features=2, num_labels=3)
+    return st.train.fit(st.LinearChainPotentials(2, 3), data, st.StructuredHingeLoss(), epochs=epochs, C=1.0,
+                        solver="cutting_plane", progress=False, checkpoint=path)
+
+
+def _checkpoint_bytes() -> bytes:
+    """A checkpoint of a cutting-plane run (working set, dual, RNGs, history), written once."""
+    import tempfile
+    from pathlib import Path
+
+    if "bytes" not in _CHECKPOINTS:
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "fit.pt"
+            _fit_with_checkpoint(path, epochs=2)
+            _CHECKPOINTS["bytes"] = path.read_bytes()
+    return _CHECKPOINTS["bytes"]
+
+
+@SMALL
+@given(hst.floats(0, 1, exclude_max=True), hst.integers(1, 64), hst.sampled_from(["flip", "truncate", "insert"]))
+def test_a_damaged_checkpoint_is_a_clear_error_never_a_resumed_run(where, count, damage):
+    """Issue 53: random byte flips, truncations and insertions anywhere in a checkpoint of fit: a
+    ValueError naming the file, never a run resumed from a corrupt state."""
+    import tempfile
+    from pathlib import Path
+
+    data = _checkpoint_bytes()
+    at = int(where * len(data))
+    if damage == "flip":
+        bad = bytearray(data)
+        for k in range(at, min(at + count, len(data))):
+            bad[k] ^= 1 + (k * 37) % 255
+    elif damage == "truncate":
+        bad = data[:at]
+    else:
+        bad = data[:at] + bytes(count) + data[at:]
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "fit.pt"
+        path.write_bytes(bytes(bad))
+        with pytest.raises(ValueError, match=re.escape(repr(str(path)))):
+            _fit_with_checkpoint(path, epochs=3)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -511,6 +511,30 @@ def test_semimarkov_crf_takes_mask_reduction_and_keyword_lengths_as_the_chain_cr
         crf(content, labels, starts, mask, reduction="avg")
     with pytest.raises(TypeError, match=r"mask must be a bool \(or uint8\) tensor"):
         crf(content, labels, starts, mask.long())
+    with warnings.catch_warnings():  # issue 53, item 7: a nested list was taken for lengths, deprecated
+        warnings.simplefilter("error")
+        with pytest.raises(TypeError, match=r"mask must be a bool \(or uint8\) tensor"):
+            crf(content, labels, starts, mask.tolist())
+
+
+def test_semimarkov_crf_warns_of_an_infinite_reduced_loss():
+    """Issue 53, item 6: the log-likelihood was reduced and negated after the check for +inf, so a
+    reduced loss of +inf (a target through a -inf content score) trained on nothing without a word."""
+    import warnings
+
+    crf = SemiMarkovCRF(3, 2)
+    content = torch.randn(2, 4, 3)
+    content[0, 1, :] = float("-inf")
+    labels = torch.zeros(2, 4, dtype=torch.long)
+    starts = torch.tensor([[1, 0, 1, 0], [1, 0, 1, 0]], dtype=torch.bool)
+    for reduction in ("sum", "mean", "token_mean"):
+        with pytest.warns(RuntimeWarning, match=r"negative log-likelihood is \+inf for rows \[0\] of 2"):
+            assert crf(content, labels, starts, reduction=reduction).item() == float("inf")
+        with pytest.warns(RuntimeWarning, match=r"\+inf for rows \[0\]"):
+            assert crf.log_likelihood(content, labels, starts, reduction=reduction).item() == float("-inf")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.isinf(crf(content, labels, starts)).tolist() == [True, False]  # per row: visible
 
 
 # ------------------------------------------------------------------------------------------------

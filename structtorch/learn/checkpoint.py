@@ -12,16 +12,20 @@ continues from the saved total).
 
 A checkpoint is written to a temporary file beside ``PATH``, flushed and synced to disk, then
 renamed over ``PATH`` (an atomic replacement on POSIX and Windows): a process killed at any moment
-leaves the previous checkpoint whole. It is read with ``torch.load(weights_only=True)`` (tensors
-and plain Python values only: no code runs on loading), and compared with the training that reads
-it (:func:`fingerprint`): another solver, other options, another model shape or another training
-set is refused with a ValueError naming each difference, and so is a truncated or corrupt file.
+leaves the previous checkpoint whole. The file starts with the SHA-256 digest of the state
+(:data:`MAGIC`): reading checks it first, so that a changed, lost or added byte anywhere is a
+ValueError naming the file. The state is read with ``torch.load(weights_only=True)`` (tensors and
+plain Python values only: no code runs on loading), each entry is checked (a missing or mistyped
+one is a ValueError naming it), and it is compared with the training that reads it
+(:func:`fingerprint`): another solver, other options, another model shape or another training set
+is refused with a ValueError naming each difference.
 Under ``torch.distributed`` rank 0 writes and every rank reads the same file.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import random
 from collections.abc import Mapping
@@ -37,17 +41,30 @@ from .history import History, Selection
 
 __all__ = ["Checkpoint", "fingerprint", "read_checkpoint", "write_checkpoint"]
 
-FORMAT = "structtorch.fit.checkpoint/1"
+FORMAT = "structtorch.fit.checkpoint/2"
+MAGIC = b"structtorch.fit.checkpoint sha256="
+"""A checkpoint file is this line, the SHA-256 of the rest in hex, a newline, then the state as
+``torch.save`` writes it: any changed, missing or added byte fails the digest."""
+DIGEST = 64  # hex digits of a SHA-256
+
+ENTRIES = {"format": str, "meta": dict, "model": list, "solver": dict, "selection": dict, "rng": dict,
+           "history": dict}
+"""The entries of a checkpoint of fit, and their types."""
 
 
 def write_checkpoint(path: str | os.PathLike, state: Mapping[str, Any]) -> None:
-    """Write ``state`` to ``path`` atomically: a temporary file in the same folder, flushed and
-    fsynced, renamed over ``path``, then the folder synced (where the system allows)."""
+    """Write ``state`` to ``path`` with its digest (see :data:`MAGIC`), atomically: a temporary file
+    in the same folder, flushed and fsynced, renamed over ``path``, then the folder synced (where
+    the system allows)."""
     path = Path(path)
+    buffer = io.BytesIO()
+    torch.save(dict(state), buffer)
+    payload = buffer.getvalue()
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as fh:
-            torch.save(dict(state), fh)
+            fh.write(MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n")
+            fh.write(payload)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -66,14 +83,32 @@ def write_checkpoint(path: str | os.PathLike, state: Mapping[str, Any]) -> None:
         os.close(folder)
 
 
+def _verified(path: str | os.PathLike) -> bytes:
+    """The state's bytes in ``path``, after its digest is checked; a ValueError naming the file
+    where the file is not a checkpoint of fit or any byte differs from what was written."""
+    data = Path(path).read_bytes()
+    if not data.startswith(MAGIC):
+        raise ValueError(f"checkpoint {str(path)!r} is not a checkpoint of structtorch's fit (it does "
+                         f"not start with {MAGIC.decode()!r}: another file, a damaged first line, or a "
+                         "checkpoint of a structtorch before 0.4)")
+    head = len(MAGIC) + DIGEST
+    digest, payload = data[len(MAGIC):head], data[head + 1:]
+    if data[head:head + 1] != b"\n" or hashlib.sha256(payload).hexdigest().encode() != digest:
+        raise ValueError(f"checkpoint {str(path)!r} is damaged: its content does not match the digest "
+                         "written with it (a changed, lost or added byte; e.g. a truncated copy); remove it, "
+                         "or restore an intact copy")
+    return payload
+
+
 def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """The state in ``path`` (tensors on the CPU), read with ``weights_only=True``; a ValueError
-    where the file is not a whole structtorch checkpoint."""
+    """The state in ``path`` (tensors on the CPU), its digest verified, read with
+    ``weights_only=True``; a ValueError where the file is not a whole structtorch checkpoint."""
+    payload = _verified(path)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any failure to read is a bad file
-        raise ValueError(f"checkpoint {str(path)!r} cannot be read (truncated, corrupt or not a checkpoint "
-                         f"of fit): {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+        raise ValueError(f"checkpoint {str(path)!r} cannot be read (not a checkpoint of fit): "
+                         f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise ValueError(f"checkpoint {str(path)!r} is not a checkpoint of structtorch's fit (format "
                          f"{state.get('format') if isinstance(state, dict) else type(state).__name__!r}, "
@@ -81,10 +116,22 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     return state
 
 
+def _check_entries(path: Path, state: Mapping[str, Any]) -> None:
+    """A ValueError naming the first entry of :data:`ENTRIES` that ``state`` lacks or holds with
+    another type."""
+    for name, kind in ENTRIES.items():
+        if name not in state:
+            raise ValueError(f"checkpoint {str(path)!r} has no entry {name!r} (a checkpoint of fit holds "
+                             f"{', '.join(ENTRIES)})")
+        if not isinstance(state[name], kind):
+            raise ValueError(f"checkpoint {str(path)!r}: its entry {name!r} must be a {kind.__name__}, got "
+                             f"{type(state[name]).__name__}")
+
+
 def _data_digest(data: SequenceData) -> str:
     """A short hash of the training set's tensors (their shapes, dtypes and bytes)."""
     digest = hashlib.sha1()
-    for t in (data.x, data.labels, data.lengths, data.starts):
+    for t in (data.x, data.labels, data.lengths, data.starts, data.cost):
         if isinstance(t, torch.Tensor):
             t = t.detach().cpu().contiguous()
             digest.update(f"{tuple(t.shape)}{t.dtype}".encode())
@@ -95,7 +142,7 @@ def _data_digest(data: SequenceData) -> str:
 def fingerprint(*, solver: str, solver_options: Mapping[str, Any], lam: float, batch_size: int, seed: int,
                 data: SequenceData, modules: list[torch.nn.Module], loss: object,
                 optimizer: object, scheduler: object, select: str | None, mode: str | None,
-                patience: int | None) -> dict[str, Any]:
+                patience: int | None, objective: bool = True) -> dict[str, Any]:
     """What a checkpoint must share with the training that resumes it, as plain values (each key
     is named in the error when it differs)."""
     shapes = [[(k, tuple(v.shape), str(v.dtype)) for k, v in m.state_dict().items()] for m in modules]
@@ -112,6 +159,7 @@ def fingerprint(*, solver: str, solver_options: Mapping[str, Any], lam: float, b
         "optimizer": type(optimizer).__name__ if optimizer is not None else None,
         "scheduler": type(scheduler).__name__ if scheduler is not None else None,
         "select": (select, mode, patience),
+        "objective": bool(objective),
     }
 
 
@@ -165,12 +213,21 @@ class Checkpoint:
         if not self.path.exists():
             return History()
         state = read_checkpoint(self.path)
-        self._check(state.get("meta", {}))
-        solver.load_state_dict(state["solver"])
-        solver.task.load(state["model"])
-        selection.load_state_dict(state["selection"])
-        _set_rng_state(state["rng"])
-        return History(**state["history"])
+        _check_entries(self.path, state)
+        self._check(state["meta"])
+        self._load("solver", solver.load_state_dict, state)
+        self._load("model", solver.task.load, state)
+        self._load("selection", selection.load_state_dict, state)
+        self._load("rng", _set_rng_state, state)
+        return self._load("history", History.from_state, state)
+
+    def _load(self, entry: str, load: Any, state: Mapping[str, Any]) -> Any:
+        """``load(state[entry])``, any failure a ValueError naming the entry."""
+        try:
+            return load(state[entry])
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as e:
+            raise ValueError(f"checkpoint {str(self.path)!r}: its entry {entry!r} does not fit this training "
+                             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from e
 
     def _check(self, saved: Mapping[str, Any]) -> None:
         diffs = [f"{key}: {saved.get(key)!r} in the checkpoint, {value!r} now"

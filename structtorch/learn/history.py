@@ -29,6 +29,28 @@ class History:
     stopped_early: bool = False
     converged: bool = False
 
+    @classmethod
+    def from_state(cls, state: Mapping[str, object]) -> History:
+        """The history saved as ``state`` (the fields of a :class:`History` as a dict), checked: a
+        KeyError or TypeError naming what is missing or of another type."""
+        fields = ("epochs", "best_epoch", "stopped_early", "converged")
+        missing = [name for name in fields if name not in state]
+        if missing or len(state) != len(fields):
+            raise KeyError(f"a history holds {', '.join(fields)}; got {sorted(state)}")
+        epochs, best = state["epochs"], state["best_epoch"]
+        def record(e: object) -> bool:
+            return isinstance(e, dict) and all(isinstance(k, str) and isinstance(v, (int, float))
+                                               for k, v in e.items())
+
+        if not isinstance(epochs, list) or not all(record(e) for e in epochs):
+            raise TypeError("a history's epochs must be a list of {name: number} records")
+        index = isinstance(best, int) and not isinstance(best, bool) and 0 <= best < len(epochs)
+        if best is not None and not index:
+            raise TypeError(f"a history's best_epoch must be None or an epoch's index, got {best!r}")
+        if not all(isinstance(state[name], bool) for name in ("stopped_early", "converged")):
+            raise TypeError("a history's stopped_early and converged must be bools")
+        return cls(epochs, best, state["stopped_early"], state["converged"])
+
     def __getitem__(self, name: str) -> list[float]:
         return [e[name] for e in self.epochs]
 

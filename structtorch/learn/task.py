@@ -133,14 +133,16 @@ class Task:
 
     def _apply(self, loss: object, batch: SequenceData) -> Tensor:
         """``loss`` on the model's output for ``batch``: ``loss(structure, target)`` (target
-        ``(labels, starts)`` for segment data), else ``loss(unary, transitions, labels, ...)``."""
+        ``(labels, starts)`` for segment data), else ``loss(unary, transitions, labels, ...)``, with
+        ``cost=`` the batch's costs where the data has them."""
         out = self._output(batch)
+        cost = {} if batch.cost is None else {"cost": batch.cost}  # the data's costs (SequenceData.cost)
         if _is_structure(out):  # loss(structure, target), e.g. StructuredHingeLoss
             target = batch.labels if batch.starts is None else (batch.labels, batch.starts)
-            return loss(out, target)
+            return loss(out, target, **cost)
         pot = _as_potentials(out)
         unary, transitions = pot.pop("unary"), pot.pop("transitions")
-        return loss(unary, transitions, batch.labels, lengths=batch.lengths, **pot)
+        return loss(unary, transitions, batch.labels, lengths=batch.lengths, **pot, **cost)
 
     @torch.no_grad()
     def returns_structure(self, batch: SequenceData) -> bool:

@@ -43,6 +43,7 @@ share's size, so the averaged gradients equal those of one process on the whole 
 
 from __future__ import annotations
 
+import inspect
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -52,7 +53,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from .._checks import check_int, check_number, check_values
+from .._checks import check_finite, check_float, check_int, check_number, check_values
 from ..losses import StructuredHingeLoss, chain_nll
 from ..metrics import BUILTIN_METRICS as BUILTIN_METRICS  # re-exported where it was
 from ..metrics import Metric, accuracy, hamming, resolve_metrics, sequence_metrics
@@ -122,6 +123,31 @@ def _check_features(name: str, data: SequenceData | None) -> None:
         raise TypeError(f"{name} must be a SequenceData, got {type(data).__name__}")
     if isinstance(data.x, Tensor) and data.x.is_floating_point():
         check_values(f"{name}.x", data.x)
+    if data.cost is not None:
+        cost = check_float(f"{name}.cost", data.cost)
+        check_finite(f"{name}.cost", cost)
+        shape = tuple(data.labels.shape)
+        if cost.dim() != 3 or tuple(cost.shape[:2]) != shape:
+            raise ValueError(f"{name}.cost must have shape (n, T, N) = ({shape[0]}, {shape[1]}, N) as "
+                             f"{name}.labels, got {tuple(cost.shape)}")
+
+
+def _check_cost_taken(data: SequenceData, loss: object) -> None:
+    """A ValueError or TypeError where ``data`` has costs that ``loss`` cannot take (``cost=``)."""
+    if data.cost is None:
+        return
+    if isinstance(loss, LinearChainCRF) or loss is chain_nll:
+        raise ValueError("train_data.cost holds costs of the structured hinge; the CRF likelihood takes none "
+                         "(train with a StructuredHingeLoss, or drop the costs)")
+    if loss is None or isinstance(loss, StructuredHingeLoss):
+        return
+    try:
+        parameters = inspect.signature(loss).parameters.values()
+    except (TypeError, ValueError):  # no introspectable signature: the call will tell
+        return
+    if not any(p.name == "cost" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        raise TypeError(f"train_data.cost is passed to the loss as cost=, which {type(loss).__name__} does "
+                        "not take")
 
 
 def _process_group() -> tuple[bool, int, int]:
@@ -200,7 +226,8 @@ def _checkpoint(path: str | os.PathLike | None, every: int, engine: Solver, opti
     meta = fingerprint(solver=solver, solver_options=options.solver_options, lam=options.lam,
                        batch_size=options.batch_size, seed=options.seed, data=data,
                        modules=engine.task.modules, loss=loss, optimizer=options.optimizer,
-                       scheduler=options.scheduler, select=select, mode=mode, patience=patience)
+                       scheduler=options.scheduler, select=select, mode=mode, patience=patience,
+                       objective=options.objective)
     return Checkpoint(path, every, meta, options.rank, options.distributed)
 
 
@@ -238,12 +265,16 @@ def fit(
         end (N,)); -> unary (B, T, N) alone when ``loss`` is a LinearChainCRF. May be wrapped in
         DistributedDataParallel.
     train_data, val_data : SequenceData
-        ``x`` (n, T, ...), ``labels`` (n, T), ``lengths`` (n,).
+        ``x`` (n, T, ...), ``labels`` (n, T), ``lengths`` (n,); ``train_data.cost`` (n, T, N),
+        optional, per-example costs of the structured hinge (``cost[i, t, j]``: predicting j at
+        position t of sequence i), which every solver passes to the loss as ``cost=``.
     loss : callable or LinearChainCRF
         ``loss(unary, transitions, labels, start=, end=, lengths=)`` -> scalar mean over the batch
         (the loss protocol of the module docstring): a StructuredHingeLoss, :func:`chain_nll` or
         any function; or a LinearChainCRF (its mean NLL, its parameters trained too). None only
-        with ``solver="bcfw"`` (the margin-rescaled Hamming hinge).
+        with ``solver="bcfw"`` (the margin-rescaled Hamming hinge). BCFW calls the loss-augmented
+        oracle with the loss's ``h`` (and the data's costs), not the loss: it refuses a subclass
+        that overrides ``forward``, and segment losses or partial labels.
     optimizer : torch.optim.Optimizer, optional
         Default: SGD with lr 0.01 on the parameters of the model (and of a CRF loss). Optimizers
         whose ``step`` requires a closure (``torch.optim.LBFGS``) get one that recomputes the
@@ -305,10 +336,12 @@ def fit(
     checkpoint : str or os.PathLike, optional
         A file for the whole training state (model, optimizer, RNGs, history, best-epoch selection,
         the solver's state; :mod:`structtorch.learn.checkpoint`), written atomically after every
-        ``checkpoint_every`` epochs and after the last. Where the file exists, training resumes
-        from it and ends as an uninterrupted run would have; a checkpoint of another training (other
-        solver, options, model shape or data) or a damaged file is refused with a ValueError naming
-        the difference. To train for more epochs, call again with a larger ``epochs``.
+        ``checkpoint_every`` epochs and after the last, with a digest of its content. Where the file
+        exists, training resumes from it and ends as an uninterrupted run would have; a checkpoint
+        of another training (other solver, options, ``objective``, model shape or data) is refused
+        with a ValueError naming the difference, a damaged file (any changed byte) or a missing or
+        mistyped entry with one naming the file and the entry. To train for more epochs, call again
+        with a larger ``epochs``.
     checkpoint_every : int
         Epochs between two writes (default 1).
 
@@ -343,12 +376,19 @@ def fit(
     _check_features("val_data", val_data)
     if len(train_data) == 0:
         raise ValueError("train_data is empty: fit needs at least one training sequence")
+    _check_cost_taken(train_data, loss)
     metric_fns = resolve_metrics(metrics)
     lam = _regularization(len(train_data), C, l2)
     if patience is not None:
         check_int("patience", patience, 1)
         if select is None:
             raise ValueError("patience needs select= (the record to watch, e.g. 'val_accuracy')")
+    if solver_options is not None and not isinstance(solver_options, Mapping):
+        raise TypeError(f"solver_options must be a dict of the solver's options (e.g. {{'tol': 1e-3}}), got "
+                        f"{type(solver_options).__name__} {solver_options!r}")
+    if solver_options is not None and not all(isinstance(k, str) for k in solver_options):
+        raise TypeError(f"solver_options must have str keys (the options' names), got "
+                        f"{list(solver_options)!r}")
     distributed, rank, world = _process_group()
     options = FitOptions(epochs=epochs, lam=lam, batch_size=batch_size, seed=seed, objective=objective,
                          optimizer=optimizer, scheduler=scheduler, solver_options=dict(solver_options or {}),

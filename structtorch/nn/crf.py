@@ -21,7 +21,10 @@ from torch import Tensor, nn
 from .._checks import (
     LengthsLike,
     _fmt,
+    check_device,
+    check_float,
     check_ignore_index,
+    check_int,
     check_lengths,
     not_a_tensor,
     one_assertion,
@@ -163,13 +166,22 @@ class LinearChainCRF(NotScriptable, nn.Module):
         if missing:
             raise TypeError(f"crf must be a torchcrf.CRF ({', '.join(needed)}), got {type(crf).__name__} "
                             f"without {', '.join(missing)}")
+        N = check_int("crf.num_tags", crf.num_tags, 1)
+        scores = {}
+        for name, shape in (("transitions", (N, N)), ("start_transitions", (N,)), ("end_transitions", (N,))):
+            x = check_float(f"crf.{name}", getattr(crf, name))
+            if x.dim() != len(shape) or tuple(x.shape) != shape:  # never broadcast into the parameters
+                raise ValueError(f"crf.{name} must have shape {_fmt(shape)} for crf.num_tags = {N}, got "
+                                 f"{_fmt(x.shape)}")
+            check_device(f"crf.{name}", x, crf.transitions, "crf.transitions")
+            scores[name] = x
         if batch_first is None:
             batch_first = crf.batch_first
-        module = cls(crf.num_tags, batch_first=batch_first, **kwargs)
+        module = cls(N, batch_first=batch_first, **kwargs)
         with torch.no_grad():
-            module.transitions.copy_(crf.transitions)
-            module.start.copy_(crf.start_transitions)
-            module.end.copy_(crf.end_transitions)
+            module.transitions.copy_(scores["transitions"])
+            module.start.copy_(scores["start_transitions"])
+            module.end.copy_(scores["end_transitions"])
         return module.to(crf.transitions.device)
 
     def reset_parameters(self) -> None:

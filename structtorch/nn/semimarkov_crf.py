@@ -130,17 +130,18 @@ class SemiMarkovCRF(NotScriptable, nn.Module):
             uses a -inf content score.
         """
         mask, lengths = _deprecated_lengths("forward", mask, lengths)
-        return -self._log_likelihood(content, labels, starts, mask, lengths, reduction)
+        return self._nll(content, labels, starts, mask, lengths, reduction)
 
     def log_likelihood(self, content: Tensor, labels: Tensor, starts: Tensor, mask: Tensor | None = None, *,
                        lengths: LengthsLike = None, reduction: str = "none") -> Tensor:
         """log p(labels, starts | content) (<= 0): minus :meth:`forward`, arguments as there (the
         fourth positional argument as ``lengths`` is deprecated likewise)."""
         mask, lengths = _deprecated_lengths("log_likelihood", mask, lengths)
-        return self._log_likelihood(content, labels, starts, mask, lengths, reduction)
+        return -self._nll(content, labels, starts, mask, lengths, reduction)
 
-    def _log_likelihood(self, content: Tensor, labels: Tensor, starts: Tensor, mask: Tensor | None,
-                        lengths: LengthsLike, reduction: str) -> Tensor:
+    def _nll(self, content: Tensor, labels: Tensor, starts: Tensor, mask: Tensor | None, lengths: LengthsLike,
+             reduction: str) -> Tensor:
+        """The negative log-likelihood per sequence, reduced (warning where the reduction is +inf)."""
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
         moved = self._moved(content, mask, lengths)
@@ -148,7 +149,7 @@ class SemiMarkovCRF(NotScriptable, nn.Module):
             content, lengths = moved.take(content), moved.lengths
             labels, starts = moved.take_positions(labels), moved.take_positions(starts)
         dist = self.distribution(content, lengths)
-        return _reduce(dist.log_prob((labels, starts)), reduction, lambda: dist.lengths.sum())
+        return _reduce(-dist.log_prob((labels, starts)), reduction, lambda: dist.lengths.sum())
 
     def _moved(self, content: object, mask: Tensor | None, lengths: LengthsLike) -> Compaction | None:
         """The :class:`structtorch.chain.masking.Compaction` of ``mask`` (checked), or None."""
@@ -186,8 +187,9 @@ class SemiMarkovCRF(NotScriptable, nn.Module):
 def _deprecated_lengths(method: str, mask: object, lengths: LengthsLike) -> tuple[Tensor | None, LengthsLike]:
     """``(mask, lengths)``, with lengths given where the mask goes (the former positional form: a
     (B,) tensor or a list of ints) moved to ``lengths`` after a ``DeprecationWarning``."""
-    if not (isinstance(mask, (list, tuple)) or (isinstance(mask, Tensor) and mask.dim() == 1)):
-        return mask, lengths
+    nested = isinstance(mask, (list, tuple)) and any(isinstance(row, (list, tuple, Tensor)) for row in mask)
+    if nested or not (isinstance(mask, (list, tuple)) or (isinstance(mask, Tensor) and mask.dim() == 1)):
+        return mask, lengths  # a mask (a nested list is one, refused as such: masks are tensors)
     if lengths is not None:
         raise TypeError(f"SemiMarkovCRF.{method} got lengths twice: as its mask argument and as lengths=")
     if not torch.compiler.is_compiling():  # dynamo cannot trace warnings.warn

@@ -181,3 +181,20 @@ def test_sparse_gradients_give_the_same_steps():
         iterates.append((solver.w.clone(), solver.w_avg))
     torch.testing.assert_close(iterates[0], iterates[1], rtol=1e-12, atol=1e-12)
     assert bool((iterates[0][0] != 0).any())
+
+
+def test_bcfw_refuses_a_loss_it_would_not_train():
+    """Issue 53, item 9: BCFW calls the loss-augmented oracle, not the loss's forward: a subclass
+    overriding forward, segment losses or partial labels would be trained as the plain Hamming
+    problem, silently. The data's costs (SequenceData.cost) are its way to other losses."""
+    data = make_tagging_data(4, seed=0, min_length=2, max_length=3, num_features=2, num_labels=2)
+
+    class Costed(st.StructuredHingeLoss):
+        def forward(self, unary, transitions, target, **kw):
+            return super().forward(unary, transitions, target, cost=torch.ones(2, 2), **kw)
+
+    cases = [(Costed(), TypeError, "overrides"), (st.StructuredHingeLoss(ignore_index=-100), ValueError,
+             "ignore_index=-100"), (st.StructuredHingeLoss(loss="zero_one"), ValueError, "loss='zero_one'")]
+    for loss, exc, match in cases:
+        with pytest.raises(exc, match=f"solver='bcfw'.*{match}"):
+            st.train.fit(st.LinearChainPotentials(2, 2), data, loss, epochs=1, C=1.0, solver="bcfw", progress=False)

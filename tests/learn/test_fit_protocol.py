@@ -412,3 +412,43 @@ def test_bad_potentials_without_validation_are_a_clear_error_of_the_exact_solver
         st.train.fit(st.LinearChainPotentials(2, 2), data, st.StructuredHingeLoss(), epochs=1, C=1.0,
                      solver=solver, progress=False)
 
+
+
+def _costed(n: int = 6, seed: int = 0) -> SequenceData:
+    data = st.data.make_tagging_data(n, seed=seed, min_length=2, max_length=4, num_features=2, num_labels=3)
+    cost = torch.rand(n, data.labels.shape[1], 3, generator=torch.Generator().manual_seed(seed))
+    return SequenceData(data.x, data.labels, data.lengths, cost=cost.scatter(2, data.labels.unsqueeze(2), 0.0))
+
+
+def test_data_costs_reach_every_solvers_loss():
+    """SequenceData.cost (issue 53, item 9) is the loss's cost= under every solver: the subgradient
+    solver's objective is the hinge with the costs, not with the Hamming count."""
+    data = _costed()
+    model = st.LinearChainPotentials(2, 3)
+    history = st.train.fit(model, data, st.StructuredHingeLoss(), epochs=1, l2=0.1, progress=False)
+    unary, trans = model(data.x)
+    want = st.structured_hinge(unary, trans, data.labels, lengths=data.lengths, cost=data.cost).item()
+    hamming = st.structured_hinge(unary, trans, data.labels, lengths=data.lengths).item()
+    penalty = 0.05 * sum(float(p.pow(2).sum()) for p in model.parameters())
+    assert history["objective"][-1] == pytest.approx(want + penalty, rel=1e-5)
+    assert want != pytest.approx(hamming, rel=1e-3)  # the costs change the loss here
+    assert data.batch(torch.tensor([1, 0])).cost.shape == (2, *data.cost.shape[1:])
+
+
+def test_data_costs_that_the_loss_cannot_take_are_refused():
+    data = _costed()
+    with pytest.raises(ValueError, match="train_data.cost .* CRF likelihood takes none"):
+        st.train.fit(nn.Linear(2, 3), data, st.LinearChainCRF(3), epochs=1, progress=False)
+    with pytest.raises(ValueError, match="train_data.cost .* CRF likelihood takes none"):
+        st.train.fit(st.LinearChainPotentials(2, 3), data, chain_nll, epochs=1, progress=False)
+
+    def plain(unary, transitions, labels, *, lengths=None):
+        return unary.sum()
+
+    with pytest.raises(TypeError, match="train_data.cost is passed to the loss as cost="):
+        st.train.fit(st.LinearChainPotentials(2, 3), data, plain, epochs=1, progress=False)
+    for bad, exc in ((data.cost[:, :-1], ValueError), (data.cost.long(), TypeError),
+                     (data.cost.index_fill(0, torch.tensor([0]), float("inf")), ValueError)):
+        broken = SequenceData(data.x, data.labels, data.lengths, cost=bad)
+        with pytest.raises(exc, match="train_data.cost"):
+            st.train.fit(st.LinearChainPotentials(2, 3), broken, st.StructuredHingeLoss(), epochs=1, progress=False)

@@ -54,6 +54,15 @@ def _hinge(loss: object) -> StructuredHingeLoss:
                          f"rescaling={loss.rescaling!r}")
     if loss.reduction != "mean":
         raise ValueError(f"solver='bcfw' needs the loss's reduction 'mean', got {loss.reduction!r}")
+    if type(loss).forward is not StructuredHingeLoss.forward:
+        raise TypeError(f"solver='bcfw' calls the loss-augmented oracle with the loss's h and the data's "
+                        f"costs, not the loss's forward, which {type(loss).__name__} overrides: pass "
+                        "per-example costs as SequenceData(cost=...), or train this loss with "
+                        "solver='cutting_plane' (or 'subgradient'), which call it")
+    if loss.loss not in (None, "hamming") or loss.ignore_index is not None:
+        raise ValueError("solver='bcfw' trains fully labeled chains under the Hamming loss or the data's "
+                         f"costs; the loss has loss={loss.loss!r}, ignore_index={loss.ignore_index!r}: use "
+                         "solver='cutting_plane'")
     return loss
 
 
@@ -88,8 +97,9 @@ class BCFW:
     data : SequenceData
         The n training sequences.
     loss : StructuredHingeLoss or None
-        Margin rescaling with reduction "mean" and any ``h`` of the Hamming count with h(0) = 0;
-        None: the Hamming loss.
+        Margin rescaling with reduction "mean" and any ``h`` of the Hamming count (or of the sum
+        of the data's costs, ``SequenceData.cost``) with h(0) = 0; None: the Hamming loss. Its
+        ``forward`` is not called (the oracle is): a subclass that overrides it is refused.
     lam : float
         lambda > 0, the weight of lambda/2 ||w||^2.
     seed : int
@@ -149,7 +159,7 @@ class BCFW:
         with torch.no_grad():
             value, path, _ = loss_augmented(
                 unary.detach(), trans.detach(), batch.labels, h=self.loss.h, rescaling="margin",
-                **{k: v.detach() for k, v in pot.items()}, lengths=batch.lengths)
+                **{k: v.detach() for k, v in pot.items()}, lengths=batch.lengths, cost=batch.cost)
         # <w, psi_i(y*)> = s(y_i) - s(y*); its gradient is psi_i(y*)
         worst = path.clamp(min=0)
         with torch.set_grad_enabled(psi):

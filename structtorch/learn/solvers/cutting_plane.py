@@ -108,8 +108,10 @@ def _trimmed(data: SequenceData) -> SequenceData:
     T = int(data.lengths.max()) if len(data) else 0
     if data.x.dim() < 2 or data.x.shape[1] != data.labels.shape[1] or T >= data.labels.shape[1]:
         return data
-    starts = None if data.starts is None else data.starts[:, :T]
-    return SequenceData(data.x[:, :T], data.labels[:, :T], data.lengths, starts)
+    def cut(x: Tensor | None) -> Tensor | None:
+        return None if x is None else x[:, :T]
+
+    return SequenceData(data.x[:, :T], data.labels[:, :T], data.lengths, cut(data.starts), cut(data.cost))
 
 
 def _hinge(loss: object) -> StructuredHingeLoss:
