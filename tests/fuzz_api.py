@@ -837,7 +837,7 @@ class _ConfusionHinge(st.StructuredHingeLoss):
         return super().forward(unary, transitions, target, cost=self.cost, **kw)
 
 
-@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 6)), deadline=None, database=None)
+@settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 4)), deadline=None, database=None)
 @given(hst.integers(1, 3), hst.integers(1, 3), hst.integers(0, 2**16), hst.sampled_from([0.3, 3.0]))
 def test_every_exact_solver_trains_the_data_costs(n, max_length, seed, C):
     """SequenceData.cost (per position and label, 0 at the gold label): BCFW, 1-slack and n-slack
