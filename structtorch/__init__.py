@@ -6,7 +6,7 @@ needs torch alone and loads the library proper: the structures, the losses, the 
 learning layer.
 """
 
-import importlib
+import importlib as _importlib
 
 from . import metrics
 from ._backend import use_backend
@@ -108,6 +108,9 @@ __all__ = [
     "SparseFeaturePotentials",
     "CRFForTokenClassification",
     "lp",
+    "mining",
+    "semisup",
+    "profiling",
     "use_backend",
     "set_validation",
     "validation_enabled",
@@ -117,7 +120,10 @@ __all__ = [
 
 __version__ = "0.4.0.dev0"
 
-_LAZY = ("lp", "data", "mining", "semisup")
+_LAZY = ("lp", "data", "mining", "semisup", "profiling")
+_SUBPACKAGES = ("nn", "learn", "losses")
+"""Subpackages whose members the API page documents by their dotted names (``structtorch.nn.words``,
+``structtorch.learn.checkpoint``, ``structtorch.losses.Structure``)."""
 
 
 def onnx_translation_table() -> dict:
@@ -150,13 +156,15 @@ def onnx_translation_table() -> dict:
 
 def __getattr__(name: str):
     if name in _LAZY:
-        module = importlib.import_module(f".{name}", __name__)
+        module = _importlib.import_module(f".{name}", __name__)
         globals()[name] = module
         return module
     if name == "CRFForTokenClassification":  # imports transformers
-        return getattr(importlib.import_module(".nn", __name__), name)
+        return getattr(_importlib.import_module(".nn", __name__), name)
     raise AttributeError(f"module 'structtorch' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY) | {"CRFForTokenClassification"})
+    """The documented names (the API page's; a test compares them), not the modules imported on the
+    way: ``__all__``, the documented subpackages and the version."""
+    return sorted({*__all__, *_SUBPACKAGES, "__version__"})

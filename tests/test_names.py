@@ -51,3 +51,19 @@ def test_public_dynamic_programs_follow_the_naming_rule():
         prefix = name.split("_")[0]
         rest = name[len(prefix) + 1:]
         assert name in operations or name == "path_score" or (prefix in structures and rest in operations), name
+
+
+def test_the_public_namespace_is_the_api_page():
+    """Issue 54, item 5: dir(structtorch) lists the names the API page documents (``structtorch.X``
+    anywhere on it, deprecated names in double backquotes), and nothing else (no importlib, no
+    modules imported on the way)."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).parents[1] / "docs" / "api.rst").read_text()
+    documented = set(re.findall(r"structtorch\.([A-Za-z_]\w*)", page))
+    public = {n for n in dir(st) if not n.startswith("_")}
+    assert public - set(DEPRECATED) == documented, (public - documented, documented - public)
+    assert all(f"``{old}``" in page for old in DEPRECATED)
+    for name in public:
+        getattr(st, name)  # each resolves
