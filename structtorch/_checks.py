@@ -266,6 +266,12 @@ def check_that(ok: Callable[[], Tensor], message: str) -> None:
         raise ValueError(message)
 
 
+def _equal(n: int, form: str) -> str:
+    """`` = form.format(n)`` for a message, or nothing while ``torch.compile`` traces: formatting a
+    symbolic size would specialize the graph to its value (a recompile for every length)."""
+    return "" if torch.compiler.is_compiling() else " = " + form.format(n)
+
+
 def _fmt(shape) -> str:
     return str(tuple(int(s) for s in shape))
 
@@ -470,7 +476,7 @@ def check_length_values(lengths: Tensor, T: int) -> None:
     if not lengths.shape[0] or not _VALIDATION["on"]:
         pass
     elif not on_host(lengths):
-        message = f"lengths must lie in [0, T] = [0, {T}]"
+        message = f"lengths must lie in [0, T]{_equal(T, '[0, {}]')}"
         if not _counted(lengths, "range", message, lo=0, hi=T):
             require(((lengths >= 0) & (lengths <= T)).all(), message)
     elif bool((plain(lengths) < 0).any()) or bool((plain(lengths) > T).any()):
@@ -535,7 +541,7 @@ def check_label_values(labels: Tensor, lengths: Tensor, N: int, name: str = "lab
     if not _VALIDATION["on"]:
         return
     T = labels.shape[-1]
-    message = f"{name} must lie in [0, N) = [0, {N}) within each length"
+    message = f"{name} must lie in [0, N){_equal(N, '[0, {})')} within each length"
     if on_host(labels):
         if first_bad([], lengths, T, labels, N) == -1:  # one compiled pass; else the errors below
             return

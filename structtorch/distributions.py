@@ -94,8 +94,8 @@ class _StructureDistribution:
     def _run(self, name: str | None, fn: Callable[[], Any]) -> Any:
         """``fn()`` with autocast off, floating results in the result dtype; cached under ``name``
         (None: not cached) and the autograd mode."""
-        if name is None:  # not cached (and traceable by torch.compile: no inference-mode query)
-            with _no_autocast(self._device.type):
+        if name is None or torch.compiler.is_compiling():  # not cached (torch.compile traces no
+            with _no_autocast(self._device.type):  # inference-mode query)
                 return map_tensors(fn(), self._narrow)
         key = (name, torch.is_grad_enabled(), torch.is_inference_mode_enabled())
         if key not in self._cache:
@@ -104,7 +104,11 @@ class _StructureDistribution:
         return self._cache[key]
 
     def _internal(self, name: str, fn: Callable[[], Any]) -> Any:
-        """``fn()`` cached under ``name`` and the autograd mode, in the compute dtype."""
+        """``fn()`` cached under ``name`` and the autograd mode (not while ``torch.compile`` traces),
+        in the compute dtype."""
+        if torch.compiler.is_compiling():
+            with _no_autocast(self._device.type):
+                return fn()
         key = ("_" + name, torch.is_grad_enabled(), torch.is_inference_mode_enabled())
         if key not in self._cache:
             with _no_autocast(self._device.type):

@@ -383,3 +383,55 @@ def test_a_second_call_does_not_recompile():
     for _ in range(3):
         step(e, t)
     assert counter.frame_count == 1
+
+
+SHAPES = [(3, 7), (5, 9), (2, 12), (6, 5), (3, 8), (7, 16), (4, 3), (9, 11), (2, 4), (5, 20), (8, 6), (3, 13)]
+"""Twelve (B, T) with B >= 2 and T >= 3: PyTorch specializes sizes 0 and 1 (a batch of one
+sequence, or T = 2, whose T - 1 transitions are one, compiles its own graph, unless marked with
+``torch._dynamo.mark_unbacked``), and the first batch size is not N (duck sizing would give B and N
+one symbol, which the parameters' N specializes)."""
+
+
+def _step(kind: str, encoder, crf, semi, hinge):
+    """A training step's forward of each kind: (x (B, T, 5), y, lengths, mask) -> scalar loss."""
+    def chain(x, y, lengths, mask):
+        emissions = encoder(x)
+        if kind == "crf, lengths":
+            return crf(emissions, y, lengths=lengths).mean() + crf.decode(emissions, lengths=lengths)[0].sum() * 0
+        if kind == "crf, mask":
+            return crf(emissions, y, mask, reduction="token_mean") + crf.marginals(emissions, mask).sum() * 0
+        if kind == "crf, all positions":
+            return crf(emissions, y).mean()
+        if kind == "hinge":
+            return hinge(emissions, crf.transitions, y, lengths=lengths)
+        starts = (torch.arange(y.shape[1]) % 2 == 0).expand_as(y)
+        labels = starts.long().cumsum(1) % N
+        score = semi.decode(emissions, mask)[0].sum() * 0
+        return semi(emissions, labels, starts, mask, reduction="mean") + score
+
+    return chain
+
+
+@pytest.mark.parametrize("kind, backend", [("crf, lengths", "inductor"), ("crf, mask", "aot_eager"),
+                                           ("crf, all positions", "aot_eager"), ("hinge", "aot_eager"),
+                                           ("semi-Markov, mask", "aot_eager")])
+def test_a_training_step_compiles_once_for_every_batch_size_and_length(kind, backend):
+    """Issue 54, item 1: torch.compile(step, dynamic=True, fullgraph=True) recompiled for every new
+    length (a Python int read from a shape: a message formatted with T, a cache keyed on the
+    inference mode). Twelve (B, T) now run on the first graph: a recompile fails the call."""
+    torch.manual_seed(0)
+    encoder, crf, semi, hinge = torch.nn.Linear(5, N), st.LinearChainCRF(N), st.SemiMarkovCRF(N, 3), \
+        st.StructuredHingeLoss("margin")
+    step = _step(kind, encoder, crf, semi, hinge)
+    torch._dynamo.reset()
+    compiled = torch.compile(step, dynamic=True, fullgraph=True, backend=backend)
+    g = torch.Generator().manual_seed(1)
+    for i, (B_, T_) in enumerate(SHAPES):
+        x, y = torch.randn(B_, T_, 5, generator=g), torch.randint(0, N, (B_, T_), generator=g)
+        lengths = torch.randint(1, T_ + 1, (B_,), generator=g)
+        mask = torch.arange(T_) < lengths[:, None]
+        with torch.compiler.set_stance("fail_on_recompile" if i else "default"):
+            loss = compiled(x, y, lengths, mask)
+        want = step(x, y, lengths, mask)
+        torch.testing.assert_close(loss, want, rtol=1e-5, atol=1e-5)
+        loss.backward()  # outside the compiled step, as the speed page shows

@@ -130,6 +130,40 @@ except Exception as error:  # e.g. a Python version that TorchDynamo does not su
     print(f"torch.compile is not available here ({type(error).__name__}): skipped")
 
 # %%
+# One graph for every batch size and length
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A training loop meets a new (B, T) at nearly every batch (trimmed to its longest sentence).
+# Compile the step's forward - encoder, CRF loss, decoding - with ``dynamic=True``, and keep
+# ``backward()`` and ``optimizer.step()`` outside it: the compiled forward records the autograd
+# graph as eager code would, and its backward is compiled with it. Nothing in structtorch reads a
+# size as a Python number while tracing, so one graph serves every shape; the set stance below
+# makes a recompile an error. PyTorch specializes sizes 0 and 1: a batch of one sequence (or
+# T = 2, whose one transition step is a size 1) compiles a second graph, unless the dimension is
+# marked with ``torch._dynamo.mark_unbacked``; and a first batch whose size equals the number of
+# labels shares its symbol (duck sizing), so start with another.
+encoder = torch.nn.Linear(6, 5)
+
+
+def step(x, labels, mask):
+    return crf(encoder(x), labels, mask, reduction="token_mean")
+
+
+try:
+    compiled_step = torch.compile(step, dynamic=True, fullgraph=True, backend="aot_eager")
+    optimizer = torch.optim.SGD([*encoder.parameters(), *crf.parameters()], lr=0.1)
+    for i, (B, T) in enumerate([(8, 12), (6, 17), (9, 5), (3, 30), (7, 9)]):
+        x, labels = torch.randn(B, T, 6), torch.randint(0, 5, (B, T))
+        mask = torch.arange(T) < torch.randint(1, T + 1, (B,))[:, None]
+        with torch.compiler.set_stance("fail_on_recompile" if i else "default"):
+            loss = compiled_step(x, labels, mask)
+        optimizer.zero_grad()
+        loss.backward()  # outside the compiled function
+        optimizer.step()
+    print("five shapes, one graph (a recompile would have raised)")
+except Exception as error:
+    print(f"torch.compile is not available here ({type(error).__name__}): skipped")
+
+# %%
 # Mixed precision
 # ---------------
 # Under ``torch.autocast`` an encoder returns float16/bfloat16 emissions. The structured layers
