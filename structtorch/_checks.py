@@ -382,13 +382,15 @@ def warn_infinite_loss(per_row: Tensor, reduced: Tensor, what: str) -> Tensor:
     those rows' targets): a reduced loss of +inf trains on nothing. A value check: only while value
     checks are on (:class:`set_validation`) and on CPU tensors, where it reads one number (no device
     sync); elsewhere nothing runs."""
-    if (not _VALIDATION["on"] or reduced.dim() or not on_host(reduced)
-            or float(plain(reduced.detach())) != math.inf):
+    if not _VALIDATION["on"] or reduced.dim() or not on_host(reduced):
+        return reduced
+    if not bool(torch.isposinf(plain(reduced.detach())).any()):  # under vmap: every mapped value
         return reduced
     rows = plain(per_row.detach())
-    bad = torch.isposinf(rows).nonzero().flatten().tolist()
+    infinite = torch.isposinf(rows.reshape(-1, rows.shape[-1]) if rows.dim() else rows.reshape(1, 1)).any(0)
+    bad = infinite.nonzero().flatten().tolist()
     listed = ", ".join(map(str, bad[:10])) + (f", ... ({len(bad) - 10} more)" if len(bad) > 10 else "")
-    warnings.warn(f"{what} is +inf for rows [{listed}] of {rows.numel()}: no labeling that the constraints "
+    warnings.warn(f"{what} is +inf for rows [{listed}] of {infinite.numel()}: no labeling that the constraints "
                   "(or -inf scores) allow is consistent with their targets, so the reduced loss is +inf and "
                   "those rows give no gradient (e.g. partial labels without a word mask under BIO; see the "
                   "pitfalls page of the guide)", RuntimeWarning, stacklevel=caller_stacklevel())

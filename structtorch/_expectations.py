@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from ._checks import cast_checked
+from ._library import transformed
 from ._numerics import NEG_INF, accumulate
 
 __all__ = ["logz_and_grads", "entropy", "log_prob"]
@@ -28,6 +29,8 @@ def logz_and_grads(fn: Callable[..., Tensor], parts: Sequence[Tensor]) -> tuple[
     differentiable w.r.t. the parts when grad mode is on and one of them requires grad; infeasible
     rows (-inf) get zero gradients. Works under ``torch.inference_mode`` too; refused under
     ``torch.export`` (which cannot trace a gradient taken inside the call)."""
+    if transformed():  # torch.func: autograd.grad and requires_grad_ are refused inside a transform
+        return _func_logz_and_grads(fn, parts)
     if torch.compiler.is_exporting():
         raise NotImplementedError(
             "torch.export cannot trace the gradient of a log-partition taken inside the call (a "
@@ -44,6 +47,17 @@ def logz_and_grads(fn: Callable[..., Tensor], parts: Sequence[Tensor]) -> tuple[
     if not create_graph:
         logz, grads = logz.detach(), [g.detach() for g in grads]
     return logz, grads
+
+
+def _func_logz_and_grads(fn: Callable[..., Tensor], parts: Sequence[Tensor]) -> tuple[Tensor, list[Tensor]]:
+    """:func:`logz_and_grads` by ``torch.func.grad`` (under a transform), differentiable by the
+    enclosing transforms."""
+    def total(*nodes: Tensor) -> tuple[Tensor, Tensor]:
+        logz = fn(*nodes)
+        return torch.where(logz > NEG_INF, logz, 0.0).sum(), logz
+
+    grads, logz = torch.func.grad(total, argnums=tuple(range(len(parts))), has_aux=True)(*parts)
+    return logz, list(grads)
 
 
 def entropy(logz: Tensor, grads: Sequence[Tensor], parts: Sequence[Tensor]) -> Tensor:

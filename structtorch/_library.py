@@ -125,13 +125,25 @@ def save_for_backward(ctx, inputs: tuple, output: tuple) -> None:
     ctx.set_materialize_grads(False)
 
 
+def transformed() -> bool:
+    """Whether a ``torch.func`` transform (``vmap``, ``grad``, ``jacrev``, ``jacfwd``, ``hessian``)
+    is active, outside ``torch.compile``: there the differentiable dynamic programs run their
+    PyTorch references (plain operators, which every transform takes: batching rules, forward- and
+    reverse-mode derivatives of any order) instead of the kernels' autograd Functions."""
+    return torch._C._are_functorch_transforms_active() and not torch.compiler.is_compiling()
+
+
 def apply(function: type[torch.autograd.Function], *args):
     """``function.apply(*args)`` for an autograd Function written with ``setup_context`` (the form
     ``torch.func`` transforms and ``torch.compile`` need), at the cost of the old form in eager
     mode: there PyTorch binds the arguments of every call to the forward's signature with
     ``inspect`` (about 50 us, more than a small kernel), so outside transforms and compilation the
     call goes to an equivalent Function in the old form (forward and setup_context in one), and
-    where no input requires grad (or grad mode is off) to the forward alone."""
+    where no input requires grad (or grad mode is off) to the forward alone. Under a ``torch.func``
+    transform (:func:`transformed`) a Function with a ``reference`` runs it instead: the same
+    outputs (those the callers read) from the PyTorch recursion."""
+    if transformed() and hasattr(function, "reference"):
+        return function.reference(*args)
     if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
         return function.apply(*args)
     if not torch.is_grad_enabled() or not any(isinstance(x, torch.Tensor) and x.requires_grad for x in args):

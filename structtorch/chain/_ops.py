@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from .. import _backend
-from .._library import apply, operator, save_for_backward
+from .._library import apply, operator, save_for_backward, transformed
 from .._numerics import accumulate, grads_through
 from . import _torch
 from .layout import Chain
@@ -275,6 +275,11 @@ class LogPartition(torch.autograd.Function):
                 None, None)
 
     @staticmethod
+    def reference(unary, transitions, start, end, lengths, backend):
+        """(logZ,) by the PyTorch recursion: the path under ``torch.func`` transforms."""
+        return (_torch.log_partition(Chain(unary, transitions, start, end, lengths).map(accumulate)).double(),)
+
+    @staticmethod
     def vmap(info, in_dims, unary, transitions, start, end, lengths, backend):
         chain = fold_vmapped(info.batch_size, in_dims[:5], unary, transitions, start, end, lengths)
         args = (chain.unary, chain.transitions, chain.start, chain.end, chain.lengths)
@@ -336,8 +341,9 @@ module lookup, so that ``torch.compile`` traces the choice."""
 
 
 def fuses_nll(chain: Chain) -> bool:
-    """Whether the chain's backend computes the CRF loss logZ - score in one fused operator."""
-    return backend_of(chain) in FUSED_NLL
+    """Whether the chain's backend computes the CRF loss logZ - score in one fused operator (not
+    under a ``torch.func`` transform: there logZ and the score are taken apart, by PyTorch)."""
+    return backend_of(chain) in FUSED_NLL and not transformed()
 
 
 def nll(chain: Chain, labels: Tensor, backend: str | None = None) -> tuple[Tensor, ...]:

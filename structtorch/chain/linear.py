@@ -43,7 +43,7 @@ from .._checks import (
     plain,
     validation_enabled,
 )
-from .._library import NotScriptable
+from .._library import NotScriptable, transformed
 from .._numerics import NEG_INF, accumulate, negative_log_likelihood
 from .._precision import mixed_precision
 from . import _ops, _quick, _torch
@@ -306,6 +306,8 @@ def marginals(
 
 def marginals_chain(chain: Chain) -> Tensor:
     """:func:`marginals` of a validated :class:`Chain`."""
+    if transformed():  # torch.func: the PyTorch recursion, differentiated by torch.func.grad
+        return _torch.marginals_transformed(chain).to(chain.unary.dtype)
     inputs = (chain.unary, chain.transitions, chain.start, chain.end)
     differentiable = torch.is_grad_enabled() and any(x.requires_grad for x in inputs)
     if _ops.backend_of(chain) != "torch":  # the same kernel value with or without autograd

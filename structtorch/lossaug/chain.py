@@ -43,6 +43,7 @@ from .._checks import (
     guard_overflow,
 )
 from .._deprecated import deprecated_alias
+from .._library import transformed
 from .._precision import mixed_precision
 from ..chain import _ops as _chain_ops
 from ..chain.layout import Chain
@@ -232,7 +233,7 @@ def _fusing_backend(chain: Chain, h: HLike, rescaling: str, algorithm: str) -> s
     takes :func:`solve` and its message), one in :data:`FOLDS` where the loss folds into the scores
     (margin rescaling, h the identity, not ``algorithm="hamming"``)."""
     B, T, _ = chain.shape
-    if B == 0 or T == 0 or not _fusable(h, rescaling, algorithm):
+    if B == 0 or T == 0 or not _fusable(h, rescaling, algorithm) or transformed():  # torch.func: solve
         return None
     backend = _chain_ops.backend_of(chain)
     folds = h is None and rescaling == "margin" and algorithm != "hamming"

@@ -140,6 +140,14 @@ class LogPartition(torch.autograd.Function):
     setup_context = staticmethod(save_for_backward)
 
     @staticmethod
+    def reference(content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates, low,
+                  high, backend):
+        """(logZ,) by the PyTorch recursion: the path under ``torch.func`` transforms."""
+        sm = _model(content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates, low,
+                    high)
+        return (_torch.log_partition(sm).double(),)
+
+    @staticmethod
     def forward(content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates, low,
                 high, backend):
         # named parameters, not *args: when no input needs a gradient, dynamo inlines ``forward``
