@@ -72,6 +72,24 @@ def entropy(logz: Tensor, grads: Sequence[Tensor], parts: Sequence[Tensor]) -> T
     return torch.where(feasible, logz - torch.where(feasible, inner, 0.0), 0.0)
 
 
+def cross_entropy(logz_p: Tensor, grads_p: Sequence[Tensor], logz_q: Tensor,
+                  parts_q: Sequence[Tensor]) -> Tensor:
+    """(B,) -sum_y p(y) log q(y) = logZ_q - <marginals of p, potentials of q> in the accumulation
+    dtype: terms where p's marginal is 0 left out (never 0 * -inf), +inf where p puts mass on a
+    part that q forbids (or q has no structure), 0 on rows where p has none."""
+    inner = logz_q.new_zeros(logz_q.shape)
+    forbidden = torch.zeros(logz_q.shape, dtype=torch.bool, device=logz_q.device)
+    for mu, theta in zip(grads_p, parts_q, strict=True):
+        mu, theta = accumulate(mu), accumulate(theta)
+        weighed = mu > 0
+        ruled_out = theta == NEG_INF
+        inner = inner + (mu * torch.where(weighed & ~ruled_out, theta, 0.0)).flatten(1).sum(1)
+        forbidden = forbidden | (weighed & ruled_out).flatten(1).any(1)
+    infinite = forbidden | (logz_q == NEG_INF)
+    value = torch.where(infinite, float("inf"), logz_q - torch.where(infinite, 0.0, inner))
+    return torch.where(logz_p > NEG_INF, value, 0.0)
+
+
 def log_prob(score: Tensor, logz: Tensor, dtype: torch.dtype, potentials: str) -> Tensor:
     """(B,) score - logZ, both in the accumulation dtype, cast once to ``dtype``: -inf on infeasible
     rows (logZ = -inf) and where the score is -inf. ``potentials`` names the inputs in overflow

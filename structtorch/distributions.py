@@ -47,11 +47,12 @@ import torch
 from torch import Tensor
 
 from ._checks import LengthsLike, cast_checked, check_generator, check_int
-from ._expectations import entropy
+from ._expectations import cross_entropy, entropy
 from ._precision import _no_autocast, map_tensors, widen
 from .chain.layout import check_chain
 from .chain.linear import (
     allowed_labels,
+    chain_parts,
     expectations_chain,
     kbest_chain,
     log_partition_chain,
@@ -72,10 +73,18 @@ from .semimarkov.segments import (
     log_partition_semimarkov,
     log_prob_semimarkov,
     score_semimarkov,
+    semimarkov_parts,
     viterbi_semimarkov,
 )
 
 __all__ = ["ChainDistribution", "SemiMarkovDistribution", "SegmentMarginals"]
+
+
+def chain_rows(chain, index: Tensor):
+    """The chain's rows ``index`` (a 1-d int64 tensor): its potentials and lengths."""
+    transitions = chain.transitions if chain.shared else chain.transitions[index]
+    return type(chain)(chain.unary[index], transitions, chain.start[index], chain.end[index],
+                       chain.lengths[index], chain.name)
 
 
 class _StructureDistribution:
@@ -102,6 +111,45 @@ class _StructureDistribution:
             with _no_autocast(self._device.type):
                 self._cache[key] = map_tensors(fn(), self._narrow)
         return self._cache[key]
+
+    @property
+    def batch_shape(self) -> torch.Size:
+        """(B,), as ``torch.distributions`` names it: one structure per row."""
+        return torch.Size(self.lengths.shape)
+
+    @property
+    def event_shape(self) -> torch.Size:
+        """(T,): a structure is a labeling of T positions (a segmentation: its labels and starts)."""
+        return torch.Size(self._potentials().shape[1:2])
+
+    @property
+    def mode(self) -> Any:
+        """The most probable structure: :attr:`argmax`."""
+        return self.argmax
+
+    def cross_entropy(self, other: Any) -> Tensor:
+        """Tensor (B,): -sum_y p(y) log q(y) of this distribution p and ``other`` q (of the same class,
+        over the same rows: shapes and lengths), exact (logZ_q - <marginals of p, potentials of q>);
+        +inf where p gives probability to a structure that q forbids (a -inf potential), 0 on rows
+        where p has no structure. Differentiable w.r.t. both."""
+        self._same_rows(other)
+        return self._run(None, lambda: self._cross_entropy64(other).to(self._potentials().dtype))
+
+    def kl_divergence(self, other: Any) -> Tensor:
+        """Tensor (B,): KL(p || q) = cross-entropy - entropy of this distribution p and ``other`` q,
+        exact, +inf where p gives probability to a structure that q forbids; also
+        ``torch.distributions.kl_divergence(p, q)``."""
+        self._same_rows(other)
+        return self._run(None, lambda: (self._cross_entropy64(other) - self._entropy64()).to(
+            self._potentials().dtype))
+
+    def _same_rows(self, other: Any) -> None:
+        if type(other) is not type(self):
+            raise TypeError(f"other must be a {type(self).__name__}, got {type(other).__name__}")
+        mine, theirs = self._potentials(), other._potentials()
+        if mine.shape != theirs.shape or not torch.equal(self.lengths, other.lengths.to(self.lengths.device)):
+            raise ValueError(f"other must be a distribution over the same rows: shapes {tuple(mine.shape)} "
+                             f"and {tuple(theirs.shape)}, the same lengths")
 
     def _internal(self, name: str, fn: Callable[[], Any]) -> Any:
         """``fn()`` cached under ``name`` and the autograd mode (not while ``torch.compile`` traces),
@@ -173,6 +221,17 @@ class ChainDistribution(_StructureDistribution):
         """(B,) log-partition in the accumulation dtype (float64 on CPU), differentiable."""
         return self._internal("logz", lambda: log_partition_chain(self._chain, accumulated=True))
 
+    def _potentials(self) -> Tensor:
+        return self._chain.unary
+
+    def _entropy64(self) -> Tensor:
+        logz, grads, parts = self._expectations()
+        return entropy(logz, grads, parts)
+
+    def _cross_entropy64(self, other: ChainDistribution) -> Tensor:
+        logz, grads, _ = self._expectations()
+        return cross_entropy(logz, grads, other._logz64(), chain_parts(other._chain))
+
     def _viterbi(self) -> tuple[Tensor, Tensor]:
         return self._internal("viterbi", lambda: viterbi_chain(self._chain))
 
@@ -219,27 +278,32 @@ class ChainDistribution(_StructureDistribution):
         logZ - <marginals, potentials> (-inf potentials, whose marginals are 0, left out) in the
         accumulation dtype; 0 for zero-length and infeasible rows. Differentiable (double backward
         through the log-partition)."""
-        def compute() -> Tensor:
-            logz, grads, parts = self._expectations()
-            return entropy(logz, grads, parts).to(self._chain.unary.dtype)
-        return self._run("entropy", compute)
+        return self._run("entropy", lambda: self._entropy64().to(self._chain.unary.dtype))
 
     def log_prob(self, structure: Tensor) -> Tensor:
         """Log-probability of given labelings.
 
         Parameters
         ----------
-        structure : Tensor (B, T) integer
-            Labels in [0, N) within each length (entries beyond are ignored).
+        structure : Tensor (..., B, T) integer
+            Labels in [0, N) within each length (entries beyond are ignored); leading sample
+            dimensions, e.g. ``sample(n)``'s (n, B, T), score every sample against its row.
 
         Returns
         -------
-        Tensor (B,)
+        Tensor (..., B)
             score(structure) - logZ, taken in the accumulation dtype; -inf for a labeling that uses a
             -inf potential and on infeasible rows, 0 on zero-length rows. Differentiable.
         """
-        chain = self._chain
-        return self._run(None, lambda: log_prob_chain(chain, structure, self._logz64(), name="structure"))
+        chain, logz = self._chain, self._logz64
+        if isinstance(structure, Tensor) and structure.dim() > 2:
+            lead, n = structure.shape[:-2], structure[..., 0, 0].numel()
+            rows = torch.arange(chain.shape[0], device=chain.unary.device).repeat(n)
+            tiled = chain_rows(chain, rows)
+            flat = structure.reshape(-1, structure.shape[-1])
+            return self._run(None, lambda: log_prob_chain(tiled, flat, logz().repeat(n), name="structure")
+                             .reshape(*lead, -1))
+        return self._run(None, lambda: log_prob_chain(chain, structure, logz(), name="structure"))
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         """``n`` labelings per chain drawn from the distribution: (n, B, T) int64, -1 beyond each
@@ -407,6 +471,23 @@ class SemiMarkovDistribution(_StructureDistribution):
         """(B,) log-partition in float64 (the kernels' precision), differentiable."""
         return self._internal("logz", lambda: log_partition_semimarkov(self._sm, accumulated=True))
 
+    def _potentials(self) -> Tensor:
+        return self._sm.content
+
+    def _entropy64(self) -> Tensor:
+        self._no_plif("entropy")
+        logz, grads, parts = self._expectations(segments=False)
+        return entropy(logz, grads, parts)
+
+    def _cross_entropy64(self, other: SemiMarkovDistribution) -> Tensor:
+        self._no_plif("cross_entropy")
+        other._no_plif("cross_entropy")
+        if self._sm.shape != other._sm.shape:
+            raise ValueError(f"other must have the same max_len: {self.max_len} and {other.max_len}")
+        segments = self._sm.segment_scores is not None or other._sm.segment_scores is not None
+        logz, grads, _ = self._expectations(segments=segments)
+        return cross_entropy(logz, grads, other._logz64(), semimarkov_parts(other._sm, segments))
+
     @property
     def log_partition(self) -> Tensor:
         """Tensor (B,): log of the sum of exp(score) over all segmentations; 0 for zero-length rows,
@@ -454,11 +535,7 @@ class SemiMarkovDistribution(_StructureDistribution):
         """Tensor (B,): the exact entropy -sum_y p(y) log p(y) in nats, computed as
         logZ - <marginals, potentials> (-inf potentials left out) in float64; 0 for zero-length and
         infeasible rows. Differentiable."""
-        self._no_plif("entropy")
-        def compute() -> Tensor:
-            logz, grads, parts = self._expectations(segments=False)
-            return entropy(logz, grads, parts).to(self._dtype)
-        return self._run("entropy", compute)
+        return self._run("entropy", lambda: self._entropy64().to(self._dtype))
 
     def _structure(self, structure: object) -> tuple[Tensor, Tensor]:
         """Validated (labels, starts) (B, T): labels in range (0 beyond each length), a start at
@@ -480,12 +557,25 @@ class SemiMarkovDistribution(_StructureDistribution):
             segment; starts : Tensor (B, T) bool, True where a segment begins (position 0 always
             begins one; entries beyond each length are ignored). Segments are at most max_len long.
 
+            Leading sample dimensions (..., B, T), e.g. ``sample(n)``'s, score every sample against
+            its row.
+
         Returns
         -------
-        Tensor (B,)
+        Tensor (..., B)
             score(structure) - logZ in float64, cast once; -inf for a segmentation that uses a -inf
             potential and on infeasible rows, 0 on zero-length rows. Differentiable.
         """
+        if isinstance(structure, (tuple, list)) and len(structure) == 2 and isinstance(structure[0], Tensor) \
+                and structure[0].dim() > 2:
+            labels, starts = structure
+            lead, n = labels.shape[:-2], labels[..., 0, 0].numel()
+            rows = torch.arange(self._sm.shape[0], device=self._sm.content.device).repeat(n)
+            tiled = self._sm.rows(rows)
+            flat_labels, flat_starts = check_segmentation(labels.reshape(-1, labels.shape[-1]),
+                                                          starts.reshape(-1, starts.shape[-1]), tiled)
+            return self._run(None, lambda: log_prob_semimarkov(tiled, flat_labels, flat_starts,
+                                                               self._logz64().repeat(n)).reshape(*lead, -1))
         labels, starts = self._structure(structure)
         return self._run(None, lambda: log_prob_semimarkov(self._sm, labels, starts, self._logz64()))
 
@@ -525,3 +615,13 @@ class SemiMarkovDistribution(_StructureDistribution):
         self._no_plif("kbest")
         k = check_int("k", k, 1)
         return self._run(None, lambda: kbest_semimarkov(self._sm, k))
+
+
+@torch.distributions.kl.register_kl(ChainDistribution, ChainDistribution)
+def _kl_chain(p: ChainDistribution, q: ChainDistribution) -> Tensor:
+    return p.kl_divergence(q)
+
+
+@torch.distributions.kl.register_kl(SemiMarkovDistribution, SemiMarkovDistribution)
+def _kl_semimarkov(p: SemiMarkovDistribution, q: SemiMarkovDistribution) -> Tensor:
+    return p.kl_divergence(q)

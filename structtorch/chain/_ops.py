@@ -277,7 +277,8 @@ class LogPartition(torch.autograd.Function):
     @staticmethod
     def reference(unary, transitions, start, end, lengths, backend):
         """(logZ,) by the PyTorch recursion: the path under ``torch.func`` transforms."""
-        return (_torch.log_partition(Chain(unary, transitions, start, end, lengths).map(accumulate)).double(),)
+        chain = Chain(unary, transitions, start, end, lengths).map(accumulate)
+        return (_torch.log_partition(chain).double(),)
 
     @staticmethod
     def vmap(info, in_dims, unary, transitions, start, end, lengths, backend):

@@ -148,17 +148,23 @@ def chain_loss(chain: Chain, labels: object, ignore_index: int | None, name: str
     return nll_chain(chain, labels, name=name) if allowed is None else partial_nll_chain(chain, allowed)
 
 
+def chain_parts(chain: Chain) -> list[Tensor]:
+    """The potentials of a chain as its expectations take them: [unary (B, T, N), per-position
+    transitions (B, T-1, N, N), start (B, N), end (B, N)]."""
+    B, T, N = chain.shape
+    trans = chain.transitions
+    if chain.shared:
+        trans = trans.expand(B, max(T - 1, 0), N, N)
+    return [chain.unary, trans, chain.start, chain.end]
+
+
 def expectations_chain(chain: Chain) -> tuple[Tensor, list[Tensor], list[Tensor]]:
     """(logZ (B,), marginals, potentials) of a validated :class:`Chain` in the accumulation dtype:
     the potentials are [unary (B, T, N), per-position transitions (B, T-1, N, N), start (B, N),
     end (B, N)] and the marginals their gradients d logZ / d potential (node, edge, first- and
     last-label marginals), differentiable when a potential requires grad."""
     chain = chain.map(accumulate)
-    B, T, N = chain.shape
-    trans = chain.transitions
-    if chain.shared:
-        trans = trans.expand(B, max(T - 1, 0), N, N)
-    parts = [chain.unary, trans, chain.start, chain.end]
+    parts = chain_parts(chain)
 
     def logz(u: Tensor, a: Tensor, s: Tensor, e: Tensor) -> Tensor:
         return _ops.log_partition(Chain(u, a.contiguous(), s, e, chain.lengths.clone()))

@@ -140,12 +140,10 @@ class LogPartition(torch.autograd.Function):
     setup_context = staticmethod(save_for_backward)
 
     @staticmethod
-    def reference(content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates, low,
-                  high, backend):
-        """(logZ,) by the PyTorch recursion: the path under ``torch.func`` transforms."""
-        sm = _model(content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates, low,
-                    high)
-        return (_torch.log_partition(sm).double(),)
+    def reference(*args):
+        """(logZ,) by the PyTorch recursion: the path under ``torch.func`` transforms (the
+        arguments of :meth:`forward`)."""
+        return (_torch.log_partition(_model(*args[:-1])).double(),)
 
     @staticmethod
     def forward(content, length, boundary, segment, transitions, start, end, lengths, tracks, ordinates, low,

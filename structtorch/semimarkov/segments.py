@@ -131,18 +131,25 @@ def log_prob_semimarkov(sm: SemiMarkov, labels: Tensor, starts: Tensor, logz: Te
     return _expectations.log_prob(_ops.score(sm, labels, starts), logz, sm.content.dtype, POTENTIALS)
 
 
-def expectations_semimarkov(sm: SemiMarkov, segments: bool) -> tuple[Tensor, list[Tensor], list[Tensor]]:
-    """(logZ (B,), marginals, potentials) of a validated :class:`SemiMarkov` in float64 through the
-    reference recursion: the potentials are [content, length_scores, boundary, transitions per row
-    (B, N, N), start, end] and, with ``segments`` or given segment scores, segment_scores (zeros
-    when not given) last; the marginals are their gradients d logZ / d potential."""
+def semimarkov_parts(sm: SemiMarkov, segments: bool) -> list[Tensor]:
+    """The potentials of semi-Markov potentials as their expectations take them, in the
+    accumulation dtype: [content, length_scores, boundary, transitions per row (B, N, N), start,
+    end] and, with ``segments`` or given segment scores, segment_scores (zeros when not given)."""
     B, T, S, N = sm.shape
     parts = [sm.content, sm.length_scores, sm.boundary, sm.transitions.expand(B, N, N), sm.start, sm.end]
     if sm.segment_scores is not None:
         parts.append(sm.segment_scores)
     elif segments:
         parts.append(sm.content.new_zeros(B, T, S, N))
-    parts = [accumulate(x) for x in parts]
+    return [accumulate(x) for x in parts]
+
+
+def expectations_semimarkov(sm: SemiMarkov, segments: bool) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+    """(logZ (B,), marginals, potentials) of a validated :class:`SemiMarkov` in float64 through the
+    reference recursion: the potentials are [content, length_scores, boundary, transitions per row
+    (B, N, N), start, end] and, with ``segments`` or given segment scores, segment_scores (zeros
+    when not given) last; the marginals are their gradients d logZ / d potential."""
+    parts = semimarkov_parts(sm, segments)
 
     def logz(content, length, boundary, trans, start, end, segment=None):
         model = SemiMarkov(content, trans, length, boundary, segment, start, end, sm.lengths.clone())
