@@ -391,9 +391,9 @@ def warn_infinite_loss(per_row: Tensor, reduced: Tensor, what: str) -> Tensor:
     bad = infinite.nonzero().flatten().tolist()
     listed = ", ".join(map(str, bad[:10])) + (f", ... ({len(bad) - 10} more)" if len(bad) > 10 else "")
     warnings.warn(f"{what} is +inf for rows [{listed}] of {infinite.numel()}: no labeling that the "
-                  "constraints (or -inf scores) allow is consistent with their targets, so the reduced loss is "
-                  "+inf and those rows give no gradient (e.g. partial labels without a word mask under BIO; see the "
-                  "pitfalls page of the guide)", RuntimeWarning, stacklevel=caller_stacklevel())
+                  "constraints (or -inf scores) allow is consistent with their targets, so the reduced loss "
+                  "is +inf and those rows give no gradient (e.g. partial labels without a word mask under "
+                  "BIO; see the pitfalls page of the guide)", RuntimeWarning, stacklevel=caller_stacklevel())
     return reduced
 
 
