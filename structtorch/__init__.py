@@ -21,6 +21,8 @@ from .chain import (
     sample,
     viterbi,
     viterbi_window,
+    window_log_partition,
+    window_marginals,
     window_score,
     window_viterbi,
 )
@@ -68,6 +70,8 @@ __all__ = [
     "kbest",
     "sample",
     "window_viterbi",
+    "window_log_partition",
+    "window_marginals",
     "window_loss_augmented",
     "loss_augmented",
     "semimarkov_kbest",

@@ -10,7 +10,7 @@ case of a call in one C++ call); :mod:`structtorch._backend` decides which runs.
 
 from .linear import Viterbi, kbest, log_partition, marginals, path_score, viterbi
 from .sampling import sample
-from .window import viterbi_window, window_score, window_viterbi
+from .window import viterbi_window, window_log_partition, window_marginals, window_score, window_viterbi
 
 __all__ = ["viterbi", "log_partition", "marginals", "path_score", "kbest", "sample", "Viterbi",
-           "window_viterbi", "window_score", "viterbi_window"]
+           "window_viterbi", "window_score", "window_log_partition", "window_marginals", "viterbi_window"]

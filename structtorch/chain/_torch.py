@@ -242,6 +242,19 @@ def window_dp(flat: Tensor, lengths: Tensor, order: int) -> tuple[Tensor, Tensor
     return best, torch.where((best > NEG_INF)[:, None], path, -1)  # no nonzero (a host sync)
 
 
+def window_log_forward(flat: Tensor, lengths: Tensor) -> Tensor:
+    """(B,) log-partition of flat window scores (B, T, N^order, N) (see :func:`window_flat`), T >= 1:
+    :func:`window_dp`'s recursion in the log semiring, differentiable by autograd (any order, and
+    by every ``torch.func`` transform); 0 on empty rows, -inf on infeasible ones."""
+    B, T, S, N = flat.shape
+    alpha = torch.cat([flat[:, 0, 0], flat.new_full((B, S - N), NEG_INF)], 1)  # labels before 0 read as 0
+    for t in range(1, T):
+        cand = (alpha.unsqueeze(2) + flat[:, t]).view(B, N, S // N, N)  # (B, y_{t-l}, rest, y_t)
+        moved = safe_logsumexp(cand, 1).reshape(B, S)
+        alpha = torch.where((t < lengths)[:, None], moved, alpha)
+    return torch.where(lengths > 0, safe_logsumexp(alpha, 1), 0.0)
+
+
 def window_indicator_grads(path: Tensor, lengths: Tensor, grad: Tensor, shape: torch.Size) -> Tensor:
     """The gradient of the window scores (``shape`` (B, T) + (N,) * (l + 1)) of labelings ``path``
     (B, T) (-1 outside: beyond each length and on infeasible rows), scaled by ``grad`` (B,): the

@@ -23,6 +23,7 @@ from .._checks import (
     guard_overflow,
 )
 from .._deprecated import deprecated_alias
+from .._library import transformed
 from .._numerics import NEG_INF, accumulate
 from .._precision import mixed_precision
 from . import _ops, _torch
@@ -30,7 +31,7 @@ from ._torch import _newest_first, window_indices  # noqa: F401 - _newest_first:
 
 _window_indices = window_indices  # the names lossaug imports
 
-__all__ = ["window_viterbi", "window_score", "viterbi_window"]
+__all__ = ["window_viterbi", "window_score", "window_log_partition", "window_marginals", "viterbi_window"]
 
 
 def _check_scores(scores: object) -> tuple[Tensor, int, int]:
@@ -126,6 +127,78 @@ def window_score(scores: Tensor, path: Tensor, lengths: LengthsLike = None) -> T
     total = torch.where(feasible_rows | (lengths == 0), total, NEG_INF)
     guard_overflow(total, (scores,), T, feasible, "the window score", "scores")
     return cast_checked(total, scores.dtype, "the window score", "scores")
+
+
+@mixed_precision
+def window_log_partition(scores: Tensor, *, lengths: LengthsLike = None) -> Tensor:
+    """Log-partition of chains of order l: log of the sum of exp(score) over all labelings.
+
+    The likelihood of a higher-order CRF is ``window_score(scores, y) - window_log_partition(scores)``.
+
+    Parameters
+    ----------
+    scores : Tensor (B, T) + (N,) * (l + 1)
+        As for :func:`window_viterbi` (label axes before the start of the sequence read at index 0;
+        -inf entries are forbidden windows).
+    lengths : Tensor (B,), optional
+        Integer lengths in [0, T]; None means all T.
+
+    Returns
+    -------
+    Tensor (B,)
+        In the dtype of ``scores`` (accumulated in float64 on CPU); 0 for zero-length rows, -inf for
+        infeasible ones. Differentiable (the gradient is :func:`window_marginals`), to any order and
+        under ``torch.func`` transforms: the PyTorch recursion over the N^l states, O(T N^(l+1)).
+    """
+    scores, order, _ = _check_scores(scores)
+    B, T = scores.shape[:2]
+    lengths = check_lengths(lengths, B, T, scores.device)
+    if T == 0:
+        return scores.flatten(1).sum(1) * 0
+    wide = accumulate(scores)
+    logz = _torch.window_log_forward(_torch.window_flat(wide), lengths)
+
+    def feasible() -> Tensor:
+        return _torch.window_viterbi(forbidden_pattern(scores), lengths)[0] > NEG_INF
+
+    guard_overflow(logz, (scores,), T, feasible, "the window log-partition", "scores")
+    return cast_checked(logz, scores.dtype, "the window log-partition", "scores")
+
+
+@mixed_precision
+def window_marginals(scores: Tensor, *, lengths: LengthsLike = None) -> Tensor:
+    """Marginal probabilities of the windows of chains of order l.
+
+    Parameters
+    ----------
+    scores, lengths
+        As for :func:`window_log_partition`.
+
+    Returns
+    -------
+    Tensor, the shape of ``scores``
+        ``marginals[b, t, j_0, ..., j_l]`` = p(y_{t-l} = j_0, ..., y_t = j_l) (axes before the start
+        at index 0), 0 beyond each length and on infeasible rows: the gradient of
+        :func:`window_log_partition`, itself differentiable.
+    """
+    scores, _, _ = _check_scores(scores)
+    B, T = scores.shape[:2]
+    lengths = check_lengths(lengths, B, T, scores.device)
+    if T == 0:
+        return torch.zeros_like(scores)
+    if transformed():  # torch.func: grad of the recursion, differentiable by the enclosing transforms
+        def total(x: Tensor) -> Tensor:
+            logz = _torch.window_log_forward(_torch.window_flat(x), lengths)
+            return torch.where(logz > NEG_INF, logz, 0.0).sum()
+
+        return torch.func.grad(total)(accumulate(scores)).to(scores.dtype)
+    differentiable = torch.is_grad_enabled() and scores.requires_grad
+    with torch.inference_mode(False), torch.enable_grad():  # also under no_grad and inference_mode
+        node = accumulate(scores) if differentiable else accumulate(scores).detach().clone().requires_grad_()
+        logz = _torch.window_log_forward(_torch.window_flat(node), lengths)
+        total = torch.where(logz > NEG_INF, logz, 0.0).sum()
+        (grad,) = torch.autograd.grad(total, node, create_graph=differentiable)
+    return grad.to(scores.dtype)
 
 
 def _window_score(scores: Tensor, path: Tensor, lengths: Tensor, *, exact: bool = False) -> Tensor:
