@@ -69,9 +69,11 @@ def _check_transitions(transitions: object, B: int, T: int, N: int, ref: Tensor,
         return t.contiguous()
     if t.dim() == 4 and t.shape == (B, steps, N, N):
         return t.contiguous()
+    if (t.dim() == 3 and t.shape == (steps, N, N)) or (t.dim() == 4 and t.shape == (1, steps, N, N)):
+        return t.expand(B, steps, N, N).contiguous()  # one set of steps for every row
     raise ValueError(
-        f"transitions must have shape (N, N) = ({N}, {N}) or (B, T-1, N, N) = "
-        f"({B}, {steps}, {N}, {N}), got {_fmt(t.shape)}"
+        f"transitions must have shape (N, N) = ({N}, {N}), or per step (B, T-1, N, N) = "
+        f"({B}, {steps}, {N}, {N}), (1, T-1, N, N) or (T-1, N, N), got {_fmt(t.shape)}"
     )
 
 

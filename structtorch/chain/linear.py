@@ -207,7 +207,8 @@ def viterbi(
     unary : Tensor (B, T, N)
         Label scores per position.
     transitions : Tensor (N, N) or (B, T-1, N, N)
-        ``transitions[..., i, j]`` scores label i at t followed by label j at t + 1.
+        ``transitions[..., i, j]`` scores label i at t followed by label j at t + 1; per step
+        (T-1, N, N) or (1, T-1, N, N) are broadcast over the batch.
     start, end : Tensor (N,) or (B, N), optional
         Scores of the first and the last label.
     lengths : Tensor (B,), optional

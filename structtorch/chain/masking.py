@@ -54,8 +54,12 @@ class Compaction:
         return self.take(x)
 
     def take_transitions(self, transitions: Tensor) -> Tensor:
-        """Transitions (N, N) or (B, N, N) as they are; per-position (B, T-1, N, N) compacted: the
-        transition into compacted position i + 1 is the one into its original position."""
+        """Transitions (N, N) as they are; per-position (B, T-1, N, N) compacted: the transition into
+        compacted position i + 1 is the one into its original position (per-step ones shared by the
+        rows, (T-1, N, N) or (1, T-1, N, N), first broadcast over them)."""
+        shared_steps = transitions.dim() == 3 or (transitions.dim() == 4 and transitions.shape[0] == 1)
+        if self.index is not None and shared_steps:
+            transitions = transitions.expand(self.index.shape[0], *transitions.shape[-3:])
         if self.index is None or transitions.dim() != 4 or transitions.shape[:2] != (
                 self.index.shape[0], self.index.shape[1] - 1) or transitions.shape[1] == 0:
             return transitions

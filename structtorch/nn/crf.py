@@ -205,6 +205,20 @@ class LinearChainCRF(NotScriptable, nn.Module):
         return (masked(self.transitions, self.allowed), masked(self.start, self.allowed_start),
                 masked(self.end, self.allowed_end))
 
+    def _scores(self, batch: _Batch, transitions: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`scores`, with the call's ``transitions`` in place of the module's: (N, N), or per
+        example and step (B, T-1, N, N) (broadcast from (T-1, N, N) or (1, T-1, N, N)), -inf where
+        the constraints forbid, per-step ones following a mask's positions (batch-first)."""
+        trans, start, end = self.scores()
+        if transitions is None:
+            return trans, start, end
+        if not isinstance(transitions, Tensor):
+            raise not_a_tensor("transitions", transitions, "(N, N) or (B, T-1, N, N)")
+        if self._constrained:
+            forbidden = torch.full((), NEG_INF, dtype=transitions.dtype, device=transitions.device)
+            transitions = torch.where(self.allowed, transitions, forbidden)
+        return batch.moved.take_transitions(transitions), start, end
+
     # -- inputs ---------------------------------------------------------------------------------
 
     def _batch(self, emissions: Tensor, tags: Tensor | None, mask: Tensor | None,
@@ -248,7 +262,8 @@ class LinearChainCRF(NotScriptable, nn.Module):
     # -- the loss -------------------------------------------------------------------------------
 
     def forward(self, emissions: Tensor, tags: Tensor, mask: Tensor | None = None, *,
-                lengths: LengthsLike = None, reduction: str = "none") -> Tensor:
+                lengths: LengthsLike = None, reduction: str = "none",
+                transitions: Tensor | None = None) -> Tensor:
         """Negative log-likelihood -log p(tags | emissions): a loss (>= 0).
 
         Parameters
@@ -268,6 +283,12 @@ class LinearChainCRF(NotScriptable, nn.Module):
         reduction : {"none", "sum", "mean", "token_mean"}
             Per sequence (B,), summed, averaged over sequences, or summed and divided by the
             number of tokens.
+        transitions : Tensor (N, N) or (B, T-1, N, N), optional
+            Transition scores for this call in place of the module's (input-dependent transitions,
+            e.g. from a network), per example and step ``transitions[b, t, i, j]`` for label i at t
+            followed by j at t + 1 (batch-first in either layout; (T-1, N, N) and (1, T-1, N, N)
+            broadcast over the batch); the module's constraints, start and end still apply, and a
+            mask moves them with the positions they enter.
 
         Returns
         -------
@@ -284,20 +305,20 @@ class LinearChainCRF(NotScriptable, nn.Module):
         """
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-        partial = self.ignore_index is not None
-        quick = None if partial else self._quick(quick_nll, emissions, mask, lengths, tags)
+        plain = self.ignore_index is None and transitions is None
+        quick = self._quick(quick_nll, emissions, mask, lengths, tags) if plain else None
         if quick is not None:
             return _reduce(quick, reduction, lambda: _tokens(emissions, mask, lengths))
-        return self._forward(emissions, tags, mask, lengths, reduction)
+        return self._forward(emissions, tags, mask, lengths, reduction, transitions)
 
     @one_assertion()  # the general path's (the lanes check on the host, in their C++ call)
     def _forward(self, emissions: Tensor, tags: Tensor, mask: Tensor | None, lengths: LengthsLike,
-                 reduction: str) -> Tensor:
+                 reduction: str, transitions: Tensor | None = None) -> Tensor:
         batch = self._batch(emissions, tags, mask, lengths)
         if not isinstance(batch.tags, Tensor):
             raise TypeError(f"tags must be an integer tensor of shape {self._layout()}")
-        nll = _negative_log_likelihood(batch.emissions, *self.scores(), batch.tags, batch.lengths,
-                                       self.ignore_index)
+        nll = _negative_log_likelihood(batch.emissions, *self._scores(batch, transitions), batch.tags,
+                                       batch.lengths, self.ignore_index)
         return _reduce(nll, reduction, lambda: batch.lengths.sum())
 
     def _quick(self, lane, emissions: object, mask: object, lengths: object, *args):
@@ -314,15 +335,17 @@ class LinearChainCRF(NotScriptable, nn.Module):
         return lane(emissions, *self.scores(), lengths, mask, *args)
 
     def log_likelihood(self, emissions: Tensor, tags: Tensor, mask: Tensor | None = None, *,
-                       lengths: LengthsLike = None, reduction: str = "none") -> Tensor:
+                       lengths: LengthsLike = None, reduction: str = "none",
+                       transitions: Tensor | None = None) -> Tensor:
         """log p(tags | emissions) (<= 0): minus :meth:`forward`, pytorch-crf's ``forward``
         convention (its default reduction is "sum")."""
-        return -self.forward(emissions, tags, mask, lengths=lengths, reduction=reduction)
+        return -self.forward(emissions, tags, mask, lengths=lengths, reduction=reduction,
+                             transitions=transitions)
 
     # -- inference ------------------------------------------------------------------------------
 
     def decode(self, emissions: Tensor, mask: Tensor | None = None, *, lengths: LengthsLike = None,
-               k: int | None = None) -> tuple[Tensor, Tensor]:
+               k: int | None = None, transitions: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Best labeling (Viterbi), or the k best with ``k``.
 
         Returns
@@ -332,16 +355,17 @@ class LinearChainCRF(NotScriptable, nn.Module):
             -1 outside each sequence (and on rows with no valid labeling); (T, B) or (T, B, k) when
             ``batch_first=False``.
         """
-        quick = None if k is not None else self._quick(quick_viterbi, emissions, mask, lengths)
+        plain = k is None and transitions is None
+        quick = self._quick(quick_viterbi, emissions, mask, lengths) if plain else None
         if quick is not None:
             return quick[0], quick[1] if self.batch_first else quick[1].t()
-        return self._decode(emissions, mask, lengths, k)
+        return self._decode(emissions, mask, lengths, k, transitions)
 
     @one_assertion()
     def _decode(self, emissions: Tensor, mask: Tensor | None, lengths: LengthsLike,
-                k: int | None) -> tuple[Tensor, Tensor]:
+                k: int | None, transitions: Tensor | None = None) -> tuple[Tensor, Tensor]:
         batch = self._batch(emissions, None, mask, lengths)
-        trans, start, end = self.scores()
+        trans, start, end = self._scores(batch, transitions)
         if k is None:
             score, path = _on_chain(viterbi_chain, batch.emissions, trans, start, end, batch.lengths)
             return score, self._out(path, batch, -1)
@@ -351,24 +375,27 @@ class LinearChainCRF(NotScriptable, nn.Module):
 
     @one_assertion()
     def log_partition(self, emissions: Tensor, mask: Tensor | None = None, *,
-                      lengths: LengthsLike = None) -> Tensor:
-        """log Z (B,): log of the sum over all (valid) labelings of exp(score)."""
+                      lengths: LengthsLike = None, transitions: Tensor | None = None) -> Tensor:
+        """log Z (B,): log of the sum over all (valid) labelings of exp(score) (``transitions`` as
+        for :meth:`forward`)."""
         batch = self._batch(emissions, None, mask, lengths)
-        trans, start, end = self.scores()
+        trans, start, end = self._scores(batch, transitions)
         return _on_chain(log_partition_chain, batch.emissions, trans, start, end, batch.lengths)
 
     @one_assertion()
     def marginals(self, emissions: Tensor, mask: Tensor | None = None, *, lengths: LengthsLike = None,
-                  edges: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+                  edges: bool = False,
+                  transitions: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
         """Node marginals p(y_t = j) (B, T, N), 0 outside each sequence; with ``edges`` also the
         edge marginals p(y_t = i, y_{t+1} = j) (B, T-1, N, N), indexed by the edge's first
-        position (0 outside). Time-first when ``batch_first=False``."""
+        position (0 outside). Time-first when ``batch_first=False``. ``transitions`` as for
+        :meth:`forward`."""
         batch = self._batch(emissions, None, mask, lengths)
         if not edges:
-            trans, start, end = self.scores()
+            trans, start, end = self._scores(batch, transitions)
             node = _on_chain(marginals_chain, batch.emissions, trans, start, end, batch.lengths)
             return self._out(node, batch, 0)
-        dist = self._distribution(batch)
+        dist = self._distribution(batch, transitions)
         edge = batch.moved.put_edges(dist.edge_marginals, 0)
         return self._out(dist.marginals, batch, 0), edge if self.batch_first else edge.transpose(0, 1)
 
@@ -379,10 +406,10 @@ class LinearChainCRF(NotScriptable, nn.Module):
         mask's positions)."""
         return self._distribution(self._batch(emissions, None, mask, lengths))
 
-    def _distribution(self, batch: _Batch) -> ChainDistribution:
+    def _distribution(self, batch: _Batch, transitions: Tensor | None = None) -> ChainDistribution:
         from ..distributions import ChainDistribution
 
-        trans, start, end = self.scores()
+        trans, start, end = self._scores(batch, transitions)
         return ChainDistribution(batch.emissions, trans, start=start, end=end, lengths=batch.lengths)
 
     def entropy(self, emissions: Tensor, mask: Tensor | None = None, *,

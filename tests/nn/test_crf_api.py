@@ -381,3 +381,44 @@ def test_an_infinite_reduced_loss_warns_naming_the_rows():
         assert torch.isfinite(crf(emissions[:1], gold[:1], reduction="mean"))
         with st.set_validation(False):  # a value check: off with the others
             crf(emissions, gold, reduction="mean")
+
+
+def test_input_dependent_transitions_keep_the_constraints_and_follow_the_mask():
+    """Issue 54, item 4: LinearChainCRF(...)(emissions, tags, mask, transitions=...) with per-example,
+    per-step transitions (and broadcast ones), as the functions with -inf where the constraints
+    forbid; decode, log_partition and marginals alike; gradients reach the given transitions."""
+    tags_names = ["O", "B-X", "I-X"]
+    crf = st.LinearChainCRF(3, constraints=allowed_transitions("BIO", tags_names)).double()
+    g = torch.Generator().manual_seed(0)
+    B, T = 3, 5
+    emissions = torch.randn(B, T, 3, generator=g, dtype=torch.float64)
+    per_step = torch.randn(B, T - 1, 3, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    mask = torch.ones(B, T, dtype=torch.bool)
+    mask[0, 1] = False  # a gap: the transition into position 2 is the one used from position 0
+    mask[1, 3:] = False
+    tags = torch.tensor([[0, 0, 1, 2, 2], [1, 2, 0, 0, 0], [0, 1, 2, 2, 0]])
+    trans, start, end = crf.scores()
+    forbidden = torch.where(crf.allowed, per_step, float("-inf"))
+    kw = dict(start=start, end=end, mask=mask)
+    want = st.train.chain_nll(emissions, forbidden, tags, **kw, reduction="none")
+    got = crf(emissions, tags, mask, transitions=per_step)
+    torch.testing.assert_close(got, want)
+    got.sum().backward()
+    assert per_step.grad.abs().sum() > 0
+    score, path = crf.decode(emissions, mask, transitions=per_step)
+    ref_score, ref_path = st.viterbi(emissions, forbidden, **kw)
+    torch.testing.assert_close(score, ref_score)
+    assert torch.equal(path, ref_path)
+    torch.testing.assert_close(crf.log_partition(emissions, mask, transitions=per_step),
+                               st.log_partition(emissions, forbidden, **kw))
+    torch.testing.assert_close(crf.marginals(emissions, mask, transitions=per_step), st.marginals(emissions, forbidden, **kw))
+    shared = per_step[0].detach()  # (T-1, N, N) and (1, T-1, N, N): one set of steps for every row
+    for broadcast in (shared, shared[None]):
+        torch.testing.assert_close(crf(emissions, tags, mask, transitions=broadcast),
+                                   crf(emissions, tags, mask, transitions=shared.expand(B, *shared.shape)))
+        torch.testing.assert_close(st.log_partition(emissions, broadcast, mask=mask),
+                                   st.log_partition(emissions, shared.expand(B, *shared.shape), mask=mask))
+    with pytest.raises(ValueError, match="transitions must have shape"):
+        crf(emissions, tags, transitions=torch.randn(B, T, 3, 3, dtype=torch.float64))
+    with pytest.raises(TypeError, match="transitions"):
+        crf.decode(emissions, transitions=[[0.0]])
