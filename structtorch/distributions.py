@@ -46,7 +46,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from ._checks import LengthsLike, cast_checked, check_generator, check_int
+from ._checks import LengthsLike, cast_checked, check_bool, check_generator, check_int, check_number
 from ._expectations import cross_entropy, entropy
 from ._precision import _no_autocast, map_tensors, widen
 from .chain.layout import check_chain
@@ -57,6 +57,7 @@ from .chain.linear import (
     kbest_chain,
     log_partition_chain,
     log_prob_chain,
+    marginals_chain,
     path_score_chain,
     viterbi_chain,
 )
@@ -312,6 +313,52 @@ class ChainDistribution(_StructureDistribution):
         n = check_int("n", n, 1)
         check_generator(generator)
         return self._run(None, lambda: sample_chain(self._chain, n, generator))
+
+    def rsample(self, n: int = 1, *, temperature: float = 1.0, hard: bool = True,
+                generator: torch.Generator | None = None) -> Tensor:
+        """Relaxed, differentiable samples by perturb-and-MAP: (n, B, T, N), 0 beyond each length.
+
+        Each draw adds Gumbel noise to the unary scores; its *soft* sample is the node marginals of
+        the perturbed chain with every score divided by ``temperature`` (tau), differentiable in
+        the potentials; as tau -> 0 it tends to the one-hot of the perturbed chain's best labeling.
+        With ``hard`` (the default) the forward value is that one-hot labeling and the gradient is
+        the soft sample's (straight-through). A relaxation, not exact sampling: noise on the unary
+        scores alone draws the perturbed argmax from p exactly only where positions are
+        independent (zero transitions); use :meth:`sample` for exact draws.
+
+        Parameters
+        ----------
+        n : int
+            Draws per chain.
+        temperature : float
+            tau > 0.
+        hard : bool
+            One-hot forward values with straight-through gradients, or the soft samples.
+        generator : torch.Generator, optional
+        """
+        n = check_int("n", n, 1)
+        tau = check_number("temperature", temperature, low=0.0)
+        if tau == 0:
+            raise ValueError("temperature must be > 0")
+        check_bool("hard", hard)
+        check_generator(generator)
+        return self._run(None, lambda: self._rsample(n, tau, hard, generator))
+
+    def _rsample(self, n: int, tau: float, hard: bool, generator: torch.Generator | None) -> Tensor:
+        chain = self._chain
+        B, T, N = chain.shape
+        u = torch.rand((n, B, T, N), generator=generator, dtype=torch.float64, device=chain.unary.device)
+        gumbel = -torch.log(-torch.log(u.clamp(min=torch.finfo(u.dtype).tiny))).to(chain.unary.dtype)
+        rows = torch.arange(B, device=chain.unary.device).repeat(n)
+        tiled = chain_rows(chain, rows)
+        perturbed = type(chain)((tiled.unary + gumbel.reshape(n * B, T, N)) / tau, tiled.transitions / tau,
+                                tiled.start / tau, tiled.end / tau, tiled.lengths, tiled.name)
+        soft = marginals_chain(perturbed).reshape(n, B, T, N)
+        if not hard:
+            return soft
+        path = viterbi_chain(perturbed.map(torch.Tensor.detach))[1].reshape(n, B, T)
+        onehot = torch.nn.functional.one_hot(path.clamp(min=0), N).to(soft.dtype) * (path >= 0).unsqueeze(-1)
+        return onehot + soft - soft.detach()
 
     def score(self, structure: Tensor) -> Tensor:
         """Scores (B,) of given labelings (B, T), as :func:`structtorch.path_score`."""

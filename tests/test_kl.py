@@ -131,3 +131,31 @@ def test_sample_shapes_modes_and_log_prob_over_samples():
     labels, starts = semi.sample(4, generator=g)
     want = torch.stack([semi.log_prob((labels[i], starts[i])) for i in range(4)])
     torch.testing.assert_close(semi.log_prob((labels, starts)), want)
+
+
+def test_relaxed_samples_are_perturb_and_map_with_straight_through_gradients():
+    g = torch.Generator().manual_seed(3)
+    u = torch.randn(2, 5, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    a = torch.randn(3, 3, generator=g, dtype=torch.float64)
+    lengths = torch.tensor([5, 3])
+    dist = st.ChainDistribution(u, a, lengths=lengths)
+    hard = dist.rsample(6, temperature=0.7, generator=torch.Generator().manual_seed(9))
+    soft = dist.rsample(6, temperature=0.7, hard=False, generator=torch.Generator().manual_seed(9))
+    inside = (torch.arange(5) < lengths[:, None]).double()
+    torch.testing.assert_close(hard.detach().sum(-1), inside.expand(6, 2, 5))  # one-hot inside, 0 beyond
+    torch.testing.assert_close(soft.detach().sum(-1), inside.expand(6, 2, 5))
+    assert torch.equal(hard.detach().argmax(-1)[hard.detach().sum(-1) > 0],
+                       dist.rsample(6, temperature=1e-3, hard=False,
+                                    generator=torch.Generator().manual_seed(9)).detach().argmax(-1)[
+                           hard.detach().sum(-1) > 0])  # the soft sample tends to the perturbed MAP
+    w = torch.randn(6, 2, 5, 3, generator=g, dtype=torch.float64)
+    (g_hard,) = torch.autograd.grad((hard * w).sum(), u)
+    (g_soft,) = torch.autograd.grad((soft * w).sum(), u)
+    torch.testing.assert_close(g_hard, g_soft)  # straight-through: the soft sample's gradient
+    independent = st.ChainDistribution(u.detach(), torch.zeros(3, 3, dtype=torch.float64))
+    draws = independent.rsample(4000, generator=torch.Generator().manual_seed(1)).mean(0)
+    torch.testing.assert_close(draws, independent.marginals, rtol=0, atol=0.04)  # exact where independent
+    with pytest.raises(ValueError, match="temperature"):
+        dist.rsample(2, temperature=0.0)
+    with pytest.raises(ValueError, match="temperature"):
+        dist.rsample(2, temperature=-1.0)
