@@ -22,8 +22,9 @@ FNS = [st.viterbi, st.log_partition, st.marginals]
         ((U.long(), A), {}, TypeError, "unary must be float32 or float64, got torch.int64"),
         (([[0.0]], A), {}, TypeError, "unary must be a torch.Tensor"),
         ((U, torch.zeros(3, 3)), {}, ValueError,
-         r"transitions must have shape \(N, N\) = \(4, 4\) or \(B, T-1, N, N\) = \(2, 2, 4, 4\), got \(3, 3\)"),
-        ((U, torch.zeros(2, 3, 4, 4)), {}, ValueError, r"\(B, T-1, N, N\) = \(2, 2, 4, 4\), got \(2, 3, 4, 4\)"),
+         r"transitions must have shape \(N, N\) = \(4, 4\), or per step \(B, T-1, N, N\) = \(2, 2, 4, 4\), "
+         r"\(1, T-1, N, N\) or \(T-1, N, N\), got \(3, 3\)"),
+        ((U, torch.zeros(2, 3, 4, 4)), {}, ValueError, r"\(B, T-1, N, N\) = \(2, 2, 4, 4\), .* got \(2, 3, 4, 4\)"),
         ((U, A.double()), {}, TypeError, "transitions has dtype torch.float64 but unary has dtype torch.float32"),
         ((U, A), {"start": torch.zeros(3)}, ValueError, r"start must have shape \(N,\) = \(4,\) or \(B, N\) = \(2, 4\), got \(3,\)"),
         ((U, A), {"end": torch.zeros(1, 4)}, ValueError, r"end must have shape \(N,\) = \(4,\) or \(B, N\) = \(2, 4\), got \(1, 4\)"),
