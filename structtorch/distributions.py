@@ -49,7 +49,6 @@ from torch import Tensor
 from ._checks import LengthsLike, cast_checked, check_bool, check_generator, check_int, check_number
 from ._expectations import cross_entropy, entropy
 from ._precision import _no_autocast, map_tensors, widen
-from .chain.layout import check_chain
 from .chain.linear import (
     allowed_labels,
     chain_parts,
@@ -61,6 +60,7 @@ from .chain.linear import (
     path_score_chain,
     viterbi_chain,
 )
+from .chain.masking import masked_chain
 from .chain.sampling import sample_chain
 from .lossaug.chain import loss_augmented_chain, no_costs, partial_loss_augmented_chain
 from .lossaug.semimarkov import loss_augmented_semimarkov
@@ -179,6 +179,10 @@ class ChainDistribution(_StructureDistribution):
         Scores of the first and the last label.
     lengths : Tensor (B,), optional
         Integer lengths in [0, T]; None means all T.
+    mask : Tensor (B, T) bool, optional
+        Instead of ``lengths``: each row's positions, any pattern (as for :func:`structtorch.viterbi`);
+        per-position results (``argmax``, ``marginals``, ``sample``, ...) come back at them, and
+        structures given (``log_prob``, ``score``, ``loss_augmented``) are read there.
 
     Notes
     -----
@@ -200,10 +204,28 @@ class ChainDistribution(_StructureDistribution):
         start: Tensor | None = None,
         end: Tensor | None = None,
         lengths: LengthsLike = None,
+        mask: Tensor | None = None,
     ) -> None:
         (unary, transitions, start, end), result = widen((unary, transitions, start, end))
-        self._chain = check_chain(unary, transitions, start, end, lengths)
+        self._chain, self._moved = masked_chain(unary, transitions, start, end, lengths, mask)
         super().__init__(self._chain.unary.device, result)
+
+    def _put(self, x: Tensor, fill: float | int, lead: int = 0) -> Tensor:
+        """Per-position results (*lead dims, B, T, ...) of the compacted chain back at the mask's
+        positions (``fill`` elsewhere); without a mask as they are."""
+        if self._moved.index is None:
+            return x
+        return self._moved.put(x.movedim(tuple(range(lead)), tuple(range(2, 2 + lead))), fill).movedim(
+            tuple(range(2, 2 + lead)), tuple(range(lead)))
+
+    def _take(self, x: object, lead: int = 0) -> object:
+        """Per-position inputs (*lead dims, B, T, ...) at the mask's positions, compacted."""
+        if self._moved.index is None or not isinstance(x, Tensor) or x.dim() < 2 + lead:
+            return x
+        moved = self._moved.take_positions(x.movedim(tuple(range(lead)), tuple(range(2, 2 + lead))))
+        if not isinstance(moved, Tensor):
+            return moved
+        return moved.movedim(tuple(range(2, 2 + lead)), tuple(range(lead)))
 
     @property
     def lengths(self) -> Tensor:
@@ -248,7 +270,7 @@ class ChainDistribution(_StructureDistribution):
     def argmax(self) -> Tensor:
         """Tensor (B, T) int64: the best labeling, -1 beyond each length and on infeasible rows (ties
         as :func:`structtorch.viterbi`)."""
-        return self._run("argmax", lambda: self._viterbi()[1])
+        return self._run("argmax", lambda: self._put(self._viterbi()[1], -1))
 
     @property
     def max(self) -> Tensor:
@@ -265,14 +287,16 @@ class ChainDistribution(_StructureDistribution):
     def marginals(self) -> Tensor:
         """Tensor (B, T, N): node marginals p(y_t = j), 0 beyond each length and on infeasible rows;
         differentiable when a potential requires grad."""
-        return self._run("marginals", lambda: self._expectations()[1][0].to(self._chain.unary.dtype))
+        return self._run("marginals", lambda: self._put(
+            self._expectations()[1][0].to(self._chain.unary.dtype), 0))
 
     @property
     def edge_marginals(self) -> Tensor:
         """Tensor (B, T-1, N, N): ``edge_marginals[b, t, i, j]`` = p(y_t = i, y_{t+1} = j), 0 for
         steps beyond each length and on infeasible rows; differentiable. Summed over t (and b) it is
         the gradient of the log-partition w.r.t. shared (N, N) transitions."""
-        return self._run("edge_marginals", lambda: self._expectations()[1][1].to(self._chain.unary.dtype))
+        return self._run("edge_marginals", lambda: self._moved.put_edges(
+            self._expectations()[1][1].to(self._chain.unary.dtype), 0))
 
     @property
     def entropy(self) -> Tensor:
@@ -298,6 +322,7 @@ class ChainDistribution(_StructureDistribution):
             -inf potential and on infeasible rows, 0 on zero-length rows. Differentiable.
         """
         chain, logz = self._chain, self._logz64
+        structure = self._take(structure, max(structure.dim() - 2, 0) if isinstance(structure, Tensor) else 0)
         if isinstance(structure, Tensor) and structure.dim() > 2:
             lead, n = structure.shape[:-2], structure[..., 0, 0].numel()
             rows = torch.arange(chain.shape[0], device=chain.unary.device).repeat(n)
@@ -312,7 +337,7 @@ class ChainDistribution(_StructureDistribution):
         length and on infeasible rows (see :func:`structtorch.sample`)."""
         n = check_int("n", n, 1)
         check_generator(generator)
-        return self._run(None, lambda: sample_chain(self._chain, n, generator))
+        return self._run(None, lambda: self._put(sample_chain(self._chain, n, generator), -1, lead=1))
 
     def rsample(self, n: int = 1, *, temperature: float = 1.0, hard: bool = True,
                 generator: torch.Generator | None = None) -> Tensor:
@@ -342,7 +367,7 @@ class ChainDistribution(_StructureDistribution):
             raise ValueError("temperature must be > 0")
         check_bool("hard", hard)
         check_generator(generator)
-        return self._run(None, lambda: self._rsample(n, tau, hard, generator))
+        return self._run(None, lambda: self._put(self._rsample(n, tau, hard, generator), 0, lead=1))
 
     def _rsample(self, n: int, tau: float, hard: bool, generator: torch.Generator | None) -> Tensor:
         chain = self._chain
@@ -362,7 +387,7 @@ class ChainDistribution(_StructureDistribution):
 
     def score(self, structure: Tensor) -> Tensor:
         """Scores (B,) of given labelings (B, T), as :func:`structtorch.path_score`."""
-        return self._run(None, lambda: path_score_chain(self._chain, structure, name="structure"))
+        return self._run(None, lambda: path_score_chain(self._chain, self._take(structure), name="structure"))
 
     def loss_augmented(self, target: Tensor, *, h: HLike = None, rescaling: str = "margin",
                        weights: Tensor | None = None, cost: Tensor | None = None,
@@ -373,14 +398,19 @@ class ChainDistribution(_StructureDistribution):
         the structured hinge's subgradient; ``pair_cost`` (B, T-1, N, N) the costs of label
         pairs; partial targets, (B, T, N) bool or ``ignore_index``, as there).
         :func:`structtorch.structured_hinge` takes this distribution as its structure."""
+        target, weights, cost = (self._take(x) for x in (target, weights, cost))
+        if isinstance(pair_cost, Tensor):
+            pair_cost = self._moved.take_transitions(pair_cost)
         allowed = allowed_labels(target, self._chain, ignore_index, "target")
         if allowed is not None:
             no_costs(weights, cost, pair_cost)
-            return self._run(None, lambda: partial_loss_augmented_chain(
+            value, path, count = self._run(None, lambda: partial_loss_augmented_chain(
                 self._chain, allowed, h=h, rescaling=rescaling, algorithm=algorithm))
-        return self._run(None, lambda: loss_augmented_chain(
-            self._chain, target, h=h, rescaling=rescaling, weights=weights, cost=cost, algorithm=algorithm,
-            pair_cost=pair_cost))
+        else:
+            value, path, count = self._run(None, lambda: loss_augmented_chain(
+                self._chain, target, h=h, rescaling=rescaling, weights=weights, cost=cost,
+                algorithm=algorithm, pair_cost=pair_cost))
+        return value, self._put(path, -1), count
 
     def kbest(self, k: int) -> tuple[Tensor, Tensor]:
         """The k highest-scoring distinct labelings (see :func:`structtorch.kbest`).
@@ -399,7 +429,8 @@ class ChainDistribution(_StructureDistribution):
             -1 beyond each length and in the missing entries.
         """
         k = check_int("k", k, 1)
-        return self._run(None, lambda: kbest_chain(self._chain, k))
+        scores, paths = self._run(None, lambda: kbest_chain(self._chain, k))
+        return scores, self._put(paths.transpose(1, 2), -1).transpose(1, 2)
 
 
 class SegmentMarginals(NamedTuple):

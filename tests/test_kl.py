@@ -159,3 +159,36 @@ def test_relaxed_samples_are_perturb_and_map_with_straight_through_gradients():
         dist.rsample(2, temperature=0.0)
     with pytest.raises(ValueError, match="temperature"):
         dist.rsample(2, temperature=-1.0)
+
+
+def test_a_chain_distribution_over_a_mask_equals_the_functions_with_the_mask():
+    """Issue 54, item 3: mask= on ChainDistribution, every per-position result at the mask's
+    positions (gaps, left padding, an empty row), structures read there."""
+    g = torch.Generator().manual_seed(4)
+    u = torch.randn(3, 6, 3, generator=g, dtype=torch.float64)
+    a = torch.randn(3, 3, generator=g, dtype=torch.float64)
+    mask = torch.tensor([[1, 0, 1, 1, 0, 1], [0, 0, 1, 1, 1, 1], [0] * 6], dtype=torch.bool)
+    dist = st.ChainDistribution(u, a, mask=mask)
+    score, path = st.viterbi(u, a, mask=mask)
+    assert torch.equal(dist.argmax, path) and torch.equal(dist.mode, path)
+    torch.testing.assert_close(dist.max, score)
+    torch.testing.assert_close(dist.marginals, st.marginals(u, a, mask=mask))
+    torch.testing.assert_close(dist.log_partition, st.log_partition(u, a, mask=mask))
+    y = dist.sample(4, generator=g)
+    assert ((y >= 0) == mask).all()  # labels exactly at the mask's positions
+    torch.testing.assert_close(dist.log_prob(y), torch.stack([dist.log_prob(y[i]) for i in range(4)]))
+    torch.testing.assert_close(dist.log_prob(y[0]), st.path_score(u, a, y[0].clamp(min=0), mask=mask)
+                               - st.log_partition(u, a, mask=mask))
+    scores, paths = dist.kbest(2)
+    want_scores, want_paths = st.kbest(u, a, 2, mask=mask)
+    torch.testing.assert_close(scores, want_scores)
+    assert torch.equal(paths, want_paths)
+    value, found, _ = dist.loss_augmented(y[0].clamp(min=0))
+    want_value, want_found, _ = st.loss_augmented(u, a, y[0].clamp(min=0), mask=mask)
+    torch.testing.assert_close(value, want_value)
+    assert torch.equal(found, want_found)
+    relaxed = dist.rsample(2)
+    assert relaxed.shape == (2, 3, 6, 3) and torch.equal(relaxed.sum(-1) > 0, mask.expand(2, 3, 6))
+    edges = dist.edge_marginals
+    assert edges.shape == (3, 5, 3, 3)
+    torch.testing.assert_close(edges.sum((2, 3))[0], torch.tensor([1.0, 0, 1, 1, 0], dtype=torch.float64))
