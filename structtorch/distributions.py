@@ -60,7 +60,7 @@ from .chain.linear import (
     path_score_chain,
     viterbi_chain,
 )
-from .chain.masking import masked_chain
+from .chain.masking import Compaction, compaction, masked_chain
 from .chain.sampling import sample_chain
 from .lossaug.chain import loss_augmented_chain, no_costs, partial_loss_augmented_chain
 from .lossaug.semimarkov import loss_augmented_semimarkov
@@ -112,6 +112,23 @@ class _StructureDistribution:
             with _no_autocast(self._device.type):
                 self._cache[key] = map_tensors(fn(), self._narrow)
         return self._cache[key]
+
+    def _put(self, x: Tensor, fill: float | int, lead: int = 0) -> Tensor:
+        """Per-position results (*lead dims, B, T, ...) of the compacted chain back at the mask's
+        positions (``fill`` elsewhere); without a mask as they are."""
+        if self._moved.index is None:
+            return x
+        return self._moved.put(x.movedim(tuple(range(lead)), tuple(range(2, 2 + lead))), fill).movedim(
+            tuple(range(2, 2 + lead)), tuple(range(lead)))
+
+    def _take(self, x: object, lead: int = 0) -> object:
+        """Per-position inputs (*lead dims, B, T, ...) at the mask's positions, compacted."""
+        if self._moved.index is None or not isinstance(x, Tensor) or x.dim() < 2 + lead:
+            return x
+        moved = self._moved.take_positions(x.movedim(tuple(range(lead)), tuple(range(2, 2 + lead))))
+        if not isinstance(moved, Tensor):
+            return moved
+        return moved.movedim(tuple(range(2, 2 + lead)), tuple(range(lead)))
 
     @property
     def batch_shape(self) -> torch.Size:
@@ -209,23 +226,6 @@ class ChainDistribution(_StructureDistribution):
         (unary, transitions, start, end), result = widen((unary, transitions, start, end))
         self._chain, self._moved = masked_chain(unary, transitions, start, end, lengths, mask)
         super().__init__(self._chain.unary.device, result)
-
-    def _put(self, x: Tensor, fill: float | int, lead: int = 0) -> Tensor:
-        """Per-position results (*lead dims, B, T, ...) of the compacted chain back at the mask's
-        positions (``fill`` elsewhere); without a mask as they are."""
-        if self._moved.index is None:
-            return x
-        return self._moved.put(x.movedim(tuple(range(lead)), tuple(range(2, 2 + lead))), fill).movedim(
-            tuple(range(2, 2 + lead)), tuple(range(lead)))
-
-    def _take(self, x: object, lead: int = 0) -> object:
-        """Per-position inputs (*lead dims, B, T, ...) at the mask's positions, compacted."""
-        if self._moved.index is None or not isinstance(x, Tensor) or x.dim() < 2 + lead:
-            return x
-        moved = self._moved.take_positions(x.movedim(tuple(range(lead)), tuple(range(2, 2 + lead))))
-        if not isinstance(moved, Tensor):
-            return moved
-        return moved.movedim(tuple(range(2, 2 + lead)), tuple(range(lead)))
 
     @property
     def lengths(self) -> Tensor:
@@ -488,6 +488,10 @@ class SemiMarkovDistribution(_StructureDistribution):
         Scores of the first and the last segment's label.
     lengths : Tensor (B,), optional
         Integer lengths in [0, T]; None means all T.
+    mask : Tensor (B, T) bool, optional
+        Instead of ``lengths``: each row's positions, any pattern; the per-position potentials
+        (content, boundary, segment scores, PLiF tracks) are read there and per-position results
+        (``argmax``, ``marginals``, ``sample``, ...) come back there.
 
     Notes
     -----
@@ -514,12 +518,25 @@ class SemiMarkovDistribution(_StructureDistribution):
         end: Tensor | None = None,
         lengths: LengthsLike = None,
         segment_plif: SegmentPLiF | None = None,
+        mask: Tensor | None = None,
     ) -> None:
         tensors, result = widen((content, transitions, length_scores, boundary, segment_scores, start, end,
                                   segment_plif))
         content, transitions, length_scores, boundary, segment_scores, start, end, segment_plif = tensors
+        moved = None
+        if mask is not None and isinstance(content, Tensor) and content.dim() == 3:
+            if lengths is not None:
+                raise ValueError("give mask or lengths, not both")
+            moved = compaction(mask, content.shape[0], content.shape[1], content.device)
+            content, boundary, segment_scores = (moved.take_positions(x)
+                                                 for x in (content, boundary, segment_scores))
+            if isinstance(segment_plif, SegmentPLiF):
+                segment_plif = SegmentPLiF(moved.take_positions(segment_plif.tracks), segment_plif.ordinates,
+                                           segment_plif.low, segment_plif.high)
+            lengths = moved.lengths
         self._sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
                                     start, end, lengths, segment_plif)
+        self._moved = moved or Compaction(self._sm.lengths)
         self.max_len = int(max_len)
         super().__init__(self._sm.content.device, result)
 
@@ -581,7 +598,7 @@ class SemiMarkovDistribution(_StructureDistribution):
     def argmax(self) -> tuple[Tensor, Tensor]:
         """The best segmentation: labels (B, T) int64 (-1 beyond each length and on infeasible rows)
         and starts (B, T) bool, as :func:`structtorch.semimarkov_viterbi` returns them."""
-        return self._run("argmax", lambda: self._viterbi()[1:])
+        return self._run("argmax", lambda: self._put_segmentation(*self._viterbi()[1:]))
 
     @property
     def max(self) -> Tensor:
@@ -606,7 +623,7 @@ class SemiMarkovDistribution(_StructureDistribution):
         def compute() -> SegmentMarginals:
             _, g, _ = self._expectations(segments=True)
             content, length, boundary, trans, start, end, segment = (x.to(self._dtype) for x in g)
-            return SegmentMarginals(content, segment, trans, start, end)
+            return SegmentMarginals(self._put(content, 0), self._put(segment, 0), trans, start, end)
         return self._run("marginals", compute)
 
     @property
@@ -645,6 +662,7 @@ class SemiMarkovDistribution(_StructureDistribution):
             score(structure) - logZ in float64, cast once; -inf for a segmentation that uses a -inf
             potential and on infeasible rows, 0 on zero-length rows. Differentiable.
         """
+        structure = self._take_segmentation(structure)
         if isinstance(structure, (tuple, list)) and len(structure) == 2 and isinstance(structure[0], Tensor) \
                 and structure[0].dim() > 2:
             labels, starts = structure
@@ -664,12 +682,13 @@ class SemiMarkovDistribution(_StructureDistribution):
         self._no_plif("sample")
         n = check_int("n", n, 1)
         check_generator(generator)
-        return self._run(None, lambda: sample_semimarkov(self._sm, n, generator))
+        return self._run(None, lambda: self._put_segmentation(*sample_semimarkov(self._sm, n, generator),
+                                                              lead=1))
 
     def score(self, structure: tuple[Tensor, Tensor]) -> Tensor:
         """Scores (B,) of given segmentations ``(labels, starts)``, as
         :func:`structtorch.semimarkov_score`."""
-        labels, starts = self._structure(structure)
+        labels, starts = self._structure(self._take_segmentation(structure))
         return self._run(None, lambda: score_semimarkov(self._sm, labels, starts))
 
     def loss_augmented(self, target: tuple[Tensor, Tensor], *, h: HLike = None, rescaling: str = "margin",
@@ -684,16 +703,31 @@ class SemiMarkovDistribution(_StructureDistribution):
             raise ValueError("cost is not supported for semi-Markov models (use h and weights)")
         if not isinstance(target, (tuple, list)) or len(target) != 2:
             raise TypeError("target must be a (labels, starts) pair of (B, T) tensors")
-        return self._run(None, lambda: loss_augmented_semimarkov(
+        target, weights = self._take_segmentation(target), self._take(weights)
+        value, labels, starts, count = self._run(None, lambda: loss_augmented_semimarkov(
             self._sm, target[0], target[1], h=h, rescaling=rescaling, weights=weights, algorithm=algorithm,
             loss=loss))
+        return (value, *self._put_segmentation(labels, starts), count)
 
     def kbest(self, k: int) -> tuple[Tensor, Tensor, Tensor]:
         """The k highest-scoring distinct segmentations: ``(scores (B, k), labels (B, k, T), starts
         (B, k, T))`` (see :func:`structtorch.semimarkov_kbest`)."""
         self._no_plif("kbest")
         k = check_int("k", k, 1)
-        return self._run(None, lambda: kbest_semimarkov(self._sm, k))
+        scores, labels, starts = self._run(None, lambda: kbest_semimarkov(self._sm, k))
+        labels, starts = self._put_segmentation(labels.transpose(1, 2), starts.transpose(1, 2))
+        return scores, labels.transpose(1, 2), starts.transpose(1, 2)
+
+    def _put_segmentation(self, labels: Tensor, starts: Tensor, lead: int = 0) -> tuple[Tensor, Tensor]:
+        """Labels (-1) and starts (False) back at the mask's positions."""
+        return self._put(labels, -1, lead), self._put(starts, False, lead)
+
+    def _take_segmentation(self, structure: object) -> object:
+        """A (labels, starts) pair (..., B, T) read at the mask's positions; anything else as it is."""
+        if not isinstance(structure, (tuple, list)) or len(structure) != 2 or not all(
+                isinstance(x, Tensor) for x in structure):
+            return structure
+        return tuple(self._take(x, x.dim() - 2) for x in structure)
 
 
 @torch.distributions.kl.register_kl(ChainDistribution, ChainDistribution)

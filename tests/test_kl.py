@@ -192,3 +192,29 @@ def test_a_chain_distribution_over_a_mask_equals_the_functions_with_the_mask():
     edges = dist.edge_marginals
     assert edges.shape == (3, 5, 3, 3)
     torch.testing.assert_close(edges.sum((2, 3))[0], torch.tensor([1.0, 0, 1, 1, 0], dtype=torch.float64))
+
+
+def test_a_semimarkov_distribution_over_a_mask_equals_one_over_the_compacted_rows():
+    g = torch.Generator().manual_seed(5)
+    content = torch.randn(3, 6, 3, generator=g, dtype=torch.float64)
+    a = torch.randn(3, 3, generator=g, dtype=torch.float64)
+    mask = torch.tensor([[1, 0, 1, 1, 0, 1], [0, 0, 1, 1, 1, 1], [0] * 6], dtype=torch.bool)
+    dist = st.SemiMarkovDistribution(content, a, max_len=2, mask=mask)
+    order = torch.sort((~mask).int(), dim=1, stable=True).indices  # each row's positions first
+    packed = st.SemiMarkovDistribution(content.gather(1, order[..., None].expand(-1, -1, 3)), a, max_len=2,
+                                       lengths=mask.sum(1))
+    torch.testing.assert_close(dist.log_partition, packed.log_partition)
+    labels, starts = dist.argmax
+    assert torch.equal(labels >= 0, mask) and not (starts & ~mask).any()
+    packed_labels = packed.argmax[0]
+    assert torch.equal(labels[mask], packed_labels[packed_labels >= 0])
+    torch.testing.assert_close(dist.marginals.positions.sum(-1), mask.double())
+    sample = dist.sample(3, generator=g)
+    assert torch.equal(sample[0] >= 0, mask.expand(3, 3, 6))
+    torch.testing.assert_close(dist.log_prob(sample), torch.stack([dist.log_prob((sample[0][i], sample[1][i]))
+                                                                   for i in range(3)]))
+    scores, k_labels, _ = dist.kbest(2)
+    torch.testing.assert_close(scores, packed.kbest(2)[0])
+    assert torch.equal(k_labels[:, 0], labels)
+    value, found, _, _ = dist.loss_augmented((labels.clamp(min=0), starts))
+    assert torch.equal(found >= 0, mask)
