@@ -361,12 +361,7 @@ class ChainDistribution(_StructureDistribution):
             One-hot forward values with straight-through gradients, or the soft samples.
         generator : torch.Generator, optional
         """
-        n = check_int("n", n, 1)
-        tau = check_number("temperature", temperature, low=0.0)
-        if tau == 0:
-            raise ValueError("temperature must be > 0")
-        check_bool("hard", hard)
-        check_generator(generator)
+        n, tau = _relaxation_arguments(n, temperature, hard, generator)
         return self._run(None, lambda: self._put(self._rsample(n, tau, hard, generator), 0, lead=1))
 
     def _rsample(self, n: int, tau: float, hard: bool, generator: torch.Generator | None) -> Tensor:
@@ -382,8 +377,7 @@ class ChainDistribution(_StructureDistribution):
         if not hard:
             return soft
         path = viterbi_chain(perturbed.map(torch.Tensor.detach))[1].reshape(n, B, T)
-        onehot = torch.nn.functional.one_hot(path.clamp(min=0), N).to(soft.dtype) * (path >= 0).unsqueeze(-1)
-        return onehot + soft - soft.detach()
+        return _straight_through(path, soft)
 
     def score(self, structure: Tensor) -> Tensor:
         """Scores (B,) of given labelings (B, T), as :func:`structtorch.path_score`."""
@@ -718,6 +712,30 @@ class SemiMarkovDistribution(_StructureDistribution):
         labels, starts = self._put_segmentation(labels.transpose(1, 2), starts.transpose(1, 2))
         return scores, labels.transpose(1, 2), starts.transpose(1, 2)
 
+    def rsample(self, n: int = 1, *, temperature: float = 1.0, hard: bool = True,
+                generator: torch.Generator | None = None) -> Tensor:
+        """Relaxed, differentiable samples by perturb-and-MAP: (n, B, T, N) per-position label
+        indicators, 0 beyond each length (as :meth:`ChainDistribution.rsample`: Gumbel noise on the
+        content scores, the perturbed distribution's position marginals at ``temperature``, with
+        ``hard`` the one-hot labels of its best segmentation and the soft sample's gradient). A
+        relaxation, not exact sampling; :meth:`sample` draws exactly."""
+        self._no_plif("rsample")
+        n, tau = _relaxation_arguments(n, temperature, hard, generator)
+        return self._run(None, lambda: self._put(self._rsample(n, tau, hard, generator), 0, lead=1))
+
+    def _rsample(self, n: int, tau: float, hard: bool, generator: torch.Generator | None) -> Tensor:
+        sm = self._sm
+        B, T, _, N = sm.shape
+        u = torch.rand((n * B, T, N), generator=generator, dtype=torch.float64, device=sm.content.device)
+        gumbel = -torch.log(-torch.log(u.clamp(min=torch.finfo(u.dtype).tiny))).to(sm.content.dtype)
+        tiled = sm.rows(torch.arange(B, device=sm.content.device).repeat(n))
+        perturbed = tiled.replace(content=tiled.content + gumbel).map(lambda x: x / tau)
+        soft = expectations_semimarkov(perturbed, False)[1][0].to(sm.content.dtype).reshape(n, B, T, N)
+        if not hard:
+            return soft
+        labels = viterbi_semimarkov(perturbed.detached())[1].reshape(n, B, T)
+        return _straight_through(labels, soft)
+
     def _put_segmentation(self, labels: Tensor, starts: Tensor, lead: int = 0) -> tuple[Tensor, Tensor]:
         """Labels (-1) and starts (False) back at the mask's positions."""
         return self._put(labels, -1, lead), self._put(starts, False, lead)
@@ -728,6 +746,24 @@ class SemiMarkovDistribution(_StructureDistribution):
                 isinstance(x, Tensor) for x in structure):
             return structure
         return tuple(self._take(x, x.dim() - 2) for x in structure)
+
+
+def _relaxation_arguments(n: object, temperature: object, hard: object,
+                          generator: object) -> tuple[int, float]:
+    """``rsample``'s arguments checked: (n, temperature)."""
+    n = check_int("n", n, 1)
+    tau = check_number("temperature", temperature, low=0.0)
+    if tau == 0:
+        raise ValueError("temperature must be > 0")
+    check_bool("hard", hard)
+    check_generator(generator)
+    return n, tau
+
+
+def _straight_through(labels: Tensor, soft: Tensor) -> Tensor:
+    """The one-hot ``labels`` (..., T) (0 where -1) with the gradient of ``soft`` (..., T, N)."""
+    onehot = torch.nn.functional.one_hot(labels.clamp(min=0), soft.shape[-1]).to(soft.dtype)
+    return onehot * (labels >= 0).unsqueeze(-1) + soft - soft.detach()
 
 
 @torch.distributions.kl.register_kl(ChainDistribution, ChainDistribution)

@@ -218,3 +218,20 @@ def test_a_semimarkov_distribution_over_a_mask_equals_one_over_the_compacted_row
     assert torch.equal(k_labels[:, 0], labels)
     value, found, _, _ = dist.loss_augmented((labels.clamp(min=0), starts))
     assert torch.equal(found >= 0, mask)
+
+
+def test_semimarkov_relaxed_samples():
+    g = torch.Generator().manual_seed(6)
+    content = torch.randn(2, 5, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    a = torch.randn(3, 3, generator=g, dtype=torch.float64)
+    dist = st.SemiMarkovDistribution(content, a, max_len=2, lengths=torch.tensor([5, 3]))
+    hard = dist.rsample(4, temperature=0.5, generator=torch.Generator().manual_seed(2))
+    soft = dist.rsample(4, temperature=0.5, hard=False, generator=torch.Generator().manual_seed(2))
+    inside = (torch.arange(5) < torch.tensor([5, 3])[:, None]).double()
+    torch.testing.assert_close(hard.detach().sum(-1), inside.expand(4, 2, 5))
+    torch.testing.assert_close(soft.detach().sum(-1), inside.expand(4, 2, 5))
+    w = torch.randn(4, 2, 5, 3, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(torch.autograd.grad((hard * w).sum(), content)[0],
+                               torch.autograd.grad((soft * w).sum(), content)[0])
+    with pytest.raises(ValueError, match="temperature"):
+        dist.rsample(temperature=0.0)
