@@ -315,7 +315,7 @@ def _semimarkov_alphas(content, length, boundary, segment, transitions, start, e
     alphas, best_len, came_from = _semimarkov_forward(
         _front_padded(op.Where(forbidden, _constant(0.0), u), S), _front_padded(_double(forbidden), S),
         _reversed(_double(length), 1), _double(boundary), _reversed(_double(segment), 2),
-        _front_padded(_double(tracks), S), *plif, _double(start), _double(transitions),
+        _front_padded(_double(tracks), S), *plif, _double(start), _blocks(transitions),
         _constant(summed, np.bool_))
     flat = op.Concat(op.Shape(content, start=0, end=1), _constant([-1], np.int64), axis=0)
     alphas, best_len, came_from = (op.Reshape(op.Transpose(x, perm=[1, 0, 2]), flat)  # (B, (T + 1) N)
@@ -357,6 +357,7 @@ def _semimarkov_forward(content, forbidden, length, boundary, segment, tracks, o
     d = op.Unsqueeze(op.Cast(d, to=11), [0, 2])  # the length of window entry j: S - j
     last_segment = op.Squeeze(op.Sub(op.Shape(segment, start=1, end=2), one))
     last_track = op.Sub(op.Shape(tracks, start=1, end=2), S)
+    last_block = op.Sub(op.Squeeze(op.Shape(transitions, start=1, end=2)), 1)
     alphas = op.Unsqueeze(op.Expand(ninf, op.Concat(B, N, axis=0)), [0])
     incoming = op.Concat(op.Expand(ninf, op.Concat(S, B, N, axis=0)), op.Unsqueeze(start, [0]),
                          axis=0)  # (S + 1, B, N): -inf before position 0
@@ -380,12 +381,13 @@ def _semimarkov_forward(content, forbidden, length, boundary, segment, tracks, o
         before = op.Transpose(op.Slice(incoming, op.Neg(S), op.Constant(value_ints=[9223372036854775807]),
                                        op.Constant(value_ints=[0])), perm=[1, 0, 2])
         terms = op.Add(op.Where(blocked, ninf, terms), before)
+        block = op.Gather(transitions, op.Min(i, last_block), axis=1)  # into a segment starting at i + 1
         if summed:  # the log semiring (-inf-safe log sum exp); no pointers
             peak = op.ReduceMax(terms, one, keepdims=1)
             peak = op.Where(op.IsInf(peak, detect_positive=0), zero, peak)
             alpha = op.Add(op.Log(op.ReduceSum(op.Exp(op.Sub(terms, peak)), one, keepdims=1)), peak)
             alpha = op.Squeeze(alpha, one)
-            cand = op.Add(op.Unsqueeze(alpha, [2]), op.Unsqueeze(transitions, [0]))
+            cand = op.Add(op.Unsqueeze(alpha, [2]), block)
             peak = op.ReduceMax(cand, one, keepdims=1)
             peak = op.Where(op.IsInf(peak, detect_positive=0), zero, peak)
             into = op.Add(op.Log(op.ReduceSum(op.Exp(op.Sub(cand, peak)), one, keepdims=1)), peak)
@@ -395,7 +397,7 @@ def _semimarkov_forward(content, forbidden, length, boundary, segment, tracks, o
         else:
             alpha = op.ReduceMax(terms, one, keepdims=0)
             shortest = op.Sub(S, op.ArgMax(terms, axis=1, keepdims=0, select_last_index=1))
-            cand = op.Add(op.Unsqueeze(alpha, [2]), op.Unsqueeze(transitions, [0]))
+            cand = op.Add(op.Unsqueeze(alpha, [2]), block)
             into = op.ReduceMax(cand, one, keepdims=0)
             back = op.ArgMax(cand, axis=1, keepdims=0)
         alphas = op.Concat(alphas, op.Unsqueeze(alpha, [0]), axis=0)

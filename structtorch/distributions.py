@@ -468,8 +468,11 @@ class SemiMarkovDistribution(_StructureDistribution):
     ----------
     content : Tensor (B, T, N)
         Per-position label scores, summed over each segment.
-    transitions : Tensor (N, N)
-        ``transitions[m, n]`` scores a segment of label m followed by one of label n.
+    transitions : Tensor (N, N) or (B, T-1, N, N)
+        ``transitions[m, n]`` scores a segment of label m followed by one of label n; per row and
+        position, ``transitions[b, s - 1, m, n]`` scores it for a segment of label n starting at s
+        ((T-1, N, N) and (1, T-1, N, N) broadcast over the batch; computed by the PyTorch
+        recursions).
     max_len : int
         S, the longest segment (>= 1).
     length_scores : Tensor (S, N) or (B, S, N), optional

@@ -193,6 +193,30 @@ def test_log_partition_and_marginals_run_in_onnxruntime_within_1e5(tmp_path):
         np.testing.assert_allclose(got.sum(-1), mask.numpy().astype(np.float32), atol=1e-5)
 
 
+class SegmentsPerPosition(torch.nn.Module):
+    """st.semimarkov_viterbi and the log-partition with transitions per row and position."""
+
+    def forward(self, content, transitions, lengths):
+        kw = dict(max_len=3, lengths=lengths)
+        return (*st.semimarkov_viterbi(content, transitions, **kw), st.semimarkov_log_partition(content, transitions, **kw))
+
+
+def test_semimarkov_per_position_transitions_run_in_onnxruntime(tmp_path):
+    g = torch.Generator().manual_seed(10)
+
+    def inputs(B, T):
+        return (torch.randn(B, T, N, generator=g), torch.randn(B, T - 1, N, N, generator=g),
+                torch.randint(0, T + 1, (B,), generator=g))
+
+    run = run_onnx(SegmentsPerPosition(), inputs(2, 7), tmp_path / "steps.onnx", ["content", "transitions", "lengths"],
+                   special={"transitions": lambda batch, length: {0: batch, 1: length - 1}})
+    for B, T in ((3, 9), (1, 4)):
+        x = inputs(B, T)
+        got, want = run(*x), SegmentsPerPosition()(*x)
+        assert_same_segmentation(got[:3], want[:3])
+        np.testing.assert_allclose(got[3], want[3].numpy(), rtol=1e-5, atol=1e-5)
+
+
 class GeneFinder(torch.nn.Module):
     """HiddenSemiMarkovSVM.decode: PLiFs of signals, contents and lengths, a grammar, start and end
     labels."""

@@ -175,7 +175,6 @@ def semimarkov_tables(sm: SemiMarkov, terms: SegmentCountTerms, offset: Tensor, 
     inc[rows, 0, offset.clamp(0, K)] = sm.start.double()
     bp_d = torch.zeros(B, T + 1, K1, N, dtype=torch.long, device=dev)
     bp_m = torch.zeros_like(bp_d)
-    trans = sm.transitions.double()
     for e in range(1, T + 1):
         D = min(S, e)
         s = torch.arange(e - 1, e - D - 1, -1, device=dev).expand(B, D)  # starts for d = 1..D
@@ -187,7 +186,7 @@ def semimarkov_tables(sm: SemiMarkov, terms: SegmentCountTerms, offset: Tensor, 
         d = cand.argmax(1)
         alpha[:, e] = cand.gather(1, d.unsqueeze(1)).squeeze(1)
         bp_d[:, e] = d + 1
-        step = alpha[:, e].unsqueeze(3) + trans  # (B, K1, m, n)
+        step = alpha[:, e].unsqueeze(3) + sm.into(e).double().unsqueeze(1)  # (B, K1, m, n)
         m = step.argmax(2)
         inc[:, e] = step.gather(2, m.unsqueeze(2)).squeeze(2)
         bp_m[:, e] = m

@@ -31,8 +31,8 @@ def _module(backend: str):
 
 def backend_of(sm: SemiMarkov) -> str:
     """:func:`structtorch._backend.backend_for` with the semi-Markov veto: "torch" for empty
-    sequences."""
-    if sm.shape[1] == 0:
+    sequences and for transitions per row and position (the kernels take (N, N) ones)."""
+    if sm.shape[1] == 0 or sm.per_position:  # per-position transitions: the PyTorch references
         return "torch"
     return _backend.backend_for(sm.content)
 

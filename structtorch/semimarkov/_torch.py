@@ -45,12 +45,11 @@ def log_forward(sm: SemiMarkov) -> Tensor:
     F = sm.forbidden_counts()
     alpha = [sm.start.new_full((B, N), NEG_INF, dtype=torch.float64)]
     incoming = [sm.start.double()]  # incoming[s]: term of a segment starting at s
-    trans = sm.transitions.double()
     for e in range(1, T + 1):
         D = min(S, e)
         terms = segment_terms(sm, F, e) + torch.stack(incoming[e - D:e][::-1], 1)
         alpha.append(reduce(terms, 1))
-        incoming.append(reduce(alpha[e].unsqueeze(2) + trans, 1))
+        incoming.append(reduce(alpha[e].unsqueeze(2) + sm.into(e).double(), 1))
     final = torch.stack(alpha, 1).gather(1, sm.lengths.view(B, 1, 1).expand(B, 1, N)).squeeze(1)
     return final + sm.end.double()
 
@@ -63,7 +62,6 @@ def viterbi_segmentation(sm: SemiMarkov) -> tuple[Tensor, Tensor, Tensor]:
     B, T, S, N = sm.shape
     F = sm.forbidden_counts()
     dev = F.device
-    trans = sm.transitions.double()
     alpha = [sm.start.new_full((B, N), NEG_INF, dtype=torch.float64)]
     incoming, came_from = [sm.start.double()], [torch.zeros(B, N, dtype=torch.long, device=dev)]
     best_len = [torch.zeros(B, N, dtype=torch.long, device=dev)]
@@ -73,7 +71,7 @@ def viterbi_segmentation(sm: SemiMarkov) -> tuple[Tensor, Tensor, Tensor]:
         d = terms.argmax(1)
         alpha.append(terms.gather(1, d.unsqueeze(1)).squeeze(1))
         best_len.append(d + 1)
-        cand = alpha[e].unsqueeze(2) + trans
+        cand = alpha[e].unsqueeze(2) + sm.into(e).double()
         m = cand.argmax(1)
         incoming.append(cand.gather(1, m.unsqueeze(1)).squeeze(1))
         came_from.append(m)
@@ -174,7 +172,13 @@ def indicator_grads(sm: SemiMarkov, labels: Tensor, starts: Tensor, grad: Tensor
         g_segment = g_segment.view(B, T, S, N)
     prev = torch.cat([lab[:, :1], lab[:, :-1]], 1)
     steps = torch.where(lay.starts & (lay.t > 0), at_pos, 0.0)
-    g_trans = grad.new_zeros(N * N).index_add_(0, (prev * N + lab).flatten(), steps.flatten()).view(N, N)
+    if sm.per_position:  # the step into position t: row b's transitions[b, t - 1]
+        into = ((torch.arange(B, device=lab.device)[:, None] * max(T - 1, 0) + (lay.t - 1).clamp(min=0)) * N
+                + prev) * N + lab
+        g_trans = grad.new_zeros(B * max(T - 1, 0) * N * N).index_add_(0, into.flatten(), steps.flatten())
+        g_trans = g_trans.view(B, max(T - 1, 0), N, N)
+    else:
+        g_trans = grad.new_zeros(N * N).index_add_(0, (prev * N + lab).flatten(), steps.flatten()).view(N, N)
     edge = torch.where(sm.lengths > 0, grad, 0.0).unsqueeze(1)
     last = lab.gather(1, (sm.lengths - 1).clamp(min=0).unsqueeze(1)) if T else lab.new_zeros(B, 1)
     first = lab[:, :1] if T else lab.new_zeros(B, 1)

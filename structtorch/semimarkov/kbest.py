@@ -83,7 +83,7 @@ def _kbest_structures(sm: SemiMarkov, k: int) -> tuple[Tensor, Tensor, Tensor]:
         alpha.append(vals)
         alpha_bp.append(idx)
         # incoming[e][b, n, r]: the r-th best alpha[e][b, m, q] + transitions[m, n], code m * k + q
-        cand = (vals.unsqueeze(2) + sm.transitions[None, :, :, None]).permute(0, 2, 1, 3).reshape(B, N, N * k)
+        cand = (vals.unsqueeze(2) + sm.into(e)[:, :, :, None]).permute(0, 2, 1, 3).reshape(B, N, N * k)
         vals, idx = cand.topk(k, dim=2)
         incoming.append(vals)
         inc_bp.append(idx)
@@ -125,7 +125,8 @@ def kbest_semimarkov(sm: SemiMarkov, k: int) -> tuple[Tensor, Tensor, Tensor]:
     def rep(x: Tensor | None) -> Tensor | None:
         return None if x is None else x.repeat_interleave(k, 0)
 
-    many = SemiMarkov(rep(sm.content), sm.transitions, rep(sm.length_scores), rep(sm.boundary),
+    many = SemiMarkov(rep(sm.content), rep(sm.transitions) if sm.per_position else sm.transitions,
+                      rep(sm.length_scores), rep(sm.boundary),
                       rep(sm.segment_scores), rep(sm.start), rep(sm.end), rep(sm.lengths))
     scores = semimarkov_score(many, labels.reshape(B * k, T).clamp(min=0), starts.reshape(B * k, T))
     scores = scores.reshape(B, k)

@@ -77,6 +77,23 @@ class SemiMarkov:
                           apply(self.boundary), apply(self.segment_scores), apply(self.start),
                           apply(self.end), self.lengths, plif)
 
+    def into(self, e: int) -> Tensor:
+        """Transitions (B or 1, N, N) scoring the step into a segment that starts at ``e`` >= 1:
+        the shared (N, N) matrix, per-row ones (B, N, N) (the expectations' form), or row b's
+        ``transitions[b, e - 1]`` of per-position ones (zeros past the last step, which no segment
+        takes)."""
+        t = self.transitions
+        if t.dim() < 4:
+            return t if t.dim() == 3 else t.unsqueeze(0)
+        if e - 1 < t.shape[1]:
+            return t[:, e - 1]
+        return t.new_zeros(t.shape[0], *t.shape[2:])
+
+    @property
+    def per_position(self) -> bool:
+        """Whether the transitions are per row and position (B, T-1, N, N)."""
+        return self.transitions.dim() == 4
+
     def rows(self, index: Tensor) -> SemiMarkov:
         """The batch rows ``index`` (a 1-d int64 tensor) of the potentials."""
         def take(x):
@@ -84,7 +101,8 @@ class SemiMarkov:
         plif = self.segment_plif
         if plif is not None:
             plif = SegmentPLiF(plif.tracks[index], plif.ordinates, plif.low, plif.high)
-        return SemiMarkov(self.content[index], self.transitions, self.length_scores[index],
+        transitions = self.transitions[index] if self.transitions.dim() > 2 else self.transitions
+        return SemiMarkov(self.content[index], transitions, self.length_scores[index],
                           self.boundary[index], take(self.segment_scores), self.start[index],
                           self.end[index], self.lengths[index], plif)
 
@@ -138,6 +156,20 @@ def _check_segment_plif(plif: object, content: Tensor) -> SegmentPLiF | None:
     return SegmentPLiF(tracks.contiguous(), ordinates.contiguous(), low, high)
 
 
+def _check_transitions(t: Tensor, B: int, T: int, N: int) -> Tensor:
+    """(N, N), or per row and position (B, T-1, N, N) (``t[b, s - 1]`` scores the step into a
+    segment starting at s), broadcast from (T-1, N, N) or (1, T-1, N, N)."""
+    steps = max(T - 1, 0)
+    if t.dim() == 2 and t.shape == (N, N):
+        return t
+    if t.dim() == 4 and t.shape == (B, steps, N, N):
+        return t.contiguous()
+    if (t.dim() == 3 and t.shape == (steps, N, N)) or (t.dim() == 4 and t.shape == (1, steps, N, N)):
+        return t.expand(B, steps, N, N).contiguous()
+    raise ValueError(f"transitions must have shape (N, N) = ({N}, {N}), or per position (B, T-1, N, N) = "
+                     f"({B}, {steps}, {N}, {N}), (1, T-1, N, N) or (T-1, N, N), got {_fmt(t.shape)}")
+
+
 def check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
                      start, end, lengths, segment_plif=None) -> SemiMarkov:
     """Validate semi-Markov potentials; shapes are named in every error."""
@@ -148,9 +180,7 @@ def check_semimarkov(content, transitions, max_len, length_scores, boundary, seg
     if max_len < 1:
         raise ValueError(f"max_len must be an int >= 1, got {max_len!r}")
     S = int(max_len)
-    transitions = check_float("transitions", transitions, content, "content")
-    if transitions.shape != (N, N):
-        raise ValueError(f"transitions must have shape (N, N) = ({N}, {N}), got {_fmt(transitions.shape)}")
+    transitions = _check_transitions(check_float("transitions", transitions, content, "content"), B, T, N)
 
     # segments never exceed T: work with S' = min(max_len, T) so that memory and time do not grow
     # with a max_len meant as "unbounded" (defaults are built at S' directly)
@@ -270,7 +300,14 @@ def semimarkov_score(sm: SemiMarkov, labels: Tensor, starts: Tensor) -> Tensor:
         per_end = per_end + pick(plif_interpolate(means, accumulate(plif.ordinates), plif.low, plif.high))
     total = torch.where(inside, pick(sm.content), zero).sum(1) + torch.where(ends, per_end, zero).sum(1)
     prev = torch.cat([lab[:, :1], lab[:, :-1]], 1)
-    total = total + torch.where(starts & (t > 0), accumulate(sm.transitions[prev, lab]), zero).sum(1)
+    if sm.per_position and T > 1:  # the step into position t (> 0): transitions[b, t - 1]
+        steps = torch.cat([sm.transitions[:, :1], sm.transitions], 1).flatten(2)  # (B, T, N N)
+        pair = steps.gather(2, (prev * N + lab).unsqueeze(2)).squeeze(2)
+    elif sm.per_position:
+        pair = zero.expand(B, T)
+    else:
+        pair = sm.transitions[prev, lab]
+    total = total + torch.where(starts & (t > 0), accumulate(pair), zero).sum(1)
     last = lab.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
     edge = accumulate(sm.start.gather(1, lab[:, :1]).squeeze(1)) + accumulate(
         sm.end.gather(1, last.unsqueeze(1)).squeeze(1))

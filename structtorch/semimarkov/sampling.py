@@ -80,12 +80,11 @@ def sample_semimarkov(sm: SemiMarkov, n: int, generator: torch.Generator | None)
         return labels, starts
     uniforms = torch.rand(n, B, 2 * T + 1, generator=generator, dtype=torch.float64, device=dev)
     F = sm.forbidden_counts()
-    trans = sm.transitions
     alpha = [sm.start.new_full((B, N), NEG_INF)]  # alpha[e][b, n]: segmentations of [0, e) ending in n
     incoming = [sm.start]  # incoming[s][b, n]: a segment of label n starting at s
     for e in range(1, T + 1):
         alpha.append(safe_logsumexp(terms_with_incoming(sm, F, e, incoming), 1))
-        incoming.append(safe_logsumexp(alpha[e].unsqueeze(2) + trans, 1))
+        incoming.append(safe_logsumexp(alpha[e].unsqueeze(2) + sm.into(e), 1))
     alphas = torch.stack(alpha, 1)  # (B, T+1, N)
     lengths = sm.lengths
     final = alphas.gather(1, lengths.view(B, 1, 1).expand(B, 1, N)).squeeze(1) + sm.end
@@ -106,7 +105,9 @@ def sample_semimarkov(sm: SemiMarkov, n: int, generator: torch.Generator | None)
         d = draw(terms.transpose(1, 2)[rows, label], k + 1) + 1  # (n, B) in [1, D]
         s = e - d
         mark_segments(starts, seg_label, here, s, label)
-        before = alphas[rows, s.clamp(min=0)] + trans.t()[label]  # (n, B, N): label m of the segment before
+        into = torch.stack([sm.into(max(j, 1)).expand(B, N, N) for j in range(T)], 1)  # (B, T, m, n)
+        step = into[rows, s.clamp(min=0)].gather(3, label[..., None, None].expand(n, B, N, 1)).squeeze(3)
+        before = alphas[rows, s.clamp(min=0)] + step  # (n, B, N): label m of the segment before
         label = torch.where(here & (s > 0), draw(before, k + 2), label)
         k = torch.where(here, k + 2, k)
         e_cur = torch.where(here, s, e_cur)

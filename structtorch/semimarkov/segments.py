@@ -46,8 +46,11 @@ def semimarkov_viterbi(
     ----------
     content : Tensor (B, T, N)
         Per-position label scores, summed over each segment.
-    transitions : Tensor (N, N)
-        ``transitions[m, n]`` scores a segment of label m followed by one of label n.
+    transitions : Tensor (N, N) or (B, T-1, N, N)
+        ``transitions[m, n]`` scores a segment of label m followed by one of label n; per row and
+        position, ``transitions[b, s - 1, m, n]`` scores it for a segment of label n starting at s
+        ((T-1, N, N) and (1, T-1, N, N) broadcast over the batch; computed by the PyTorch
+        recursions).
     max_len : int
         S, the longest segment.
     length_scores : Tensor (S, N) or (B, S, N), optional
@@ -136,7 +139,8 @@ def semimarkov_parts(sm: SemiMarkov, segments: bool) -> list[Tensor]:
     accumulation dtype: [content, length_scores, boundary, transitions per row (B, N, N), start,
     end] and, with ``segments`` or given segment scores, segment_scores (zeros when not given)."""
     B, T, S, N = sm.shape
-    parts = [sm.content, sm.length_scores, sm.boundary, sm.transitions.expand(B, N, N), sm.start, sm.end]
+    trans = sm.transitions if sm.per_position else sm.transitions.expand(B, N, N)
+    parts = [sm.content, sm.length_scores, sm.boundary, trans, sm.start, sm.end]
     if sm.segment_scores is not None:
         parts.append(sm.segment_scores)
     elif segments:
