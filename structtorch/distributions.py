@@ -60,13 +60,13 @@ from .chain.linear import (
     path_score_chain,
     viterbi_chain,
 )
-from .chain.masking import Compaction, compaction, masked_chain
+from .chain.masking import masked_chain
 from .chain.sampling import sample_chain
 from .lossaug.chain import loss_augmented_chain, no_costs, partial_loss_augmented_chain
 from .lossaug.semimarkov import loss_augmented_semimarkov
 from .lossaug.spec import HLike
 from .semimarkov.kbest import kbest_semimarkov
-from .semimarkov.layout import check_segmentation, check_semimarkov
+from .semimarkov.layout import check_segmentation, masked_semimarkov
 from .semimarkov.plif import SegmentPLiF
 from .semimarkov.sampling import sample_semimarkov
 from .semimarkov.segments import (
@@ -520,20 +520,8 @@ class SemiMarkovDistribution(_StructureDistribution):
         tensors, result = widen((content, transitions, length_scores, boundary, segment_scores, start, end,
                                   segment_plif))
         content, transitions, length_scores, boundary, segment_scores, start, end, segment_plif = tensors
-        moved = None
-        if mask is not None and isinstance(content, Tensor) and content.dim() == 3:
-            if lengths is not None:
-                raise ValueError("give mask or lengths, not both")
-            moved = compaction(mask, content.shape[0], content.shape[1], content.device)
-            content, boundary, segment_scores = (moved.take_positions(x)
-                                                 for x in (content, boundary, segment_scores))
-            if isinstance(segment_plif, SegmentPLiF):
-                segment_plif = SegmentPLiF(moved.take_positions(segment_plif.tracks), segment_plif.ordinates,
-                                           segment_plif.low, segment_plif.high)
-            lengths = moved.lengths
-        self._sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
-                                    start, end, lengths, segment_plif)
-        self._moved = moved or Compaction(self._sm.lengths)
+        self._sm, self._moved = masked_semimarkov(content, transitions, max_len, length_scores, boundary,
+                                                  segment_scores, start, end, lengths, segment_plif, mask)
         self.max_len = int(max_len)
         super().__init__(self._sm.content.device, result)
 

@@ -30,7 +30,7 @@ from .._backend import kernel_module
 from .._checks import LengthsLike, cast_checked, guard_overflow
 from .._precision import mixed_precision
 from ..semimarkov import _ops as _semimarkov_ops
-from ..semimarkov.layout import SemiMarkov, check_segmentation, check_semimarkov
+from ..semimarkov.layout import SemiMarkov, check_segmentation, masked_semimarkov
 from ..semimarkov.plif import SegmentPLiF
 from ._ops import FUSED, solve
 from ._torch import SEGMENT_LOSSES
@@ -67,6 +67,7 @@ def semimarkov_loss_augmented(
     segment_plif: SegmentPLiF | None = None,
     loss: str = "hamming",
     max_count: int | None = None,
+    mask: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Most violating segmentation under a position or segment-level loss.
 
@@ -109,10 +110,14 @@ def semimarkov_loss_augmented(
     >>> value, count  # [0, 0, 0] in unit segments: its score 2 + 5 differing segments - the target's 4
     (tensor([3.]), tensor([5]))
     """
-    sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
-                          start, end, lengths, segment_plif)
-    return loss_augmented_semimarkov(sm, target_labels, target_starts, h=h, rescaling=rescaling,
-                                       weights=weights, algorithm=algorithm, loss=loss, max_count=max_count)
+    sm, moved = masked_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
+                                  start, end, lengths, segment_plif, mask)
+    target_labels, target_starts, weights = (moved.take_positions(x)
+                                             for x in (target_labels, target_starts, weights))
+    value, labels, starts, count = loss_augmented_semimarkov(
+        sm, target_labels, target_starts, h=h, rescaling=rescaling, weights=weights, algorithm=algorithm,
+        loss=loss, max_count=max_count)
+    return value, moved.put(labels, -1), moved.put(starts, False), count
 
 
 def loss_augmented_semimarkov(sm: SemiMarkov, target_labels: Tensor, target_starts: Tensor, *,

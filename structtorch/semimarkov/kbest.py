@@ -11,7 +11,7 @@ from .._numerics import NEG_INF
 from .._precision import mixed_precision
 from . import _ops
 from ._torch import POTENTIALS, detached64, fill_labels, guard, mark_segments, terms_with_incoming
-from .layout import SemiMarkov, check_semimarkov, semimarkov_score
+from .layout import SemiMarkov, masked_semimarkov, semimarkov_score
 
 __all__ = ["semimarkov_kbest"]
 
@@ -29,10 +29,12 @@ def semimarkov_kbest(
     start: Tensor | None = None,
     end: Tensor | None = None,
     lengths: LengthsLike = None,
+    mask: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """The k highest-scoring distinct segmentations (a k-list Viterbi over segment ends).
 
-    Potentials as for :func:`structtorch.semimarkov_viterbi` (without segment PLiFs).
+    Potentials, ``lengths`` or ``mask`` as for :func:`structtorch.semimarkov_viterbi` (without
+    segment PLiFs).
 
     Parameters
     ----------
@@ -53,9 +55,11 @@ def semimarkov_kbest(
     -----
     Time O(T (B S N k log k + B N^2 k)), memory O(B T N k).
     """
-    sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
-                          start, end, lengths)
-    return kbest_semimarkov(sm, check_int("k", k, 1))
+    sm, moved = masked_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
+                                  start, end, lengths, mask=mask)
+    scores, labels, starts = kbest_semimarkov(sm, check_int("k", k, 1))
+    return scores, moved.put(labels.transpose(1, 2), -1).transpose(1, 2), moved.put(
+        starts.transpose(1, 2), False).transpose(1, 2)
 
 
 @torch.no_grad()

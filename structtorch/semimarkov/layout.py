@@ -38,6 +38,7 @@ from .._checks import (
     validation_enabled,
 )
 from .._numerics import NEG_INF, accumulate, zeroed
+from ..chain.masking import Compaction, compaction
 from .plif import SegmentPLiF, check_support, plif_interpolate
 
 __all__ = ["SemiMarkov", "check_semimarkov", "check_segmentation", "semimarkov_score", "SegmentLayout",
@@ -218,6 +219,31 @@ def check_semimarkov(content, transitions, max_len, length_scores, boundary, seg
     return SemiMarkov(content, transitions, length_scores, boundary, segment_scores, start, end,
                       check_lengths(lengths, B, T, content.device),
                       _check_segment_plif(segment_plif, content))
+
+
+def masked_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores, start, end,
+                      lengths, segment_plif=None,
+                      mask: Tensor | None = None) -> tuple[SemiMarkov, Compaction]:
+    """:func:`check_semimarkov` over ``mask``'s positions (given instead of ``lengths``: the
+    per-position potentials, per-position transitions and PLiF tracks compacted to the left), and
+    the :class:`~structtorch.chain.masking.Compaction` that moves per-position results back (one
+    that moves nothing without a mask)."""
+    moved = None
+    if mask is not None and isinstance(content, Tensor) and content.dim() == 3:
+        if lengths is not None:
+            raise ValueError("give mask or lengths, not both")
+        moved = compaction(mask, content.shape[0], content.shape[1], content.device)
+        content, boundary, segment_scores = (moved.take_positions(x)
+                                             for x in (content, boundary, segment_scores))
+        if isinstance(transitions, Tensor):
+            transitions = moved.take_transitions(transitions)
+        if isinstance(segment_plif, SegmentPLiF):
+            segment_plif = SegmentPLiF(moved.take_positions(segment_plif.tracks), segment_plif.ordinates,
+                                       segment_plif.low, segment_plif.high)
+        lengths = moved.lengths
+    sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores, start, end,
+                          lengths, segment_plif)
+    return sm, moved or Compaction(sm.lengths)
 
 
 def _length_pick(sm: SemiMarkov, d: Tensor, lab: Tensor) -> Tensor:

@@ -11,7 +11,7 @@ from .._numerics import NEG_INF, inverse_cdf, safe_logsumexp
 from .._precision import mixed_precision
 from . import _ops
 from ._torch import detached64, fill_labels, mark_segments, terms_with_incoming
-from .layout import SemiMarkov, check_semimarkov
+from .layout import SemiMarkov, masked_semimarkov
 
 __all__ = ["semimarkov_sample"]
 
@@ -30,10 +30,12 @@ def semimarkov_sample(
     end: Tensor | None = None,
     lengths: LengthsLike = None,
     generator: torch.Generator | None = None,
+    mask: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Draw ``n`` independent segmentations per sequence from p(z) = exp(score(z)) / Z.
 
-    Potentials as for :func:`structtorch.semimarkov_viterbi` (without segment PLiFs).
+    Potentials, ``lengths`` or ``mask`` as for :func:`structtorch.semimarkov_viterbi` (without
+    segment PLiFs).
 
     Parameters
     ----------
@@ -59,9 +61,11 @@ def semimarkov_sample(
     over segment ends handles every sample and row at once. O(T (B S N + B N^2 + n B (S + N))) time
     beyond the forward pass.
     """
-    sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
-                          start, end, lengths)
-    return sample_semimarkov(sm, check_int("n", n, 1), check_generator(generator))
+    sm, moved = masked_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
+                                  start, end, lengths, mask=mask)
+    labels, starts = sample_semimarkov(sm, check_int("n", n, 1), check_generator(generator))
+    return (moved.put(labels.movedim(0, 2), -1).movedim(2, 0),
+            moved.put(starts.movedim(0, 2), False).movedim(2, 0))
 
 
 @torch.no_grad()

@@ -19,7 +19,7 @@ from .._numerics import NEG_INF, accumulate
 from .._precision import mixed_precision
 from . import _ops, _torch
 from ._torch import POTENTIALS, guard
-from .layout import SemiMarkov, check_segmentation, check_semimarkov
+from .layout import SemiMarkov, check_segmentation, masked_semimarkov
 from .layout import semimarkov_score as _score
 from .plif import SegmentPLiF
 
@@ -39,6 +39,7 @@ def semimarkov_viterbi(
     end: Tensor | None = None,
     lengths: LengthsLike = None,
     segment_plif: SegmentPLiF | None = None,
+    mask: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Highest-scoring segmentation of each sequence.
 
@@ -62,6 +63,11 @@ def semimarkov_viterbi(
     start, end : Tensor (N,) or (B, N), optional
         Scores of the first and last segment's label.
     lengths : Tensor (B,), optional
+    mask : Tensor (B, T) bool, optional
+        Instead of ``lengths``: each row's positions, any pattern (as for
+        :func:`structtorch.viterbi`): per-position inputs are read there and per-position results
+        (labels -1 and starts False elsewhere) written there. The other semi-Markov functions take
+        it the same way.
     segment_plif : SegmentPLiF, optional
         Adds ``PLiF_n(mean(tracks[b, s:e, n]))`` to each segment [s, e) of label n (see
         :meth:`structtorch.PLiF.over_segments`); compiled on CPU, O(T S N) time, O(T N) memory.
@@ -84,8 +90,10 @@ def semimarkov_viterbi(
     >>> st.semimarkov_viterbi(content, torch.zeros(2, 2), max_len=2, length_scores=length_scores)
     (tensor([4.]), tensor([[0, 0, 1]]), tensor([[ True, False,  True]]))
     """
-    return viterbi_semimarkov(check_semimarkov(content, transitions, max_len, length_scores, boundary,
-                                               segment_scores, start, end, lengths, segment_plif))
+    sm, moved = masked_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
+                                  start, end, lengths, segment_plif, mask)
+    best, labels, starts = viterbi_semimarkov(sm)
+    return best, moved.put(labels, -1), moved.put(starts, False)
 
 
 def viterbi_semimarkov(sm: SemiMarkov) -> tuple[Tensor, Tensor, Tensor]:
@@ -107,14 +115,16 @@ def semimarkov_log_partition(
     end: Tensor | None = None,
     lengths: LengthsLike = None,
     segment_plif: SegmentPLiF | None = None,
+    mask: Tensor | None = None,
 ) -> Tensor:
     """Log of the sum over all segmentations of exp(score), (B,); arguments as for
     :func:`semimarkov_viterbi`. 0 for empty rows, -inf for infeasible ones. Its gradients are the
     segment marginals: on CPU a compiled forward and a hand-written backward (O(T S N) time, O(T N)
     memory per sequence); elsewhere, and with ``segment_plif``, autograd through the PyTorch
     recursion."""
-    return log_partition_semimarkov(check_semimarkov(content, transitions, max_len, length_scores, boundary,
-                                                     segment_scores, start, end, lengths, segment_plif))
+    sm = masked_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores, start, end,
+                           lengths, segment_plif, mask)[0]
+    return log_partition_semimarkov(sm)
 
 
 def log_partition_semimarkov(sm: SemiMarkov, *, accumulated: bool = False) -> Tensor:
@@ -178,6 +188,7 @@ def semimarkov_score(
     end: Tensor | None = None,
     lengths: LengthsLike = None,
     segment_plif: SegmentPLiF | None = None,
+    mask: Tensor | None = None,
 ) -> Tensor:
     """Score of given segmentations (B,), differentiable w.r.t. every potential.
 
@@ -186,8 +197,9 @@ def semimarkov_score(
     validated (labels in [0, N), constant inside a segment, segments no longer than ``max_len``;
     entries beyond each length are ignored). -inf when the segmentation uses a forbidden entry.
     """
-    sm = check_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
-                          start, end, lengths, segment_plif)
+    sm, moved = masked_semimarkov(content, transitions, max_len, length_scores, boundary, segment_scores,
+                                  start, end, lengths, segment_plif, mask)
+    labels, starts = moved.take_positions(labels), moved.take_positions(starts)
     return score_semimarkov(sm, *check_segmentation(labels, starts, sm))
 
 

@@ -100,3 +100,45 @@ def test_broadcast_shapes_and_the_indicator_gradient():
     assert (value >= -1e-9).all()
     with pytest.raises(ValueError, match="transitions must have shape"):
         st.semimarkov_viterbi(content, torch.randn(2, 5, 3, 3, dtype=torch.float64), max_len=2)
+
+
+def test_every_semimarkov_function_takes_a_mask():
+    """Issue 54, item 3: mask= wherever lengths= is taken: each function over a mask with gaps and
+    left padding equals it over the compacted rows, its results back at the mask's positions."""
+    g = torch.Generator().manual_seed(3)
+    content = torch.randn(3, 6, 3, generator=g, dtype=torch.float64)
+    trans = torch.randn(3, 5, 3, 3, generator=g, dtype=torch.float64)  # per position, moved with the mask
+    mask = torch.tensor([[1, 0, 1, 1, 0, 1], [0, 0, 1, 1, 1, 1], [0] * 6], dtype=torch.bool)
+    order = torch.sort((~mask).int(), dim=1, stable=True).indices
+    packed = content.gather(1, order[..., None].expand(-1, -1, 3))
+    into = (order[:, 1:] - 1).clamp(min=0)  # the step into each compacted position
+    packed_trans = trans.gather(1, into[..., None, None].expand(-1, -1, 3, 3))
+    lengths = mask.sum(1)
+    kw = dict(max_len=2)
+
+    def back(x, fill):  # compacted (B, T) -> the mask's positions
+        out = torch.full_like(x, fill)
+        for b in range(3):
+            out[b, mask[b]] = x[b, :int(lengths[b])]
+        return out
+
+    best, labels, starts = st.semimarkov_viterbi(content, trans, mask=mask, **kw)
+    ref_best, ref_labels, ref_starts = st.semimarkov_viterbi(packed, packed_trans, lengths=lengths, **kw)
+    torch.testing.assert_close(best, ref_best)
+    assert torch.equal(labels, back(ref_labels, -1)) and torch.equal(starts, back(ref_starts, False))
+    torch.testing.assert_close(st.semimarkov_log_partition(content, trans, mask=mask, **kw),
+                               st.semimarkov_log_partition(packed, packed_trans, lengths=lengths, **kw))
+    torch.testing.assert_close(st.semimarkov_score(content, trans, labels.clamp(min=0), starts, mask=mask, **kw),
+                               ref_best)
+    scores, k_labels, _ = st.semimarkov_kbest(content, trans, 2, mask=mask, **kw)
+    torch.testing.assert_close(scores, st.semimarkov_kbest(packed, packed_trans, 2, lengths=lengths, **kw)[0])
+    assert torch.equal(k_labels[:, 0], labels)
+    sampled, sampled_starts = st.semimarkov_sample(content, trans, 4, mask=mask, generator=g, **kw)
+    assert torch.equal(sampled >= 0, mask.expand(4, 3, 6)) and not (sampled_starts & ~mask).any()
+    value, found, _, _ = st.semimarkov_loss_augmented(content, trans, labels.clamp(min=0), starts, mask=mask, **kw)
+    ref_value = st.semimarkov_loss_augmented(packed, packed_trans, ref_labels.clamp(min=0), ref_starts,
+                                             lengths=lengths, **kw)[0]
+    torch.testing.assert_close(value, ref_value)
+    assert torch.equal(found >= 0, mask)
+    with pytest.raises(ValueError, match="mask or lengths"):
+        st.semimarkov_viterbi(content, trans, mask=mask, lengths=lengths, **kw)
