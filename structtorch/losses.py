@@ -64,6 +64,7 @@ def structured_hinge(
     pair_cost: Tensor | None = None,
     loss: str | None = None,
     ignore_index: int | None = None,
+    mask: Tensor | None = None,
 ) -> Tensor:
     """max(0, loss-augmented value) of a structure for a target, reduced over the batch.
 
@@ -80,7 +81,8 @@ def structured_hinge(
       semi-Markov model, ``unary`` being its content; with ``edges`` (E, 2) a graph over the LP
       relaxation, ``unary`` (B, V, L), ``transitions`` the pairwise scores (E, L, L) or
       (B, E, L, L), ``weights`` the region areas and ``connected``/``connected_soft`` its
-      connectivity constraints.
+      connectivity constraints. Chains and semi-Markov models take ``mask`` (B, T) instead of
+      ``lengths`` (any pattern; targets, weights and costs are read at its positions).
 
     Margin rescaling: max(0, max_y' [s(y') + Delta(y, y')] - s(y)); slack rescaling:
     max(0, max_y' Delta(y, y') (1 + s(y') - s(y))), with Delta = h(weighted Hamming) or h of a
@@ -112,7 +114,7 @@ def structured_hinge(
                 "target_starts": target_starts, "length_scores": length_scores, "boundary": boundary,
                 "segment_scores": segment_scores,
                 "segment_plif": segment_plif, "edges": edges, "connected": connected,
-                "connected_soft": connected_soft}
+                "connected_soft": connected_soft, "mask": mask}
     if hasattr(unary, "loss_augmented"):  # structured_hinge(structure, target)
         if target is not None:
             raise TypeError("structured_hinge(structure, target, ...) takes the target second, not a third "
@@ -146,14 +148,14 @@ def _extra_loss_arguments(structure: object, **given: object) -> dict[str, objec
 def structure_of(unary: Tensor, transitions: Tensor, target: object, *, start=None, end=None, lengths=None,
                  max_len=None, target_starts=None, length_scores=None, boundary=None, segment_scores=None,
                  segment_plif=None, edges=None, connected=None,
-                 connected_soft=None) -> tuple[Structure, object]:
+                 connected_soft=None, mask=None) -> tuple[Structure, object]:
     """(structure, target) of the keyword form of :func:`structured_hinge`: which model the keywords
     describe (a graph with ``edges``, a semi-Markov model with ``max_len``, else a chain)."""
     semimarkov = {"target_starts": target_starts, "length_scores": length_scores, "boundary": boundary,
                   "segment_scores": segment_scores, "segment_plif": segment_plif}
     if edges is not None:
-        given = [k for k, v in {"start": start, "end": end, "max_len": max_len, **semimarkov}.items()
-                 if v is not None]
+        named = {"start": start, "end": end, "max_len": max_len, "mask": mask, **semimarkov}
+        given = [k for k, v in named.items() if v is not None]
         if given:
             raise ValueError(f"graph models (edges=...) do not take {', '.join(given)}")
         from .lp import GraphStructure  # structtorch.lp loads on first use
@@ -168,10 +170,10 @@ def structure_of(unary: Tensor, transitions: Tensor, target: object, *, start=No
         given = [k for k, v in semimarkov.items() if v is not None]
         if given:
             raise ValueError(f"{', '.join(given)} need max_len (a semi-Markov model); got max_len=None")
-        return ChainDistribution(unary, transitions, start=start, end=end, lengths=lengths), target
+        return ChainDistribution(unary, transitions, start=start, end=end, lengths=lengths, mask=mask), target
     structure = SemiMarkovDistribution(unary, transitions, max_len=max_len, length_scores=length_scores,
                                        boundary=boundary, segment_scores=segment_scores, start=start, end=end,
-                                       lengths=lengths, segment_plif=segment_plif)
+                                       lengths=lengths, segment_plif=segment_plif, mask=mask)
     return structure, (target, target_starts)
 
 

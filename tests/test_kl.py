@@ -235,3 +235,17 @@ def test_semimarkov_relaxed_samples():
                                torch.autograd.grad((soft * w).sum(), content)[0])
     with pytest.raises(ValueError, match="temperature"):
         dist.rsample(temperature=0.0)
+
+
+def test_the_hinge_takes_a_mask_for_chains_and_segmentations():
+    g = torch.Generator().manual_seed(7)
+    u, a = torch.randn(2, 5, 3, generator=g, dtype=torch.float64), torch.randn(3, 3, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 3, (2, 5), generator=g)
+    mask = torch.tensor([[1, 0, 1, 1, 1], [0, 1, 1, 0, 0]], dtype=torch.bool)
+    want = st.loss_augmented(u, a, y, mask=mask)[0].clamp(min=0)
+    torch.testing.assert_close(st.structured_hinge(u, a, y, mask=mask, reduction="none"), want)
+    torch.testing.assert_close(st.StructuredHingeLoss()(u, a, y, mask=mask), want.mean())
+    starts = torch.ones(2, 5, dtype=torch.bool)
+    value = st.semimarkov_loss_augmented(u, a, y, starts, max_len=2, mask=mask)[0].clamp(min=0)
+    got = st.structured_hinge(u, a, y, max_len=2, target_starts=starts, mask=mask, reduction="none")
+    torch.testing.assert_close(got, value)

@@ -28,6 +28,7 @@ from .._numerics import NEG_INF, accumulate
 from .._precision import mixed_precision
 from . import _ops, _torch
 from ._torch import _newest_first, window_indices  # noqa: F401 - _newest_first: lossaug's import
+from .masking import Compaction, compaction
 
 _window_indices = window_indices  # the names lossaug imports
 
@@ -48,6 +49,20 @@ def _check_scores(scores: object) -> tuple[Tensor, int, int]:
     return check_float("scores", scores), scores.dim() - 3, N
 
 
+def masked_windows(scores: object, lengths: LengthsLike,
+                   mask: Tensor | None) -> tuple[object, LengthsLike, Compaction | None]:
+    """Window scores over ``mask``'s positions (given instead of ``lengths``: compacted to the
+    left, so that a window holds consecutive positions of the mask) with their lengths, and the
+    :class:`~structtorch.chain.masking.Compaction` that moves per-position results back (None
+    without a mask, or where the scores are not (B, T, ...) tensors: their checks then speak)."""
+    if mask is None or not (isinstance(scores, Tensor) and scores.dim() >= 3):
+        return scores, lengths, None
+    if lengths is not None:
+        raise ValueError("give mask or lengths, not both")
+    moved = compaction(mask, scores.shape[0], scores.shape[1], scores.device)
+    return moved.take(scores), moved.lengths, moved
+
+
 def _window_path(flat: Tensor, lengths: Tensor, order: int, N: int) -> Tensor:
     """Best path (B, T) for flat scores (B, T, N^l, N) = g_t[(y_{t-l}..y_{t-1}), y_t], l = order >= 1
     (see :func:`structtorch.chain._torch.window_dp`)."""
@@ -55,7 +70,8 @@ def _window_path(flat: Tensor, lengths: Tensor, order: int, N: int) -> Tensor:
 
 
 @mixed_precision
-def window_viterbi(scores: Tensor, *, lengths: LengthsLike = None) -> tuple[Tensor, Tensor]:
+def window_viterbi(scores: Tensor, *, lengths: LengthsLike = None,
+                   mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Highest-scoring labeling of a chain of order l.
 
     Parameters
@@ -66,6 +82,10 @@ def window_viterbi(scores: Tensor, *, lengths: LengthsLike = None) -> tuple[Tens
         -inf entries are forbidden windows.
     lengths : Tensor (B,), optional
         Integer lengths in [0, T]; None means all T.
+    mask : Tensor (B, T) bool, optional
+        Instead of ``lengths``: each row's positions, any pattern (as for
+        :func:`structtorch.viterbi`); a window holds consecutive positions of the mask, and the
+        path comes back at them (-1 elsewhere). The other window functions take it alike.
 
     Returns
     -------
@@ -76,6 +96,10 @@ def window_viterbi(scores: Tensor, *, lengths: LengthsLike = None) -> tuple[Tens
         Best labeling, -1 beyond each length and on infeasible rows. Ties go to the first maximal
         index of every backpointer, as in :func:`structtorch.viterbi`.
     """
+    if mask is not None:
+        scores, lengths, moved = masked_windows(scores, lengths, mask)
+        best, path = window_viterbi(scores, lengths=lengths)
+        return best, path if moved is None else moved.put(path, -1)
     scores = _check_scores(scores)[0]
     B, T = scores.shape[:2]
     lengths = check_lengths(lengths, B, T, scores.device)
@@ -92,7 +116,8 @@ def window_viterbi(scores: Tensor, *, lengths: LengthsLike = None) -> tuple[Tens
 
 
 @mixed_precision
-def window_score(scores: Tensor, path: Tensor, lengths: LengthsLike = None) -> Tensor:
+def window_score(scores: Tensor, path: Tensor, lengths: LengthsLike = None, *,
+                 mask: Tensor | None = None) -> Tensor:
     """Differentiable score of labelings under window scores.
 
     Parameters
@@ -109,6 +134,9 @@ def window_score(scores: Tensor, path: Tensor, lengths: LengthsLike = None) -> T
         In the dtype of ``scores`` (summed in float64 on CPU); -inf for rows whose path is -1, 0 for
         zero-length rows. A sum beyond the dtype's range raises a ValueError.
     """
+    if mask is not None:
+        scores, lengths, moved = masked_windows(scores, lengths, mask)
+        return window_score(scores, path if moved is None else moved.take_positions(path), lengths)
     scores, _, N = _check_scores(scores)
     B, T = scores.shape[:2]
     lengths = check_lengths(lengths, B, T, scores.device)
@@ -130,7 +158,8 @@ def window_score(scores: Tensor, path: Tensor, lengths: LengthsLike = None) -> T
 
 
 @mixed_precision
-def window_log_partition(scores: Tensor, *, lengths: LengthsLike = None) -> Tensor:
+def window_log_partition(scores: Tensor, *, lengths: LengthsLike = None,
+                         mask: Tensor | None = None) -> Tensor:
     """Log-partition of chains of order l: log of the sum of exp(score) over all labelings.
 
     The likelihood of a higher-order CRF is ``window_score(scores, y) - window_log_partition(scores)``.
@@ -150,6 +179,9 @@ def window_log_partition(scores: Tensor, *, lengths: LengthsLike = None) -> Tens
         infeasible ones. Differentiable (the gradient is :func:`window_marginals`), to any order and
         under ``torch.func`` transforms: the PyTorch recursion over the N^l states, O(T N^(l+1)).
     """
+    if mask is not None:
+        scores, lengths, _ = masked_windows(scores, lengths, mask)
+        return window_log_partition(scores, lengths=lengths)
     scores, order, _ = _check_scores(scores)
     B, T = scores.shape[:2]
     lengths = check_lengths(lengths, B, T, scores.device)
@@ -166,7 +198,7 @@ def window_log_partition(scores: Tensor, *, lengths: LengthsLike = None) -> Tens
 
 
 @mixed_precision
-def window_marginals(scores: Tensor, *, lengths: LengthsLike = None) -> Tensor:
+def window_marginals(scores: Tensor, *, lengths: LengthsLike = None, mask: Tensor | None = None) -> Tensor:
     """Marginal probabilities of the windows of chains of order l.
 
     Parameters
@@ -181,6 +213,10 @@ def window_marginals(scores: Tensor, *, lengths: LengthsLike = None) -> Tensor:
         at index 0), 0 beyond each length and on infeasible rows: the gradient of
         :func:`window_log_partition`, itself differentiable.
     """
+    if mask is not None:
+        scores, lengths, moved = masked_windows(scores, lengths, mask)
+        marginals = window_marginals(scores, lengths=lengths)
+        return marginals if moved is None else moved.put(marginals, 0)
     scores, _, _ = _check_scores(scores)
     B, T = scores.shape[:2]
     lengths = check_lengths(lengths, B, T, scores.device)

@@ -49,7 +49,7 @@ from ..chain import _ops as _chain_ops
 from ..chain.layout import Chain
 from ..chain.linear import allowed_labels, consistent_chain
 from ..chain.masking import masked_chain
-from ..chain.window import _check_scores
+from ..chain.window import _check_scores, masked_windows
 from ._ops import FOLDS, FUSED, fused_search, fused_window_search, solve
 from .spec import ALGORITHMS, RESCALINGS, HLike, LossSpec, h_table, resolve_loss
 from .structures import _ChainStructure, _WindowStructure
@@ -306,13 +306,23 @@ def window_loss_augmented(
     algorithm: str = "auto",
     pair_cost: Tensor | None = None,
     max_count: int | None = None,
+    mask: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`loss_augmented` for chains of order l.
 
-    ``scores`` (B, T) + (N,) * (l + 1) as for :func:`structtorch.window_viterbi`; the other
-    arguments and the returns as for :func:`loss_augmented` (``pair_cost`` needs l >= 1).
-    O(T^2 N^(l+1)) for the table.
+    ``scores`` (B, T) + (N,) * (l + 1) as for :func:`structtorch.window_viterbi` (``mask`` too);
+    the other arguments and the returns as for :func:`loss_augmented` (``pair_cost`` needs
+    l >= 1). O(T^2 N^(l+1)) for the table.
     """
+    if mask is not None:
+        scores, lengths, moved = masked_windows(scores, lengths, mask)
+        if moved is not None:
+            target, weights, cost = (moved.take_positions(x) for x in (target, weights, cost))
+            pair_cost = moved.take_transitions(pair_cost) if isinstance(pair_cost, Tensor) else pair_cost
+        value, path, count = window_loss_augmented(
+            scores, target, h=h, rescaling=rescaling, lengths=lengths, weights=weights, cost=cost,
+            algorithm=algorithm, pair_cost=pair_cost, max_count=max_count)
+        return value, path if moved is None else moved.put(path, -1), count
     scores, order, N = _check_scores(scores)
     B, T = scores.shape[:2]
     lengths = check_lengths(lengths, B, T, scores.device)

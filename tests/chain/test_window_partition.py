@@ -86,3 +86,37 @@ def test_window_marginals_under_torch_func_and_bad_input():
         st.window_log_partition(torch.randn(2, 4, 3, 2))
     with pytest.raises(ValueError, match="lengths"):
         st.window_marginals(torch.randn(2, 4, 3, 3), lengths=torch.tensor([5, 1]))
+
+
+def test_every_window_function_takes_a_mask():
+    """Issue 54, item 3: mask= on the window functions: equal to them over the compacted rows, a
+    window holding consecutive positions of the mask, results back at the mask's positions."""
+    g = torch.Generator().manual_seed(2)
+    scores = torch.randn(3, 6, 3, 3, 3, generator=g, dtype=torch.float64)
+    mask = torch.tensor([[1, 0, 1, 1, 0, 1], [0, 0, 1, 1, 1, 1], [0] * 6], dtype=torch.bool)
+    order = torch.sort((~mask).int(), dim=1, stable=True).indices
+    packed = scores.gather(1, order.view(3, 6, 1, 1, 1).expand_as(scores))
+    lengths = mask.sum(1)
+
+    def back(x, fill):
+        out = torch.full_like(x, fill)
+        for b in range(3):
+            out[b, mask[b]] = x[b, :int(lengths[b])]
+        return out
+
+    best, path = st.window_viterbi(scores, mask=mask)
+    ref_best, ref_path = st.window_viterbi(packed, lengths=lengths)
+    torch.testing.assert_close(best, ref_best)
+    assert torch.equal(path, back(ref_path, -1))
+    torch.testing.assert_close(st.window_score(scores, path.clamp(min=0), mask=mask), ref_best)
+    torch.testing.assert_close(st.window_log_partition(scores, mask=mask),
+                               st.window_log_partition(packed, lengths=lengths))
+    torch.testing.assert_close(st.window_marginals(scores, mask=mask),
+                               back(st.window_marginals(packed, lengths=lengths), 0.0))
+    target = path.clamp(min=0)
+    value, found, _ = st.window_loss_augmented(scores, target, mask=mask)
+    ref_value, ref_found, _ = st.window_loss_augmented(packed, ref_path.clamp(min=0), lengths=lengths)
+    torch.testing.assert_close(value, ref_value)
+    assert torch.equal(found, back(ref_found, -1))
+    with pytest.raises(ValueError, match="mask or lengths"):
+        st.window_viterbi(scores, mask=mask, lengths=lengths)
