@@ -406,6 +406,8 @@ def _step(kind: str, encoder, crf, semi, hinge):
             return hinge(emissions, crf.transitions, y, lengths=lengths)
         starts = (torch.arange(y.shape[1]) % 2 == 0).expand_as(y)
         labels = starts.long().cumsum(1) % N
+        if kind == "semi-Markov hinge":
+            return hinge(emissions, crf.transitions, labels, max_len=3, target_starts=starts, lengths=lengths)
         score = semi.decode(emissions, mask)[0].sum() * 0
         return semi(emissions, labels, starts, mask, reduction="mean") + score
 
@@ -414,7 +416,8 @@ def _step(kind: str, encoder, crf, semi, hinge):
 
 @pytest.mark.parametrize("kind, backend", [("crf, lengths", "inductor"), ("crf, mask", "aot_eager"),
                                            ("crf, all positions", "aot_eager"), ("hinge", "aot_eager"),
-                                           ("semi-Markov, mask", "aot_eager")])
+                                           ("semi-Markov, mask", "aot_eager"),
+                                           ("semi-Markov hinge", "aot_eager")])
 def test_a_training_step_compiles_once_for_every_batch_size_and_length(kind, backend):
     """Issue 54, item 1: torch.compile(step, dynamic=True, fullgraph=True) recompiled for every new
     length (a Python int read from a shape: a message formatted with T, a cache keyed on the
