@@ -61,6 +61,7 @@ from .semimarkov import (
     semimarkov_viterbi,
 )
 from .sequence_data import SequenceData
+from .trees import dependency_log_partition, dependency_marginals, dependency_viterbi
 
 __all__ = [
     "viterbi",
@@ -92,6 +93,9 @@ __all__ = [
     "semimarkov_log_partition",
     "semimarkov_loss_augmented",
     "semimarkov_score",
+    "dependency_viterbi",
+    "dependency_log_partition",
+    "dependency_marginals",
     "SemiMarkovCRF",
     "ChainDistribution",
     "SemiMarkovDistribution",

@@ -55,6 +55,7 @@ LAYERS = [
     "structtorch.learn.solvers.cutting_plane",
     "structtorch.learn.train", "structtorch.learn.losses", "structtorch.learn.task", "structtorch.sequence_data",
     "structtorch.schemes", "structtorch.metrics", "structtorch.data.conll", "structtorch.data.tagging",
+    "structtorch.trees",
 ]
 
 # One interpreter imports the third-party stack (torch's import is most of an interpreter's start),
