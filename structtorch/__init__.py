@@ -61,7 +61,12 @@ from .semimarkov import (
     semimarkov_viterbi,
 )
 from .sequence_data import SequenceData
-from .trees import dependency_log_partition, dependency_marginals, dependency_viterbi
+from .trees import (
+    dependency_log_partition,
+    dependency_loss_augmented,
+    dependency_marginals,
+    dependency_viterbi,
+)
 
 __all__ = [
     "viterbi",
@@ -96,6 +101,7 @@ __all__ = [
     "dependency_viterbi",
     "dependency_log_partition",
     "dependency_marginals",
+    "dependency_loss_augmented",
     "SemiMarkovCRF",
     "ChainDistribution",
     "SemiMarkovDistribution",

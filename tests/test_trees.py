@@ -103,3 +103,31 @@ def test_bad_input_is_named():
     with pytest.raises(NotImplementedError, match="projective=False"):
         dependency_viterbi(torch.randn(1, 3, 3), projective=False)
     assert st.trees.dependency_viterbi is dependency_viterbi
+
+
+@settings(max_examples=30, deadline=None, database=None)
+@given(hst.integers(1, 2), hst.integers(1, 5), hst.integers(0, 2**16), hst.booleans())
+def test_margin_loss_augmented_inference_equals_enumeration(B, T, seed, single_root):
+    g = torch.Generator().manual_seed(seed)
+    arcs = torch.randn(B, T + 1, T + 1, generator=g, dtype=torch.float64)
+    lengths = torch.randint(1, T + 1, (B,), generator=g)
+    gold = dependency_viterbi(torch.randn(B, T + 1, T + 1, generator=g, dtype=torch.float64), lengths,
+                              single_root=single_root)[1]
+    value, found, loss = st.dependency_loss_augmented(arcs, gold, lengths, single_root=single_root)
+    for b in range(B):
+        L = int(lengths[b])
+        trees = _projective_trees(L, single_root)
+        want = max(sum(float(arcs[b, h, m]) + (h != int(gold[b, m])) for m, h in enumerate(t, 1)) for t in trees)
+        assert float(value[b]) == pytest.approx(want, abs=1e-12)
+        tree = tuple(found[b, 1:L + 1].tolist())
+        assert tree in trees and int(loss[b]) == sum(h != int(gold[b, m]) for m, h in enumerate(tree, 1))
+
+
+def test_loss_augmented_refusals_are_named():
+    arcs, gold = torch.randn(1, 3, 3), torch.tensor([[-1, 0, 1]])
+    with pytest.raises(NotImplementedError, match="slack rescaling for dependency trees"):
+        st.dependency_loss_augmented(arcs, gold, rescaling="slack")
+    with pytest.raises(ValueError, match="heads must hold a head"):
+        st.dependency_loss_augmented(arcs, torch.tensor([[-1, 1, 1]]))
+    with pytest.raises(TypeError, match="heads must be an integer tensor"):
+        st.dependency_loss_augmented(arcs, gold.float())

@@ -14,7 +14,8 @@ from .._numerics import accumulate
 from .._precision import mixed_precision
 from . import _torch
 
-__all__ = ["dependency_viterbi", "dependency_log_partition", "dependency_marginals"]
+__all__ = ["dependency_viterbi", "dependency_log_partition", "dependency_marginals",
+           "dependency_loss_augmented"]
 
 
 def _checked(arc_scores: object, lengths: LengthsLike, projective: object,
@@ -99,3 +100,51 @@ def dependency_viterbi(arc_scores: Tensor, lengths: LengthsLike = None, *, proje
     picked = accumulate(scores).gather(1, heads.clamp(min=0).unsqueeze(1)).squeeze(1)  # (B, T + 1)
     total = torch.where(heads >= 0, picked, 0.0).sum(1)  # the tree's arcs, differentiable
     return torch.where(best > float("-inf"), total, best).to(scores.dtype), heads
+
+
+def _checked_heads(heads: object, lengths: Tensor, shape: tuple[int, int]) -> Tensor:
+    """Gold heads (B, T + 1) int64: in [0, T] for words 1..L (anything at the root and beyond)."""
+    if not isinstance(heads, Tensor) or heads.dtype.is_floating_point or heads.dtype == torch.bool:
+        raise TypeError(f"heads must be an integer tensor of shape (B, T + 1) = {_fmt(shape)}")
+    if tuple(heads.shape) != shape:
+        raise ValueError(f"heads must have shape (B, T + 1) = {_fmt(shape)}, got {_fmt(heads.shape)}")
+    m = torch.arange(shape[1], device=heads.device)
+    words = (m >= 1) & (m <= lengths[:, None].to(heads.device))
+    if bool(((heads < 0) | (heads >= shape[1]) | (heads == m))[words].any()):
+        raise ValueError("heads must hold a head in [0, T] other than the word itself for every word 1..L")
+    return torch.where(words, heads, 0).long()
+
+
+@mixed_precision
+def dependency_loss_augmented(arc_scores: Tensor, heads: Tensor, lengths: LengthsLike = None, *,
+                              rescaling: str = "margin", projective: bool = True,
+                              single_root: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+    """The most violating dependency tree for the gold ``heads`` (B, T + 1).
+
+    Margin rescaling: the maximum over trees y of score(y) + Delta(y), Delta the number of words
+    whose head differs from ``heads`` (exact: Delta folds into the arc scores). Slack rescaling
+    (a count dimension in the DP) is being built and refused by name.
+
+    Returns
+    -------
+    value : Tensor (B,)
+        The maximum; differentiable (the gradient of the best tree's score).
+    heads : Tensor (B, T + 1) int64
+        The violating tree (-1 at the root and beyond each length).
+    loss : Tensor (B,) int64
+        Its Delta.
+    """
+    if rescaling not in ("margin", "slack"):
+        raise ValueError(f"rescaling must be 'margin' or 'slack', got {rescaling!r}")
+    if rescaling == "slack":
+        raise NotImplementedError("slack rescaling for dependency trees (a Hamming dimension in Eisner's DP) "
+                                  "is not built yet: use rescaling='margin'")
+    scores, lengths, single = _checked(arc_scores, lengths, projective, single_root)
+    gold = _checked_heads(heads, lengths, tuple(scores.shape[:2]))
+    wrong = torch.ones_like(scores, dtype=torch.bool).scatter_(1, gold.unsqueeze(1), False)
+    augmented = scores + wrong.to(scores.dtype)
+    value, found = dependency_viterbi(augmented, lengths, single_root=single)
+    m = torch.arange(scores.shape[1], device=scores.device)
+    words = (m >= 1) & (m <= lengths[:, None])
+    loss = ((found != gold) & words & (found >= 0)).sum(1)
+    return value, found, loss
