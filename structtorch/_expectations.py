@@ -62,14 +62,8 @@ def _func_logz_and_grads(fn: Callable[..., Tensor], parts: Sequence[Tensor]) -> 
 
 def entropy(logz: Tensor, grads: Sequence[Tensor], parts: Sequence[Tensor]) -> Tensor:
     """(B,) logZ - <marginals, potentials> in the accumulation dtype, with -inf potentials (marginal
-    0) left out, and 0 on rows without a feasible structure."""
-    inner = logz.new_zeros(logz.shape)
-    for mu, theta in zip(grads, parts, strict=True):
-        theta = accumulate(theta)
-        safe = torch.where(theta == NEG_INF, 0.0, theta)
-        inner = inner + (accumulate(mu) * safe).flatten(1).sum(1)  # B = 0 too
-    feasible = logz > NEG_INF
-    return torch.where(feasible, logz - torch.where(feasible, inner, 0.0), 0.0)
+    0) left out, and 0 on rows without a feasible structure: the cross-entropy of p with itself."""
+    return cross_entropy(logz, grads, logz, parts)
 
 
 def cross_entropy(logz_p: Tensor, grads_p: Sequence[Tensor], logz_q: Tensor,

@@ -81,13 +81,6 @@ from .semimarkov.segments import (
 __all__ = ["ChainDistribution", "SemiMarkovDistribution", "SegmentMarginals"]
 
 
-def chain_rows(chain, index: Tensor):
-    """The chain's rows ``index`` (a 1-d int64 tensor): its potentials and lengths."""
-    transitions = chain.transitions if chain.shared else chain.transitions[index]
-    return type(chain)(chain.unary[index], transitions, chain.start[index], chain.end[index],
-                       chain.lengths[index], chain.name)
-
-
 class _StructureDistribution:
     """Shared machinery: the result dtype, autocast off, and the cache."""
 
@@ -326,7 +319,7 @@ class ChainDistribution(_StructureDistribution):
         if isinstance(structure, Tensor) and structure.dim() > 2:
             lead, n = structure.shape[:-2], structure[..., 0, 0].numel()
             rows = torch.arange(chain.shape[0], device=chain.unary.device).repeat(n)
-            tiled = chain_rows(chain, rows)
+            tiled = chain.rows(rows)
             flat = structure.reshape(-1, structure.shape[-1])
             return self._run(None, lambda: log_prob_chain(tiled, flat, logz().repeat(n), name="structure")
                              .reshape(*lead, -1))
@@ -367,12 +360,10 @@ class ChainDistribution(_StructureDistribution):
     def _rsample(self, n: int, tau: float, hard: bool, generator: torch.Generator | None) -> Tensor:
         chain = self._chain
         B, T, N = chain.shape
-        u = torch.rand((n, B, T, N), generator=generator, dtype=torch.float64, device=chain.unary.device)
-        gumbel = -torch.log(-torch.log(u.clamp(min=torch.finfo(u.dtype).tiny))).to(chain.unary.dtype)
-        rows = torch.arange(B, device=chain.unary.device).repeat(n)
-        tiled = chain_rows(chain, rows)
-        perturbed = type(chain)((tiled.unary + gumbel.reshape(n * B, T, N)) / tau, tiled.transitions / tau,
-                                tiled.start / tau, tiled.end / tau, tiled.lengths, tiled.name)
+        tiled = chain.rows(torch.arange(B, device=chain.unary.device).repeat(n))
+        noise = _gumbel(tiled.unary, generator)
+        perturbed = type(chain)(tiled.unary + noise, tiled.transitions, tiled.start, tiled.end, tiled.lengths,
+                                tiled.name).map(lambda x: x / tau)
         soft = marginals_chain(perturbed).reshape(n, B, T, N)
         if not hard:
             return soft
@@ -717,10 +708,9 @@ class SemiMarkovDistribution(_StructureDistribution):
     def _rsample(self, n: int, tau: float, hard: bool, generator: torch.Generator | None) -> Tensor:
         sm = self._sm
         B, T, _, N = sm.shape
-        u = torch.rand((n * B, T, N), generator=generator, dtype=torch.float64, device=sm.content.device)
-        gumbel = -torch.log(-torch.log(u.clamp(min=torch.finfo(u.dtype).tiny))).to(sm.content.dtype)
         tiled = sm.rows(torch.arange(B, device=sm.content.device).repeat(n))
-        perturbed = tiled.replace(content=tiled.content + gumbel).map(lambda x: x / tau)
+        noise = _gumbel(tiled.content, generator)
+        perturbed = tiled.replace(content=tiled.content + noise).map(lambda x: x / tau)
         soft = expectations_semimarkov(perturbed, False)[1][0].to(sm.content.dtype).reshape(n, B, T, N)
         if not hard:
             return soft
@@ -749,6 +739,12 @@ def _relaxation_arguments(n: object, temperature: object, hard: object,
     check_bool("hard", hard)
     check_generator(generator)
     return n, tau
+
+
+def _gumbel(like: Tensor, generator: torch.Generator | None) -> Tensor:
+    """Standard Gumbel noise of ``like``'s shape, dtype and device (drawn in float64)."""
+    u = torch.rand(like.shape, generator=generator, dtype=torch.float64, device=like.device)
+    return -torch.log(-torch.log(u.clamp(min=torch.finfo(u.dtype).tiny))).to(like.dtype)
 
 
 def _straight_through(labels: Tensor, soft: Tensor) -> Tensor:

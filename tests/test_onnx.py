@@ -54,6 +54,16 @@ def run_onnx(model, example, path, names, special=None):
     return lambda *xs: session.run(None, dict(zip(names, (x.numpy() for x in xs), strict=True)))
 
 
+def _mask(B: int, T: int) -> torch.Tensor:
+    """All positions, and with B > 1 right padding in row 1, a gap in row 0 and an empty last row."""
+    mask = torch.ones(B, T, dtype=torch.bool)
+    if B > 1:
+        mask[1, T - 2:] = False  # padding
+        mask[0, 1] = False  # a gap
+        mask[-1] = False  # an empty row
+    return mask
+
+
 def assert_same(got, want):
     score, path = (w.detach().numpy() for w in want)
     assert np.array_equal(got[1], path)
@@ -68,11 +78,7 @@ def test_the_crf_tagger_decodes_in_onnxruntime_as_in_pytorch(tmp_path, constrain
     run = run_onnx(model, example, tmp_path / "tagger.onnx", ["x", "mask"])
     g = torch.Generator().manual_seed(1)
     for B, T in ((3, 9), (1, 4), (6, 15)):
-        x, mask = torch.randn(B, T, F, generator=g), torch.ones(B, T, dtype=torch.bool)
-        if B > 1:
-            mask[1, T - 3:] = False  # padding
-            mask[0, 1] = False  # a gap
-            mask[-1] = False  # an empty row
+        x, mask = torch.randn(B, T, F, generator=g), _mask(B, T)
         assert_same(run(x, mask), model(x, mask))
 
 
@@ -345,11 +351,7 @@ def test_the_semimarkov_crf_decodes_in_onnxruntime_as_in_pytorch(tmp_path):
                    ["content", "mask"])
     g = torch.Generator().manual_seed(4)
     for B, T in ((3, 9), (1, 2), (5, 16)):
-        content, mask = torch.randn(B, T, N, generator=g), torch.ones(B, T, dtype=torch.bool)
-        if B > 1:
-            mask[1, T - 2:] = False  # padding
-            mask[0, 1] = False  # a gap
-            mask[-1] = False  # an empty row
+        content, mask = torch.randn(B, T, N, generator=g), _mask(B, T)
         assert_same_segmentation(run(content, mask), model(content, mask))
 
 

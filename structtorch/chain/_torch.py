@@ -300,19 +300,6 @@ def double_backward(chain: Chain, needs: tuple[bool, ...], grad: Tensor) -> tupl
     return grads_through(ref, inputs, needs, grad.to(ref.dtype))
 
 
-def marginals_transformed(chain: Chain) -> Tensor:
-    """(B, T, N) node marginals under ``torch.func`` transforms: ``torch.func.grad`` of this
-    recursion (``autograd.grad`` and ``requires_grad_`` are refused inside a transform), itself
-    differentiable by the enclosing transforms."""
-    ref = chain.map(accumulate)
-
-    def total(unary: Tensor) -> Tensor:
-        logz = log_partition(Chain(unary, ref.transitions, ref.start, ref.end, ref.lengths))
-        return torch.where(logz > NEG_INF, logz, 0.0).sum()
-
-    return torch.func.grad(total)(ref.unary)
-
-
 def marginals_through(chain: Chain, create_graph: bool = True) -> Tensor:
     """(B, T, N) node marginals d logZ / d unary from the PyTorch recursion in the accumulation
     precision (float64 on CPU), differentiable w.r.t. the potentials when ``create_graph``."""

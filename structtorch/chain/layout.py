@@ -47,6 +47,12 @@ class Chain:
         parts = (self.unary, self.transitions, self.start, self.end)
         return Chain(*(fn(x) for x in parts), self.lengths, self.name)
 
+    def rows(self, index: Tensor) -> Chain:
+        """The batch rows ``index`` (a 1-d int64 tensor) of the potentials and lengths."""
+        transitions = self.transitions if self.shared else self.transitions[index]
+        return Chain(self.unary[index], transitions, self.start[index], self.end[index], self.lengths[index],
+                     self.name)
+
     @property
     def shared(self) -> bool:
         return self.transitions.dim() == 2

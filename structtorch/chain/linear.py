@@ -314,7 +314,12 @@ def marginals(
 def marginals_chain(chain: Chain) -> Tensor:
     """:func:`marginals` of a validated :class:`Chain`."""
     if transformed():  # torch.func: the PyTorch recursion, differentiated by torch.func.grad
-        return _torch.marginals_transformed(chain).to(chain.unary.dtype)
+        ref = chain.map(accumulate)
+
+        def logz(unary: Tensor) -> Tensor:
+            return _torch.log_partition(Chain(unary, ref.transitions, ref.start, ref.end, ref.lengths))
+
+        return _expectations.logz_and_grads(logz, [ref.unary])[1][0].to(chain.unary.dtype)
     inputs = (chain.unary, chain.transitions, chain.start, chain.end)
     differentiable = torch.is_grad_enabled() and any(x.requires_grad for x in inputs)
     if _ops.backend_of(chain) != "torch":  # the same kernel value with or without autograd

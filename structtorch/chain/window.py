@@ -23,7 +23,7 @@ from .._checks import (
     guard_overflow,
 )
 from .._deprecated import deprecated_alias
-from .._library import transformed
+from .._expectations import logz_and_grads
 from .._numerics import NEG_INF, accumulate
 from .._precision import mixed_precision
 from . import _ops, _torch
@@ -222,19 +222,10 @@ def window_marginals(scores: Tensor, *, lengths: LengthsLike = None, mask: Tenso
     lengths = check_lengths(lengths, B, T, scores.device)
     if T == 0:
         return torch.zeros_like(scores)
-    if transformed():  # torch.func: grad of the recursion, differentiable by the enclosing transforms
-        def total(x: Tensor) -> Tensor:
-            logz = _torch.window_log_forward(_torch.window_flat(x), lengths)
-            return torch.where(logz > NEG_INF, logz, 0.0).sum()
+    def logz(x: Tensor) -> Tensor:
+        return _torch.window_log_forward(_torch.window_flat(x), lengths)
 
-        return torch.func.grad(total)(accumulate(scores)).to(scores.dtype)
-    differentiable = torch.is_grad_enabled() and scores.requires_grad
-    with torch.inference_mode(False), torch.enable_grad():  # also under no_grad and inference_mode
-        node = accumulate(scores) if differentiable else accumulate(scores).detach().clone().requires_grad_()
-        logz = _torch.window_log_forward(_torch.window_flat(node), lengths)
-        total = torch.where(logz > NEG_INF, logz, 0.0).sum()
-        (grad,) = torch.autograd.grad(total, node, create_graph=differentiable)
-    return grad.to(scores.dtype)
+    return logz_and_grads(logz, [accumulate(scores)])[1][0].to(scores.dtype)
 
 
 def _window_score(scores: Tensor, path: Tensor, lengths: Tensor, *, exact: bool = False) -> Tensor:

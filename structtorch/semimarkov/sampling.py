@@ -103,13 +103,13 @@ def sample_semimarkov(sm: SemiMarkov, n: int, generator: torch.Generator | None)
     e_cur = lengths.expand(n, B).clone()
     active = feasible.expand(n, B).clone()
     seg_label = torch.full((n, B, T), -1, dtype=torch.long, device=dev)
+    into = torch.stack([sm.into(max(j, 1)).expand(B, N, N) for j in range(T)], 1)  # (B, T, m, n): into j
     for e in range(T, 0, -1):
         here = active & (e_cur == e)
         terms = terms_with_incoming(sm, F, e, incoming)  # (B, D, N)
         d = draw(terms.transpose(1, 2)[rows, label], k + 1) + 1  # (n, B) in [1, D]
         s = e - d
         mark_segments(starts, seg_label, here, s, label)
-        into = torch.stack([sm.into(max(j, 1)).expand(B, N, N) for j in range(T)], 1)  # (B, T, m, n)
         step = into[rows, s.clamp(min=0)].gather(3, label[..., None, None].expand(n, B, N, 1)).squeeze(3)
         before = alphas[rows, s.clamp(min=0)] + step  # (n, B, N): label m of the segment before
         label = torch.where(here & (s > 0), draw(before, k + 2), label)

@@ -48,21 +48,12 @@ def eisner(arcs: Tensor, lengths: Tensor, reduce: Reduce, single_root: bool = Fa
         c1 = torch.stack([incomplete[1][k][:, s] + complete[1][w - k][:, s + k] for k in range(1, w + 1)], 2)
         complete[0].append(reduce(c0, 2))
         complete[1].append(reduce(c1, 2))
+    right = _padded(complete[1])  # (B, width, start): spans headed at their left end
     if not single_root:
-        value = _at(complete[1], lengths, start=0)  # [0, L] headed by the root
+        value = right[torch.arange(B, device=dev), lengths, 0]  # [0, L] headed by the root
     else:  # the root's one child r heads words 1..r-1 leftwards and r+1..L rightwards
-        value = _single_root(arcs, complete, lengths, reduce)
+        value = _single_root(arcs, _padded(complete[0]), right, lengths, reduce)
     return torch.where(lengths > 0, value, torch.zeros_like(value))
-
-
-def _at(by_width: list[Tensor] | Tensor, widths: Tensor, start: int | Tensor) -> Tensor:
-    """Entries [b, width[b], start] of per-width tables (B, n_w) padded into (B, T+1, T+1)."""
-    if isinstance(by_width, list):
-        by_width = _padded(by_width)
-    B = by_width.shape[0]
-    rows = torch.arange(B, device=by_width.device)
-    starts = start if isinstance(start, Tensor) else torch.full_like(widths, start)
-    return by_width[rows, widths, starts]
 
 
 def _padded(by_width: list[Tensor]) -> Tensor:
@@ -73,10 +64,10 @@ def _padded(by_width: list[Tensor]) -> Tensor:
     return out
 
 
-def _single_root(arcs: Tensor, complete: dict, lengths: Tensor, reduce: Reduce) -> Tensor:
+def _single_root(arcs: Tensor, left: Tensor, right: Tensor, lengths: Tensor, reduce: Reduce) -> Tensor:
     """(B,) value with exactly one child of the root: over r in 1..L, arcs[0, r] + the complete
-    span [1, r] headed by r + the complete span [r, L] headed by r."""
-    left, right = _padded(complete[0]), _padded(complete[1])  # (B, width, start)
+    span [1, r] headed by r + the complete span [r, L] headed by r (``left``, ``right``: the
+    complete spans headed at their right and left ends, (B, width, start))."""
     B, T1, _ = arcs.shape
     r = torch.arange(1, T1, device=arcs.device)  # (T,)
     rows = torch.arange(B, device=arcs.device)[:, None]

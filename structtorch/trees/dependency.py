@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from .._checks import LengthsLike, _fmt, check_bool, check_float, check_lengths
+from .._expectations import logz_and_grads
 from .._numerics import accumulate
 from .._precision import mixed_precision
 from . import _torch
@@ -70,13 +71,8 @@ def dependency_marginals(arc_scores: Tensor, lengths: LengthsLike = None, *, pro
     column, the diagonal, words beyond each length and sentences without a tree; the gradient of
     :func:`dependency_log_partition` (arguments as there), itself differentiable."""
     scores, lengths, single = _checked(arc_scores, lengths, projective, single_root)
-    differentiable = torch.is_grad_enabled() and scores.requires_grad
-    with torch.inference_mode(False), torch.enable_grad():
-        node = accumulate(scores) if differentiable else accumulate(scores).detach().clone().requires_grad_()
-        logz = _torch.log_partition(node, lengths, single)
-        total = torch.where(logz > float("-inf"), logz, 0.0).sum()
-        grad = torch.autograd.grad(total, node, create_graph=differentiable, allow_unused=True)[0]
-    return (torch.zeros_like(node) if grad is None else grad).to(scores.dtype)
+    grads = logz_and_grads(lambda arcs: _torch.log_partition(arcs, lengths, single), [accumulate(scores)])[1]
+    return grads[0].to(scores.dtype)
 
 
 @mixed_precision
