@@ -62,6 +62,10 @@ from .semimarkov import (
 )
 from .sequence_data import SequenceData
 from .trees import (
+    cky_log_partition,
+    cky_loss_augmented,
+    cky_marginals,
+    cky_viterbi,
     dependency_log_partition,
     dependency_loss_augmented,
     dependency_marginals,
@@ -102,6 +106,10 @@ __all__ = [
     "dependency_log_partition",
     "dependency_marginals",
     "dependency_loss_augmented",
+    "cky_viterbi",
+    "cky_log_partition",
+    "cky_marginals",
+    "cky_loss_augmented",
     "SemiMarkovCRF",
     "ChainDistribution",
     "SemiMarkovDistribution",

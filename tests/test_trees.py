@@ -1,10 +1,11 @@
-"""Projective dependency trees (issue 55, item 1, the first slice): dependency_viterbi,
-dependency_log_partition and dependency_marginals against enumeration of every tree (T <= 5,
-variable lengths, -inf arcs, ties, single root or not); the marginals are the gradient of the
-log-partition (gradcheck in float64) and the best score's gradient is the best tree."""
+"""Trees (issue 55): projective and non-projective dependency trees and constituency trees against
+enumeration of every tree (T <= 6, variable lengths, -inf entries, ties, single root or not): the
+log-partition, the best tree, the marginals (the gradient of the log-partition, gradcheck in
+float64) and loss-augmented inference for margin and slack rescaling."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -14,16 +15,27 @@ from hypothesis import given, settings
 from hypothesis import strategies as hst
 
 import structtorch as st
-from structtorch.trees import dependency_log_partition, dependency_marginals, dependency_viterbi
+from structtorch.trees import (
+    _torch,
+    cky_log_partition,
+    cky_loss_augmented,
+    cky_marginals,
+    cky_viterbi,
+    dependency_log_partition,
+    dependency_loss_augmented,
+    dependency_marginals,
+    dependency_viterbi,
+)
+
+INF = math.inf
 
 
-def _projective_trees(L: int, single_root: bool) -> list[tuple[int, ...]]:
-    """Every projective dependency tree of L words: the heads of words 1..L (0 the root)."""
+@functools.cache
+def _dependency_trees(L: int, single_root: bool, projective: bool) -> torch.Tensor:
+    """Every dependency tree of L words as heads (n, L) of words 1..L (0 the root)."""
     trees = []
     for heads in itertools.product(range(L + 1), repeat=L):
-        if any(h == m for m, h in enumerate(heads, 1)):
-            continue
-        if single_root and sum(h == 0 for h in heads) != 1:
+        if any(h == m for m, h in enumerate(heads, 1)) or (single_root and L and heads.count(0) != 1):
             continue
         acyclic = True
         for m in range(1, L + 1):
@@ -33,64 +45,164 @@ def _projective_trees(L: int, single_root: bool) -> list[tuple[int, ...]]:
                 seen.add(x)
                 x = heads[x - 1]
         spans = [(min(h, m), max(h, m)) for m, h in enumerate(heads, 1)]
-        crossing = any(a[0] < b[0] < a[1] < b[1] for a in spans for b in spans)
+        crossing = projective and any(a[0] < b[0] < a[1] < b[1] for a in spans for b in spans)
         if acyclic and not crossing:
             trees.append(heads)
-    return trees
+    return torch.tensor(trees, dtype=torch.long).view(len(trees), L)
+
+
+def _arc_scores(arcs: torch.Tensor, trees: torch.Tensor) -> torch.Tensor:
+    """(n,) the scores of trees (n, L) under arcs (T + 1, T + 1) of one sentence."""
+    L = trees.shape[1]
+    return arcs[trees, torch.arange(1, L + 1)].sum(1)
+
+
+def _random(shape, seed: int, integer: bool, forbid: float) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randint(-2, 3, shape, generator=g).double() if integer
+         else torch.randn(shape, generator=g, dtype=torch.float64))
+    x[torch.rand(shape, generator=g) < forbid] = -INF
+    return x
+
+
+def _lengths(B: int, T: int, seed: int, low: int = 0) -> torch.Tensor:
+    return torch.randint(low, T + 1, (B,), generator=torch.Generator().manual_seed(seed + 1))
+
+
+def _arc_marginals(trees: torch.Tensor, p: torch.Tensor, T: int) -> torch.Tensor:
+    want = torch.zeros(T + 1, T + 1, dtype=torch.float64)
+    for w, t in zip(p, trees, strict=True):
+        want[t, torch.arange(1, len(t) + 1)] += w
+    return want
 
 
 @settings(max_examples=40, deadline=None, database=None)
-@given(hst.integers(1, 3), hst.integers(1, 5), hst.integers(0, 2**16), hst.sampled_from([0.0, 0.3]),
-       hst.booleans(), hst.booleans())
-def test_projective_trees_equal_enumeration(B, T, seed, forbid, integer, single_root):
-    g = torch.Generator().manual_seed(seed)
-    arcs = (torch.randint(-2, 3, (B, T + 1, T + 1), generator=g).double() if integer
-            else torch.randn(B, T + 1, T + 1, generator=g, dtype=torch.float64))
-    arcs[torch.rand(arcs.shape, generator=g) < forbid] = float("-inf")
-    lengths = torch.randint(0, T + 1, (B,), generator=g)
-    kw = dict(single_root=single_root)
+@given(hst.integers(1, 3), hst.integers(1, 6), hst.integers(0, 2**16), hst.sampled_from([0.0, 0.3]),
+       hst.booleans(), hst.booleans(), hst.booleans())
+def test_dependency_trees_equal_enumeration(B, T, seed, forbid, integer, single_root, projective):
+    arcs = _random((B, T + 1, T + 1), seed, integer, forbid)
+    lengths = _lengths(B, T, seed)
+    kw = dict(single_root=single_root, projective=projective)
     logz = dependency_log_partition(arcs, lengths, **kw)
     best, heads = dependency_viterbi(arcs, lengths, **kw)
     marginals = dependency_marginals(arcs, lengths, **kw)
     for b in range(B):
         L = int(lengths[b])
-        trees = _projective_trees(L, single_root)
-        scores = torch.tensor([sum(float(arcs[b, h, m]) for m, h in enumerate(t, 1)) for t in trees],
-                              dtype=torch.float64)
+        trees = _dependency_trees(L, single_root, projective)
+        scores = _arc_scores(arcs[b], trees)
         if L == 0:
             assert logz[b] == 0 and best[b] == 0 and (heads[b] == -1).all()
             continue
-        if not (scores > -math.inf).any():
-            assert logz[b] == -math.inf and best[b] == -math.inf and (heads[b] == -1).all()
+        if not (scores > -INF).any():
+            assert logz[b] == -INF and best[b] == -INF and (heads[b] == -1).all()
             assert marginals[b].abs().sum() == 0
             continue
-        torch.testing.assert_close(logz[b], torch.logsumexp(scores, 0))
+        torch.testing.assert_close(logz[b], torch.logsumexp(scores, 0), rtol=1e-9, atol=1e-9)
         assert float(best[b]) == pytest.approx(float(scores.max()), abs=1e-12)
-        found = tuple(heads[b, 1:L + 1].tolist())
-        assert found in trees and float(scores[trees.index(found)]) == pytest.approx(float(scores.max()), abs=1e-12)
+        found = heads[b, 1:L + 1]
+        assert (trees == found).all(1).any(), "the best heads are a tree of the set"
+        assert float(_arc_scores(arcs[b], found[None])) == pytest.approx(float(scores.max()), abs=1e-12)
         assert heads[b, 0] == -1 and (heads[b, L + 1:] == -1).all()
-        p = torch.softmax(scores, 0)
-        want = torch.zeros(T + 1, T + 1, dtype=torch.float64)
-        for w, t in zip(p, trees, strict=True):
-            for m, h in enumerate(t, 1):
-                want[h, m] += w
-        torch.testing.assert_close(marginals[b], want, rtol=1e-9, atol=1e-12)
+        want = _arc_marginals(trees, torch.softmax(scores, 0), T)
+        torch.testing.assert_close(marginals[b], want, rtol=1e-9, atol=1e-10)
 
 
-def test_gradients_are_the_marginals_and_the_best_tree():
+@pytest.mark.parametrize("projective", [True, False])
+@pytest.mark.parametrize("single_root", [False, True])
+def test_gradients_are_the_marginals_and_the_best_tree(projective, single_root):
     g = torch.Generator().manual_seed(1)
     arcs = torch.randn(2, 5, 5, generator=g, dtype=torch.float64, requires_grad=True)
     lengths = torch.tensor([4, 3])
-    (grad,) = torch.autograd.grad(dependency_log_partition(arcs, lengths).sum(), arcs)
-    torch.testing.assert_close(grad, dependency_marginals(arcs, lengths))
-    torch.autograd.gradcheck(lambda a: dependency_marginals(a, lengths), (arcs,))
-    best, heads = dependency_viterbi(arcs, lengths)
+    kw = dict(projective=projective, single_root=single_root)
+    (grad,) = torch.autograd.grad(dependency_log_partition(arcs, lengths, **kw).sum(), arcs)
+    torch.testing.assert_close(grad, dependency_marginals(arcs, lengths, **kw))
+    torch.autograd.gradcheck(lambda a: dependency_log_partition(a, lengths, **kw), (arcs,))
+    torch.autograd.gradcheck(lambda a: dependency_marginals(a, lengths, **kw), (arcs,))
+    best, heads = dependency_viterbi(arcs, lengths, **kw)
     (grad,) = torch.autograd.grad(best.sum(), arcs)
     want = torch.zeros_like(grad)
     for b in range(2):
         for m in range(1, int(lengths[b]) + 1):
             want[b, heads[b, m], m] = 1
     assert torch.equal(grad, want)
+
+
+def test_matrix_tree_is_stable_in_float32_on_long_sentences():
+    """120 words with arc scores of spread 10: float32 (column-scaled log-determinant) matches
+    float64 in the log-partition and the marginals."""
+    g = torch.Generator().manual_seed(0)
+    T = 120
+    arcs = 10 * torch.randn(3, T + 1, T + 1, generator=g, dtype=torch.float64)
+    lengths = torch.tensor([T, 100, 7])
+    for single in (False, True):
+        want = _torch.matrix_tree(arcs, lengths, single)
+        got = _torch.matrix_tree(arcs.float(), lengths, single)
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-3)
+        p64 = torch.func.grad(lambda a: _torch.matrix_tree(a, lengths, single).sum())(arcs)
+        p32 = torch.func.grad(lambda a: _torch.matrix_tree(a, lengths, single).sum())(arcs.float())
+        assert (p32 >= -1e-4).all() and torch.allclose(p32.sum(1)[:, 1:].double(), (p64.sum(1)[:, 1:]), atol=1e-3)
+        torch.testing.assert_close(p32.double(), p64, atol=2e-3, rtol=0)
+
+
+def test_chu_liu_edmonds_contracts_nested_cycles():
+    """A sentence whose greedy heads form two cycles, one inside a contraction of the other."""
+    arcs = torch.full((1, 6, 6), -5.0, dtype=torch.float64)
+    for h, m, s in [(2, 1, 9), (1, 2, 9), (4, 3, 8), (3, 4, 8), (1, 3, 7), (3, 1, 7), (5, 5, 0), (4, 5, 6),
+                    (0, 1, 1), (0, 3, 0.5)]:
+        arcs[0, h, m] = s
+    best, heads = dependency_viterbi(arcs, projective=False)
+    trees = _dependency_trees(5, False, False)
+    assert float(best[0]) == pytest.approx(float(_arc_scores(arcs[0], trees).max()))
+
+
+@settings(max_examples=40, deadline=None, database=None)
+@given(hst.integers(1, 2), hst.integers(1, 5), hst.integers(0, 2**16), hst.booleans(), hst.booleans(),
+       hst.sampled_from(["margin", "slack"]), hst.booleans())
+def test_dependency_loss_augmented_equals_enumeration(B, T, seed, single_root, projective, rescaling, integer):
+    if rescaling == "slack" and not projective:
+        return
+    arcs = _random((B, T + 1, T + 1), seed, integer, 0.0)
+    lengths = _lengths(B, T, seed)
+    gold = dependency_viterbi(_random((B, T + 1, T + 1), seed + 7, False, 0.0), lengths, single_root=single_root,
+                              projective=projective)[1]
+    kw = dict(single_root=single_root, projective=projective, rescaling=rescaling)
+    value, found, loss = dependency_loss_augmented(arcs, gold, lengths, **kw)
+    for b in range(B):
+        L = int(lengths[b])
+        trees = _dependency_trees(L, single_root, projective)
+        scores = _arc_scores(arcs[b], trees)
+        delta = (trees != gold[b, 1:L + 1]).sum(1).double()
+        target = float(_arc_scores(arcs[b], gold[b, 1:L + 1][None]))
+        values = scores + delta if rescaling == "margin" else delta * (1 + scores - target)
+        assert float(value[b]) == pytest.approx(float(values.max()), abs=1e-9)
+        tree = found[b, 1:L + 1]
+        hit = (trees == tree).all(1)
+        assert hit.any() and float(values[hit][0]) == pytest.approx(float(values.max()), abs=1e-9)
+        assert int(loss[b]) == int((tree != gold[b, 1:L + 1]).sum())
+        if float(values.max()) == pytest.approx((target if rescaling == "margin" else 0.0), abs=1e-12):
+            assert torch.equal(found[b, 1:L + 1], gold[b, 1:L + 1]), "ties keep the gold tree"
+
+
+def test_loss_augmented_gradient_and_costs():
+    g = torch.Generator().manual_seed(3)
+    arcs = torch.randn(2, 5, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    gold = torch.tensor([[-1, 2, 0, 2, 3], [-1, 0, 1, 2, 3]])
+    value, found, loss = dependency_loss_augmented(arcs, gold, rescaling="slack")
+    (grad,) = torch.autograd.grad(value.sum(), arcs)
+    want = torch.zeros_like(grad)
+    for b in range(2):
+        for m in range(1, 5):
+            want[b, found[b, m], m] += float(loss[b])
+            want[b, gold[b, m], m] -= float(loss[b])
+    torch.testing.assert_close(grad, want)
+    cost = torch.rand(2, 5, 5, generator=g, dtype=torch.float64)
+    value, found, loss = dependency_loss_augmented(arcs, gold, cost=cost)
+    trees = _dependency_trees(4, False, True)
+    for b in range(2):
+        both = _arc_scores(arcs[b].detach() + cost[b], trees)
+        assert float(value[b].detach()) == pytest.approx(float(both.max()))
+        assert float(loss[b]) == pytest.approx(float(_arc_scores(cost[b], found[b, 1:][None])))
 
 
 def test_bad_input_is_named():
@@ -100,34 +212,102 @@ def test_bad_input_is_named():
         dependency_log_partition(torch.full((1, 3, 3), float("nan")))
     with pytest.raises(ValueError, match="lengths"):
         dependency_marginals(torch.randn(1, 3, 3), torch.tensor([3]))
-    with pytest.raises(NotImplementedError, match="projective=False"):
-        dependency_viterbi(torch.randn(1, 3, 3), projective=False)
-    assert st.trees.dependency_viterbi is dependency_viterbi
+    with pytest.raises(TypeError, match="projective must be"):
+        dependency_viterbi(torch.randn(1, 3, 3), projective="no")
+    arcs, gold = torch.randn(1, 3, 3), torch.tensor([[-1, 0, 1]])
+    with pytest.raises(NotImplementedError, match="rescaling='margin'"):
+        dependency_loss_augmented(arcs, gold, rescaling="slack", projective=False)
+    with pytest.raises(ValueError, match="heads must hold a head"):
+        dependency_loss_augmented(arcs, torch.tensor([[-1, 1, 1]]))
+    with pytest.raises(TypeError, match="heads must be an integer tensor"):
+        dependency_loss_augmented(arcs, gold.float())
+    with pytest.raises(ValueError, match="rescaling must be"):
+        dependency_loss_augmented(arcs, gold, rescaling="hinge")
+    arcs[0, 0, 1] = -INF
+    with pytest.raises(ValueError, match="heads has score -inf in row 0"):
+        dependency_loss_augmented(arcs, gold)
+    with pytest.raises(ValueError, match="span_scores must have shape"):
+        cky_viterbi(torch.randn(1, 3, 4, 2))
+    with pytest.raises(ValueError, match="spans must hold 0 or 1"):
+        cky_loss_augmented(torch.randn(1, 3, 3, 2), torch.full((1, 3, 3, 2), 0.5))
+    with pytest.raises(ValueError, match="spans must have shape"):
+        cky_loss_augmented(torch.randn(1, 3, 3, 2), torch.zeros(1, 3, 3, 1))
+    assert st.trees.dependency_viterbi is dependency_viterbi and st.cky_viterbi is cky_viterbi
+
+
+def _bracketings(i: int, j: int) -> list[list[tuple[int, int]]]:
+    if i == j:
+        return [[(i, i)]]
+    return [a + b + [(i, j)] for k in range(i, j) for a in _bracketings(i, k) for b in _bracketings(k + 1, j)]
+
+
+@functools.cache
+def _constituency_trees(L: int, N: int, T: int) -> torch.Tensor:
+    """Every labeled binary tree of L words as 0/1 spans (n, T, T, N)."""
+    if L == 0:
+        return torch.zeros(1, T, T, N, dtype=torch.float64)
+    out = []
+    for spans in _bracketings(0, L - 1):
+        for labels in itertools.product(range(N), repeat=len(spans)):
+            x = torch.zeros(T, T, N, dtype=torch.float64)
+            for (i, j), n in zip(spans, labels, strict=True):
+                x[i, j, n] = 1
+            out.append(x)
+    return torch.stack(out)
 
 
 @settings(max_examples=30, deadline=None, database=None)
-@given(hst.integers(1, 2), hst.integers(1, 5), hst.integers(0, 2**16), hst.booleans())
-def test_margin_loss_augmented_inference_equals_enumeration(B, T, seed, single_root):
-    g = torch.Generator().manual_seed(seed)
-    arcs = torch.randn(B, T + 1, T + 1, generator=g, dtype=torch.float64)
-    lengths = torch.randint(1, T + 1, (B,), generator=g)
-    gold = dependency_viterbi(torch.randn(B, T + 1, T + 1, generator=g, dtype=torch.float64), lengths,
-                              single_root=single_root)[1]
-    value, found, loss = st.dependency_loss_augmented(arcs, gold, lengths, single_root=single_root)
+@given(hst.integers(1, 2), hst.integers(1, 5), hst.integers(1, 2), hst.integers(0, 2**16),
+       hst.sampled_from([0.0, 0.2]), hst.booleans())
+def test_constituency_trees_equal_enumeration(B, T, N, seed, forbid, integer):
+    if T == 5 and N == 2:
+        N = 1  # 14 bracketings x 2^9 labelings: enough at T = 4
+    scores = _random((B, T, T, N), seed, integer, forbid)
+    lengths = _lengths(B, T, seed)
+    logz, (best, spans), marginals = (cky_log_partition(scores, lengths), cky_viterbi(scores, lengths),
+                                      cky_marginals(scores, lengths))
+    gold = cky_viterbi(_random((B, T, T, N), seed + 3, False, 0.0), lengths)[1]
+    augmented = {r: cky_loss_augmented(scores, gold, lengths, rescaling=r) if _finite_gold(scores, gold)
+                 else None for r in ("margin", "slack")}
     for b in range(B):
         L = int(lengths[b])
-        trees = _projective_trees(L, single_root)
-        want = max(sum(float(arcs[b, h, m]) + (h != int(gold[b, m])) for m, h in enumerate(t, 1)) for t in trees)
-        assert float(value[b]) == pytest.approx(want, abs=1e-12)
-        tree = tuple(found[b, 1:L + 1].tolist())
-        assert tree in trees and int(loss[b]) == sum(h != int(gold[b, m]) for m, h in enumerate(tree, 1))
+        trees = _constituency_trees(L, N, T)
+        value = torch.where(trees.bool(), scores[b], 0.0).sum((1, 2, 3))
+        if L == 0:
+            assert logz[b] == 0 and best[b] == 0 and spans[b].sum() == 0
+            continue
+        if not (value > -INF).any():
+            assert logz[b] == -INF and best[b] == -INF and spans[b].sum() == 0 and marginals[b].abs().sum() == 0
+            continue
+        torch.testing.assert_close(logz[b], torch.logsumexp(value, 0), rtol=1e-9, atol=1e-9)
+        assert float(best[b]) == pytest.approx(float(value.max()), abs=1e-12)
+        hit = (trees == spans[b]).flatten(1).all(1)
+        assert hit.any() and float(value[hit][0]) == pytest.approx(float(value.max()), abs=1e-12)
+        want = (torch.softmax(value, 0)[:, None, None, None] * trees).sum(0)
+        torch.testing.assert_close(marginals[b], want, rtol=1e-9, atol=1e-10)
+        if augmented["margin"] is None:
+            continue
+        delta = (trees * (1 - gold[b])).sum((1, 2, 3))
+        target = float((scores[b] * gold[b]).nan_to_num(0.0, neginf=0.0).sum())
+        for rescaling, (v, found, loss) in augmented.items():
+            values = value + delta if rescaling == "margin" else delta * (1 + value - target)
+            values = values.nan_to_num(-INF)
+            assert float(v[b]) == pytest.approx(float(values.max()), abs=1e-9)
+            hit = (trees == found[b]).flatten(1).all(1)
+            assert hit.any() and float(values[hit][0]) == pytest.approx(float(values.max()), abs=1e-9)
+            assert int(loss[b]) == int(delta[hit][0])
 
 
-def test_loss_augmented_refusals_are_named():
-    arcs, gold = torch.randn(1, 3, 3), torch.tensor([[-1, 0, 1]])
-    with pytest.raises(NotImplementedError, match="slack rescaling for dependency trees"):
-        st.dependency_loss_augmented(arcs, gold, rescaling="slack")
-    with pytest.raises(ValueError, match="heads must hold a head"):
-        st.dependency_loss_augmented(arcs, torch.tensor([[-1, 1, 1]]))
-    with pytest.raises(TypeError, match="heads must be an integer tensor"):
-        st.dependency_loss_augmented(arcs, gold.float())
+def _finite_gold(scores: torch.Tensor, gold: torch.Tensor) -> bool:
+    return bool((torch.where(gold.bool(), scores, 0.0).sum((1, 2, 3)) > -INF).all())
+
+
+def test_constituency_gradients():
+    g = torch.Generator().manual_seed(2)
+    scores = torch.randn(2, 4, 4, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    lengths = torch.tensor([4, 2])
+    torch.autograd.gradcheck(lambda s: cky_log_partition(s, lengths), (scores,))
+    torch.autograd.gradcheck(lambda s: cky_marginals(s, lengths), (scores,))
+    best, spans = cky_viterbi(scores, lengths)
+    (grad,) = torch.autograd.grad(best.sum(), scores)
+    assert torch.equal(grad, spans) and spans.sum().item() == 2 * 4 - 1 + 2 * 2 - 1

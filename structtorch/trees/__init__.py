@@ -1,7 +1,10 @@
-"""Tree structures: dependency trees over the words of a sentence (projective, by Eisner's
-algorithm; ``dependency.py``) with their PyTorch reference (``_torch.py``). In progress (issue
-55): non-projective trees, constituency trees, loss-augmented inference, kernels and layers."""
+"""Tree structures. Rooms as in every structure package: ``dependency`` (dependency trees over the
+words of a sentence: projective by Eisner's algorithm, non-projective by the matrix-tree theorem
+and Chu-Liu-Edmonds) and ``constituency`` (labeled binary trees by CKY), the public functions;
+``layout`` (the types and checks); ``_torch`` (the PyTorch references in any semiring). In progress
+(issue 55): the compiled and Triton kernels, their operators, layers and training."""
 
+from .constituency import cky_log_partition, cky_loss_augmented, cky_marginals, cky_viterbi
 from .dependency import (
     dependency_log_partition,
     dependency_loss_augmented,
@@ -10,4 +13,5 @@ from .dependency import (
 )
 
 __all__ = ["dependency_viterbi", "dependency_log_partition", "dependency_marginals",
-           "dependency_loss_augmented"]
+           "dependency_loss_augmented", "cky_viterbi", "cky_log_partition", "cky_marginals",
+           "cky_loss_augmented"]

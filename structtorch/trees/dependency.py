@@ -1,39 +1,33 @@
 """Dependency trees over the words of each sentence: arc scores (B, T + 1, T + 1) with the root at
 position 0, ``arc_scores[b, h, m]`` scoring the arc from head h to modifier m (words 1..T; the
-diagonal and column 0 are never read). Projective trees by Eisner's algorithm (the PyTorch
-reference in ``_torch.py``, differentiable: the arc marginals are the gradient of the
-log-partition); non-projective ones are not built yet and refused by name."""
+diagonal and column 0 are never read). Projective trees by Eisner's algorithm, non-projective ones
+by the matrix-tree theorem (log-partition, marginals) and Chu-Liu-Edmonds (the best tree); the
+PyTorch references are in ``_torch.py``, differentiable (the arc marginals are the gradient of the
+log-partition)."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from .._checks import LengthsLike, _fmt, check_bool, check_float, check_lengths
+from .._checks import LengthsLike, check_float, check_target_score
 from .._expectations import logz_and_grads
-from .._numerics import accumulate
+from .._numerics import NEG_INF, accumulate
 from .._precision import mixed_precision
 from . import _torch
+from .layout import PROJECTIVE_ONLY, checked_arcs, checked_heads, tree_score, words
 
 __all__ = ["dependency_viterbi", "dependency_log_partition", "dependency_marginals",
            "dependency_loss_augmented"]
 
 
-def _checked(arc_scores: object, lengths: LengthsLike, projective: object,
-             single_root: object) -> tuple[Tensor, Tensor, bool]:
-    """(arc scores, lengths (B,), single_root), checked: a float (B, T + 1, T + 1) tensor without
-    NaN or +inf, lengths in [0, T], projective trees only (for now)."""
-    scores = check_float("arc_scores", arc_scores)
-    if scores.dim() != 3 or scores.shape[1] != scores.shape[2] or scores.shape[1] < 1:
-        raise ValueError(f"arc_scores must have shape (B, T + 1, T + 1) (the root at position 0), got "
-                         f"{_fmt(scores.shape)}")
-    if not check_bool("projective", projective):
-        raise NotImplementedError("projective=False (non-projective trees: the matrix-tree theorem and "
-                                  "Chu-Liu-Edmonds) is not built yet; projective=True runs Eisner's "
-                                  "algorithm")
-    B, T1, _ = scores.shape
-    return scores, check_lengths(lengths, B, T1 - 1, scores.device, "arc_scores"), check_bool(
-        "single_root", single_root)
+def _log_partition(projective: bool, single_root: bool, lengths: Tensor):
+    def logz(arcs: Tensor) -> Tensor:
+        if projective:
+            return _torch.log_partition(arcs, lengths, single_root)
+        return _torch.matrix_tree(arcs, lengths, single_root)
+
+    return logz
 
 
 @mixed_precision
@@ -49,7 +43,8 @@ def dependency_log_partition(arc_scores: Tensor, lengths: LengthsLike = None, *,
     lengths : Tensor (B,), optional
         Words per sentence, in [0, T]; None means T.
     projective : bool
-        Projective trees (Eisner's algorithm); False is not built yet (a NotImplementedError).
+        Projective trees (Eisner's algorithm, O(T^3)) or every tree (the matrix-tree theorem: a
+        log-determinant, stable in float32 on long sentences).
     single_root : bool
         Trees whose root has exactly one child.
 
@@ -60,8 +55,8 @@ def dependency_log_partition(arc_scores: Tensor, lengths: LengthsLike = None, *,
         words, -inf where no tree avoids the forbidden arcs. Differentiable: the gradient is
         :func:`dependency_marginals`.
     """
-    scores, lengths, single = _checked(arc_scores, lengths, projective, single_root)
-    return _torch.log_partition(accumulate(scores), lengths, single).to(scores.dtype)
+    scores, lengths, projective, single = checked_arcs(arc_scores, lengths, projective, single_root)
+    return _log_partition(projective, single, lengths)(accumulate(scores)).to(scores.dtype)
 
 
 @mixed_precision
@@ -70,15 +65,23 @@ def dependency_marginals(arc_scores: Tensor, lengths: LengthsLike = None, *, pro
     """Arc marginals (B, T + 1, T + 1): ``marginals[b, h, m]`` = p(head of m is h), 0 for the root's
     column, the diagonal, words beyond each length and sentences without a tree; the gradient of
     :func:`dependency_log_partition` (arguments as there), itself differentiable."""
-    scores, lengths, single = _checked(arc_scores, lengths, projective, single_root)
-    grads = logz_and_grads(lambda arcs: _torch.log_partition(arcs, lengths, single), [accumulate(scores)])[1]
+    scores, lengths, projective, single = checked_arcs(arc_scores, lengths, projective, single_root)
+    grads = logz_and_grads(_log_partition(projective, single, lengths), [accumulate(scores)])[1]
     return grads[0].to(scores.dtype)
+
+
+def _best_heads(scores: Tensor, lengths: Tensor, projective: bool, single: bool) -> Tensor:
+    """Heads (B, T + 1) of the best trees of detached scores (accumulation precision)."""
+    if projective:
+        return _torch.viterbi(scores, lengths, single)[1]
+    return _torch.mst(scores, lengths, single)
 
 
 @mixed_precision
 def dependency_viterbi(arc_scores: Tensor, lengths: LengthsLike = None, *, projective: bool = True,
                        single_root: bool = False) -> tuple[Tensor, Tensor]:
-    """The best dependency tree of each sentence.
+    """The best dependency tree of each sentence (Eisner's algorithm, or Chu-Liu-Edmonds with
+    ``projective=False``, on the host one sentence at a time).
 
     Arguments as for :func:`dependency_log_partition`.
 
@@ -91,56 +94,79 @@ def dependency_viterbi(arc_scores: Tensor, lengths: LengthsLike = None, *, proje
         The head of each word; -1 at the root (position 0), beyond each length and on rows without
         a tree.
     """
-    scores, lengths, single = _checked(arc_scores, lengths, projective, single_root)
-    best, heads = _torch.viterbi(accumulate(scores.detach()), lengths, single)
-    picked = accumulate(scores).gather(1, heads.clamp(min=0).unsqueeze(1)).squeeze(1)  # (B, T + 1)
-    total = torch.where(heads >= 0, picked, 0.0).sum(1)  # the tree's arcs, differentiable
-    return torch.where(best > float("-inf"), total, best).to(scores.dtype), heads
+    scores, lengths, projective, single = checked_arcs(arc_scores, lengths, projective, single_root)
+    heads = _best_heads(accumulate(scores.detach()), lengths, projective, single)
+    found = (heads >= 0).any(1) | (lengths == 0)
+    total = tree_score(accumulate(scores), heads)
+    return torch.where(found, total, NEG_INF).to(scores.dtype), heads
 
 
-def _checked_heads(heads: object, lengths: Tensor, shape: tuple[int, int]) -> Tensor:
-    """Gold heads (B, T + 1) int64: in [0, T] for words 1..L (anything at the root and beyond)."""
-    if not isinstance(heads, Tensor) or heads.dtype.is_floating_point or heads.dtype == torch.bool:
-        raise TypeError(f"heads must be an integer tensor of shape (B, T + 1) = {_fmt(shape)}")
-    if tuple(heads.shape) != shape:
-        raise ValueError(f"heads must have shape (B, T + 1) = {_fmt(shape)}, got {_fmt(heads.shape)}")
-    m = torch.arange(shape[1], device=heads.device)
-    words = (m >= 1) & (m <= lengths[:, None].to(heads.device))
-    if bool(((heads < 0) | (heads >= shape[1]) | (heads == m))[words].any()):
-        raise ValueError("heads must hold a head in [0, T] other than the word itself for every word 1..L")
-    return torch.where(words, heads, 0).long()
+def hamming_costs(gold: Tensor, T1: int) -> Tensor:
+    """(B, T + 1, T + 1) int64: 1 for every arc h -> m but the gold one (heads (B, T + 1))."""
+    wrong = torch.ones(gold.shape[0], T1, T1, dtype=torch.long, device=gold.device)
+    return wrong.scatter_(1, gold.unsqueeze(1), 0)
 
 
 @mixed_precision
 def dependency_loss_augmented(arc_scores: Tensor, heads: Tensor, lengths: LengthsLike = None, *,
                               rescaling: str = "margin", projective: bool = True,
-                              single_root: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+                              single_root: bool = False, cost: Tensor | None = None
+                              ) -> tuple[Tensor, Tensor, Tensor]:
     """The most violating dependency tree for the gold ``heads`` (B, T + 1).
 
-    Margin rescaling: the maximum over trees y of score(y) + Delta(y), Delta the number of words
-    whose head differs from ``heads`` (exact: Delta folds into the arc scores). Slack rescaling
-    (a count dimension in the DP) is being built and refused by name.
+    Delta(y) = the number of words whose head in y differs from ``heads`` (with ``cost``, the sum of
+    ``cost[b, h, m]`` over the arcs of y). Margin rescaling maximizes score(y) + Delta(y) (exact:
+    Delta folds into the arc scores, for projective and non-projective trees); slack rescaling
+    maximizes Delta(y) * (1 + score(y) - score(heads)) (exact for projective trees: Eisner's DP
+    over a Hamming-count dimension, Bauer et al. 2014, O(T^5); refused for non-projective trees,
+    naming the alternatives). Where the gold tree attains the maximum it is returned itself.
+
+    Parameters
+    ----------
+    arc_scores, lengths, projective, single_root
+        As for :func:`dependency_log_partition`.
+    heads : Tensor (B, T + 1) int
+        The gold head of each word 1..L (entries at the root and beyond the lengths are ignored).
+    rescaling : {"margin", "slack"}
+    cost : Tensor (B, T + 1, T + 1), optional
+        Per-arc costs for margin rescaling (finite); default the Hamming loss of the heads.
 
     Returns
     -------
     value : Tensor (B,)
-        The maximum; differentiable (the gradient of the best tree's score).
+        The maximum; differentiable (for slack rescaling its gradient is Delta times the difference
+        of the two trees' arc indicators).
     heads : Tensor (B, T + 1) int64
         The violating tree (-1 at the root and beyond each length).
-    loss : Tensor (B,) int64
-        Its Delta.
+    loss : Tensor (B,)
+        Its Delta (int64 for the Hamming loss, the scores' dtype with ``cost``).
     """
     if rescaling not in ("margin", "slack"):
         raise ValueError(f"rescaling must be 'margin' or 'slack', got {rescaling!r}")
-    if rescaling == "slack":
-        raise NotImplementedError("slack rescaling for dependency trees (a Hamming dimension in Eisner's DP) "
-                                  "is not built yet: use rescaling='margin'")
-    scores, lengths, single = _checked(arc_scores, lengths, projective, single_root)
-    gold = _checked_heads(heads, lengths, tuple(scores.shape[:2]))
-    wrong = torch.ones_like(scores, dtype=torch.bool).scatter_(1, gold.unsqueeze(1), False)
-    augmented = scores + wrong.to(scores.dtype)
-    value, found = dependency_viterbi(augmented, lengths, single_root=single)
-    m = torch.arange(scores.shape[1], device=scores.device)
-    words = (m >= 1) & (m <= lengths[:, None])
-    loss = ((found != gold) & words & (found >= 0)).sum(1)
-    return value, found, loss
+    scores, lengths, projective, single = checked_arcs(arc_scores, lengths, projective, single_root)
+    T1 = scores.shape[1]
+    gold = checked_heads(heads, lengths, (scores.shape[0], T1))
+    inside = words(lengths, T1)
+    gold_heads = torch.where(inside, gold, -1)
+    if cost is not None:
+        if rescaling == "slack":
+            raise NotImplementedError("rescaling='slack' takes the Hamming loss (cost=None) only")
+        delta = accumulate(check_float("cost", cost, scores, "arc_scores").detach())
+    else:
+        delta = hamming_costs(gold, T1).to(accumulate(scores).dtype)
+    if rescaling == "slack" and not projective:
+        raise NotImplementedError(PROJECTIVE_ONLY)
+    full = accumulate(scores)
+    target = tree_score(full, gold_heads)
+    check_target_score(target.detach(), "heads has score -inf in row {}: the gold tree uses a forbidden (-inf) arc")
+    with torch.no_grad():
+        plain = full.detach()
+        if rescaling == "margin":
+            found = _best_heads(plain + delta, lengths, projective, single)
+        else:
+            table = _torch.count_table(plain, delta.long(), lengths, single)
+            count = _torch.slack_choice(table, target.detach())[1]
+            found = _torch.count_viterbi(plain, delta.long(), lengths, count.clamp(min=0), single)[1]
+    value, found, loss = _torch.keep_or_replace(lambda h: tree_score(full, h), lambda h: tree_score(delta, h),
+                                                gold_heads, found, target, rescaling, ~(found >= 0).any(1))
+    return value.to(scores.dtype), found, (loss.long() if cost is None else loss.to(scores.dtype))
