@@ -38,6 +38,7 @@ from .lossaug import (
 from .losses import StructuredHingeLoss, structured_hinge
 from .metrics import chunk_f1, segment_f1
 from .nn import (
+    DependencyCRF,
     HiddenSemiMarkovSVM,
     HistogramBinning,
     LinearChainCRF,
@@ -45,6 +46,7 @@ from .nn import (
     PLiF,
     SemiMarkovCRF,
     SparseFeaturePotentials,
+    TreeCRF,
     allowed_transitions,
     tokens_to_words,
     word_mask,
@@ -111,6 +113,8 @@ __all__ = [
     "cky_marginals",
     "cky_loss_augmented",
     "SemiMarkovCRF",
+    "DependencyCRF",
+    "TreeCRF",
     "ChainDistribution",
     "SemiMarkovDistribution",
     "SegmentMarginals",

@@ -1,6 +1,6 @@
 """Modules: the linear-chain CRF, joint feature maps (HM-SVM potentials, histogram binning, PLiFs),
-the hidden semi-Markov SVM, and (loaded on first use, with ``transformers``) the CRF head for
-token classification, :class:`CRFForTokenClassification`."""
+the hidden semi-Markov SVM, the tree CRFs (dependency and constituency), and (loaded on first use,
+with ``transformers``) the CRF head for token classification, :class:`CRFForTokenClassification`."""
 
 import importlib
 
@@ -10,10 +10,11 @@ from .features import HistogramBinning, LinearChainPotentials, PLiF
 from .hsm import HiddenSemiMarkovSVM
 from .semimarkov_crf import SemiMarkovCRF
 from .sparse import SparseFeaturePotentials
+from .trees import DependencyCRF, TreeCRF
 from .words import tokens_to_words, word_mask, words_to_tokens
 
 __all__ = ["LinearChainCRF", "allowed_transitions", "LinearChainPotentials", "HistogramBinning", "PLiF",
-           "HiddenSemiMarkovSVM", "SemiMarkovCRF",
+           "HiddenSemiMarkovSVM", "SemiMarkovCRF", "DependencyCRF", "TreeCRF",
            "SparseFeaturePotentials", "word_mask", "tokens_to_words", "words_to_tokens",
            "CRFForTokenClassification"]
 

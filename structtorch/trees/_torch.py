@@ -80,21 +80,34 @@ def with_counts(scores: Tensor, cost: Tensor, K: int) -> Tensor:
     return torch.where(cost.unsqueeze(-1) == k, scores.unsqueeze(-1), NEG_INF)
 
 
-def _widths(inside: Callable[[int, list], Tensor], first: Tensor, T: int) -> list[Tensor]:
-    """Tables by width 0..T-1: width 0 is ``first``, width w is ``inside(w, tables)``."""
-    tables = [first]
-    for w in range(1, T):
-        tables.append(inside(w, tables))
-    return tables
+class Chart:
+    """A table of span values (B, T, T, *count) of a DP by width, kept twice: by start ``[s, w]``
+    and by end ``[t, w]`` (the span [s, s + w] = [t - w, t]), so that the spans a width combines are
+    plain slices (one op per width, not per split). Written one width at a time, in place."""
+
+    def __init__(self, sr: Semiring, like: Tensor, B: int, T: int):
+        self.by_start = sr.zero(like, B, T, T)
+        self.by_end = sr.zero(like, B, T, T)
+
+    def write(self, w: int, value: Tensor) -> None:
+        """Set the spans of width ``w`` (B, T - w, *count), by start."""
+        n = value.shape[1]
+        self.by_start[:, :n, w] = value
+        self.by_end[:, w:, w] = value
+
+    def starting(self, n: int, widths: slice) -> Tensor:
+        """(B, n, len(widths), *count): the spans of the given widths starting at s = 0..n-1."""
+        return self.by_start[:, :n, widths]
+
+    def ending(self, w: int, widths: slice) -> Tensor:
+        """(B, T - w, len(widths), *count): the spans of the given widths ending at t = w..T-1,
+        widths in decreasing order."""
+        return self.by_end[:, w:, widths].flip(2)
 
 
-def _padded(by_width: list[Tensor], sr: Semiring) -> Tensor:
-    """(B, width, start, *count) from per-width tables (B, n_w, *count), the zero where undefined."""
-    B, T1 = by_width[0].shape[:2]
-    out = sr.zero(by_width[0], B, len(by_width), T1)
-    for w, x in enumerate(by_width):
-        out[:, w, : x.shape[1]] = x
-    return out
+def _diagonal(x: Tensor, offset: int) -> Tensor:
+    """x[:, s, s + offset] (B, n, *count) for the (B, T, T, *count) tensor ``x``."""
+    return torch.diagonal(x, offset, 1, 2).movedim(-1, 1)
 
 
 def eisner(arcs: Tensor, lengths: Tensor, sr: Semiring, single_root: bool = False) -> Tensor:
@@ -103,46 +116,38 @@ def eisner(arcs: Tensor, lengths: Tensor, sr: Semiring, single_root: bool = Fals
     row. The semiring's one for rows without words."""
     B, T1 = arcs.shape[:2]
     dev = arcs.device
-    # complete[d][w][b, s] and incomplete[d][w][b, s]: the span [s, s + w], direction d (0: head at
-    # the right end, 1: head at the left end), for the widths computed so far
-    complete = {0: [sr.one(arcs, B, T1)], 1: [sr.one(arcs, B, T1)]}
-    incomplete = {0: [sr.zero(arcs, B, T1)], 1: [sr.zero(arcs, B, T1)]}
+    if T1 == 1:
+        return sr.one(arcs, B)
+    # complete and incomplete spans [s, t] by direction d (0: head at t, 1: head at s)
+    complete = [Chart(sr, arcs, B, T1) for _ in range(2)]
+    incomplete = [Chart(sr, arcs, B, T1) for _ in range(2)]
+    for d in range(2):
+        complete[d].write(0, sr.one(arcs, B, T1))
     for w in range(1, T1):
-        s = torch.arange(T1 - w, device=dev)  # spans [s, t], t = s + w
-        t = s + w
-        # split r = s + k, k = 0..w-1: complete [s, r] headed at s + complete [r+1, t] headed at t
-        left = torch.stack([complete[1][k][:, s] for k in range(w)], 2)
-        right = torch.stack([complete[0][w - 1 - k][:, s + k + 1] for k in range(w)], 2)
-        joined = sr.reduce(sr.times(left, right), 2)
-        incomplete[0].append(sr.times(joined, arcs[:, t, s]))  # t -> s
-        incomplete[1].append(sr.times(joined, arcs[:, s, t]))  # s -> t
-        # complete headed at t: complete[0][s, r] + incomplete[0][r, t], r = s..t-1
-        c0 = torch.stack([sr.times(complete[0][k][:, s], incomplete[0][w - k][:, s + k]) for k in range(w)], 2)
-        # complete headed at s: incomplete[1][s, r] + complete[1][r, t], r = s+1..t
-        c1 = torch.stack([sr.times(incomplete[1][k][:, s], complete[1][w - k][:, s + k])
-                          for k in range(1, w + 1)], 2)
-        complete[0].append(sr.reduce(c0, 2))
-        complete[1].append(sr.reduce(c1, 2))
-    right = _padded(complete[1], sr)  # (B, width, start, *count): spans headed at their left end
+        n = T1 - w  # spans [s, t = s + w], s = 0..n-1
+        # split r = s + k, k = 0..w-1: complete [s, r] headed at s + complete [r + 1, t] headed at t
+        below = slice(0, w)
+        joined = sr.reduce(sr.times(complete[1].starting(n, below), complete[0].ending(w, below)), 2)
+        incomplete[0].write(w, sr.times(joined, _diagonal(arcs, -w)))  # t -> s
+        incomplete[1].write(w, sr.times(joined, _diagonal(arcs, w)))  # s -> t
+        # headed at t: complete[0][s, r] + incomplete[0][r, t], r = s..t-1
+        c0 = sr.times(complete[0].starting(n, slice(0, w)), incomplete[0].ending(w, slice(1, w + 1)))
+        # headed at s: incomplete[1][s, r] + complete[1][r, t], r = s+1..t
+        c1 = sr.times(incomplete[1].starting(n, slice(1, w + 1)), complete[1].ending(w, slice(0, w)))
+        complete[0].write(w, sr.reduce(c0, 2))
+        complete[1].write(w, sr.reduce(c1, 2))
+    right = complete[1].by_start  # (B, start, width, *count): spans headed at their left end
+    rows = torch.arange(B, device=dev)
     if not single_root:
-        value = right[torch.arange(B, device=dev), lengths, 0]  # [0, L] headed by the root
+        value = right[rows, 0, lengths]  # [0, L] headed by the root
     else:  # the root's one child r heads words 1..r-1 leftwards and r+1..L rightwards
-        value = _single_root(arcs, _padded(complete[0], sr), right, lengths, sr)
+        r = torch.arange(1, T1, device=dev)  # (T,)
+        L = lengths[:, None]
+        left_part = complete[0].by_start[:, 1, : T1 - 1]  # [1, r] headed at r: start 1, width r - 1
+        right_part = right[rows[:, None], r.expand(B, -1), (L - r).clamp(min=0)]  # [r, L] headed at r
+        cand = sr.times(sr.times(arcs[:, 0, 1:], left_part), right_part)
+        value = sr.reduce(sr.where(r[None] <= L, cand, NEG_INF), 1)
     return sr.where(lengths > 0, value, sr.one(arcs, B))
-
-
-def _single_root(arcs: Tensor, left: Tensor, right: Tensor, lengths: Tensor, sr: Semiring) -> Tensor:
-    """(B, *count) value with exactly one child of the root: over r in 1..L, arcs[0, r] + the
-    complete span [1, r] headed by r + the complete span [r, L] headed by r (``left``, ``right``:
-    the complete spans headed at their right and left ends, (B, width, start, *count))."""
-    B, T1 = arcs.shape[:2]
-    r = torch.arange(1, T1, device=arcs.device)  # (T,)
-    rows = torch.arange(B, device=arcs.device)[:, None]
-    L = lengths[:, None]
-    left_part = left[rows, (r - 1).expand(B, -1), torch.ones_like(r).expand(B, -1)]  # [1, r], head r
-    right_part = right[rows, (L - r).clamp(min=0), r.expand(B, -1)]  # [r, L], head r
-    cand = sr.times(sr.times(arcs[:, 0, 1:], left_part), right_part)
-    return sr.reduce(sr.where(r[None] <= L, cand, NEG_INF), 1)
 
 
 def cky(spans: Tensor, lengths: Tensor, sr: Semiring) -> Tensor:
@@ -150,19 +155,14 @@ def cky(spans: Tensor, lengths: Tensor, sr: Semiring) -> Tensor:
     T, *count) the value of span [i, j] (its labels already summed), ``lengths`` (B,) words per row.
     The semiring's one for rows without words."""
     B, T = spans.shape[:2]
-    dev = spans.device
     if T == 0:
         return sr.one(spans, B)
-    diag = torch.arange(T, device=dev)
-
-    def inside(w: int, tables: list[Tensor]) -> Tensor:
-        s = torch.arange(T - w, device=dev)  # spans [s, s + w], split after s + k, k = 0..w-1
-        left = torch.stack([tables[k][:, s] for k in range(w)], 2)
-        right = torch.stack([tables[w - 1 - k][:, s + k + 1] for k in range(w)], 2)
-        return sr.times(sr.reduce(sr.times(left, right), 2), spans[:, s, s + w])
-
-    tables = _padded(_widths(inside, spans[:, diag, diag], T), sr)  # (B, width, start, *count)
-    value = tables[torch.arange(B, device=dev), (lengths - 1).clamp(min=0), 0]
+    chart = Chart(sr, spans, B, T)
+    chart.write(0, _diagonal(spans, 0))
+    for w in range(1, T):  # spans [s, s + w], split after s + k, k = 0..w-1
+        inner = sr.reduce(sr.times(chart.starting(T - w, slice(0, w)), chart.ending(w, slice(0, w))), 2)
+        chart.write(w, sr.times(inner, _diagonal(spans, w)))
+    value = chart.by_start[torch.arange(B, device=spans.device), 0, (lengths - 1).clamp(min=0)]
     return sr.where(lengths > 0, value, sr.one(spans, B))
 
 
@@ -410,7 +410,8 @@ def slack_choice(table: Tensor, gold: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def keep_or_replace(score_of: Callable[[Tensor], Tensor], delta_of: Callable[[Tensor], Tensor], gold: Tensor,
-                    found: Tensor, target: Tensor, rescaling: str, none: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+                    found: Tensor, target: Tensor, rescaling: str,
+                    none: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """(value (B,), structure, Delta (B,)) of the loss-augmented search: the found structure, or the
     gold one where it attains the maximum (a zero subgradient) or nothing was found (``none`` (B,)).
     ``score_of`` and ``delta_of`` map structures to (B,) (differentiable scores); ``target`` is the

@@ -79,7 +79,8 @@ def hamming_costs(gold: Tensor, lengths: Tensor) -> Tensor:
 
 @mixed_precision
 def cky_loss_augmented(span_scores: Tensor, spans: Tensor, lengths: LengthsLike = None, *,
-                       rescaling: str = "margin", cost: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                       rescaling: str = "margin",
+                       cost: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """The most violating labeled tree for the gold ``spans`` (B, T, T, N) 0/1.
 
     Delta(y) = the number of labeled spans of y that are not gold ones (with ``cost``, the sum of
@@ -111,7 +112,8 @@ def cky_loss_augmented(span_scores: Tensor, spans: Tensor, lengths: LengthsLike 
         delta = hamming_costs(gold, lengths).to(full.dtype)
     delta = torch.where(inside_spans(lengths, scores.shape[1]), delta, 0.0)
     target = span_score(full, gold, lengths)
-    check_target_score(target.detach(), "spans has score -inf in row {}: the gold tree uses a forbidden (-inf) span")
+    check_target_score(target.detach(),
+                       "spans has score -inf in row {}: the gold tree uses a forbidden (-inf) span")
     with torch.no_grad():
         plain = full.detach()
         if rescaling == "margin":
@@ -123,4 +125,5 @@ def cky_loss_augmented(span_scores: Tensor, spans: Tensor, lengths: LengthsLike 
     value, found, loss = _torch.keep_or_replace(lambda y: span_score(full, y, lengths),
                                                 lambda y: span_score(delta, y, lengths), gold, found, target,
                                                 rescaling, found.sum((1, 2, 3)) == 0)
-    return value.to(scores.dtype), found.to(scores.dtype), (loss.long() if cost is None else loss.to(scores.dtype))
+    loss = loss.long() if cost is None else loss.to(scores.dtype)
+    return value.to(scores.dtype), found.to(scores.dtype), loss

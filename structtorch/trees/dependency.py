@@ -158,7 +158,8 @@ def dependency_loss_augmented(arc_scores: Tensor, heads: Tensor, lengths: Length
         raise NotImplementedError(PROJECTIVE_ONLY)
     full = accumulate(scores)
     target = tree_score(full, gold_heads)
-    check_target_score(target.detach(), "heads has score -inf in row {}: the gold tree uses a forbidden (-inf) arc")
+    check_target_score(target.detach(),
+                       "heads has score -inf in row {}: the gold tree uses a forbidden (-inf) arc")
     with torch.no_grad():
         plain = full.detach()
         if rescaling == "margin":

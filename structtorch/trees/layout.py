@@ -32,7 +32,8 @@ def checked_spans(span_scores: object, lengths: LengthsLike) -> tuple[Tensor, Te
     """(span scores (B, T, T, N), lengths (B,)), checked: float without NaN or +inf, N >= 1."""
     scores = check_float("span_scores", span_scores)
     if scores.dim() != 4 or scores.shape[1] != scores.shape[2] or scores.shape[3] < 1:
-        raise ValueError(f"span_scores must have shape (B, T, T, N) with N >= 1 labels, got {_fmt(scores.shape)}")
+        raise ValueError(f"span_scores must have shape (B, T, T, N) with N >= 1 labels, got "
+                         f"{_fmt(scores.shape)}")
     return scores, check_lengths(lengths, scores.shape[0], scores.shape[1], scores.device, "span_scores")
 
 
