@@ -44,7 +44,7 @@ def test_old_names_compile_without_graph_breaks():
 
 def test_public_dynamic_programs_follow_the_naming_rule():
     operations = ("viterbi", "log_partition", "marginals", "kbest", "sample", "score", "loss_augmented")
-    structures = ("window", "semimarkov", "dependency")
+    structures = ("window", "semimarkov", "dependency", "cky")
     names = [n for n in st.__all__ if callable(getattr(st, n)) and n[0].islower() and n not in DEPRECATED]
     dps = [n for n in names if any(n.endswith(op) for op in operations) or n in ("path_score",)]
     for name in dps:
