@@ -11,6 +11,7 @@ import math
 
 import pytest
 import torch
+from conftest import use_backend
 from hypothesis import given, settings
 from hypothesis import strategies as hst
 
@@ -28,6 +29,14 @@ from structtorch.trees import (
 )
 
 INF = math.inf
+
+
+@pytest.fixture(params=["compiled", "torch"])
+def tree_backend(request):
+    """The backends with their own tree code: the compiled kernels and the PyTorch references
+    (the triton backend runs the references until tree kernels exist)."""
+    with use_backend(request.param):
+        yield request.param
 
 
 @functools.cache
@@ -79,7 +88,7 @@ def _arc_marginals(trees: torch.Tensor, p: torch.Tensor, T: int) -> torch.Tensor
 @settings(max_examples=40, deadline=None, database=None)
 @given(hst.integers(1, 3), hst.integers(1, 6), hst.integers(0, 2**16), hst.sampled_from([0.0, 0.3]),
        hst.booleans(), hst.booleans(), hst.booleans())
-def test_dependency_trees_equal_enumeration(B, T, seed, forbid, integer, single_root, projective):
+def test_dependency_trees_equal_enumeration(tree_backend, B, T, seed, forbid, integer, single_root, projective):
     arcs = _random((B, T + 1, T + 1), seed, integer, forbid)
     lengths = _lengths(B, T, seed)
     kw = dict(single_root=single_root, projective=projective)
@@ -109,7 +118,7 @@ def test_dependency_trees_equal_enumeration(B, T, seed, forbid, integer, single_
 
 @pytest.mark.parametrize("projective", [True, False])
 @pytest.mark.parametrize("single_root", [False, True])
-def test_gradients_are_the_marginals_and_the_best_tree(projective, single_root):
+def test_gradients_are_the_marginals_and_the_best_tree(tree_backend, projective, single_root):
     g = torch.Generator().manual_seed(1)
     arcs = torch.randn(2, 5, 5, generator=g, dtype=torch.float64, requires_grad=True)
     lengths = torch.tensor([4, 3])
@@ -146,7 +155,7 @@ def test_matrix_tree_is_stable_in_float32_on_long_sentences():
         torch.testing.assert_close(p32.double(), p64, atol=2e-3, rtol=0)
 
 
-def test_chu_liu_edmonds_contracts_nested_cycles():
+def test_chu_liu_edmonds_contracts_nested_cycles(tree_backend):
     """A sentence whose greedy heads form two cycles, one inside a contraction of the other."""
     arcs = torch.full((1, 6, 6), -5.0, dtype=torch.float64)
     for h, m, s in [(2, 1, 9), (1, 2, 9), (4, 3, 8), (3, 4, 8), (1, 3, 7), (3, 1, 7), (5, 5, 0), (4, 5, 6),
@@ -160,7 +169,7 @@ def test_chu_liu_edmonds_contracts_nested_cycles():
 @settings(max_examples=40, deadline=None, database=None)
 @given(hst.integers(1, 2), hst.integers(1, 5), hst.integers(0, 2**16), hst.booleans(), hst.booleans(),
        hst.sampled_from(["margin", "slack"]), hst.booleans())
-def test_dependency_loss_augmented_equals_enumeration(B, T, seed, single_root, projective, rescaling, integer):
+def test_dependency_loss_augmented_equals_enumeration(tree_backend, B, T, seed, single_root, projective, rescaling, integer):
     if rescaling == "slack" and not projective:
         return
     arcs = _random((B, T + 1, T + 1), seed, integer, 0.0)
@@ -260,7 +269,7 @@ def _constituency_trees(L: int, N: int, T: int) -> torch.Tensor:
 @settings(max_examples=30, deadline=None, database=None)
 @given(hst.integers(1, 2), hst.integers(1, 5), hst.integers(1, 2), hst.integers(0, 2**16),
        hst.sampled_from([0.0, 0.2]), hst.booleans())
-def test_constituency_trees_equal_enumeration(B, T, N, seed, forbid, integer):
+def test_constituency_trees_equal_enumeration(tree_backend, B, T, N, seed, forbid, integer):
     if T == 5 and N == 2:
         N = 1  # 14 bracketings x 2^9 labelings: enough at T = 4
     scores = _random((B, T, T, N), seed, integer, forbid)
@@ -303,7 +312,7 @@ def _finite_gold(scores: torch.Tensor, gold: torch.Tensor) -> bool:
     return bool((torch.where(gold.bool(), scores, 0.0).sum((1, 2, 3)) > -INF).all())
 
 
-def test_constituency_gradients():
+def test_constituency_gradients(tree_backend):
     g = torch.Generator().manual_seed(2)
     scores = torch.randn(2, 4, 4, 3, generator=g, dtype=torch.float64, requires_grad=True)
     lengths = torch.tensor([4, 2])

@@ -215,13 +215,14 @@ def count_viterbi(arcs: Tensor, cost: Tensor, lengths: Tensor, k: Tensor,
 
 
 def cky_log_partition(spans: Tensor, lengths: Tensor) -> Tensor:
-    return cky(safe_logsumexp(spans, 3), lengths, LOG)
+    """(B,) log-partition of the bracketings of span values (B, T, T) (labels summed already)."""
+    return cky(spans, lengths, LOG)
 
 
-def cky_viterbi(spans: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
-    """(best score (B,), the best tree's labeled spans (B, T, T, N) 0/1, all 0 on infeasible rows)."""
-    score, grad = argmax_of(lambda s: cky(best(s, 3), lengths, MAX), spans)
-    return score, grad
+def cky_brackets(spans: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """(best score (B,), the best bracketing's spans (B, T, T) 0/1, all 0 on infeasible rows) of
+    span values (B, T, T) (labels maximized already)."""
+    return argmax_of(lambda s: cky(s, lengths, MAX), spans)
 
 
 def cky_count_table(spans: Tensor, cost: Tensor, lengths: Tensor) -> Tensor:
@@ -276,6 +277,16 @@ def spanning_feasible(allowed: Tensor, lengths: Tensor, single_root: bool) -> Te
     return (allowed[:, 0] & spans_all).any(1) | (lengths == 0)
 
 
+def _feasible(arcs: Tensor, allowed: Tensor, lengths: Tensor, single_root: bool) -> Tensor:
+    """(B,) :func:`spanning_feasible`, skipped on the host when no arc of a sentence is -inf (then
+    every tree is allowed)."""
+    if arcs.device.type == "cpu" and not torch.compiler.is_compiling():
+        structural = allowed_arcs(arcs.new_zeros(()).expand(arcs.shape), lengths)
+        if not bool((structural & ~allowed).any()):
+            return torch.ones_like(lengths, dtype=torch.bool)
+    return spanning_feasible(allowed, lengths, single_root)
+
+
 def matrix_tree(arcs: Tensor, lengths: Tensor, single_root: bool = False) -> Tensor:
     """(B,) log-partition of the non-projective trees by the matrix-tree theorem (Koo et al. 2007;
     Smith & Smith 2007): the log-determinant of the Laplacian of exp(arcs) over the words (the root
@@ -285,7 +296,7 @@ def matrix_tree(arcs: Tensor, lengths: Tensor, single_root: bool = False) -> Ten
     without a tree, 0 without words; differentiable (the gradient is the arc marginals)."""
     B, T1 = arcs.shape[:2]
     allowed = allowed_arcs(arcs, lengths)
-    feasible = spanning_feasible(allowed, lengths, single_root)
+    feasible = _feasible(arcs, allowed, lengths, single_root)
     masked = torch.where(allowed, arcs, NEG_INF)
     c = masked.detach().amax(1, keepdim=True)  # (B, 1, T + 1): the best head of each word
     c = torch.where(c > NEG_INF, c, torch.zeros_like(c))

@@ -12,12 +12,26 @@ from torch import Tensor
 
 from .._checks import LengthsLike, check_float, check_target_score
 from .._expectations import logz_and_grads
-from .._numerics import accumulate
+from .._numerics import accumulate, safe_logsumexp
 from .._precision import mixed_precision
-from . import _torch
+from . import _ops, _torch
 from .layout import checked_spans, checked_tree_spans, inside_spans, span_score
 
 __all__ = ["cky_viterbi", "cky_log_partition", "cky_marginals", "cky_loss_augmented"]
+
+
+def _log_partition(lengths: Tensor):
+    """logZ of span scores (B, T, T, N): the labels summed (autograd), the bracketings by the
+    operator."""
+    return lambda scores: _ops.cky_log_partition(safe_logsumexp(scores, 3), lengths)
+
+
+def _best(scores: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """(best score (B,) float64, the best tree's labeled spans (B, T, T, N) 0/1) of detached scores:
+    each span's best label (the first on ties), the bracketing by the operator."""
+    top, label = scores.max(3)
+    best, chosen = _ops.cky_brackets(top, lengths)
+    return best, chosen.unsqueeze(3) * torch.nn.functional.one_hot(label, scores.shape[3]).to(chosen.dtype)
 
 
 @mixed_precision
@@ -39,7 +53,7 @@ def cky_log_partition(span_scores: Tensor, lengths: LengthsLike = None) -> Tenso
         no tree avoids the forbidden spans. Differentiable: the gradient is :func:`cky_marginals`.
     """
     scores, lengths = checked_spans(span_scores, lengths)
-    return _torch.cky_log_partition(accumulate(scores), lengths).to(scores.dtype)
+    return _log_partition(lengths)(accumulate(scores)).to(scores.dtype)
 
 
 @mixed_precision
@@ -48,7 +62,7 @@ def cky_marginals(span_scores: Tensor, lengths: LengthsLike = None) -> Tensor:
     0 below the diagonal, beyond each length and on sentences without a tree; the gradient of
     :func:`cky_log_partition` (arguments as there), itself differentiable."""
     scores, lengths = checked_spans(span_scores, lengths)
-    grads = logz_and_grads(lambda s: _torch.cky_log_partition(s, lengths), [accumulate(scores)])[1]
+    grads = logz_and_grads(_log_partition(lengths), [accumulate(scores)])[1]
     return grads[0].to(scores.dtype)
 
 
@@ -66,7 +80,7 @@ def cky_viterbi(span_scores: Tensor, lengths: LengthsLike = None) -> tuple[Tenso
         ``span_scores``; all 0 without words or a tree.
     """
     scores, lengths = checked_spans(span_scores, lengths)
-    best, spans = _torch.cky_viterbi(accumulate(scores.detach()), lengths)
+    best, spans = _best(accumulate(scores.detach()), lengths)
     spans = spans.to(scores.dtype)
     total = span_score(accumulate(scores), spans, lengths)
     return torch.where(best > float("-inf"), total, best).to(scores.dtype), spans
@@ -117,7 +131,7 @@ def cky_loss_augmented(span_scores: Tensor, spans: Tensor, lengths: LengthsLike 
     with torch.no_grad():
         plain = full.detach()
         if rescaling == "margin":
-            found = _torch.cky_viterbi(plain + delta, lengths)[1]
+            found = _best(plain + delta, lengths)[1]
         else:
             table = _torch.cky_count_table(plain, delta.long(), lengths)
             count = _torch.slack_choice(table, target.detach())[1]

@@ -14,7 +14,7 @@ from .._checks import LengthsLike, check_float, check_target_score
 from .._expectations import logz_and_grads
 from .._numerics import NEG_INF, accumulate
 from .._precision import mixed_precision
-from . import _torch
+from . import _ops, _torch
 from .layout import PROJECTIVE_ONLY, checked_arcs, checked_heads, tree_score, words
 
 __all__ = ["dependency_viterbi", "dependency_log_partition", "dependency_marginals",
@@ -24,7 +24,7 @@ __all__ = ["dependency_viterbi", "dependency_log_partition", "dependency_margina
 def _log_partition(projective: bool, single_root: bool, lengths: Tensor):
     def logz(arcs: Tensor) -> Tensor:
         if projective:
-            return _torch.log_partition(arcs, lengths, single_root)
+            return _ops.log_partition(arcs, lengths, single_root)
         return _torch.matrix_tree(arcs, lengths, single_root)
 
     return logz
@@ -70,13 +70,6 @@ def dependency_marginals(arc_scores: Tensor, lengths: LengthsLike = None, *, pro
     return grads[0].to(scores.dtype)
 
 
-def _best_heads(scores: Tensor, lengths: Tensor, projective: bool, single: bool) -> Tensor:
-    """Heads (B, T + 1) of the best trees of detached scores (accumulation precision)."""
-    if projective:
-        return _torch.viterbi(scores, lengths, single)[1]
-    return _torch.mst(scores, lengths, single)
-
-
 @mixed_precision
 def dependency_viterbi(arc_scores: Tensor, lengths: LengthsLike = None, *, projective: bool = True,
                        single_root: bool = False) -> tuple[Tensor, Tensor]:
@@ -95,7 +88,7 @@ def dependency_viterbi(arc_scores: Tensor, lengths: LengthsLike = None, *, proje
         a tree.
     """
     scores, lengths, projective, single = checked_arcs(arc_scores, lengths, projective, single_root)
-    heads = _best_heads(accumulate(scores.detach()), lengths, projective, single)
+    heads = _ops.best_heads(accumulate(scores.detach()), lengths, projective, single)
     found = (heads >= 0).any(1) | (lengths == 0)
     total = tree_score(accumulate(scores), heads)
     return torch.where(found, total, NEG_INF).to(scores.dtype), heads
@@ -163,7 +156,7 @@ def dependency_loss_augmented(arc_scores: Tensor, heads: Tensor, lengths: Length
     with torch.no_grad():
         plain = full.detach()
         if rescaling == "margin":
-            found = _best_heads(plain + delta, lengths, projective, single)
+            found = _ops.best_heads(plain + delta, lengths, projective, single)
         else:
             table = _torch.count_table(plain, delta.long(), lengths, single)
             count = _torch.slack_choice(table, target.detach())[1]

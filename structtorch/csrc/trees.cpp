@@ -1,0 +1,478 @@
+// Trees on the CPU, in double: Eisner's projective DP (log-partition forward, its backward by the
+// outside pass, and the Viterbi with backpointers), Chu-Liu-Edmonds for the best non-projective
+// tree, and CKY over bracketings (the same three), one sentence per task of at::parallel_for.
+//
+// Conventions (as trees/_torch.py): arcs (B, T + 1, T + 1) float64, arcs[b][h][m] the arc h -> m,
+// position 0 the root; lengths (B,) int64 words per sentence (positions 0..L). Charts are (T + 1,
+// T + 1) row-major [s][t] per span [s, t]: complete spans headed at t (c0) and at s (c1),
+// incomplete ones (i0: t -> s, i1: s -> t) and their shared inner sum j. Spans [0, t] headed at t
+// would make the root a modifier: they stay -inf. Rows of L = 0 have value 0.
+#include "common.h"
+
+namespace {
+
+using structtorch::Check;
+using structtorch::kNegInf;
+
+enum class Mode { kLog, kMax };
+
+// The log-sum-exp (kLog) or max (kMax, its first argmax to *arg) over i < n of a[i] + b[i].
+template <Mode M>
+inline double reduce_pairs(const double* a, const double* b, int64_t n, int32_t* arg) {
+  if constexpr (M == Mode::kMax) {
+    double best = kNegInf;
+    int32_t at = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = a[i] + b[i];
+      if (v > best) best = v, at = static_cast<int32_t>(i);
+    }
+    *arg = at;
+    return best;
+  } else {
+    double best = kNegInf;
+    for (int64_t i = 0; i < n; ++i) best = std::max(best, a[i] + b[i]);
+    if (best == kNegInf) return kNegInf;
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < n; ++i) sum += structtorch::exp_nonpositive(a[i] + b[i] - best);
+    return best + std::log(sum);
+  }
+}
+
+// One sentence's charts: the five of the file's header at [s][t], transposed copies of c0, c1, i0
+// at [t][s] (the inner loops read rows), and the backpointers of the Viterbi (the split's offset).
+struct Charts {
+  int64_t n;  // T + 1, the stride
+  double *c0, *c1, *i0, *i1, *j;
+  std::vector<double> c0t, c1t, i0t;
+  std::vector<int32_t> bj, b0, b1;
+
+  // Over the five charts at ``out`` (B-major (5, n, n)): cleared to -inf for the inside pass
+  // (``fresh``), else read as saved (the outside pass needs no transposes or backpointers).
+  Charts(int64_t n, double* out, bool fresh, bool max)
+      : n(n), c0(out), c1(out + n * n), i0(out + 2 * n * n), i1(out + 3 * n * n), j(out + 4 * n * n),
+        c0t(fresh ? n * n : 0, kNegInf), c1t(fresh ? n * n : 0, kNegInf), i0t(fresh ? n * n : 0, kNegInf),
+        bj(max ? n * n : 0), b0(max ? n * n : 0), b1(max ? n * n : 0) {
+    if (fresh) std::fill(out, out + 5 * n * n, kNegInf);
+  }
+};
+
+// The inside pass over positions 0..L; returns the value of the trees (0 for L = 0).
+template <Mode M>
+double inside(const double* A, int64_t L, bool single_root, Charts& c, int32_t* root_child) {
+  const int64_t n = c.n;
+  for (int64_t s = 0; s <= L; ++s) {
+    c.c1[s * n + s] = c.c1t[s * n + s] = 0.0;
+    if (s > 0) c.c0[s * n + s] = c.c0t[s * n + s] = 0.0;
+  }
+  int32_t dummy = 0;
+  for (int64_t w = 1; w <= L; ++w) {
+    for (int64_t s = 0; s + w <= L; ++s) {
+      const int64_t t = s + w, st = s * n + t, ts = t * n + s;
+      int32_t* bj = M == Mode::kMax ? &c.bj[st] : &dummy;
+      const double joined = reduce_pairs<M>(c.c1 + st - w, c.c0t.data() + ts + 1, w, bj);
+      c.j[st] = joined;
+      c.i1[st] = joined + A[s * n + t];
+      if (s > 0) c.i0[st] = c.i0t[ts] = joined + A[t * n + s];
+      if (s > 0)
+        c.c0[st] = c.c0t[ts] = reduce_pairs<M>(c.c0 + st - w, c.i0t.data() + ts, w,
+                                               M == Mode::kMax ? &c.b0[st] : &dummy);
+      c.c1[st] = c.c1t[ts] = reduce_pairs<M>(c.i1 + st - w + 1, c.c1t.data() + ts + 1, w,
+                                             M == Mode::kMax ? &c.b1[st] : &dummy);
+    }
+  }
+  if (L == 0) return 0.0;
+  if (!single_root) return c.c1[L];  // [0, L] headed by the root
+  // the root's one child r: arcs[0][r] + complete [1, r] headed at r + complete [r, L] headed at r
+  std::vector<double> left(L), right(L);
+  for (int64_t r = 1; r <= L; ++r) left[r - 1] = A[r] + c.c0[n + r], right[r - 1] = c.c1[r * n + L];
+  int32_t arg = 0;
+  const double value = reduce_pairs<M>(left.data(), right.data(), L, &arg);
+  *root_child = arg + 1;
+  return value;
+}
+
+// The heads of the Viterbi tree from the backpointers (heads (T + 1), -1 at the root).
+void backtrack(const Charts& c, int64_t L, bool single_root, int32_t root_child, int64_t* heads) {
+  const int64_t n = c.n;
+  enum Kind { kC0, kC1, kI0, kI1 };
+  std::vector<std::tuple<Kind, int64_t, int64_t>> stack;
+  if (!single_root) {
+    stack.emplace_back(kC1, 0, L);
+  } else {
+    heads[root_child] = 0;
+    stack.emplace_back(kC0, 1, root_child);
+    stack.emplace_back(kC1, root_child, L);
+  }
+  while (!stack.empty()) {
+    const auto [kind, s, t] = stack.back();
+    stack.pop_back();
+    if (s == t) continue;
+    const int64_t st = s * n + t;
+    if (kind == kC0) {
+      const int64_t r = s + c.b0[st];
+      stack.emplace_back(kC0, s, r);
+      stack.emplace_back(kI0, r, t);
+    } else if (kind == kC1) {
+      const int64_t r = s + 1 + c.b1[st];
+      stack.emplace_back(kI1, s, r);
+      stack.emplace_back(kC1, r, t);
+    } else {
+      heads[kind == kI0 ? s : t] = kind == kI0 ? t : s;
+      const int64_t r = s + c.bj[st];
+      stack.emplace_back(kC1, s, r);
+      stack.emplace_back(kC0, r + 1, t);
+    }
+  }
+}
+
+// exp(x) for x <= 0 up to rounding (a child's share of its parent's sum).
+inline double share(double x) { return structtorch::exp_nonpositive(std::min(x, 0.0)); }
+
+// The outside pass: adds to grad (T + 1, T + 1) g times the arc marginals of the inside charts.
+void outside(const double* A, int64_t L, bool single_root, const Charts& c, double Z, double g, double* grad) {
+  const int64_t n = c.n;
+  std::vector<double> g0(n * n, 0.0), g1(n * n, 0.0), h0(n * n, 0.0), h1(n * n, 0.0);  // d value / d chart
+  if (!single_root) {
+    g1[L] = g;
+  } else {
+    for (int64_t r = 1; r <= L; ++r) {
+      const double p = g * share(A[r] + c.c0[n + r] + c.c1[r * n + L] - Z);
+      grad[r] += p, g0[n + r] += p, g1[r * n + L] += p;
+    }
+  }
+  for (int64_t w = L; w >= 1; --w) {
+    for (int64_t s = 0; s + w <= L; ++s) {
+      const int64_t t = s + w, st = s * n + t;
+      if (g1[st] != 0.0) {  // c1[s][t] = lse over r = s+1..t of i1[s][r] + c1[r][t]
+        const double x = g1[st], parent = c.c1[st];
+        for (int64_t r = s + 1; r <= t; ++r) {
+          const double p = x * share(c.i1[s * n + r] + c.c1[r * n + t] - parent);
+          h1[s * n + r] += p, g1[r * n + t] += p;
+        }
+      }
+      if (g0[st] != 0.0) {  // c0[s][t] = lse over r = s..t-1 of c0[s][r] + i0[r][t]
+        const double x = g0[st], parent = c.c0[st];
+        for (int64_t r = s; r < t; ++r) {
+          const double p = x * share(c.c0[s * n + r] + c.i0[r * n + t] - parent);
+          g0[s * n + r] += p, h0[r * n + t] += p;
+        }
+      }
+      grad[t * n + s] += h0[st];
+      grad[st] += h1[st];
+      const double x = h0[st] + h1[st];
+      if (x != 0.0) {  // j[s][t] = lse over r = s..t-1 of c1[s][r] + c0[r + 1][t]
+        const double parent = c.j[st];
+        for (int64_t r = s; r < t; ++r) {
+          const double p = x * share(c.c1[s * n + r] + c.c0[(r + 1) * n + t] - parent);
+          g1[s * n + r] += p, g0[(r + 1) * n + t] += p;
+        }
+      }
+    }
+  }
+}
+
+std::tuple<int64_t, int64_t> check_arcs(const Check& check, const at::Tensor& arcs, const at::Tensor& lengths) {
+  TORCH_CHECK(arcs.dim() == 3, check.op, ": arcs must have shape (B, T + 1, T + 1), got ", arcs.sizes());
+  const int64_t B = arcs.size(0), n = arcs.size(1);
+  check.tensor(arcs, "arcs", at::kDouble, {B, n, n});
+  check.lengths(lengths, B, n - 1);
+  return {B, n};
+}
+
+// logZ (B,) and the charts (B, 5, T + 1, T + 1) the backward reads.
+std::tuple<at::Tensor, at::Tensor> eisner_logz_forward(const at::Tensor& arcs, const at::Tensor& lengths,
+                                                       bool single_root) {
+  const auto [B, n] = check_arcs(Check{"eisner_logz_forward"}, arcs, lengths);
+  auto logz = at::zeros({B}, arcs.options());
+  auto charts = at::empty({B, 5, n, n}, arcs.options());
+  const double* A = arcs.data_ptr<double>();
+  const int64_t* len = lengths.data_ptr<int64_t>();
+  double *out = charts.data_ptr<double>(), *z = logz.data_ptr<double>();
+  at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t b = lo; b < hi; ++b) {
+      Charts c(n, out + b * 5 * n * n, true, false);
+      int32_t child = 0;
+      z[b] = inside<Mode::kLog>(A + b * n * n, len[b], single_root, c, &child);
+    }
+  });
+  return {logz, charts};
+}
+
+// grad (B,) times the arc marginals: (B, T + 1, T + 1); zero on rows of logZ = -inf.
+at::Tensor eisner_logz_backward(const at::Tensor& grad, const at::Tensor& arcs, const at::Tensor& lengths,
+                                bool single_root, const at::Tensor& logz, const at::Tensor& charts) {
+  const Check check{"eisner_logz_backward"};
+  const auto [B, n] = check_arcs(check, arcs, lengths);
+  check.tensor(grad, "grad", at::kDouble, {B});
+  check.tensor(logz, "logz", at::kDouble, {B});
+  check.tensor(charts, "charts", at::kDouble, {B, 5, n, n});
+  auto out = at::zeros_like(arcs);
+  const double *A = arcs.data_ptr<double>(), *g = grad.data_ptr<double>(), *z = logz.data_ptr<double>();
+  const int64_t* len = lengths.data_ptr<int64_t>();
+  double* ch = charts.data_ptr<double>();
+  double* o = out.data_ptr<double>();
+  at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t b = lo; b < hi; ++b) {
+      if (len[b] == 0 || g[b] == 0.0 || !(z[b] > kNegInf)) continue;
+      const Charts c(n, ch + b * 5 * n * n, false, false);  // the saved charts
+      outside(A + b * n * n, len[b], single_root, c, z[b], g[b], o + b * n * n);
+    }
+  });
+  return out;
+}
+
+// The best projective tree: score (B,) and heads (B, T + 1) (-1 at the root, beyond each length
+// and on rows without a tree).
+std::tuple<at::Tensor, at::Tensor> eisner_viterbi_forward(const at::Tensor& arcs, const at::Tensor& lengths,
+                                                          bool single_root) {
+  const auto [B, n] = check_arcs(Check{"eisner_viterbi_forward"}, arcs, lengths);
+  auto best = at::zeros({B}, arcs.options());
+  auto heads = at::full({B, n}, -1, lengths.options());
+  const double* A = arcs.data_ptr<double>();
+  const int64_t* len = lengths.data_ptr<int64_t>();
+  double* v = best.data_ptr<double>();
+  int64_t* h = heads.data_ptr<int64_t>();
+  at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<double> scratch(5 * n * n);
+    for (int64_t b = lo; b < hi; ++b) {
+      Charts c(n, scratch.data(), true, true);
+      int32_t child = 0;
+      v[b] = inside<Mode::kMax>(A + b * n * n, len[b], single_root, c, &child);
+      if (len[b] > 0 && v[b] > kNegInf) backtrack(c, len[b], single_root, child, h + b * n);
+    }
+  });
+  return {best, heads};
+}
+
+// Chu-Liu-Edmonds on a dense graph of m nodes (node 0 the root) whose arc weights (p, s), [h * m + v],
+// compare lexicographically; returns the heads (m) of the best arborescence, empty if none spans.
+struct Graph {
+  int64_t m;
+  std::vector<double> p, s;
+  std::vector<char> present;
+};
+
+inline bool better(double p1, double s1, double p2, double s2) { return p1 > p2 || (p1 == p2 && s1 > s2); }
+
+std::vector<int64_t> chu_liu_edmonds(const Graph& g) {
+  const int64_t m = g.m;
+  std::vector<int64_t> heads(m, -1);
+  for (int64_t v = 1; v < m; ++v) {
+    for (int64_t u = 0; u < m; ++u) {
+      const int64_t e = u * m + v;
+      if (u != v && g.present[e] &&
+          (heads[v] < 0 || better(g.p[e], g.s[e], g.p[heads[v] * m + v], g.s[heads[v] * m + v])))
+        heads[v] = u;
+    }
+    if (heads[v] < 0) return {};
+  }
+  // a cycle of the greedy heads, if any
+  std::vector<int8_t> state(m, 0);
+  std::vector<int64_t> cycle;
+  for (int64_t start = 1; start < m && cycle.empty(); ++start) {
+    std::vector<int64_t> walk;
+    int64_t x = start;
+    while (x > 0 && state[x] == 0) state[x] = 1, walk.push_back(x), x = heads[x];
+    if (x > 0 && state[x] == 1) cycle.assign(std::find(walk.begin(), walk.end(), x), walk.end());
+    for (int64_t y : walk) state[y] = 2;
+  }
+  if (cycle.empty()) return heads;
+  std::vector<char> in_cycle(m, 0);
+  for (int64_t v : cycle) in_cycle[v] = 1;
+  std::vector<int64_t> rest;  // the nodes outside the cycle, the root first; the cycle becomes node k
+  for (int64_t v = 0; v < m; ++v)
+    if (!in_cycle[v]) rest.push_back(v);
+  const int64_t k = static_cast<int64_t>(rest.size()), m2 = k + 1;
+  Graph h{m2, std::vector<double>(m2 * m2, 0.0), std::vector<double>(m2 * m2, 0.0), std::vector<char>(m2 * m2, 0)};
+  std::vector<int64_t> enter(k, -1), leave(k, -1);  // the cycle node an arc u -> cycle enters, v <- cycle leaves
+  for (int64_t a = 0; a < k; ++a) {
+    const int64_t u = rest[a];
+    for (int64_t b = 0; b < k; ++b) {
+      const int64_t e = u * m + rest[b], f = a * m2 + b;
+      h.p[f] = g.p[e], h.s[f] = g.s[e], h.present[f] = g.present[e] && a != b;
+    }
+    for (int64_t v : cycle) {  // entering at v replaces v's cycle arc
+      const int64_t e = u * m + v, c = heads[v] * m + v;
+      if (!g.present[e]) continue;
+      const double p = g.p[e] - g.p[c], s = g.s[e] - g.s[c];
+      const int64_t f = a * m2 + k;
+      if (!h.present[f] || better(p, s, h.p[f], h.s[f])) h.p[f] = p, h.s[f] = s, h.present[f] = 1, enter[a] = v;
+    }
+    for (int64_t v : cycle) {  // leaving from v to u
+      const int64_t e = v * m + u, f = k * m2 + a;
+      if (!g.present[e] || a == 0) continue;
+      if (!h.present[f] || better(g.p[e], g.s[e], h.p[f], h.s[f]))
+        h.p[f] = g.p[e], h.s[f] = g.s[e], h.present[f] = 1, leave[a] = v;
+    }
+  }
+  const std::vector<int64_t> sub = chu_liu_edmonds(h);
+  if (sub.empty()) return {};
+  std::vector<int64_t> out = heads;
+  for (int64_t a = 1; a < k; ++a) out[rest[a]] = sub[a] == k ? leave[a] : rest[sub[a]];
+  const int64_t from = sub[k];  // the arc into the cycle breaks the cycle arc into its node
+  out[enter[from]] = rest[from];
+  return out;
+}
+
+// The best non-projective trees: heads (B, T + 1), -1 at the root, beyond each length and on rows
+// without a tree; with single_root, the fewest root children first (exact for one child).
+at::Tensor tree_mst_forward(const at::Tensor& arcs, const at::Tensor& lengths, bool single_root) {
+  const auto [B, n] = check_arcs(Check{"tree_mst_forward"}, arcs, lengths);
+  auto heads = at::full({B, n}, -1, lengths.options());
+  const double* A = arcs.data_ptr<double>();
+  const int64_t* len = lengths.data_ptr<int64_t>();
+  int64_t* out = heads.data_ptr<int64_t>();
+  at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t b = lo; b < hi; ++b) {
+      const int64_t m = len[b] + 1;
+      if (m == 1) continue;
+      Graph g{m, std::vector<double>(m * m, 0.0), std::vector<double>(m * m), std::vector<char>(m * m, 0)};
+      for (int64_t u = 0; u < m; ++u)
+        for (int64_t v = 1; v < m; ++v) {
+          const double a = A[b * n * n + u * n + v];
+          g.present[u * m + v] = u != v && a > kNegInf;
+          g.s[u * m + v] = a;
+          g.p[u * m + v] = single_root && u == 0 ? -1.0 : 0.0;
+        }
+      const std::vector<int64_t> heads_b = chu_liu_edmonds(g);
+      if (heads_b.empty()) continue;
+      if (single_root && std::count(heads_b.begin() + 1, heads_b.end(), 0) != 1) continue;
+      for (int64_t v = 1; v < m; ++v) out[b * n + v] = heads_b[v];
+    }
+  });
+  return heads;
+}
+
+// CKY over bracketings of words 0..L-1 with span values x (T, T) [i][j] (the labels already
+// summed or maximized in Python): inside[i][j] = x[i][j] + inner[i][j], inner[i][j] = the
+// reduction over k = i..j-1 of inside[i][k] + inside[k + 1][j] (0 for single words). The charts
+// (2, T, T) are inside and inner; a transposed inside serves the column reads. Returns the value
+// of the trees (0 for L = 0); with kMax the split offsets go to bp (T, T).
+template <Mode M>
+double cky_inside(const double* x, int64_t L, int64_t n, double* in, double* inner, int32_t* bp) {
+  std::fill(in, in + n * n, kNegInf);
+  std::fill(inner, inner + n * n, kNegInf);
+  if (L == 0) return 0.0;
+  std::vector<double> tr(n * n, kNegInf);  // tr[j][i] = in[i][j]
+  for (int64_t i = 0; i < L; ++i) inner[i * n + i] = 0.0, in[i * n + i] = tr[i * n + i] = x[i * n + i];
+  int32_t dummy = 0;
+  for (int64_t w = 1; w < L; ++w) {
+    for (int64_t i = 0; i + w < L; ++i) {
+      const int64_t j = i + w, ij = i * n + j;
+      inner[ij] = reduce_pairs<M>(in + ij - w, tr.data() + j * n + i + 1, w, M == Mode::kMax ? bp + ij : &dummy);
+      in[ij] = tr[j * n + i] = inner[ij] + x[ij];
+    }
+  }
+  return in[L - 1];
+}
+
+std::tuple<int64_t, int64_t> check_spans(const Check& check, const at::Tensor& spans, const at::Tensor& lengths) {
+  TORCH_CHECK(spans.dim() == 3, check.op, ": spans must have shape (B, T, T), got ", spans.sizes());
+  const int64_t B = spans.size(0), n = spans.size(1);
+  check.tensor(spans, "spans", at::kDouble, {B, n, n});
+  check.lengths(lengths, B, n);
+  return {B, n};
+}
+
+// logZ (B,) and the charts (B, 2, T, T) the backward reads.
+std::tuple<at::Tensor, at::Tensor> cky_logz_forward(const at::Tensor& spans, const at::Tensor& lengths) {
+  const auto [B, n] = check_spans(Check{"cky_logz_forward"}, spans, lengths);
+  auto logz = at::zeros({B}, spans.options());
+  auto charts = at::empty({B, 2, n, n}, spans.options());
+  const double* x = spans.data_ptr<double>();
+  const int64_t* len = lengths.data_ptr<int64_t>();
+  double *ch = charts.data_ptr<double>(), *z = logz.data_ptr<double>();
+  at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t b = lo; b < hi; ++b)
+      z[b] = cky_inside<Mode::kLog>(x + b * n * n, len[b], n, ch + b * 2 * n * n, ch + (2 * b + 1) * n * n, nullptr);
+  });
+  return {logz, charts};
+}
+
+// grad (B,) times the span marginals of the bracketing (B, T, T); zero on rows of logZ = -inf.
+at::Tensor cky_logz_backward(const at::Tensor& grad, const at::Tensor& spans, const at::Tensor& lengths,
+                             const at::Tensor& logz, const at::Tensor& charts) {
+  const Check check{"cky_logz_backward"};
+  const auto [B, n] = check_spans(check, spans, lengths);
+  check.tensor(grad, "grad", at::kDouble, {B});
+  check.tensor(logz, "logz", at::kDouble, {B});
+  check.tensor(charts, "charts", at::kDouble, {B, 2, n, n});
+  auto out = at::zeros_like(spans);
+  const double *g = grad.data_ptr<double>(), *z = logz.data_ptr<double>(), *ch = charts.data_ptr<double>();
+  const int64_t* len = lengths.data_ptr<int64_t>();
+  double* o = out.data_ptr<double>();
+  at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t b = lo; b < hi; ++b) {
+      const int64_t L = len[b];
+      if (L == 0 || g[b] == 0.0 || !(z[b] > kNegInf)) continue;
+      const double *in = ch + b * 2 * n * n, *inner = in + n * n;
+      double* go = o + b * n * n;  // d value / d inside = d value / d x
+      go[L - 1] = g[b];
+      for (int64_t w = L - 1; w >= 1; --w) {
+        for (int64_t i = 0; i + w < L; ++i) {
+          const int64_t j = i + w, ij = i * n + j;
+          const double v = go[ij];
+          if (v == 0.0) continue;
+          for (int64_t k = i; k < j; ++k) {
+            const double p = v * share(in[i * n + k] + in[(k + 1) * n + j] - inner[ij]);
+            go[i * n + k] += p, go[(k + 1) * n + j] += p;
+          }
+        }
+      }
+    }
+  });
+  return out;
+}
+
+// The best bracketing: score (B,) and its spans (B, T, T) 0/1 (all 0 without words or a tree).
+std::tuple<at::Tensor, at::Tensor> cky_viterbi_forward(const at::Tensor& spans, const at::Tensor& lengths) {
+  const auto [B, n] = check_spans(Check{"cky_viterbi_forward"}, spans, lengths);
+  auto best = at::zeros({B}, spans.options());
+  auto chosen = at::zeros_like(spans);
+  const double* x = spans.data_ptr<double>();
+  const int64_t* len = lengths.data_ptr<int64_t>();
+  double *v = best.data_ptr<double>(), *c = chosen.data_ptr<double>();
+  at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<double> in(n * n), inner(n * n);
+    std::vector<int32_t> bp(n * n, 0);
+    for (int64_t b = lo; b < hi; ++b) {
+      const int64_t L = len[b];
+      v[b] = cky_inside<Mode::kMax>(x + b * n * n, L, n, in.data(), inner.data(), bp.data());
+      if (L == 0 || !(v[b] > kNegInf)) continue;
+      std::vector<std::pair<int64_t, int64_t>> stack{{0, L - 1}};
+      while (!stack.empty()) {
+        const auto [i, j] = stack.back();
+        stack.pop_back();
+        c[b * n * n + i * n + j] = 1.0;
+        if (i == j) continue;
+        const int64_t k = i + bp[i * n + j];
+        stack.emplace_back(i, k);
+        stack.emplace_back(k + 1, j);
+      }
+    }
+  });
+  return {best, chosen};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(structtorch_chain, m) {
+  m.def("eisner_logz_forward(Tensor arcs, Tensor lengths, bool single_root) -> (Tensor, Tensor)");
+  m.def("eisner_logz_backward(Tensor grad, Tensor arcs, Tensor lengths, bool single_root, Tensor logz, Tensor charts) -> Tensor");
+  m.def("eisner_viterbi_forward(Tensor arcs, Tensor lengths, bool single_root) -> (Tensor, Tensor)");
+  m.def("tree_mst_forward(Tensor arcs, Tensor lengths, bool single_root) -> Tensor");
+  m.def("cky_logz_forward(Tensor spans, Tensor lengths) -> (Tensor, Tensor)");
+  m.def("cky_logz_backward(Tensor grad, Tensor spans, Tensor lengths, Tensor logz, Tensor charts) -> Tensor");
+  m.def("cky_viterbi_forward(Tensor spans, Tensor lengths) -> (Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(structtorch_chain, CPU, m) {
+  m.impl("eisner_logz_forward", &eisner_logz_forward);
+  m.impl("eisner_logz_backward", &eisner_logz_backward);
+  m.impl("eisner_viterbi_forward", &eisner_viterbi_forward);
+  m.impl("tree_mst_forward", &tree_mst_forward);
+  m.impl("cky_logz_forward", &cky_logz_forward);
+  m.impl("cky_logz_backward", &cky_logz_backward);
+  m.impl("cky_viterbi_forward", &cky_viterbi_forward);
+}

@@ -1,0 +1,54 @@
+"""Glue of the compiled tree kernels (``csrc/trees.cpp``): Eisner's log-partition (forward, and the
+outside pass for its gradient, the arc marginals), Eisner's Viterbi with backpointers, and
+Chu-Liu-Edmonds for the best non-projective tree, each in double, one sentence per thread task."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .._extension import chain_ops
+
+
+def log_partition_forward(arcs: Tensor, lengths: Tensor, single_root: bool) -> tuple[Tensor, list[Tensor]]:
+    """logZ (B,) float64 and the saved charts [(B, 5, T + 1, T + 1)]."""
+    logz, charts = chain_ops().eisner_logz_forward(arcs.double().contiguous(), lengths.contiguous(), single_root)
+    return logz, [charts]
+
+
+def log_partition_backward(arcs: Tensor, lengths: Tensor, single_root: bool, logz: Tensor,
+                           state: list[Tensor], grad: Tensor) -> Tensor:
+    """grad (B,) times the arc marginals, (B, T + 1, T + 1) in the dtype of ``arcs``."""
+    out = chain_ops().eisner_logz_backward(grad.double().contiguous(), arcs.double().contiguous(),
+                                           lengths.contiguous(), single_root, logz, state[0])
+    return out.to(arcs.dtype)
+
+
+def viterbi(arcs: Tensor, lengths: Tensor, single_root: bool) -> tuple[Tensor, Tensor]:
+    """(best score (B,) float64, heads (B, T + 1))."""
+    return chain_ops().eisner_viterbi_forward(arcs.double().contiguous(), lengths.contiguous(), single_root)
+
+
+def mst(arcs: Tensor, lengths: Tensor, single_root: bool) -> Tensor:
+    """Heads (B, T + 1) of the best non-projective trees (on a CPU copy for other devices)."""
+    host = arcs.detach().to("cpu", torch.float64).contiguous()
+    return chain_ops().tree_mst_forward(host, lengths.cpu().contiguous(), single_root).to(arcs.device)
+
+
+def cky_log_partition_forward(spans: Tensor, lengths: Tensor) -> tuple[Tensor, list[Tensor]]:
+    """logZ (B,) float64 of the bracketings of span values (B, T, T) and the saved charts."""
+    logz, charts = chain_ops().cky_logz_forward(spans.double().contiguous(), lengths.contiguous())
+    return logz, [charts]
+
+
+def cky_log_partition_backward(spans: Tensor, lengths: Tensor, logz: Tensor, state: list[Tensor],
+                               grad: Tensor) -> Tensor:
+    """grad (B,) times the bracket marginals, (B, T, T) in the dtype of ``spans``."""
+    out = chain_ops().cky_logz_backward(grad.double().contiguous(), spans.double().contiguous(),
+                                        lengths.contiguous(), logz, state[0])
+    return out.to(spans.dtype)
+
+
+def cky_brackets(spans: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """(best score (B,) float64, the best bracketing's spans (B, T, T) 0/1 float64)."""
+    return chain_ops().cky_viterbi_forward(spans.double().contiguous(), lengths.contiguous())

@@ -1,0 +1,185 @@
+"""The dependency-tree kernels as PyTorch operators, as ``chain/_ops.py`` does for chains: one
+schema per algorithm (``structtorch::dependency_log_partition`` and its backward,
+``structtorch::dependency_heads``), one implementation per backend named by the caller, fake
+implementations for ``torch.compile`` and ``torch.export``, and :class:`LogPartition`, an autograd
+Function with ``setup_context`` and a ``reference`` (double backward and ``torch.func`` transforms
+differentiate the PyTorch recursion). The matrix-tree theorem is plain PyTorch (a log-determinant)
+and needs no operator; constituency trees run their PyTorch reference for now."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .. import _backend
+from .._library import apply, operator, save_for_backward
+from .._numerics import grads_through
+from . import _torch
+
+COMPILED = ("compiled",)
+"""The backends with tree kernels (elsewhere the PyTorch references run)."""
+
+
+def backend_of(arcs: Tensor) -> str:
+    """:func:`structtorch._backend.backend_for` with the trees' veto: "torch" where no tree kernel
+    exists (Triton kernels are not written yet)."""
+    backend = _backend.backend_for(arcs)
+    return backend if backend in COMPILED else "torch"
+
+
+def _module(backend: str):
+    return _backend.kernel_module(backend, __package__)
+
+
+def _forward_fake(arcs, lengths, single_root, backend):
+    B, T1, _ = arcs.shape
+    state = [] if backend == "torch" else [arcs.new_empty((B, 5, T1, T1), dtype=torch.float64)]
+    return arcs.new_empty(B, dtype=torch.float64), state
+
+
+@operator("dependency_log_partition", _forward_fake)
+def forward_op(arcs: Tensor, lengths: Tensor, single_root: bool, backend: str) -> tuple[Tensor, list[Tensor]]:
+    """logZ (B,) float64 of the projective trees and the backend's saved state."""
+    if backend == "torch":
+        return _torch.log_partition(arcs, lengths, single_root).double(), []
+    return _module(backend).log_partition_forward(arcs, lengths, single_root)
+
+
+@operator("dependency_log_partition_backward", lambda grad, arcs, *rest: torch.empty_like(arcs))
+def backward_op(grad: Tensor, arcs: Tensor, lengths: Tensor, single_root: bool, logz: Tensor,
+                state: list[Tensor], backend: str) -> Tensor:
+    """grad (B,) times the arc marginals (B, T + 1, T + 1)."""
+    if backend == "torch":
+        leaf = arcs.detach().requires_grad_()
+        with torch.enable_grad():
+            (out,) = torch.autograd.grad(_torch.log_partition(leaf, lengths, single_root), leaf,
+                                         grad.to(arcs.dtype), allow_unused=True)
+        return torch.zeros_like(arcs) if out is None else out
+    return _module(backend).log_partition_backward(arcs, lengths, single_root, logz, state, grad)
+
+
+def _heads_fake(arcs, lengths, projective, single_root, backend):
+    return arcs.new_empty(arcs.shape[:2], dtype=torch.long)
+
+
+@operator("dependency_heads", _heads_fake)
+def heads_op(arcs: Tensor, lengths: Tensor, projective: bool, single_root: bool, backend: str) -> Tensor:
+    """Heads (B, T + 1) of the best trees (Eisner's or Chu-Liu-Edmonds'); -1 at the root, beyond
+    each length and on rows without a tree."""
+    module = _module(backend) or _torch
+    if projective:
+        return module.viterbi(arcs, lengths, single_root)[1]
+    return module.mst(arcs, lengths, single_root)
+
+
+class LogPartition(torch.autograd.Function):
+    """Differentiable log-partition (float64 (B,)) of the projective trees on the operators above;
+    its gradient is the arc marginals (the compiled kernels' outside pass)."""
+
+    setup_context = staticmethod(save_for_backward)
+
+    @staticmethod
+    def reference(arcs, lengths, single_root, backend):
+        """(logZ,) by the PyTorch recursion: the path under ``torch.func`` transforms."""
+        return (_torch.log_partition(arcs, lengths, single_root).double(),)
+
+    @staticmethod
+    def forward(arcs, lengths, single_root, backend):
+        logz, state = forward_op(arcs, lengths, single_root, backend)
+        return logz, *state
+
+    @staticmethod
+    def backward(ctx, grad, *_):
+        if grad is None:
+            return None, None, None, None
+        arcs, lengths, logz, *state = ctx.saved_tensors
+        single_root, backend = ctx.options
+        if torch.is_grad_enabled():  # double backward: differentiate the reference
+            (out,) = grads_through(_torch.log_partition(arcs, lengths, single_root).double(), (arcs,), (True,),
+                                   grad)
+        else:
+            out = backward_op(grad, arcs, lengths, single_root, logz, state, backend)
+        return out, None, None, None
+
+
+def log_partition(arcs: Tensor, lengths: Tensor, single_root: bool) -> Tensor:
+    """(B,) float64 log-partition of the projective trees, differentiable."""
+    return apply(LogPartition, arcs, lengths, single_root, backend_of(arcs))[0]
+
+
+def best_heads(arcs: Tensor, lengths: Tensor, projective: bool, single_root: bool) -> Tensor:
+    """Heads (B, T + 1) of the best trees of ``arcs`` (no graph)."""
+    return heads_op(arcs.detach(), lengths, projective, single_root, backend_of(arcs))
+
+
+def _cky_forward_fake(spans, lengths, backend):
+    B, T, _ = spans.shape
+    state = [] if backend == "torch" else [spans.new_empty((B, 2, T, T), dtype=torch.float64)]
+    return spans.new_empty(B, dtype=torch.float64), state
+
+
+@operator("cky_log_partition", _cky_forward_fake)
+def cky_forward_op(spans: Tensor, lengths: Tensor, backend: str) -> tuple[Tensor, list[Tensor]]:
+    """logZ (B,) float64 of the bracketings of span values (B, T, T) and the backend's state."""
+    if backend == "torch":
+        return _torch.cky_log_partition(spans, lengths).double(), []
+    return _module(backend).cky_log_partition_forward(spans, lengths)
+
+
+@operator("cky_log_partition_backward", lambda grad, spans, *rest: torch.empty_like(spans))
+def cky_backward_op(grad: Tensor, spans: Tensor, lengths: Tensor, logz: Tensor, state: list[Tensor],
+                    backend: str) -> Tensor:
+    """grad (B,) times the bracket marginals (B, T, T)."""
+    if backend == "torch":
+        leaf = spans.detach().requires_grad_()
+        with torch.enable_grad():
+            (out,) = torch.autograd.grad(_torch.cky_log_partition(leaf, lengths), leaf, grad.to(spans.dtype),
+                                         allow_unused=True)
+        return torch.zeros_like(spans) if out is None else out
+    return _module(backend).cky_log_partition_backward(spans, lengths, logz, state, grad)
+
+
+@operator("cky_brackets", lambda spans, lengths, backend: (spans.new_empty(spans.shape[0], dtype=torch.float64),
+                                                           torch.empty_like(spans)))
+def cky_brackets_op(spans: Tensor, lengths: Tensor, backend: str) -> tuple[Tensor, Tensor]:
+    """(best score (B,) float64, the best bracketing's spans (B, T, T) 0/1)."""
+    best, chosen = (_module(backend) or _torch).cky_brackets(spans, lengths)
+    return best.double(), chosen.to(spans.dtype)
+
+
+class CKYLogPartition(torch.autograd.Function):
+    """Differentiable log-partition (float64 (B,)) of the bracketings of span values (B, T, T); its
+    gradient is the bracket marginals (the compiled kernels' outside pass)."""
+
+    setup_context = staticmethod(save_for_backward)
+
+    @staticmethod
+    def reference(spans, lengths, backend):
+        return (_torch.cky_log_partition(spans, lengths).double(),)
+
+    @staticmethod
+    def forward(spans, lengths, backend):
+        logz, state = cky_forward_op(spans, lengths, backend)
+        return logz, *state
+
+    @staticmethod
+    def backward(ctx, grad, *_):
+        if grad is None:
+            return None, None, None
+        spans, lengths, logz, *state = ctx.saved_tensors
+        (backend,) = ctx.options
+        if torch.is_grad_enabled():
+            (out,) = grads_through(_torch.cky_log_partition(spans, lengths).double(), (spans,), (True,), grad)
+        else:
+            out = cky_backward_op(grad, spans, lengths, logz, state, backend)
+        return out, None, None
+
+
+def cky_log_partition(spans: Tensor, lengths: Tensor) -> Tensor:
+    """(B,) float64 log-partition of the bracketings of span values (B, T, T), differentiable."""
+    return apply(CKYLogPartition, spans, lengths, backend_of(spans))[0]
+
+
+def cky_brackets(spans: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """(best (B,) float64, spans (B, T, T) 0/1) of the best bracketing (no graph)."""
+    return cky_brackets_op(spans.detach(), lengths, backend_of(spans))
