@@ -12,7 +12,8 @@ from .._extension import chain_ops
 
 def log_partition_forward(arcs: Tensor, lengths: Tensor, single_root: bool) -> tuple[Tensor, list[Tensor]]:
     """logZ (B,) float64 and the saved charts [(B, 5, T + 1, T + 1)]."""
-    logz, charts = chain_ops().eisner_logz_forward(arcs.double().contiguous(), lengths.contiguous(), single_root)
+    arcs = arcs.double().contiguous()
+    logz, charts = chain_ops().eisner_logz_forward(arcs, lengths.contiguous(), single_root)
     return logz, [charts]
 
 

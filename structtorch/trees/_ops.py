@@ -95,8 +95,8 @@ class LogPartition(torch.autograd.Function):
         arcs, lengths, logz, *state = ctx.saved_tensors
         single_root, backend = ctx.options
         if torch.is_grad_enabled():  # double backward: differentiate the reference
-            (out,) = grads_through(_torch.log_partition(arcs, lengths, single_root).double(), (arcs,), (True,),
-                                   grad)
+            reference = _torch.log_partition(arcs, lengths, single_root).double()
+            (out,) = grads_through(reference, (arcs,), (True,), grad)
         else:
             out = backward_op(grad, arcs, lengths, single_root, logz, state, backend)
         return out, None, None, None
@@ -139,8 +139,11 @@ def cky_backward_op(grad: Tensor, spans: Tensor, lengths: Tensor, logz: Tensor, 
     return _module(backend).cky_log_partition_backward(spans, lengths, logz, state, grad)
 
 
-@operator("cky_brackets", lambda spans, lengths, backend: (spans.new_empty(spans.shape[0], dtype=torch.float64),
-                                                           torch.empty_like(spans)))
+def _brackets_fake(spans, lengths, backend):
+    return spans.new_empty(spans.shape[0], dtype=torch.float64), torch.empty_like(spans)
+
+
+@operator("cky_brackets", _brackets_fake)
 def cky_brackets_op(spans: Tensor, lengths: Tensor, backend: str) -> tuple[Tensor, Tensor]:
     """(best score (B,) float64, the best bracketing's spans (B, T, T) 0/1)."""
     best, chosen = (_module(backend) or _torch).cky_brackets(spans, lengths)
