@@ -387,3 +387,35 @@ def test_tree_crf_layer():
         crf(scores[..., :1], gold[..., :1])
     with pytest.raises(ValueError, match="num_labels must be"):
         st.TreeCRF(0)
+
+
+class _Parser(torch.nn.Module):
+    """Every tree operator in one module, for the tracers."""
+
+    def forward(self, arcs: torch.Tensor, lengths: torch.Tensor):
+        spans = arcs[:, 1:, 1:, None]
+        return (dependency_log_partition(arcs, lengths), *dependency_viterbi(arcs, lengths),
+                dependency_log_partition(arcs, lengths, projective=False),
+                dependency_viterbi(arcs, lengths, projective=False)[1], cky_log_partition(spans, lengths),
+                *cky_viterbi(spans, lengths))
+
+
+def test_trees_export_compile_and_transform(tree_backend):
+    """The tree operators are visible to torch.export (symbolic batch and length: another shape
+    gives the eager answers), torch.compile (one graph) and torch.func (the references)."""
+    g = torch.Generator().manual_seed(6)
+    arcs, lengths = torch.randn(3, 6, 6, generator=g), torch.tensor([5, 3, 0])
+    B, T1 = torch.export.Dim("B", min=2), torch.export.Dim("T1", min=3)
+    program = torch.export.export(_Parser(), (arcs, lengths), dynamic_shapes=({0: B, 1: T1, 2: T1}, {0: B}))
+    other, other_lengths = torch.randn(4, 9, 9, generator=g), torch.tensor([8, 2, 0, 5])
+    for got, want in zip(program.module()(other, other_lengths), _Parser()(other, other_lengths), strict=True):
+        torch.testing.assert_close(got, want)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda a, n: dependency_log_partition(a, n), fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(arcs, lengths), dependency_log_partition(arcs, lengths))
+    double = arcs.double()
+    grad = torch.func.grad(lambda a: dependency_log_partition(a, lengths).sum())(double)
+    torch.testing.assert_close(grad, dependency_marginals(double, lengths))
+    spans = double[:, 1:, 1:, None].expand(3, 5, 5, 2)
+    grad = torch.func.grad(lambda s: cky_log_partition(s, lengths).sum())(spans)
+    torch.testing.assert_close(grad, cky_marginals(spans, lengths))

@@ -253,11 +253,18 @@ def allowed_arcs(arcs: Tensor, lengths: Tensor) -> Tensor:
     return head[:, :, None] & word[:, None, :] & ~eye & (arcs > NEG_INF)
 
 
+TRACED_SQUARINGS = 11
+"""Squarings of the reachability closure under ``torch.compile``/``torch.export``, where the
+length is symbolic: paths of up to 2048 arcs (sentences of up to 2048 words)."""
+
+
 def _closure(adj: Tensor) -> Tensor:
-    """Reflexive-transitive closure (B, n, n) bool of a graph (B, n, n) bool, by squaring."""
+    """Reflexive-transitive closure (B, n, n) bool of a graph (B, n, n) bool, by squaring (as many
+    times as n needs, or :data:`TRACED_SQUARINGS` times under a tracer: no specialization on n)."""
     n = adj.shape[-1]
     reach = (adj | torch.eye(n, dtype=torch.bool, device=adj.device)).to(torch.float32)
-    for _ in range(max(n - 1, 1).bit_length()):
+    squarings = TRACED_SQUARINGS if torch.compiler.is_compiling() else max(n - 1, 1).bit_length()
+    for _ in range(squarings):
         reach = ((reach @ reach) > 0).to(torch.float32)
     return reach > 0
 
