@@ -16,6 +16,8 @@ using structtorch::kNegInf;
 
 enum class Mode { kLog, kMax };
 
+constexpr int64_t kChunk = 64;
+
 // The log-sum-exp (kLog) or max (kMax, its first argmax to *arg) over i < n of a[i] + b[i].
 template <Mode M>
 inline double reduce_pairs(const double* a, const double* b, int64_t n, int32_t* arg) {
@@ -29,12 +31,23 @@ inline double reduce_pairs(const double* a, const double* b, int64_t n, int32_t*
     *arg = at;
     return best;
   } else {
+    double v[kChunk];  // the terms, in chunks the compiler keeps in registers or L1
     double best = kNegInf;
-    for (int64_t i = 0; i < n; ++i) best = std::max(best, a[i] + b[i]);
+    for (int64_t lo = 0; lo < n; lo += kChunk) {
+      const int64_t m = std::min(kChunk, n - lo);
+      for (int64_t i = 0; i < m; ++i) best = std::max(best, a[lo + i] + b[lo + i]);
+    }
     if (best == kNegInf) return kNegInf;
     double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t i = 0; i < n; ++i) sum += structtorch::exp_nonpositive(a[i] + b[i] - best);
+    for (int64_t lo = 0; lo < n; lo += kChunk) {
+      const int64_t m = std::min(kChunk, n - lo);
+#pragma omp simd
+      for (int64_t i = 0; i < m; ++i) v[i] = a[lo + i] + b[lo + i] - best;
+      double part = 0.0;
+#pragma omp simd reduction(+ : part)
+      for (int64_t i = 0; i < m; ++i) part += structtorch::exp_nonpositive(v[i]);
+      sum += part;
+    }
     return best + std::log(sum);
   }
 }
@@ -129,10 +142,34 @@ void backtrack(const Charts& c, int64_t L, bool single_root, int32_t root_child,
 // exp(x) for x <= 0 up to rounding (a child's share of its parent's sum).
 inline double share(double x) { return structtorch::exp_nonpositive(std::min(x, 0.0)); }
 
+// A parent's gradient x spread over its terms a[i] + b[i], i < n (its value ``parent`` their
+// log-sum-exp): p = x * exp(a[i] + b[i] - parent) added to both parts' gradients ga[i] and gb[i].
+inline void spread(const double* a, const double* b, int64_t n, double parent, double x, double* __restrict ga,
+                   double* __restrict gb) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const double p = x * share(a[i] + b[i] - parent);
+    ga[i] += p;
+    gb[i] += p;
+  }
+}
+
+// The transpose of a (n, n) chart.
+std::vector<double> transposed(const double* x, int64_t n) {
+  std::vector<double> out(n * n);
+  for (int64_t s = 0; s < n; ++s)
+    for (int64_t t = 0; t < n; ++t) out[t * n + s] = x[s * n + t];
+  return out;
+}
+
 // The outside pass: adds to grad (T + 1, T + 1) g times the arc marginals of the inside charts.
+// Each chart's gradient is kept in two parts, by row [s][t] and transposed [t][s], so that every
+// rule reads and writes contiguous rows (vectorized); an item's gradient is their sum.
 void outside(const double* A, int64_t L, bool single_root, const Charts& c, double Z, double g, double* grad) {
   const int64_t n = c.n;
-  std::vector<double> g0(n * n, 0.0), g1(n * n, 0.0), h0(n * n, 0.0), h1(n * n, 0.0);  // d value / d chart
+  const std::vector<double> c0t = transposed(c.c0, n), c1t = transposed(c.c1, n), i0t = transposed(c.i0, n);
+  std::vector<double> g0(n * n, 0.0), g0t(n * n, 0.0), g1(n * n, 0.0), g1t(n * n, 0.0), h1(n * n, 0.0),
+      h0t(n * n, 0.0);
   if (!single_root) {
     g1[L] = g;
   } else {
@@ -143,31 +180,17 @@ void outside(const double* A, int64_t L, bool single_root, const Charts& c, doub
   }
   for (int64_t w = L; w >= 1; --w) {
     for (int64_t s = 0; s + w <= L; ++s) {
-      const int64_t t = s + w, st = s * n + t;
-      if (g1[st] != 0.0) {  // c1[s][t] = lse over r = s+1..t of i1[s][r] + c1[r][t]
-        const double x = g1[st], parent = c.c1[st];
-        for (int64_t r = s + 1; r <= t; ++r) {
-          const double p = x * share(c.i1[s * n + r] + c.c1[r * n + t] - parent);
-          h1[s * n + r] += p, g1[r * n + t] += p;
-        }
-      }
-      if (g0[st] != 0.0) {  // c0[s][t] = lse over r = s..t-1 of c0[s][r] + i0[r][t]
-        const double x = g0[st], parent = c.c0[st];
-        for (int64_t r = s; r < t; ++r) {
-          const double p = x * share(c.c0[s * n + r] + c.i0[r * n + t] - parent);
-          g0[s * n + r] += p, h0[r * n + t] += p;
-        }
-      }
-      grad[t * n + s] += h0[st];
+      const int64_t t = s + w, st = s * n + t, ts = t * n + s;
+      double x = g1[st] + g1t[ts];  // c1[s][t]: i1[s][r] + c1[r][t], r = s+1..t
+      if (x != 0.0) spread(c.i1 + st - w + 1, c1t.data() + ts + 1, w, c.c1[st], x, h1.data() + st - w + 1,
+                           g1t.data() + ts + 1);
+      x = g0[st] + g0t[ts];  // c0[s][t]: c0[s][r] + i0[r][t], r = s..t-1
+      if (x != 0.0) spread(c.c0 + st - w, i0t.data() + ts, w, c.c0[st], x, g0.data() + st - w, h0t.data() + ts);
+      grad[ts] += h0t[ts];  // i0[s][t] = j[s][t] + arcs[t][s], i1[s][t] = j[s][t] + arcs[s][t]
       grad[st] += h1[st];
-      const double x = h0[st] + h1[st];
-      if (x != 0.0) {  // j[s][t] = lse over r = s..t-1 of c1[s][r] + c0[r + 1][t]
-        const double parent = c.j[st];
-        for (int64_t r = s; r < t; ++r) {
-          const double p = x * share(c.c1[s * n + r] + c.c0[(r + 1) * n + t] - parent);
-          g1[s * n + r] += p, g0[(r + 1) * n + t] += p;
-        }
-      }
+      x = h0t[ts] + h1[st];  // j[s][t]: c1[s][r] + c0[r + 1][t], r = s..t-1
+      if (x != 0.0) spread(c.c1 + st - w, c0t.data() + ts + 1, w, c.j[st], x, g1.data() + st - w,
+                           g0t.data() + ts + 1);
     }
   }
 }
@@ -408,18 +431,18 @@ at::Tensor cky_logz_backward(const at::Tensor& grad, const at::Tensor& spans, co
       if (L == 0 || g[b] == 0.0 || !(z[b] > kNegInf)) continue;
       const double *in = ch + b * 2 * n * n, *inner = in + n * n;
       double* go = o + b * n * n;  // d value / d inside = d value / d x
+      const std::vector<double> tr = transposed(in, n);
+      std::vector<double> gt(n * n, 0.0);  // the gradient's transposed part (see outside)
       go[L - 1] = g[b];
       for (int64_t w = L - 1; w >= 1; --w) {
         for (int64_t i = 0; i + w < L; ++i) {
-          const int64_t j = i + w, ij = i * n + j;
-          const double v = go[ij];
-          if (v == 0.0) continue;
-          for (int64_t k = i; k < j; ++k) {
-            const double p = v * share(in[i * n + k] + in[(k + 1) * n + j] - inner[ij]);
-            go[i * n + k] += p, go[(k + 1) * n + j] += p;
-          }
+          const int64_t j = i + w, ij = i * n + j, ji = j * n + i;
+          const double v = go[ij] += gt[ji];  // final: wider spans are done
+          gt[ji] = 0.0;
+          if (v != 0.0) spread(in + ij - w, tr.data() + ji + 1, w, inner[ij], v, go + ij - w, gt.data() + ji + 1);
         }
       }
+      for (int64_t i = 0; i < L; ++i) go[i * n + i] += gt[i * n + i];
     }
   });
   return out;
