@@ -1,6 +1,6 @@
 // Trees on the CPU, in double: Eisner's projective DP (log-partition forward, its backward by the
 // outside pass, and the Viterbi with backpointers), Chu-Liu-Edmonds for the best non-projective
-// tree, and CKY over bracketings (the same three), one sentence per task of at::parallel_for.
+// tree, the matrix-tree theorem (log-partition and marginals), and CKY over bracketings (the same three), one sentence per task of at::parallel_for.
 //
 // Conventions (as trees/_torch.py): arcs (B, T + 1, T + 1) float64, arcs[b][h][m] the arc h -> m,
 // position 0 the root; lengths (B,) int64 words per sentence (positions 0..L). Charts are (T + 1,
@@ -478,6 +478,162 @@ std::tuple<at::Tensor, at::Tensor> cky_viterbi_forward(const at::Tensor& spans, 
   return {best, chosen};
 }
 
+// The matrix-tree theorem (Koo et al. 2007): logZ of the non-projective trees of words 1..L is
+// the log-determinant of the Laplacian M (L, L) of the weights W[h][m] = exp(arcs[h][m] - c[m])
+// (c[m] the best head score of word m, added back): M[m][m] = the sum of W into m (over the words
+// only with single_root, whose first row is then W[0][.]), M[h][m] = -W[h][m]. Its inverse, by
+// Gauss-Jordan elimination with partial pivoting, gives the marginals in the backward. A sentence
+// where some word cannot be reached from the root (from one child of it, with single_root) over
+// finite arcs has logZ = -inf; L = 0 has 0.
+
+// Whether every word 1..L is reachable from ``from`` over the arcs ``ok`` (n1 x n1, [h][m]).
+bool reaches_all(const std::vector<char>& ok, int64_t n1, int64_t L, int64_t from, bool skip_root) {
+  std::vector<char> seen(L + 1, 0);
+  std::vector<int64_t> stack{from};
+  seen[from] = 1;
+  int64_t count = from > 0;
+  while (!stack.empty()) {
+    const int64_t h = stack.back();
+    stack.pop_back();
+    for (int64_t m = 1; m <= L; ++m)
+      if (!seen[m] && ok[h * n1 + m] && !(skip_root && h == 0)) seen[m] = 1, ++count, stack.push_back(m);
+  }
+  return count == L;
+}
+
+// log|det M| and M^-1 (into inv, rows of ``stride``) by in-place Gauss-Jordan elimination with
+// partial pivoting (n^3 multiply-adds); -inf if a pivot is 0.
+double invert(std::vector<double>& M, int64_t L, double* inv, int64_t stride) {
+  std::vector<int64_t> swapped(L);
+  double logdet = 0.0;
+  for (int64_t k = 0; k < L; ++k) {
+    int64_t p = k;
+    for (int64_t i = k + 1; i < L; ++i)
+      if (std::abs(M[i * L + k]) > std::abs(M[p * L + k])) p = i;
+    swapped[k] = p;
+    if (p != k) std::swap_ranges(M.begin() + p * L, M.begin() + (p + 1) * L, M.begin() + k * L);
+    double* mk = M.data() + k * L;
+    const double pivot = mk[k];
+    if (pivot == 0.0) return kNegInf;
+    logdet += std::log(std::abs(pivot));
+    const double scale = 1.0 / pivot;
+    mk[k] = 1.0;
+#pragma omp simd
+    for (int64_t j = 0; j < L; ++j) mk[j] *= scale;
+    for (int64_t i = 0; i < L; ++i) {
+      double* mi = M.data() + i * L;
+      const double f = mi[k];
+      if (i == k || f == 0.0) continue;
+      mi[k] = 0.0;
+#pragma omp simd
+      for (int64_t j = 0; j < L; ++j) mi[j] -= f * mk[j];
+    }
+  }
+  for (int64_t k = L - 1; k >= 0; --k)  // the row swaps undone as column swaps
+    if (swapped[k] != k)
+      for (int64_t i = 0; i < L; ++i) std::swap(M[i * L + k], M[i * L + swapped[k]]);
+  for (int64_t i = 0; i < L; ++i) std::copy(M.begin() + i * L, M.begin() + (i + 1) * L, inv + i * stride);
+  return logdet;
+}
+
+// logZ (B,), the scaled weights W (B, T + 1, T + 1) and the inverse Laplacians (B, T, T) (identity
+// beyond each length and on rows of logZ = -inf).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> matrix_tree_forward(const at::Tensor& arcs, const at::Tensor& lengths,
+                                                                   bool single_root) {
+  const auto [B, n1] = check_arcs(Check{"matrix_tree_forward"}, arcs, lengths);
+  const int64_t n = n1 - 1;
+  auto logz = at::zeros({B}, arcs.options());
+  auto weights = at::zeros_like(arcs);
+  auto inverse = at::eye(n, arcs.options()).repeat({B, 1, 1});
+  const double* A = arcs.data_ptr<double>();
+  const int64_t* len = lengths.data_ptr<int64_t>();
+  double *z = logz.data_ptr<double>(), *W = weights.data_ptr<double>(), *inv = inverse.data_ptr<double>();
+  at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t b = lo; b < hi; ++b) {
+      const int64_t L = len[b];
+      if (L == 0) continue;
+      const double* a = A + b * n1 * n1;
+      double* w = W + b * n1 * n1;
+      std::vector<char> ok(n1 * n1, 0);
+      std::vector<double> c(L + 1, kNegInf);
+      for (int64_t h = 0; h <= L; ++h)
+        for (int64_t m = 1; m <= L; ++m)
+          if (h != m && a[h * n1 + m] > kNegInf) ok[h * n1 + m] = 1, c[m] = std::max(c[m], a[h * n1 + m]);
+      bool feasible = true;
+      if (!single_root) {
+        feasible = reaches_all(ok, n1, L, 0, false);
+      } else {
+        feasible = false;
+        for (int64_t r = 1; r <= L && !feasible; ++r) feasible = ok[r] && reaches_all(ok, n1, L, r, true);
+      }
+      if (!feasible) {
+        z[b] = kNegInf;
+        continue;
+      }
+      double shift = 0.0;
+      for (int64_t m = 1; m <= L; ++m) shift += c[m];
+      for (int64_t h = 0; h <= L; ++h)
+        for (int64_t m = 1; m <= L; ++m)
+          if (ok[h * n1 + m]) w[h * n1 + m] = std::exp(a[h * n1 + m] - c[m]);
+      std::vector<double> M(L * L, 0.0);  // words 1..L as 0..L-1
+      for (int64_t m = 1; m <= L; ++m) {
+        double into = 0.0;
+        for (int64_t h = single_root ? 1 : 0; h <= L; ++h) into += w[h * n1 + m];
+        M[(m - 1) * L + m - 1] = into;
+        for (int64_t h = 1; h <= L; ++h)
+          if (h != m) M[(h - 1) * L + m - 1] = -w[h * n1 + m];
+      }
+      if (single_root)
+        for (int64_t m = 1; m <= L; ++m) M[m - 1] = w[m];
+      const double logdet = invert(M, L, inv + b * n * n, n);
+      z[b] = logdet == kNegInf ? kNegInf : logdet + shift;
+      if (logdet == kNegInf)  // a pivot underflowed: no marginals
+        for (int64_t i = 0; i < L; ++i)
+          for (int64_t j = 0; j < L; ++j) inv[b * n * n + i * n + j] = i == j;
+    }
+  });
+  return {logz, weights, inverse};
+}
+
+// grad (B,) times the arc marginals (B, T + 1, T + 1): W[h][m] times the derivative of log det M
+// by M's entries that W[h][m] enters (Koo et al. 2007, for both root rules); zero on rows of
+// logZ = -inf.
+at::Tensor matrix_tree_backward(const at::Tensor& grad, const at::Tensor& lengths, bool single_root,
+                                const at::Tensor& logz, const at::Tensor& weights, const at::Tensor& inverse) {
+  const Check check{"matrix_tree_backward"};
+  const auto [B, n1] = check_arcs(check, weights, lengths);
+  const int64_t n = n1 - 1;
+  check.tensor(grad, "grad", at::kDouble, {B});
+  check.tensor(logz, "logz", at::kDouble, {B});
+  check.tensor(inverse, "inverse", at::kDouble, {B, n, n});
+  auto out = at::zeros_like(weights);
+  const double *g = grad.data_ptr<double>(), *z = logz.data_ptr<double>(), *W = weights.data_ptr<double>(),
+               *inv = inverse.data_ptr<double>();
+  const int64_t* len = lengths.data_ptr<int64_t>();
+  double* o = out.data_ptr<double>();
+  at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t b = lo; b < hi; ++b) {
+      const int64_t L = len[b];
+      if (L == 0 || g[b] == 0.0 || !(z[b] > kNegInf)) continue;
+      const double *w = W + b * n1 * n1, *x = inv + b * n * n;  // x[i][j] = (M^-1)[i][j]
+      for (int64_t m = 1; m <= L; ++m) {
+        const double* xm = x + (m - 1) * n;  // row m - 1 of M^-1 = column m - 1 of M^-T
+        for (int64_t h = 0; h <= L; ++h) {
+          const double wt = w[h * n1 + m];
+          if (wt == 0.0) continue;
+          double d;
+          if (h == 0)
+            d = single_root ? xm[0] : xm[m - 1];
+          else
+            d = (single_root && m == 1 ? 0.0 : xm[m - 1]) - (single_root && h == 1 ? 0.0 : xm[h - 1]);
+          o[b * n1 * n1 + h * n1 + m] = g[b] * wt * d;
+        }
+      }
+    }
+  });
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(structtorch_chain, m) {
@@ -486,6 +642,8 @@ TORCH_LIBRARY_FRAGMENT(structtorch_chain, m) {
   m.def("eisner_viterbi_forward(Tensor arcs, Tensor lengths, bool single_root) -> (Tensor, Tensor)");
   m.def("tree_mst_forward(Tensor arcs, Tensor lengths, bool single_root) -> Tensor");
   m.def("cky_logz_forward(Tensor spans, Tensor lengths) -> (Tensor, Tensor)");
+  m.def("matrix_tree_forward(Tensor arcs, Tensor lengths, bool single_root) -> (Tensor, Tensor, Tensor)");
+  m.def("matrix_tree_backward(Tensor grad, Tensor lengths, bool single_root, Tensor logz, Tensor weights, Tensor inverse) -> Tensor");
   m.def("cky_logz_backward(Tensor grad, Tensor spans, Tensor lengths, Tensor logz, Tensor charts) -> Tensor");
   m.def("cky_viterbi_forward(Tensor spans, Tensor lengths) -> (Tensor, Tensor)");
 }
@@ -496,6 +654,8 @@ TORCH_LIBRARY_IMPL(structtorch_chain, CPU, m) {
   m.impl("eisner_viterbi_forward", &eisner_viterbi_forward);
   m.impl("tree_mst_forward", &tree_mst_forward);
   m.impl("cky_logz_forward", &cky_logz_forward);
+  m.impl("matrix_tree_forward", &matrix_tree_forward);
+  m.impl("matrix_tree_backward", &matrix_tree_backward);
   m.impl("cky_logz_backward", &cky_logz_backward);
   m.impl("cky_viterbi_forward", &cky_viterbi_forward);
 }

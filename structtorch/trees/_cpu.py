@@ -53,3 +53,19 @@ def cky_log_partition_backward(spans: Tensor, lengths: Tensor, logz: Tensor, sta
 def cky_brackets(spans: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
     """(best score (B,) float64, the best bracketing's spans (B, T, T) 0/1 float64)."""
     return chain_ops().cky_viterbi_forward(spans.double().contiguous(), lengths.contiguous())
+
+
+def matrix_tree_forward(arcs: Tensor, lengths: Tensor, single_root: bool) -> tuple[Tensor, list[Tensor]]:
+    """logZ (B,) float64 of the non-projective trees and the saved state [scaled weights (B, T + 1,
+    T + 1), inverse Laplacians (B, T, T)]."""
+    logz, weights, inverse = chain_ops().matrix_tree_forward(arcs.double().contiguous(), lengths.contiguous(),
+                                                             single_root)
+    return logz, [weights, inverse]
+
+
+def matrix_tree_backward(arcs: Tensor, lengths: Tensor, single_root: bool, logz: Tensor, state: list[Tensor],
+                         grad: Tensor) -> Tensor:
+    """grad (B,) times the arc marginals, (B, T + 1, T + 1) in the dtype of ``arcs``."""
+    out = chain_ops().matrix_tree_backward(grad.double().contiguous(), lengths.contiguous(), single_root, logz,
+                                           *state)
+    return out.to(arcs.dtype)

@@ -3,8 +3,8 @@ schema per algorithm (``structtorch::dependency_log_partition`` and its backward
 ``structtorch::dependency_heads``), one implementation per backend named by the caller, fake
 implementations for ``torch.compile`` and ``torch.export``, and :class:`LogPartition`, an autograd
 Function with ``setup_context`` and a ``reference`` (double backward and ``torch.func`` transforms
-differentiate the PyTorch recursion). The matrix-tree theorem is plain PyTorch (a log-determinant)
-and needs no operator; constituency trees run their PyTorch reference for now."""
+differentiate the PyTorch references), for Eisner's DP and the matrix-tree theorem alike; and the
+same for CKY over bracketings (``structtorch::cky_log_partition``, ``structtorch::cky_brackets``)."""
 
 from __future__ import annotations
 
@@ -31,31 +31,50 @@ def _module(backend: str):
     return _backend.kernel_module(backend, __package__)
 
 
-def _forward_fake(arcs, lengths, single_root, backend):
+def _reference(arcs: Tensor, lengths: Tensor, projective: bool, single_root: bool) -> Tensor:
+    """The PyTorch log-partition: Eisner's DP, or the matrix-tree theorem."""
+    if projective:
+        return _torch.log_partition(arcs, lengths, single_root)
+    return _torch.matrix_tree(arcs, lengths, single_root)
+
+
+def _forward_fake(arcs, lengths, projective, single_root, backend):
     B, T1, _ = arcs.shape
-    state = [] if backend == "torch" else [arcs.new_empty((B, 5, T1, T1), dtype=torch.float64)]
+    if backend == "torch":
+        state = []
+    elif projective:
+        state = [arcs.new_empty((B, 5, T1, T1), dtype=torch.float64)]
+    else:
+        state = [arcs.new_empty((B, T1, T1), dtype=torch.float64),
+                 arcs.new_empty((B, T1 - 1, T1 - 1), dtype=torch.float64)]
     return arcs.new_empty(B, dtype=torch.float64), state
 
 
 @operator("dependency_log_partition", _forward_fake)
-def forward_op(arcs: Tensor, lengths: Tensor, single_root: bool, backend: str) -> tuple[Tensor, list[Tensor]]:
-    """logZ (B,) float64 of the projective trees and the backend's saved state."""
+def forward_op(arcs: Tensor, lengths: Tensor, projective: bool, single_root: bool,
+               backend: str) -> tuple[Tensor, list[Tensor]]:
+    """logZ (B,) float64 of the (projective) trees and the backend's saved state."""
     if backend == "torch":
-        return _torch.log_partition(arcs, lengths, single_root).double(), []
-    return _module(backend).log_partition_forward(arcs, lengths, single_root)
+        return _reference(arcs, lengths, projective, single_root).double(), []
+    module = _module(backend)
+    if projective:
+        return module.log_partition_forward(arcs, lengths, single_root)
+    return module.matrix_tree_forward(arcs, lengths, single_root)
 
 
 @operator("dependency_log_partition_backward", lambda grad, arcs, *rest: torch.empty_like(arcs))
-def backward_op(grad: Tensor, arcs: Tensor, lengths: Tensor, single_root: bool, logz: Tensor,
+def backward_op(grad: Tensor, arcs: Tensor, lengths: Tensor, projective: bool, single_root: bool, logz: Tensor,
                 state: list[Tensor], backend: str) -> Tensor:
     """grad (B,) times the arc marginals (B, T + 1, T + 1)."""
     if backend == "torch":
         leaf = arcs.detach().requires_grad_()
         with torch.enable_grad():
-            (out,) = torch.autograd.grad(_torch.log_partition(leaf, lengths, single_root), leaf,
+            (out,) = torch.autograd.grad(_reference(leaf, lengths, projective, single_root), leaf,
                                          grad.to(arcs.dtype), allow_unused=True)
         return torch.zeros_like(arcs) if out is None else out
-    return _module(backend).log_partition_backward(arcs, lengths, single_root, logz, state, grad)
+    module = _module(backend)
+    backward = module.log_partition_backward if projective else module.matrix_tree_backward
+    return backward(arcs, lengths, single_root, logz, state, grad)
 
 
 def _heads_fake(arcs, lengths, projective, single_root, backend):
@@ -73,38 +92,39 @@ def heads_op(arcs: Tensor, lengths: Tensor, projective: bool, single_root: bool,
 
 
 class LogPartition(torch.autograd.Function):
-    """Differentiable log-partition (float64 (B,)) of the projective trees on the operators above;
-    its gradient is the arc marginals (the compiled kernels' outside pass)."""
+    """Differentiable log-partition (float64 (B,)) of the dependency trees on the operators above;
+    its gradient is the arc marginals (the compiled kernels' outside pass, or the inverse
+    Laplacian's formula of the matrix-tree theorem)."""
 
     setup_context = staticmethod(save_for_backward)
 
     @staticmethod
-    def reference(arcs, lengths, single_root, backend):
-        """(logZ,) by the PyTorch recursion: the path under ``torch.func`` transforms."""
-        return (_torch.log_partition(arcs, lengths, single_root).double(),)
+    def reference(arcs, lengths, projective, single_root, backend):
+        """(logZ,) by the PyTorch references: the path under ``torch.func`` transforms."""
+        return (_reference(arcs, lengths, projective, single_root).double(),)
 
     @staticmethod
-    def forward(arcs, lengths, single_root, backend):
-        logz, state = forward_op(arcs, lengths, single_root, backend)
+    def forward(arcs, lengths, projective, single_root, backend):
+        logz, state = forward_op(arcs, lengths, projective, single_root, backend)
         return logz, *state
 
     @staticmethod
     def backward(ctx, grad, *_):
         if grad is None:
-            return None, None, None, None
+            return None, None, None, None, None
         arcs, lengths, logz, *state = ctx.saved_tensors
-        single_root, backend = ctx.options
+        projective, single_root, backend = ctx.options
         if torch.is_grad_enabled():  # double backward: differentiate the reference
-            reference = _torch.log_partition(arcs, lengths, single_root).double()
+            reference = _reference(arcs, lengths, projective, single_root).double()
             (out,) = grads_through(reference, (arcs,), (True,), grad)
         else:
-            out = backward_op(grad, arcs, lengths, single_root, logz, state, backend)
-        return out, None, None, None
+            out = backward_op(grad, arcs, lengths, projective, single_root, logz, state, backend)
+        return out, None, None, None, None
 
 
-def log_partition(arcs: Tensor, lengths: Tensor, single_root: bool) -> Tensor:
-    """(B,) float64 log-partition of the projective trees, differentiable."""
-    return apply(LogPartition, arcs, lengths, single_root, backend_of(arcs))[0]
+def log_partition(arcs: Tensor, lengths: Tensor, projective: bool, single_root: bool) -> Tensor:
+    """(B,) float64 log-partition of the (projective) dependency trees, differentiable."""
+    return apply(LogPartition, arcs, lengths, projective, single_root, backend_of(arcs))[0]
 
 
 def best_heads(arcs: Tensor, lengths: Tensor, projective: bool, single_root: bool) -> Tensor:

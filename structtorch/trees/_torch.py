@@ -244,13 +244,16 @@ def _words(lengths: Tensor, T1: int) -> tuple[Tensor, Tensor]:
     return (m >= 1) & (m <= lengths[:, None]), m <= lengths[:, None]
 
 
-def allowed_arcs(arcs: Tensor, lengths: Tensor) -> Tensor:
-    """(B, T + 1, T + 1) bool: the arcs h -> m a tree of each row may use (h in 0..L, m in 1..L,
-    h != m, a finite score)."""
-    T1 = arcs.shape[1]
+def _structure(lengths: Tensor, T1: int) -> Tensor:
+    """(B, T + 1, T + 1) bool: the arcs h -> m of each row's trees (h in 0..L, m in 1..L, h != m)."""
     word, head = _words(lengths, T1)
-    eye = torch.eye(T1, dtype=torch.bool, device=arcs.device)
-    return head[:, :, None] & word[:, None, :] & ~eye & (arcs > NEG_INF)
+    eye = torch.eye(T1, dtype=torch.bool, device=lengths.device)
+    return head[:, :, None] & word[:, None, :] & ~eye
+
+
+def allowed_arcs(arcs: Tensor, lengths: Tensor) -> Tensor:
+    """(B, T + 1, T + 1) bool: the arcs a tree of each row may use (of the structure, finite)."""
+    return _structure(lengths, arcs.shape[1]) & (arcs > NEG_INF)
 
 
 TRACED_SQUARINGS = 11
@@ -284,12 +287,11 @@ def spanning_feasible(allowed: Tensor, lengths: Tensor, single_root: bool) -> Te
     return (allowed[:, 0] & spans_all).any(1) | (lengths == 0)
 
 
-def _feasible(arcs: Tensor, allowed: Tensor, lengths: Tensor, single_root: bool) -> Tensor:
-    """(B,) :func:`spanning_feasible`, skipped on the host when no arc of a sentence is -inf (then
-    every tree is allowed)."""
-    if arcs.device.type == "cpu" and not torch.compiler.is_compiling():
-        structural = allowed_arcs(arcs.new_zeros(()).expand(arcs.shape), lengths)
-        if not bool((structural & ~allowed).any()):
+def _feasible(structure: Tensor, allowed: Tensor, lengths: Tensor, single_root: bool) -> Tensor:
+    """(B,) :func:`spanning_feasible`, skipped on the host when no arc of the structure is -inf
+    (then every tree is allowed)."""
+    if allowed.device.type == "cpu" and not torch.compiler.is_compiling():
+        if not bool((structure & ~allowed).any()):
             return torch.ones_like(lengths, dtype=torch.bool)
     return spanning_feasible(allowed, lengths, single_root)
 
@@ -299,25 +301,24 @@ def matrix_tree(arcs: Tensor, lengths: Tensor, single_root: bool = False) -> Ten
     Smith & Smith 2007): the log-determinant of the Laplacian of exp(arcs) over the words (the root
     row removed; with ``single_root`` the root's scores replace the first row and leave the
     diagonal). Each modifier's column is scaled by its largest arc first (the determinant scales by
-    the product, added back), so that float32 stays accurate on long sentences. -inf on rows
-    without a tree, 0 without words; differentiable (the gradient is the arc marginals)."""
-    B, T1 = arcs.shape[:2]
-    allowed = allowed_arcs(arcs, lengths)
-    feasible = _feasible(arcs, allowed, lengths, single_root)
-    masked = torch.where(allowed, arcs, NEG_INF)
-    c = masked.detach().amax(1, keepdim=True)  # (B, 1, T + 1): the best head of each word
-    c = torch.where(c > NEG_INF, c, torch.zeros_like(c))
-    A = torch.where(allowed, torch.exp(masked - c), 0.0)
+    the product, added back), so that float32 stays accurate on long sentences; padded words get
+    identity rows. -inf on rows without a tree, 0 without words; differentiable (the gradient is
+    the arc marginals)."""
+    T1 = arcs.shape[1]
+    structure = _structure(lengths, T1)
+    masked = arcs.masked_fill(~structure, NEG_INF)
+    feasible = _feasible(structure, masked > NEG_INF, lengths, single_root)
+    c = torch.nan_to_num(masked.detach().amax(1, keepdim=True), neginf=0.0)  # each word's best head
+    A = torch.exp(masked - c)  # 0 off the structure and at forbidden arcs
     inner = A[:, 1:, 1:]
-    diag = (inner if single_root else A[:, :, 1:]).sum(1)
-    lap = torch.diag_embed(diag) - inner
+    padded = ~_words(lengths, T1)[0][:, 1:]
+    lap = torch.diag_embed((inner if single_root else A[:, :, 1:]).sum(1) + padded.to(A.dtype)) - inner
     if single_root:
         lap = torch.cat([A[:, :1, 1:], lap[:, 1:]], 1)
-    word = _words(lengths, T1)[0][:, 1:]
-    keep = (word[:, :, None] & word[:, None, :]) & feasible[:, None, None]
+    keep = (feasible & (lengths > 0))[:, None, None]
     eye = torch.eye(T1 - 1, dtype=arcs.dtype, device=arcs.device)
     logdet = torch.linalg.slogdet(torch.where(keep, lap, eye)).logabsdet
-    value = logdet + torch.where(word, c.squeeze(1)[:, 1:], 0.0).sum(1)
+    value = logdet + c.squeeze(1)[:, 1:].masked_fill(padded, 0.0).sum(1)
     return torch.where(feasible, value, NEG_INF)
 
 

@@ -22,12 +22,7 @@ __all__ = ["dependency_viterbi", "dependency_log_partition", "dependency_margina
 
 
 def _log_partition(projective: bool, single_root: bool, lengths: Tensor):
-    def logz(arcs: Tensor) -> Tensor:
-        if projective:
-            return _ops.log_partition(arcs, lengths, single_root)
-        return _torch.matrix_tree(arcs, lengths, single_root)
-
-    return logz
+    return lambda arcs: _ops.log_partition(arcs, lengths, projective, single_root)
 
 
 @mixed_precision
