@@ -29,7 +29,7 @@ docs: $(VENV)/.installed
 	$(PY) -m sphinx -E -W --keep-going -q -b html docs docs/_build/html
 
 bench: $(VENV)/.installed
-	$(PY) benchmarks/chain.py && $(PY) benchmarks/hamming.py && $(PY) benchmarks/semimarkov.py
+	$(PY) benchmarks/chain.py && $(PY) benchmarks/hamming.py && $(PY) benchmarks/semimarkov.py && $(PY) benchmarks/trees.py
 
 # Python 3.12 wheels of the GPU benchmark's peers, carried to a GPU machine without network
 gpu-wheels: $(VENV)/.installed

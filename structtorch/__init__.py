@@ -26,7 +26,13 @@ from .chain import (
     window_score,
     window_viterbi,
 )
-from .distributions import ChainDistribution, SegmentMarginals, SemiMarkovDistribution
+from .distributions import (
+    ChainDistribution,
+    DependencyDistribution,
+    SegmentMarginals,
+    SemiMarkovDistribution,
+    TreeDistribution,
+)
 from .learn import train
 from .lossaug import (
     loss_augmented,
@@ -67,10 +73,12 @@ from .trees import (
     cky_log_partition,
     cky_loss_augmented,
     cky_marginals,
+    cky_sample,
     cky_viterbi,
     dependency_log_partition,
     dependency_loss_augmented,
     dependency_marginals,
+    dependency_sample,
     dependency_viterbi,
 )
 
@@ -112,6 +120,10 @@ __all__ = [
     "cky_log_partition",
     "cky_marginals",
     "cky_loss_augmented",
+    "dependency_sample",
+    "cky_sample",
+    "DependencyDistribution",
+    "TreeDistribution",
     "SemiMarkovCRF",
     "DependencyCRF",
     "TreeCRF",

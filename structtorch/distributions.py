@@ -1,4 +1,5 @@
-"""Distributions over structures: linear-chain labelings and semi-Markov segmentations.
+"""Distributions over structures: linear-chain labelings, semi-Markov segmentations, dependency trees
+and labeled constituency trees.
 
 :class:`ChainDistribution` and :class:`SemiMarkovDistribution` hold one batch of potentials, checked
 once at construction (``check_chain`` / ``check_semimarkov``), and compute on first use, then cache.
@@ -47,7 +48,8 @@ import torch
 from torch import Tensor
 
 from ._checks import LengthsLike, cast_checked, check_bool, check_generator, check_int, check_number
-from ._expectations import cross_entropy, entropy
+from ._expectations import cross_entropy, entropy, log_prob, logz_and_grads
+from ._numerics import accumulate
 from ._precision import _no_autocast, map_tensors, widen
 from .chain.linear import (
     allowed_labels,
@@ -77,6 +79,14 @@ from .semimarkov.segments import (
     semimarkov_parts,
     viterbi_semimarkov,
 )
+from .trees import _ops as _tree_ops
+from .trees.constituency import cky_loss_augmented, cky_viterbi
+from .trees.constituency import log_partition_fn as cky_logz_fn
+from .trees.dependency import dependency_loss_augmented, dependency_viterbi
+from .trees.dependency import log_partition_fn as dependency_logz_fn
+from .trees.layout import checked_arcs, checked_spans, span_score, tree_score
+from .trees.layout import words as tree_words
+from .trees.sampling import sample_heads, sample_spans
 
 __all__ = ["ChainDistribution", "SemiMarkovDistribution", "SegmentMarginals"]
 
@@ -751,6 +761,267 @@ def _straight_through(labels: Tensor, soft: Tensor) -> Tensor:
     """The one-hot ``labels`` (..., T) (0 where -1) with the gradient of ``soft`` (..., T, N)."""
     onehot = torch.nn.functional.one_hot(labels.clamp(min=0), soft.shape[-1]).to(soft.dtype)
     return onehot * (labels >= 0).unsqueeze(-1) + soft - soft.detach()
+
+
+class _TreeDistribution(_StructureDistribution):
+    """Shared parts of the tree distributions: the scores, lengths, log-partition and marginals (the
+    gradient of the log-partition), entropy and cross-entropy; the subclasses give the structure's
+    functions."""
+
+    _name = "scores"
+
+    def _logz_fn(self):
+        raise NotImplementedError
+
+    @property
+    def lengths(self) -> Tensor:
+        """Tensor (B,) int64: the words of each sentence."""
+        return self._lengths
+
+    def _potentials(self) -> Tensor:
+        return self._scores
+
+    def _logz64(self) -> Tensor:
+        return self._internal("logz", lambda: self._logz_fn()(accumulate(self._scores)))
+
+    def _expectations(self) -> tuple[Tensor, list[Tensor]]:
+        return self._internal("expectations",
+                              lambda: logz_and_grads(self._logz_fn(), [accumulate(self._scores)]))
+
+    def _entropy64(self) -> Tensor:
+        logz, grads = self._expectations()
+        return entropy(logz, grads, [self._scores])
+
+    def _cross_entropy64(self, other: _TreeDistribution) -> Tensor:
+        logz, grads = self._expectations()
+        return cross_entropy(logz, grads, other._logz64(), [other._scores])
+
+    @property
+    def log_partition(self) -> Tensor:
+        """Tensor (B,): log of the sum of exp(score) over the trees; 0 without words, -inf without a
+        tree. Its gradient is :attr:`marginals`."""
+        return self._run("log_partition", lambda: cast_checked(self._logz64(), self._scores.dtype,
+                                                               "the log-partition", self._name))
+
+    @property
+    def marginals(self) -> Tensor:
+        """Tensor shaped as the scores: the probability of each part (arc or labeled span), 0 where
+        no tree uses it; differentiable."""
+        return self._run("marginals", lambda: self._expectations()[1][0].to(self._scores.dtype))
+
+    @property
+    def entropy(self) -> Tensor:
+        """Tensor (B,): the exact entropy in nats, logZ - <marginals, scores> (0 without words or a
+        tree); differentiable."""
+        return self._run("entropy", lambda: self._entropy64().to(self._scores.dtype))
+
+    def _log_prob(self, structure: Tensor, event: int, score) -> Tensor:
+        """score(structure) - logZ for structures (..., B, *event shape) with leading dimensions."""
+        if not isinstance(structure, Tensor):
+            raise TypeError(f"structure must be a tensor, got {type(structure).__name__}")
+        B = self._scores.shape[0]
+        lead = structure.shape[:-(event + 1)]
+        flat = structure.reshape(-1, *structure.shape[-event:])
+        reps = flat.shape[0] // max(B, 1)
+        scores = accumulate(self._scores).repeat(reps, *(1,) * (self._scores.dim() - 1))
+        value = score(scores, flat, self._lengths.repeat(reps))
+        out = log_prob(value, self._logz64().repeat(reps), self._scores.dtype, self._name)
+        return self._run(None, lambda: out.reshape(*lead, B))
+
+
+class DependencyDistribution(_TreeDistribution):
+    """The distribution p(tree) = exp(score(tree) - logZ) over the dependency trees of each sentence.
+
+    Parameters
+    ----------
+    arc_scores : Tensor (B, T + 1, T + 1)
+        ``arc_scores[b, h, m]`` scores the arc h -> m (position 0 the root; see
+        :func:`structtorch.dependency_log_partition`).
+    lengths : Tensor (B,), optional
+        Words per sentence; None means T.
+    projective, single_root : bool
+        The trees: projective ones (Eisner) or all of them (matrix-tree theorem, Chu-Liu-Edmonds);
+        with exactly one child of the root or not.
+
+    Examples
+    --------
+    >>> dist = DependencyDistribution(torch.randn(2, 6, 6), projective=False)
+    >>> dist.argmax.shape, dist.sample(3).shape, dist.entropy.shape
+    (torch.Size([2, 6]), torch.Size([3, 2, 6]), torch.Size([2]))
+    """
+
+    _name = "arc_scores"
+
+    def __init__(self, arc_scores: Tensor, lengths: LengthsLike = None, *, projective: bool = True,
+                 single_root: bool = False) -> None:
+        arc_scores, result = widen(arc_scores)
+        self._scores, self._lengths, self.projective, self.single_root = checked_arcs(
+            arc_scores, lengths, projective, single_root)
+        super().__init__(self._scores.device, result)
+
+    def __repr__(self) -> str:
+        B, T1, _ = self._scores.shape
+        return (f"DependencyDistribution(B={B}, T={T1 - 1}, projective={self.projective}, "
+                f"single_root={self.single_root})")
+
+    def _logz_fn(self):
+        return dependency_logz_fn(self.projective, self.single_root, self._lengths)
+
+    @property
+    def argmax(self) -> Tensor:
+        """Tensor (B, T + 1) int64: the heads of the best tree (-1 at the root, beyond each length
+        and without a tree), as :func:`structtorch.dependency_viterbi`."""
+        return self._run("argmax", lambda: _tree_ops.best_heads(
+            accumulate(self._scores.detach()), self._lengths, self.projective, self.single_root))
+
+    @property
+    def max(self) -> Tensor:
+        """Tensor (B,): the best tree's score; its gradient is the indicator of its arcs."""
+        return self._run("max", lambda: dependency_viterbi(
+            self._scores, self._lengths, projective=self.projective, single_root=self.single_root)[0])
+
+    def log_prob(self, structure: Tensor) -> Tensor:
+        """Log-probability (..., B) of heads (..., B, T + 1) (leading sample dimensions, e.g.
+        ``sample(n)``'s): score - logZ, differentiable; -inf where a head uses a -inf arc or the
+        sentence has no tree. The heads must form a tree of the distribution's kind (not checked)."""
+        def score(scores: Tensor, heads: Tensor, lengths: Tensor) -> Tensor:
+            inside = tree_words(lengths, heads.shape[1])
+            return tree_score(scores, torch.where(inside, heads.long(), -1))
+
+        return self._log_prob(structure, 1, score)
+
+    def sample(self, n: int, generator: torch.Generator | None = None) -> Tensor:
+        """``n`` trees per sentence drawn exactly: heads (n, B, T + 1) (see
+        :func:`structtorch.dependency_sample`)."""
+        n = check_int("n", n, 1)
+        check_generator(generator)
+        with torch.no_grad():
+            return sample_heads(accumulate(self._scores.detach()), self._lengths, n, self.projective,
+                                self.single_root, generator)
+
+    def score(self, structure: Tensor) -> Tensor:
+        """Scores (B,) of heads (B, T + 1) (differentiable)."""
+        inside = tree_words(self._lengths, self._scores.shape[1])
+        return tree_score(self._scores, torch.where(inside, structure.long(), -1))
+
+    def loss_augmented(self, target: Tensor, *, h: HLike = None, rescaling: str = "margin",
+                       weights: Tensor | None = None,
+                       cost: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """The most violating tree for the gold heads ``target`` (B, T + 1): ``(value (B,), heads
+        (B, T + 1), loss (B,))``, the value in the structured hinge's form (as
+        :func:`structtorch.loss_augmented`): max over trees y' of s(y') + Delta - s(target) (margin)
+        or Delta (1 + s(y') - s(target)) (slack), Delta the Hamming loss of the heads (or the sum
+        of per-arc ``cost``); see :func:`structtorch.dependency_loss_augmented`.
+        :func:`structtorch.structured_hinge` takes this distribution as its structure."""
+        _no_tree_loss_options(h, weights)
+        value, heads, loss = dependency_loss_augmented(
+            self._scores, target, self._lengths, rescaling=rescaling, projective=self.projective,
+            single_root=self.single_root, cost=cost)
+        if rescaling == "margin":
+            value = value - self.score(target)
+        return value, heads, loss
+
+
+class TreeDistribution(_TreeDistribution):
+    """The distribution p(tree) = exp(score(tree) - logZ) over the labeled binary (constituency)
+    trees of each sentence.
+
+    Parameters
+    ----------
+    span_scores : Tensor (B, T, T, N)
+        ``span_scores[b, i, j, n]`` scores words i..j as a constituent labeled n (see
+        :func:`structtorch.cky_log_partition`).
+    lengths : Tensor (B,), optional
+        Words per sentence; None means T.
+
+    Examples
+    --------
+    >>> dist = TreeDistribution(torch.randn(2, 5, 5, 3))
+    >>> dist.argmax.shape, dist.sample(4).shape, dist.log_prob(dist.argmax).shape
+    (torch.Size([2, 5, 5, 3]), torch.Size([4, 2, 5, 5, 3]), torch.Size([2]))
+    """
+
+    _name = "span_scores"
+
+    def __init__(self, span_scores: Tensor, lengths: LengthsLike = None) -> None:
+        span_scores, result = widen(span_scores)
+        self._scores, self._lengths = checked_spans(span_scores, lengths)
+        super().__init__(self._scores.device, result)
+
+    def __repr__(self) -> str:
+        B, T, _, N = self._scores.shape
+        return f"TreeDistribution(B={B}, T={T}, N={N})"
+
+    @property
+    def event_shape(self) -> torch.Size:
+        """(T, T, N): a tree is the 0/1 indicator of its labeled spans."""
+        return torch.Size(self._scores.shape[1:])
+
+    def _logz_fn(self):
+        return cky_logz_fn(self._lengths)
+
+    def _viterbi(self) -> tuple[Tensor, Tensor]:
+        return self._internal("viterbi", lambda: cky_viterbi(self._scores, self._lengths))
+
+    @property
+    def argmax(self) -> Tensor:
+        """Tensor (B, T, T, N): the best tree's labeled spans (0/1), as :func:`structtorch.cky_viterbi`."""
+        return self._run("argmax", lambda: self._viterbi()[1])
+
+    @property
+    def max(self) -> Tensor:
+        """Tensor (B,): the best tree's score; its gradient is the indicator of its labeled spans."""
+        return self._run("max", lambda: self._viterbi()[0])
+
+    def log_prob(self, structure: Tensor) -> Tensor:
+        """Log-probability (..., B) of labeled trees (..., B, T, T, N) 0/1 (leading sample dimensions,
+        e.g. ``sample(n)``'s): score - logZ, differentiable. The spans must form a binary tree (not
+        checked)."""
+        return self._log_prob(structure, 3, span_score)
+
+    def sample(self, n: int, generator: torch.Generator | None = None) -> Tensor:
+        """``n`` trees per sentence drawn exactly: (n, B, T, T, N) 0/1 (see
+        :func:`structtorch.cky_sample`)."""
+        n = check_int("n", n, 1)
+        check_generator(generator)
+        with torch.no_grad():
+            spans = sample_spans(accumulate(self._scores.detach()), self._lengths, n, generator)
+        return spans.to(self._scores.dtype)
+
+    def score(self, structure: Tensor) -> Tensor:
+        """Scores (B,) of labeled trees (B, T, T, N) 0/1 (differentiable)."""
+        return span_score(self._scores, structure, self._lengths)
+
+    def loss_augmented(self, target: Tensor, *, h: HLike = None, rescaling: str = "margin",
+                       weights: Tensor | None = None,
+                       cost: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """The most violating tree for the gold spans ``target`` (B, T, T, N): ``(value (B,), spans,
+        loss (B,))`` with the value in the structured hinge's form (max over trees y' of s(y') +
+        Delta - s(target) for margin rescaling; see :func:`structtorch.cky_loss_augmented`)."""
+        _no_tree_loss_options(h, weights)
+        value, spans, loss = cky_loss_augmented(self._scores, target, self._lengths, rescaling=rescaling,
+                                                cost=cost)
+        if rescaling == "margin":
+            value = value - self.score(target)
+        return value, spans, loss
+
+
+def _no_tree_loss_options(h: object, weights: object) -> None:
+    """Trees take the Hamming loss itself (or per-part costs): h and weights are refused by name."""
+    given = [name for name, x in (("h", h), ("weights", weights)) if x is not None]
+    if given:
+        raise ValueError(f"{' and '.join(given)} are not supported for trees: their loss is the Hamming loss "
+                         "of the parts (or cost= per part)")
+
+
+@torch.distributions.kl.register_kl(DependencyDistribution, DependencyDistribution)
+def _kl_dependency(p: DependencyDistribution, q: DependencyDistribution) -> Tensor:
+    return p.kl_divergence(q)
+
+
+@torch.distributions.kl.register_kl(TreeDistribution, TreeDistribution)
+def _kl_tree(p: TreeDistribution, q: TreeDistribution) -> Tensor:
+    return p.kl_divergence(q)
 
 
 @torch.distributions.kl.register_kl(ChainDistribution, ChainDistribution)

@@ -419,3 +419,93 @@ def test_trees_export_compile_and_transform(tree_backend):
     spans = double[:, 1:, 1:, None].expand(3, 5, 5, 2)
     grad = torch.func.grad(lambda s: cky_log_partition(s, lengths).sum())(spans)
     torch.testing.assert_close(grad, cky_marginals(spans, lengths))
+
+
+@pytest.mark.parametrize("projective", [True, False])
+def test_dependency_distribution_against_enumeration(tree_backend, projective):
+    g = torch.Generator().manual_seed(7)
+    arcs, other = (torch.randn(2, 5, 5, generator=g, dtype=torch.float64) for _ in range(2))
+    arcs[0, 2, 3] = -INF
+    lengths = torch.tensor([4, 2])
+    p = st.DependencyDistribution(arcs, lengths, projective=projective)
+    q = st.DependencyDistribution(other, lengths, projective=projective)
+    assert "projective" in repr(p) and p.event_shape == (5,) and p.batch_shape == (2,)
+    sample = p.sample(3, generator=g)
+    log_p = p.log_prob(sample)
+    for b, L in enumerate(lengths.tolist()):
+        trees = _dependency_trees(L, False, projective)
+        lp = torch.log_softmax(_arc_scores(arcs[b], trees), 0)
+        lq = torch.log_softmax(_arc_scores(other[b], trees), 0)
+        prob = lp.exp()
+        entropy = -(prob * torch.where(prob > 0, lp, 0.0)).sum()
+        assert float(p.entropy[b]) == pytest.approx(float(entropy), abs=1e-9)
+        kl = (prob * torch.where(prob > 0, lp - lq, 0.0)).sum()
+        assert float(torch.distributions.kl_divergence(p, q)[b]) == pytest.approx(float(kl), abs=1e-9)
+        for s in range(3):
+            hit = (trees == sample[s, b, 1:L + 1]).all(1)
+            assert hit.any() and float(log_p[s, b]) == pytest.approx(float(lp[hit][0]), abs=1e-9)
+        assert float(p.max[b]) == pytest.approx(float(_arc_scores(arcs[b], trees).max()))
+    torch.testing.assert_close(p.marginals, st.dependency_marginals(arcs, lengths, projective=projective))
+    torch.testing.assert_close(p.log_partition, st.dependency_log_partition(arcs, lengths, projective=projective))
+    assert torch.equal(p.argmax, st.dependency_viterbi(arcs, lengths, projective=projective)[1])
+
+
+@pytest.mark.parametrize("projective", [True, False])
+def test_dependency_samples_follow_the_distribution(projective):
+    """4000 draws of a 3-word sentence: every tree's frequency within 4.5 standard errors of its
+    probability (a sampler that ignored the conditioning, or the arcs, fails)."""
+    g = torch.Generator().manual_seed(8)
+    arcs = torch.randn(1, 4, 4, generator=g, dtype=torch.float64)
+    draws = st.dependency_sample(arcs, 4000, projective=projective, single_root=True, generator=g)[:, 0, 1:]
+    trees = _dependency_trees(3, True, projective)
+    prob = torch.softmax(_arc_scores(arcs[0], trees), 0)
+    freq = (draws[:, None, :] == trees[None]).all(2).double().mean(0)
+    assert freq.sum() == 1
+    assert ((freq - prob).abs() <= 4.5 * (prob * (1 - prob) / 4000).sqrt() + 1e-3).all()
+
+
+def test_tree_samples_and_distribution(tree_backend):
+    g = torch.Generator().manual_seed(9)
+    scores = torch.randn(2, 3, 3, 2, generator=g, dtype=torch.float64)
+    scores[0, 0, 1, 0] = -INF
+    lengths = torch.tensor([3, 2])
+    p = st.TreeDistribution(scores, lengths)
+    assert p.event_shape == (3, 3, 2)
+    draws = st.cky_sample(scores, 4000, lengths, generator=g)
+    for b, L in enumerate(lengths.tolist()):
+        trees = _constituency_trees(L, 2, 3)
+        value = torch.where(trees.bool(), scores[b], 0.0).sum((1, 2, 3))
+        prob = torch.softmax(value, 0)
+        freq = (draws[:, b, None] == trees[None]).flatten(2).all(2).double().mean(0)
+        assert freq.sum() == 1
+        assert ((freq - prob).abs() <= 4.5 * (prob * (1 - prob) / 4000).sqrt() + 1e-3).all()
+        lp = torch.log_softmax(value, 0)
+        entropy = -(prob * torch.where(prob > 0, lp, 0.0)).sum()
+        assert float(p.entropy[b]) == pytest.approx(float(entropy), abs=1e-9)
+        assert float(p.log_prob(draws[:2])[1, b]) == pytest.approx(
+            float(lp[(trees == draws[1, b]).flatten(1).all(1)][0]), abs=1e-9)
+
+
+def test_structured_hinge_takes_tree_distributions():
+    g = torch.Generator().manual_seed(10)
+    arcs = torch.randn(2, 5, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    gold = torch.tensor([[-1, 2, 0, 2, 3], [-1, 0, 1, 2, 3]])
+    for rescaling in ("margin", "slack"):
+        hinge = st.structured_hinge(st.DependencyDistribution(arcs), gold, rescaling=rescaling, reduction="none")
+        value = dependency_loss_augmented(arcs, gold, rescaling=rescaling)[0]
+        if rescaling == "margin":
+            value = value - st.DependencyDistribution(arcs).score(gold)
+        torch.testing.assert_close(hinge, value.clamp(min=0))
+        hinge.sum().backward()
+    with pytest.raises(ValueError, match="h are not supported for trees"):
+        st.structured_hinge(st.DependencyDistribution(arcs), gold, h=lambda k: k)
+    spans = torch.randn(1, 3, 3, 2, generator=g, dtype=torch.float64)
+    gold_spans = cky_viterbi(torch.randn(1, 3, 3, 2, generator=g, dtype=torch.float64))[1]
+    for rescaling in ("margin", "slack"):
+        hinge = st.structured_hinge(st.TreeDistribution(spans), gold_spans, rescaling=rescaling)
+        trees = _constituency_trees(3, 2, 3)
+        value = torch.where(trees.bool(), spans[0], 0.0).sum((1, 2, 3))
+        target = float((spans[0] * gold_spans[0]).sum())
+        delta = (trees * (1 - gold_spans[0])).sum((1, 2, 3))
+        want = (value + delta - target) if rescaling == "margin" else delta * (1 + value - target)
+        assert float(hinge) == pytest.approx(max(float(want.max()), 0.0), abs=1e-9)

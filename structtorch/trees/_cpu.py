@@ -66,6 +66,6 @@ def matrix_tree_forward(arcs: Tensor, lengths: Tensor, single_root: bool) -> tup
 def matrix_tree_backward(arcs: Tensor, lengths: Tensor, single_root: bool, logz: Tensor, state: list[Tensor],
                          grad: Tensor) -> Tensor:
     """grad (B,) times the arc marginals, (B, T + 1, T + 1) in the dtype of ``arcs``."""
-    out = chain_ops().matrix_tree_backward(grad.double().contiguous(), lengths.contiguous(), single_root, logz,
-                                           *state)
+    grad = grad.double().contiguous()
+    out = chain_ops().matrix_tree_backward(grad, lengths.contiguous(), single_root, logz, *state)
     return out.to(arcs.dtype)

@@ -63,8 +63,8 @@ def forward_op(arcs: Tensor, lengths: Tensor, projective: bool, single_root: boo
 
 
 @operator("dependency_log_partition_backward", lambda grad, arcs, *rest: torch.empty_like(arcs))
-def backward_op(grad: Tensor, arcs: Tensor, lengths: Tensor, projective: bool, single_root: bool, logz: Tensor,
-                state: list[Tensor], backend: str) -> Tensor:
+def backward_op(grad: Tensor, arcs: Tensor, lengths: Tensor, projective: bool, single_root: bool,
+                logz: Tensor, state: list[Tensor], backend: str) -> Tensor:
     """grad (B,) times the arc marginals (B, T + 1, T + 1)."""
     if backend == "torch":
         leaf = arcs.detach().requires_grad_()

@@ -150,6 +150,18 @@ def eisner(arcs: Tensor, lengths: Tensor, sr: Semiring, single_root: bool = Fals
     return sr.where(lengths > 0, value, sr.one(arcs, B))
 
 
+def cky_chart(spans: Tensor, sr: Semiring) -> Tensor:
+    """The inside values (B, T, T, *count) by start and width (``[b, s, w]`` the span [s, s + w]) of
+    span values (B, T, T, *count) (labels already summed), for every span of the batch's T words."""
+    B, T = spans.shape[:2]
+    chart = Chart(sr, spans, B, T)
+    chart.write(0, _diagonal(spans, 0))
+    for w in range(1, T):  # spans [s, s + w], split after s + k, k = 0..w-1
+        inner = sr.reduce(sr.times(chart.starting(T - w, slice(0, w)), chart.ending(w, slice(0, w))), 2)
+        chart.write(w, sr.times(inner, _diagonal(spans, w)))
+    return chart.by_start
+
+
 def cky(spans: Tensor, lengths: Tensor, sr: Semiring) -> Tensor:
     """(B, *count) value of the binary bracketings of each row in the semiring ``sr``: spans (B, T,
     T, *count) the value of span [i, j] (its labels already summed), ``lengths`` (B,) words per row.
@@ -157,12 +169,7 @@ def cky(spans: Tensor, lengths: Tensor, sr: Semiring) -> Tensor:
     B, T = spans.shape[:2]
     if T == 0:
         return sr.one(spans, B)
-    chart = Chart(sr, spans, B, T)
-    chart.write(0, _diagonal(spans, 0))
-    for w in range(1, T):  # spans [s, s + w], split after s + k, k = 0..w-1
-        inner = sr.reduce(sr.times(chart.starting(T - w, slice(0, w)), chart.ending(w, slice(0, w))), 2)
-        chart.write(w, sr.times(inner, _diagonal(spans, w)))
-    value = chart.by_start[torch.arange(B, device=spans.device), 0, (lengths - 1).clamp(min=0)]
+    value = cky_chart(spans, sr)[torch.arange(B, device=spans.device), 0, (lengths - 1).clamp(min=0)]
     return sr.where(lengths > 0, value, sr.one(spans, B))
 
 

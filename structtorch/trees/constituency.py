@@ -20,7 +20,7 @@ from .layout import checked_spans, checked_tree_spans, inside_spans, span_score
 __all__ = ["cky_viterbi", "cky_log_partition", "cky_marginals", "cky_loss_augmented"]
 
 
-def _log_partition(lengths: Tensor):
+def log_partition_fn(lengths: Tensor):
     """logZ of span scores (B, T, T, N): the labels summed (autograd), the bracketings by the
     operator."""
     return lambda scores: _ops.cky_log_partition(safe_logsumexp(scores, 3), lengths)
@@ -53,7 +53,7 @@ def cky_log_partition(span_scores: Tensor, lengths: LengthsLike = None) -> Tenso
         no tree avoids the forbidden spans. Differentiable: the gradient is :func:`cky_marginals`.
     """
     scores, lengths = checked_spans(span_scores, lengths)
-    return _log_partition(lengths)(accumulate(scores)).to(scores.dtype)
+    return log_partition_fn(lengths)(accumulate(scores)).to(scores.dtype)
 
 
 @mixed_precision
@@ -62,7 +62,7 @@ def cky_marginals(span_scores: Tensor, lengths: LengthsLike = None) -> Tensor:
     0 below the diagonal, beyond each length and on sentences without a tree; the gradient of
     :func:`cky_log_partition` (arguments as there), itself differentiable."""
     scores, lengths = checked_spans(span_scores, lengths)
-    grads = logz_and_grads(_log_partition(lengths), [accumulate(scores)])[1]
+    grads = logz_and_grads(log_partition_fn(lengths), [accumulate(scores)])[1]
     return grads[0].to(scores.dtype)
 
 

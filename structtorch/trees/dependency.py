@@ -21,7 +21,7 @@ __all__ = ["dependency_viterbi", "dependency_log_partition", "dependency_margina
            "dependency_loss_augmented"]
 
 
-def _log_partition(projective: bool, single_root: bool, lengths: Tensor):
+def log_partition_fn(projective: bool, single_root: bool, lengths: Tensor):
     return lambda arcs: _ops.log_partition(arcs, lengths, projective, single_root)
 
 
@@ -51,7 +51,7 @@ def dependency_log_partition(arc_scores: Tensor, lengths: LengthsLike = None, *,
         :func:`dependency_marginals`.
     """
     scores, lengths, projective, single = checked_arcs(arc_scores, lengths, projective, single_root)
-    return _log_partition(projective, single, lengths)(accumulate(scores)).to(scores.dtype)
+    return log_partition_fn(projective, single, lengths)(accumulate(scores)).to(scores.dtype)
 
 
 @mixed_precision
@@ -61,7 +61,7 @@ def dependency_marginals(arc_scores: Tensor, lengths: LengthsLike = None, *, pro
     column, the diagonal, words beyond each length and sentences without a tree; the gradient of
     :func:`dependency_log_partition` (arguments as there), itself differentiable."""
     scores, lengths, projective, single = checked_arcs(arc_scores, lengths, projective, single_root)
-    grads = logz_and_grads(_log_partition(projective, single, lengths), [accumulate(scores)])[1]
+    grads = logz_and_grads(log_partition_fn(projective, single, lengths), [accumulate(scores)])[1]
     return grads[0].to(scores.dtype)
 
 
