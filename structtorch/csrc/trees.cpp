@@ -634,6 +634,190 @@ at::Tensor matrix_tree_backward(const at::Tensor& grad, const at::Tensor& length
   return out;
 }
 
+// Eisner's DP over a count dimension (Bauer et al. 2014's Hamming table, for slack rescaling): the
+// best score of the trees whose integer costs (cost[b][h][m] per arc) add up to exactly k. A span
+// [s, t] holds t - s arcs, so with costs of 0 or 1 its counts run over 0..t-s: each item keeps
+// t - s + 1 values (costs above 1 are clamped into that range by the caller's check). With
+// backpointers (the split r and the left part's count) the heads of the best tree of a given
+// count are read back.
+struct CountCharts {
+  int64_t n;
+  std::vector<int64_t> off;  // off[s * n + t]: the item [s, t]'s first value
+  std::vector<double> c0, c1, i0, i1, j;
+  std::vector<int32_t> r0, r1, rj, k0, k1, kj;  // backpointers: split and left count
+
+  CountCharts(int64_t n, bool back) : n(n), off(n * n + 1, 0) {
+    int64_t total = 0;
+    for (int64_t s = 0; s < n; ++s)
+      for (int64_t t = 0; t < n; ++t) off[s * n + t] = total, total += t >= s ? t - s + 1 : 0;
+    for (auto* v : {&c0, &c1, &i0, &i1, &j}) v->assign(total, kNegInf);
+    if (back)
+      for (auto* v : {&r0, &r1, &rj, &k0, &k1, &kj}) v->assign(total, 0);
+  }
+  int64_t at(int64_t s, int64_t t) const { return off[s * n + t]; }
+};
+
+// out[k] = max over k1 + k2 = k (k1 <= wa, k2 <= wb) of a[k1] + b[k2], keeping the split's r
+// and k1 where it improves on out.
+inline void convolve_into(const double* a, int64_t wa, const double* b, int64_t wb, double* out, int32_t r,
+                          int32_t* rs, int32_t* ks, bool back) {
+  for (int64_t k1 = 0; k1 <= wa; ++k1) {
+    const double x = a[k1];
+    if (x == kNegInf) continue;
+    for (int64_t k2 = 0; k2 <= wb; ++k2) {
+      const double v = x + b[k2];
+      if (v > out[k1 + k2]) {
+        out[k1 + k2] = v;
+        if (back) rs[k1 + k2] = r, ks[k1 + k2] = static_cast<int32_t>(k1);
+      }
+    }
+  }
+}
+
+// The count tables of one sentence; table[k] for k = 0..L (the caller's row, pre-filled -inf).
+void count_inside(const double* A, const int64_t* cost, int64_t L, bool single_root, CountCharts& c,
+                  double* table, int32_t* root_r, int32_t* root_k, bool back) {
+  const int64_t n = c.n;
+  for (int64_t s = 0; s <= L; ++s) {
+    c.c1[c.at(s, s)] = 0.0;
+    if (s > 0) c.c0[c.at(s, s)] = 0.0;
+  }
+  for (int64_t w = 1; w <= L; ++w) {
+    for (int64_t s = 0; s + w <= L; ++s) {
+      const int64_t t = s + w, st = c.at(s, t);
+      int32_t *rs = back ? c.rj.data() + st : nullptr, *ks = back ? c.kj.data() + st : nullptr;
+      for (int64_t r = s; r < t; ++r)
+        convolve_into(c.c1.data() + c.at(s, r), r - s, c.c0.data() + c.at(r + 1, t), t - r - 1, c.j.data() + st,
+                      static_cast<int32_t>(r), rs, ks, back);
+      for (int d = 0; d < 2; ++d) {  // i0: t -> s (not from the root's side), i1: s -> t
+        if (d == 0 && s == 0) continue;
+        const int64_t h = d == 0 ? t : s, m = d == 0 ? s : t, arc = h * n + m, shift = cost[arc];
+        double* inc = (d == 0 ? c.i0 : c.i1).data() + st;
+        for (int64_t k = 0; k + shift <= w && k <= w - 1; ++k)
+          if (c.j[st + k] > kNegInf) inc[k + shift] = c.j[st + k] + A[arc];
+      }
+      if (s > 0) {
+        rs = back ? c.r0.data() + st : nullptr, ks = back ? c.k0.data() + st : nullptr;
+        for (int64_t r = s; r < t; ++r)
+          convolve_into(c.c0.data() + c.at(s, r), r - s, c.i0.data() + c.at(r, t), t - r, c.c0.data() + st,
+                        static_cast<int32_t>(r), rs, ks, back);
+      }
+      rs = back ? c.r1.data() + st : nullptr, ks = back ? c.k1.data() + st : nullptr;
+      for (int64_t r = s + 1; r <= t; ++r)
+        convolve_into(c.i1.data() + c.at(s, r), r - s, c.c1.data() + c.at(r, t), t - r, c.c1.data() + st,
+                      static_cast<int32_t>(r), rs, ks, back);
+    }
+  }
+  if (L == 0) {
+    table[0] = 0.0;
+    return;
+  }
+  if (!single_root) {
+    std::copy(c.c1.begin() + c.at(0, L), c.c1.begin() + c.at(0, L) + L + 1, table);
+    return;
+  }
+  std::vector<double> left(L + 1);
+  for (int64_t r = 1; r <= L; ++r) {  // arcs[0][r] + complete [1, r] at r + complete [r, L] at r
+    const int64_t shift = cost[r];
+    std::fill(left.begin(), left.end(), kNegInf);
+    for (int64_t k = 0; k <= r - 1; ++k)
+      if (c.c0[c.at(1, r) + k] > kNegInf) left[k + shift] = c.c0[c.at(1, r) + k] + A[r];
+    convolve_into(left.data(), r - 1 + shift, c.c1.data() + c.at(r, L), L - r, table, static_cast<int32_t>(r),
+                  root_r, root_k, back);
+  }
+}
+
+// The heads of the best tree of count k from the count charts' backpointers.
+void count_backtrack(const CountCharts& c, const int64_t* cost, int64_t L, bool single_root, int32_t root_r,
+                     int32_t root_k, int64_t k, int64_t* heads) {
+  const int64_t n = c.n;
+  enum Kind { kC0, kC1, kI0, kI1 };
+  std::vector<std::tuple<Kind, int64_t, int64_t, int64_t>> stack;
+  if (!single_root) {
+    stack.emplace_back(kC1, 0, L, k);
+  } else {
+    heads[root_r] = 0;
+    stack.emplace_back(kC0, 1, root_r, root_k - cost[root_r]);
+    stack.emplace_back(kC1, root_r, L, k - root_k);
+  }
+  while (!stack.empty()) {
+    const auto [kind, s, t, kk] = stack.back();
+    stack.pop_back();
+    if (s == t) continue;
+    const int64_t at = c.at(s, t) + kk;
+    if (kind == kC0) {
+      stack.emplace_back(kC0, s, c.r0[at], c.k0[at]);
+      stack.emplace_back(kI0, c.r0[at], t, kk - c.k0[at]);
+    } else if (kind == kC1) {
+      stack.emplace_back(kI1, s, c.r1[at], c.k1[at]);
+      stack.emplace_back(kC1, c.r1[at], t, kk - c.k1[at]);
+    } else {
+      const int64_t h = kind == kI0 ? t : s, m = kind == kI0 ? s : t;
+      heads[m] = h;
+      const int64_t kj = kk - cost[h * n + m], js = c.at(s, t) + kj;
+      stack.emplace_back(kC1, s, c.rj[js], c.kj[js]);
+      stack.emplace_back(kC0, c.rj[js] + 1, t, kj - c.kj[js]);
+    }
+  }
+}
+
+void check_costs(const Check& check, const at::Tensor& cost, const at::Tensor& lengths, int64_t B, int64_t n) {
+  check.tensor(cost, "cost", at::kLong, {B, n, n});
+  const int64_t *x = cost.data_ptr<int64_t>(), *len = lengths.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h <= len[b]; ++h)
+      for (int64_t m = 1; m <= len[b]; ++m)
+        TORCH_CHECK(x[(b * n + h) * n + m] == 0 || x[(b * n + h) * n + m] == 1, check.op, ": cost[", b, ", ", h,
+                    ", ", m, "] must be 0 or 1");
+}
+
+// The count tables (B, T + 1): the best score of the projective trees of count exactly k.
+at::Tensor eisner_count_forward(const at::Tensor& arcs, const at::Tensor& cost, const at::Tensor& lengths,
+                                bool single_root) {
+  const Check check{"eisner_count_forward"};
+  const auto [B, n] = check_arcs(check, arcs, lengths);
+  check_costs(check, cost, lengths, B, n);
+  auto table = at::full({B, n}, kNegInf, arcs.options());
+  const double* A = arcs.data_ptr<double>();
+  const int64_t *C = cost.data_ptr<int64_t>(), *len = lengths.data_ptr<int64_t>();
+  double* out = table.data_ptr<double>();
+  at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t b = lo; b < hi; ++b) {
+      CountCharts c(n, false);
+      count_inside(A + b * n * n, C + b * n * n, len[b], single_root, c, out + b * n, nullptr, nullptr, false);
+    }
+  });
+  return table;
+}
+
+// The heads (B, T + 1) of the best projective tree of count k[b] (-1 where none has that count).
+at::Tensor eisner_count_heads(const at::Tensor& arcs, const at::Tensor& cost, const at::Tensor& lengths,
+                              bool single_root, const at::Tensor& k) {
+  const Check check{"eisner_count_heads"};
+  const auto [B, n] = check_arcs(check, arcs, lengths);
+  check_costs(check, cost, lengths, B, n);
+  check.tensor(k, "k", at::kLong, {B});
+  auto heads = at::full({B, n}, -1, lengths.options());
+  const double* A = arcs.data_ptr<double>();
+  const int64_t *C = cost.data_ptr<int64_t>(), *len = lengths.data_ptr<int64_t>(), *kk = k.data_ptr<int64_t>();
+  int64_t* h = heads.data_ptr<int64_t>();
+  at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<double> table(n);
+    for (int64_t b = lo; b < hi; ++b) {
+      const int64_t L = len[b];
+      if (L == 0 || kk[b] < 0 || kk[b] > L) continue;
+      CountCharts c(n, true);
+      std::vector<int32_t> root_r(n, 0), root_k(n, 0);
+      std::fill(table.begin(), table.end(), kNegInf);
+      count_inside(A + b * n * n, C + b * n * n, L, single_root, c, table.data(), root_r.data(), root_k.data(),
+                   true);
+      if (table[kk[b]] == kNegInf) continue;
+      count_backtrack(c, C + b * n * n, L, single_root, root_r[kk[b]], root_k[kk[b]], kk[b], h + b * n);
+    }
+  });
+  return heads;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(structtorch_chain, m) {
@@ -642,6 +826,8 @@ TORCH_LIBRARY_FRAGMENT(structtorch_chain, m) {
   m.def("eisner_viterbi_forward(Tensor arcs, Tensor lengths, bool single_root) -> (Tensor, Tensor)");
   m.def("tree_mst_forward(Tensor arcs, Tensor lengths, bool single_root) -> Tensor");
   m.def("cky_logz_forward(Tensor spans, Tensor lengths) -> (Tensor, Tensor)");
+  m.def("eisner_count_forward(Tensor arcs, Tensor cost, Tensor lengths, bool single_root) -> Tensor");
+  m.def("eisner_count_heads(Tensor arcs, Tensor cost, Tensor lengths, bool single_root, Tensor k) -> Tensor");
   m.def("matrix_tree_forward(Tensor arcs, Tensor lengths, bool single_root) -> (Tensor, Tensor, Tensor)");
   m.def("matrix_tree_backward(Tensor grad, Tensor lengths, bool single_root, Tensor logz, Tensor weights, Tensor inverse) -> Tensor");
   m.def("cky_logz_backward(Tensor grad, Tensor spans, Tensor lengths, Tensor logz, Tensor charts) -> Tensor");
@@ -654,6 +840,8 @@ TORCH_LIBRARY_IMPL(structtorch_chain, CPU, m) {
   m.impl("eisner_viterbi_forward", &eisner_viterbi_forward);
   m.impl("tree_mst_forward", &tree_mst_forward);
   m.impl("cky_logz_forward", &cky_logz_forward);
+  m.impl("eisner_count_forward", &eisner_count_forward);
+  m.impl("eisner_count_heads", &eisner_count_heads);
   m.impl("matrix_tree_forward", &matrix_tree_forward);
   m.impl("matrix_tree_backward", &matrix_tree_backward);
   m.impl("cky_logz_backward", &cky_logz_backward);

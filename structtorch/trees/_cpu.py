@@ -69,3 +69,16 @@ def matrix_tree_backward(arcs: Tensor, lengths: Tensor, single_root: bool, logz:
     grad = grad.double().contiguous()
     out = chain_ops().matrix_tree_backward(grad, lengths.contiguous(), single_root, logz, *state)
     return out.to(arcs.dtype)
+
+
+def count_table(arcs: Tensor, cost: Tensor, lengths: Tensor, single_root: bool) -> Tensor:
+    """(B, T + 1) float64: the best score of the projective trees whose 0/1 ``cost`` (B, T + 1, T + 1)
+    adds up to exactly k (-inf where none)."""
+    return chain_ops().eisner_count_forward(arcs.double().contiguous(), cost.long().contiguous(),
+                                            lengths.contiguous(), single_root)
+
+
+def count_heads(arcs: Tensor, cost: Tensor, lengths: Tensor, single_root: bool, k: Tensor) -> Tensor:
+    """Heads (B, T + 1) of the best projective tree of cost exactly ``k`` (B,)."""
+    return chain_ops().eisner_count_heads(arcs.double().contiguous(), cost.long().contiguous(),
+                                          lengths.contiguous(), single_root, k.long().contiguous())

@@ -77,7 +77,7 @@ def backward_op(grad: Tensor, arcs: Tensor, lengths: Tensor, projective: bool, s
     return backward(arcs, lengths, single_root, logz, state, grad)
 
 
-def _heads_fake(arcs, lengths, projective, single_root, backend):
+def _heads_fake(arcs, *rest):
     return arcs.new_empty(arcs.shape[:2], dtype=torch.long)
 
 
@@ -206,3 +206,30 @@ def cky_log_partition(spans: Tensor, lengths: Tensor) -> Tensor:
 def cky_brackets(spans: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
     """(best (B,) float64, spans (B, T, T) 0/1) of the best bracketing (no graph)."""
     return cky_brackets_op(spans.detach(), lengths, backend_of(spans))
+
+
+def _table_fake(arcs, *rest):
+    return torch.empty_like(arcs[:, 0])
+
+
+@operator("dependency_count_table", _table_fake)
+def count_table_op(arcs: Tensor, cost: Tensor, lengths: Tensor, single_root: bool, backend: str) -> Tensor:
+    """(B, T + 1) float: the best score of the projective trees whose 0/1 ``cost`` adds up to k."""
+    return (_module(backend) or _torch).count_table(arcs, cost, lengths, single_root).to(arcs.dtype)
+
+
+@operator("dependency_count_heads", _heads_fake)
+def count_heads_op(arcs: Tensor, cost: Tensor, lengths: Tensor, single_root: bool, k: Tensor,
+                   backend: str) -> Tensor:
+    """Heads (B, T + 1) of the best projective tree of cost exactly ``k`` (B,)."""
+    if backend == "torch":
+        return _torch.count_viterbi(arcs, cost, lengths, k, single_root)[1]
+    return _module(backend).count_heads(arcs, cost, lengths, single_root, k)
+
+
+def count_search(arcs: Tensor, cost: Tensor, lengths: Tensor, single_root: bool, choose) -> Tensor:
+    """Heads (B, T + 1) of the best projective tree of the count ``choose(table)`` (B,) picks from
+    the count table (no graph)."""
+    arcs, backend = arcs.detach(), backend_of(arcs)
+    table = count_table_op(arcs, cost, lengths, single_root, backend)
+    return count_heads_op(arcs, cost, lengths, single_root, choose(table), backend)

@@ -153,9 +153,8 @@ def dependency_loss_augmented(arc_scores: Tensor, heads: Tensor, lengths: Length
         if rescaling == "margin":
             found = _ops.best_heads(plain + delta, lengths, projective, single)
         else:
-            table = _torch.count_table(plain, delta.long(), lengths, single)
-            count = _torch.slack_choice(table, target.detach())[1]
-            found = _torch.count_viterbi(plain, delta.long(), lengths, count.clamp(min=0), single)[1]
+            found = _ops.count_search(plain, delta.long(), lengths, single,
+                                      lambda table: _torch.slack_choice(table, target.detach())[1])
     value, found, loss = _torch.keep_or_replace(lambda h: tree_score(full, h), lambda h: tree_score(delta, h),
                                                 gold_heads, found, target, rescaling, ~(found >= 0).any(1))
     return value.to(scores.dtype), found, (loss.long() if cost is None else loss.to(scores.dtype))
