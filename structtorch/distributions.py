@@ -82,8 +82,9 @@ from .semimarkov.segments import (
 from .trees import _ops as _tree_ops
 from .trees.constituency import cky_loss_augmented, cky_viterbi
 from .trees.constituency import log_partition_fn as cky_logz_fn
-from .trees.dependency import dependency_loss_augmented, dependency_viterbi
+from .trees.dependency import dependency_viterbi
 from .trees.dependency import log_partition_fn as dependency_logz_fn
+from .trees.dependency import loss_augmented as dependency_loss_augmented_with_target
 from .trees.layout import checked_arcs, checked_spans, span_score, tree_score
 from .trees.layout import words as tree_words
 from .trees.sampling import sample_heads, sample_spans
@@ -905,20 +906,21 @@ class DependencyDistribution(_TreeDistribution):
         return tree_score(self._scores, torch.where(inside, structure.long(), -1))
 
     def loss_augmented(self, target: Tensor, *, h: HLike = None, rescaling: str = "margin",
-                       weights: Tensor | None = None,
-                       cost: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                       weights: Tensor | None = None, cost: Tensor | None = None,
+                       ignore_index: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """The most violating tree for the gold heads ``target`` (B, T + 1): ``(value (B,), heads
         (B, T + 1), loss (B,))``, the value in the structured hinge's form (as
         :func:`structtorch.loss_augmented`): max over trees y' of s(y') + Delta - s(target) (margin)
         or Delta (1 + s(y') - s(target)) (slack), Delta the Hamming loss of the heads (or the sum
-        of per-arc ``cost``); see :func:`structtorch.dependency_loss_augmented`.
+        of per-arc ``cost``); with ``ignore_index``, partial annotation (s(target) the best tree
+        that agrees with the annotated heads); see :func:`structtorch.dependency_loss_augmented`.
         :func:`structtorch.structured_hinge` takes this distribution as its structure."""
         _no_tree_loss_options(h, weights)
-        value, heads, loss = dependency_loss_augmented(
-            self._scores, target, self._lengths, rescaling=rescaling, projective=self.projective,
-            single_root=self.single_root, cost=cost)
+        value, heads, loss, target_score = dependency_loss_augmented_with_target(
+            self._scores, target, self._lengths, rescaling, self.projective, self.single_root, cost,
+            ignore_index)
         if rescaling == "margin":
-            value = value - self.score(target)
+            value = value - target_score
         return value, heads, loss
 
 

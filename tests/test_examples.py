@@ -33,6 +33,15 @@ def test_demo_runs(tmp_path):
     assert out.stat().st_size > 10_000
 
 
+def test_dependency_parser_example_runs(tmp_path):
+    """examples/dependency_parser.py --quick: both experiments' tables and the figure."""
+    out = tmp_path / "parser.png"
+    stdout = run_example("dependency_parser.py", "--quick", "--out", str(out))
+    for marker in ("CRF (Eisner)", "slack-rescaled hinge", "non-projective CRF", "test trees have crossing arcs"):
+        assert marker in stdout
+    assert out.stat().st_size > 10_000
+
+
 def test_readme_tour_runs():
     """Each Python block of the README and of the guide's concepts, tour and pitfalls (docs/guide/)
     runs on its own, in a fresh namespace, as a newcomer would paste it (no block needs an earlier one)."""

@@ -242,6 +242,11 @@ def test_bad_input_is_named():
         cky_loss_augmented(torch.randn(1, 3, 3, 2), torch.full((1, 3, 3, 2), 0.5))
     with pytest.raises(ValueError, match="spans must have shape"):
         cky_loss_augmented(torch.randn(1, 3, 3, 2), torch.zeros(1, 3, 3, 1))
+    crossing = torch.tensor([[-1, 3, -100, 0, 2]])  # 3 -> 1 and 2 -> 4 cross: no projective tree agrees
+    with pytest.raises(ValueError, match="no tree agrees with its annotated heads"):
+        dependency_loss_augmented(torch.zeros(1, 5, 5), crossing, ignore_index=-100)
+    with pytest.raises(ValueError, match=r"or ignore_index = -100\)"):
+        dependency_loss_augmented(torch.zeros(1, 5, 5), torch.tensor([[-1, 3, -7, 0, 2]]), ignore_index=-100)
     assert st.trees.dependency_viterbi is dependency_viterbi and st.cky_viterbi is cky_viterbi
 
 
@@ -509,3 +514,38 @@ def test_structured_hinge_takes_tree_distributions():
         delta = (trees * (1 - gold_spans[0])).sum((1, 2, 3))
         want = (value + delta - target) if rescaling == "margin" else delta * (1 + value - target)
         assert float(hinge) == pytest.approx(max(float(want.max()), 0.0), abs=1e-9)
+
+
+@settings(max_examples=30, deadline=None, database=None)
+@given(hst.integers(1, 2), hst.integers(1, 5), hst.integers(0, 2**16), hst.booleans(),
+       hst.sampled_from(["margin", "slack"]))
+def test_partial_annotation_equals_enumeration(tree_backend, B, T, seed, projective, rescaling):
+    """Heads given for some words (-100 elsewhere): Delta counts the annotated words, the gold tree
+    is the best tree that agrees with them, and the CRF's loss is -log p(agreeing trees)."""
+    if rescaling == "slack" and not projective:
+        return
+    arcs = _random((B, T + 1, T + 1), seed, False, 0.0)
+    lengths = _lengths(B, T, seed, low=1)
+    full = dependency_viterbi(_random((B, T + 1, T + 1), seed + 5, False, 0.0), lengths, projective=projective)[1]
+    hidden = torch.rand(B, T + 1, generator=torch.Generator().manual_seed(seed + 9)) < 0.5
+    partial = torch.where(hidden & (full >= 0), -100, full)
+    value, found, loss = dependency_loss_augmented(arcs, partial, lengths, rescaling=rescaling,
+                                                   projective=projective, ignore_index=-100)
+    nll = st.DependencyCRF(projective=projective)(arcs, partial, lengths, reduction="none", ignore_index=-100)
+    for b in range(B):
+        L = int(lengths[b])
+        trees = _dependency_trees(L, False, projective)
+        scores = _arc_scores(arcs[b], trees)
+        given = partial[b, 1:L + 1] != -100
+        delta = ((trees != partial[b, 1:L + 1]) & given).sum(1).double()
+        agree = delta == 0
+        target = float(scores[agree].max())
+        values = scores + delta if rescaling == "margin" else delta * (1 + scores - target)
+        assert float(value[b]) == pytest.approx(max(float(values.max()), target if rescaling == "margin" else 0.0),
+                                                abs=1e-9)
+        assert int(loss[b]) == int(((found[b, 1:L + 1] != partial[b, 1:L + 1]) & given).sum())
+        want = float(torch.logsumexp(scores, 0) - torch.logsumexp(scores[agree], 0))
+        assert float(nll[b]) == pytest.approx(want, abs=1e-9)
+    hinge = st.structured_hinge(st.DependencyDistribution(arcs, lengths, projective=projective), partial,
+                                rescaling=rescaling, ignore_index=-100, reduction="none")
+    assert (hinge >= 0).all()

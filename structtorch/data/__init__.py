@@ -26,6 +26,7 @@ from .graphs import GraphData, motif_graphs
 from .manifold import PITCH_FEATURES, pitch_accent_like
 from .objects import OBJECT_CLASSES, ObjectData, synthetic_objects
 from .tagging import SequenceData, TaggingData, make_tagging_data
+from .treebank import RELATIONS, WORD_CLASSES, Treebank, synthetic_treebank
 
 __all__ = [
     "SequenceData",
@@ -38,6 +39,10 @@ __all__ = [
     "gene_grammar",
     "SEGMENT_NAMES",
     "ObjectData",
+    "Treebank",
+    "synthetic_treebank",
+    "RELATIONS",
+    "WORD_CLASSES",
     "synthetic_objects",
     "OBJECT_CLASSES",
     "DigitSequences",

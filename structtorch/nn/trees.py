@@ -17,6 +17,7 @@ from ..trees.layout import (
     checked_heads,
     checked_spans,
     checked_tree_spans,
+    consistent,
     span_score,
     tree_score,
     words,
@@ -70,7 +71,7 @@ class DependencyCRF(NotScriptable, nn.Module):
         return {"projective": self.projective, "single_root": self.single_root}
 
     def forward(self, arc_scores: Tensor, heads: Tensor, lengths: LengthsLike = None, *,
-                reduction: str = "mean") -> Tensor:
+                reduction: str = "mean", ignore_index: int | None = None) -> Tensor:
         """Negative log-likelihood -log p(heads | arc_scores) (>= 0).
 
         Parameters
@@ -82,6 +83,10 @@ class DependencyCRF(NotScriptable, nn.Module):
             Words per sentence; None means T.
         reduction : {"none", "sum", "mean", "token_mean"}
             Per sentence (B,), summed, averaged over sentences, or summed and divided by the words.
+        ignore_index : int, optional
+            The head value of unannotated words (partial annotation, e.g. -100): the loss is then
+            -log of the probability of the trees that agree with the annotated heads, logZ minus
+            the log-partition of those trees. None: every word is annotated.
 
         Returns
         -------
@@ -92,9 +97,12 @@ class DependencyCRF(NotScriptable, nn.Module):
         """
         reduction = _check_reduction(reduction)
         scores, checked, _, _ = checked_arcs(arc_scores, lengths, self.projective, self.single_root)
-        gold = checked_heads(heads, checked, tuple(scores.shape[:2]))
-        gold = torch.where(words(checked, scores.shape[1]), gold, -1)
-        nll = dependency_log_partition(scores, checked, **self._kw) - tree_score(scores, gold)
+        gold, annotated = checked_heads(heads, checked, tuple(scores.shape[:2]), ignore_index=ignore_index)
+        logz = dependency_log_partition(scores, checked, **self._kw)
+        if ignore_index is None:
+            nll = logz - tree_score(scores, torch.where(words(checked, scores.shape[1]), gold, -1))
+        else:
+            nll = logz - dependency_log_partition(consistent(scores, gold, annotated), checked, **self._kw)
         return _reduce(nll, reduction, lambda: checked.sum())
 
     def decode(self, arc_scores: Tensor, lengths: LengthsLike = None) -> tuple[Tensor, Tensor]:

@@ -15,7 +15,7 @@ from .._expectations import logz_and_grads
 from .._numerics import NEG_INF, accumulate
 from .._precision import mixed_precision
 from . import _ops, _torch
-from .layout import PROJECTIVE_ONLY, checked_arcs, checked_heads, tree_score, words
+from .layout import PROJECTIVE_ONLY, checked_arcs, checked_heads, consistent, tree_score, words
 
 __all__ = ["dependency_viterbi", "dependency_log_partition", "dependency_marginals",
            "dependency_loss_augmented"]
@@ -98,16 +98,20 @@ def hamming_costs(gold: Tensor, T1: int) -> Tensor:
 @mixed_precision
 def dependency_loss_augmented(arc_scores: Tensor, heads: Tensor, lengths: LengthsLike = None, *,
                               rescaling: str = "margin", projective: bool = True,
-                              single_root: bool = False, cost: Tensor | None = None
-                              ) -> tuple[Tensor, Tensor, Tensor]:
+                              single_root: bool = False, cost: Tensor | None = None,
+                              ignore_index: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """The most violating dependency tree for the gold ``heads`` (B, T + 1).
 
     Delta(y) = the number of words whose head in y differs from ``heads`` (with ``cost``, the sum of
     ``cost[b, h, m]`` over the arcs of y). Margin rescaling maximizes score(y) + Delta(y) (exact:
     Delta folds into the arc scores, for projective and non-projective trees); slack rescaling
     maximizes Delta(y) * (1 + score(y) - score(heads)) (exact for projective trees: Eisner's DP
-    over a Hamming-count dimension, Bauer et al. 2014, O(T^5); refused for non-projective trees,
-    naming the alternatives). Where the gold tree attains the maximum it is returned itself.
+    over a Hamming-count dimension, Bauer et al. 2014; refused for non-projective trees, naming
+    the alternatives). Where the gold tree attains the maximum it is returned itself.
+
+    Partial annotation: with ``ignore_index``, words whose head is ``ignore_index`` are unannotated;
+    Delta counts the annotated words only, and the gold tree is the best tree that agrees with the
+    annotated heads (its score is score(heads) above; a ValueError names the rows where none does).
 
     Parameters
     ----------
@@ -118,6 +122,8 @@ def dependency_loss_augmented(arc_scores: Tensor, heads: Tensor, lengths: Length
     rescaling : {"margin", "slack"}
     cost : Tensor (B, T + 1, T + 1), optional
         Per-arc costs for margin rescaling (finite); default the Hamming loss of the heads.
+    ignore_index : int, optional
+        The head value of unannotated words (e.g. -100); None: every word is annotated.
 
     Returns
     -------
@@ -129,27 +135,47 @@ def dependency_loss_augmented(arc_scores: Tensor, heads: Tensor, lengths: Length
     loss : Tensor (B,)
         Its Delta (int64 for the Hamming loss, the scores' dtype with ``cost``).
     """
+    value, found, loss, _ = loss_augmented(arc_scores, heads, lengths, rescaling, projective, single_root,
+                                           cost, ignore_index)
+    return value, found, loss
+
+
+def gold_tree(scores: Tensor, gold: Tensor, annotated: Tensor, lengths: Tensor, projective: bool,
+              single: bool, partial: bool) -> Tensor:
+    """The gold heads (B, T + 1), -1 outside the words: as given, or with a partial annotation the
+    best tree that agrees with it (detached, accumulated ``scores``)."""
+    inside = words(lengths, scores.shape[1])
+    if not partial:
+        return torch.where(inside, gold, -1)
+    return _ops.best_heads(consistent(scores, gold, annotated), lengths, projective, single)
+
+
+def loss_augmented(arc_scores: Tensor, heads: Tensor, lengths: LengthsLike, rescaling: str, projective: bool,
+                   single_root: bool, cost: Tensor | None,
+                   ignore_index: int | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`dependency_loss_augmented` and the gold tree's score (B,) (differentiable)."""
     if rescaling not in ("margin", "slack"):
         raise ValueError(f"rescaling must be 'margin' or 'slack', got {rescaling!r}")
     scores, lengths, projective, single = checked_arcs(arc_scores, lengths, projective, single_root)
     T1 = scores.shape[1]
-    gold = checked_heads(heads, lengths, (scores.shape[0], T1))
-    inside = words(lengths, T1)
-    gold_heads = torch.where(inside, gold, -1)
+    gold, annotated = checked_heads(heads, lengths, (scores.shape[0], T1), ignore_index=ignore_index)
     if cost is not None:
         if rescaling == "slack":
             raise NotImplementedError("rescaling='slack' takes the Hamming loss (cost=None) only")
         delta = accumulate(check_float("cost", cost, scores, "arc_scores").detach())
     else:
-        delta = hamming_costs(gold, T1).to(accumulate(scores).dtype)
+        delta = (hamming_costs(gold, T1) * annotated[:, None, :]).to(accumulate(scores).dtype)
     if rescaling == "slack" and not projective:
         raise NotImplementedError(PROJECTIVE_ONLY)
     full = accumulate(scores)
-    target = tree_score(full, gold_heads)
-    check_target_score(target.detach(),
-                       "heads has score -inf in row {}: the gold tree uses a forbidden (-inf) arc")
+    plain = full.detach()
     with torch.no_grad():
-        plain = full.detach()
+        gold_heads = gold_tree(plain, gold, annotated, lengths, projective, single, ignore_index is not None)
+    target = tree_score(full, gold_heads)
+    target = torch.where((gold_heads >= 0).any(1) | (lengths == 0), target, float("-inf"))
+    check_target_score(target.detach(), "heads has score -inf in row {}: the gold tree uses a forbidden "
+                       "(-inf) arc, or no tree agrees with its annotated heads")
+    with torch.no_grad():
         if rescaling == "margin":
             found = _ops.best_heads(plain + delta, lengths, projective, single)
         else:
@@ -157,4 +183,5 @@ def dependency_loss_augmented(arc_scores: Tensor, heads: Tensor, lengths: Length
                                       lambda table: _torch.slack_choice(table, target.detach())[1])
     value, found, loss = _torch.keep_or_replace(lambda h: tree_score(full, h), lambda h: tree_score(delta, h),
                                                 gold_heads, found, target, rescaling, ~(found >= 0).any(1))
-    return value.to(scores.dtype), found, (loss.long() if cost is None else loss.to(scores.dtype))
+    loss = loss.long() if cost is None else loss.to(scores.dtype)
+    return value.to(scores.dtype), found, loss, target.to(scores.dtype)

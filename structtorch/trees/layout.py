@@ -43,19 +43,30 @@ def words(lengths: Tensor, T1: int) -> Tensor:
     return (m >= 1) & (m <= lengths[:, None])
 
 
-def checked_heads(heads: object, lengths: Tensor, shape: tuple[int, int], name: str = "heads") -> Tensor:
-    """Gold heads (B, T + 1) int64 with 0 outside the words: in [0, T] other than the word itself for
-    words 1..L (anything at the root and beyond)."""
+def checked_heads(heads: object, lengths: Tensor, shape: tuple[int, int], name: str = "heads",
+                  ignore_index: int | None = None) -> tuple[Tensor, Tensor]:
+    """(gold heads (B, T + 1) int64 with 0 where not given, annotated (B, T + 1) bool): the words
+    1..L whose head is not ``ignore_index`` must hold a head in [0, T] other than themselves
+    (anything at the root and beyond the lengths)."""
     if not isinstance(heads, Tensor) or heads.dtype.is_floating_point or heads.dtype == torch.bool:
         raise TypeError(f"{name} must be an integer tensor of shape (B, T + 1) = {_fmt(shape)}")
     if tuple(heads.shape) != shape:
         raise ValueError(f"{name} must have shape (B, T + 1) = {_fmt(shape)}, got {_fmt(heads.shape)}")
     heads = heads.to(lengths.device).long()
     inside = words(lengths, shape[1])
+    annotated = inside if ignore_index is None else inside & (heads != ignore_index)
     m = torch.arange(shape[1], device=heads.device)
-    check_that(lambda: ~inside | ((heads >= 0) & (heads < shape[1]) & (heads != m)),
-               f"{name} must hold a head in [0, T] other than the word itself for every word 1..L")
-    return torch.where(inside, heads, 0)
+    unlabeled = "" if ignore_index is None else f" (or ignore_index = {ignore_index})"
+    check_that(lambda: ~annotated | ((heads >= 0) & (heads < shape[1]) & (heads != m)),
+               f"{name} must hold a head in [0, T] other than the word itself{unlabeled} for every word 1..L")
+    return torch.where(annotated, heads, 0), annotated
+
+
+def consistent(scores: Tensor, gold: Tensor, annotated: Tensor) -> Tensor:
+    """``scores`` (B, T + 1, T + 1) with every arc into an annotated word forbidden (-inf) but its
+    gold one: the trees left are those that agree with a partial annotation."""
+    h = torch.arange(scores.shape[1], device=scores.device)
+    return scores.masked_fill(annotated[:, None, :] & (h[None, :, None] != gold[:, None, :]), float("-inf"))
 
 
 def checked_tree_spans(spans: object, shape: tuple[int, ...], name: str = "spans") -> Tensor:
