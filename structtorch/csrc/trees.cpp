@@ -818,6 +818,120 @@ at::Tensor eisner_count_heads(const at::Tensor& arcs, const at::Tensor& cost, co
   return heads;
 }
 
+// CKY over a count dimension: x (T, T, 2) [i][j][c] is the best score of span [i, j] under a label
+// of cost c (0 or 1; -inf where none); inside[i][j][k] the best bracketing of [i, j] whose spans'
+// costs add up to k (0..2(j - i) + 1: a tree of w + 1 words has 2w + 1 spans). With backpointers
+// (split, left count, the span's own cost) the spans of the best tree of a given count are read back.
+struct CkyCounts {
+  int64_t n;
+  std::vector<int64_t> off;  // off[i * n + j]: the span [i, j]'s first value (2(j - i) + 2 of them)
+  std::vector<double> in, inner;
+  std::vector<int32_t> split, left, own;
+
+  CkyCounts(int64_t n, bool back) : n(n), off(n * n, 0) {
+    int64_t total = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = i; j < n; ++j) off[i * n + j] = total, total += 2 * (j - i) + 2;
+    in.assign(total, kNegInf);
+    inner.assign(total, kNegInf);
+    if (back) split.assign(total, 0), left.assign(total, 0), own.assign(total, 0);
+  }
+  int64_t at(int64_t i, int64_t j) const { return off[i * n + j]; }
+};
+
+void cky_count_inside(const double* x, int64_t L, CkyCounts& c, double* table, bool back) {
+  const int64_t n = c.n;
+  for (int64_t w = 0; w < L; ++w) {
+    for (int64_t i = 0; i + w < L; ++i) {
+      const int64_t j = i + w, ij = c.at(i, j);
+      if (w == 0) {
+        c.inner[ij] = 0.0;
+      } else {
+        for (int64_t k = i; k < j; ++k)
+          convolve_into(c.in.data() + c.at(i, k), 2 * (k - i) + 1, c.in.data() + c.at(k + 1, j), 2 * (j - k - 1) + 1,
+                        c.inner.data() + ij, static_cast<int32_t>(k), back ? c.split.data() + ij : nullptr,
+                        back ? c.left.data() + ij : nullptr, back);
+      }
+      const int64_t top = w == 0 ? 0 : 2 * w;  // the inner counts run over 0..top
+      for (int64_t k = 0; k <= top; ++k) {
+        if (c.inner[ij + k] == kNegInf) continue;
+        for (int64_t cost = 0; cost < 2; ++cost) {
+          const double v = c.inner[ij + k] + x[(i * n + j) * 2 + cost];
+          if (v > c.in[ij + k + cost]) {
+            c.in[ij + k + cost] = v;
+            if (back) c.own[ij + k + cost] = static_cast<int32_t>(cost);
+          }
+        }
+      }
+    }
+  }
+  if (L == 0) {
+    table[0] = 0.0;
+    return;
+  }
+  std::copy(c.in.begin() + c.at(0, L - 1), c.in.begin() + c.at(0, L - 1) + 2 * L, table);
+}
+
+std::tuple<int64_t, int64_t> check_span_costs(const Check& check, const at::Tensor& x, const at::Tensor& lengths) {
+  TORCH_CHECK(x.dim() == 4 && x.size(3) == 2, check.op, ": x must have shape (B, T, T, 2), got ", x.sizes());
+  const int64_t B = x.size(0), n = x.size(1);
+  check.tensor(x, "x", at::kDouble, {B, n, n, 2});
+  check.lengths(lengths, B, n);
+  return {B, n};
+}
+
+// The count tables (B, 2T): the best score of the labeled trees whose cost adds up to exactly k.
+at::Tensor cky_count_forward(const at::Tensor& x, const at::Tensor& lengths) {
+  const auto [B, n] = check_span_costs(Check{"cky_count_forward"}, x, lengths);
+  auto table = at::full({B, std::max<int64_t>(2 * n, 1)}, kNegInf, x.options());
+  const double* X = x.data_ptr<double>();
+  const int64_t* len = lengths.data_ptr<int64_t>();
+  double* out = table.data_ptr<double>();
+  const int64_t K1 = table.size(1);
+  at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t b = lo; b < hi; ++b) {
+      CkyCounts c(n, false);
+      cky_count_inside(X + b * n * n * 2, len[b], c, out + b * K1, false);
+    }
+  });
+  return table;
+}
+
+// The best labeled tree of cost exactly k[b]: (B, T, T) int64, each chosen span's cost (0 or 1),
+// -1 elsewhere (all -1 where no tree has that count).
+at::Tensor cky_count_spans(const at::Tensor& x, const at::Tensor& lengths, const at::Tensor& k) {
+  const Check check{"cky_count_spans"};
+  const auto [B, n] = check_span_costs(check, x, lengths);
+  check.tensor(k, "k", at::kLong, {B});
+  auto out = at::full({B, n, n}, -1, lengths.options());
+  const double* X = x.data_ptr<double>();
+  const int64_t *len = lengths.data_ptr<int64_t>(), *kk = k.data_ptr<int64_t>();
+  int64_t* o = out.data_ptr<int64_t>();
+  at::parallel_for(0, B, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<double> table(std::max<int64_t>(2 * n, 1));
+    for (int64_t b = lo; b < hi; ++b) {
+      const int64_t L = len[b];
+      if (L == 0 || kk[b] < 0 || kk[b] >= 2 * L) continue;
+      CkyCounts c(n, true);
+      std::fill(table.begin(), table.end(), kNegInf);
+      cky_count_inside(X + b * n * n * 2, L, c, table.data(), true);
+      if (table[kk[b]] == kNegInf) continue;
+      std::vector<std::tuple<int64_t, int64_t, int64_t>> stack{{0, L - 1, kk[b]}};
+      while (!stack.empty()) {
+        const auto [i, j, count] = stack.back();
+        stack.pop_back();
+        const int64_t at = c.at(i, j) + count, cost = c.own[at];
+        o[(b * n + i) * n + j] = cost;
+        if (i == j) continue;
+        const int64_t inner = c.at(i, j) + count - cost, s = c.split[inner], k1 = c.left[inner];
+        stack.emplace_back(i, s, k1);
+        stack.emplace_back(s + 1, j, count - cost - k1);
+      }
+    }
+  });
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(structtorch_chain, m) {
@@ -826,6 +940,8 @@ TORCH_LIBRARY_FRAGMENT(structtorch_chain, m) {
   m.def("eisner_viterbi_forward(Tensor arcs, Tensor lengths, bool single_root) -> (Tensor, Tensor)");
   m.def("tree_mst_forward(Tensor arcs, Tensor lengths, bool single_root) -> Tensor");
   m.def("cky_logz_forward(Tensor spans, Tensor lengths) -> (Tensor, Tensor)");
+  m.def("cky_count_forward(Tensor x, Tensor lengths) -> Tensor");
+  m.def("cky_count_spans(Tensor x, Tensor lengths, Tensor k) -> Tensor");
   m.def("eisner_count_forward(Tensor arcs, Tensor cost, Tensor lengths, bool single_root) -> Tensor");
   m.def("eisner_count_heads(Tensor arcs, Tensor cost, Tensor lengths, bool single_root, Tensor k) -> Tensor");
   m.def("matrix_tree_forward(Tensor arcs, Tensor lengths, bool single_root) -> (Tensor, Tensor, Tensor)");
@@ -840,6 +956,8 @@ TORCH_LIBRARY_IMPL(structtorch_chain, CPU, m) {
   m.impl("eisner_viterbi_forward", &eisner_viterbi_forward);
   m.impl("tree_mst_forward", &tree_mst_forward);
   m.impl("cky_logz_forward", &cky_logz_forward);
+  m.impl("cky_count_forward", &cky_count_forward);
+  m.impl("cky_count_spans", &cky_count_spans);
   m.impl("eisner_count_forward", &eisner_count_forward);
   m.impl("eisner_count_heads", &eisner_count_heads);
   m.impl("matrix_tree_forward", &matrix_tree_forward);

@@ -82,3 +82,26 @@ def count_heads(arcs: Tensor, cost: Tensor, lengths: Tensor, single_root: bool, 
     """Heads (B, T + 1) of the best projective tree of cost exactly ``k`` (B,)."""
     return chain_ops().eisner_count_heads(arcs.double().contiguous(), cost.long().contiguous(),
                                           lengths.contiguous(), single_root, k.long().contiguous())
+
+
+def _by_cost(spans: Tensor, cost: Tensor) -> Tensor:
+    """(B, T, T, 2): each span's best label score at cost 0 and at cost 1 (-inf where none)."""
+    return torch.stack([spans.masked_fill(cost != c, float("-inf")).amax(3) for c in (0, 1)], -1)
+
+
+def cky_count_table(spans: Tensor, cost: Tensor, lengths: Tensor) -> Tensor:
+    """(B, 2T) float64: the best score of the labeled trees whose 0/1 ``cost`` (B, T, T, N) adds up to
+    exactly k (-inf where none)."""
+    x = _by_cost(spans.double(), cost).contiguous()
+    return chain_ops().cky_count_forward(x, lengths.contiguous())
+
+
+def cky_count_spans(spans: Tensor, cost: Tensor, lengths: Tensor, k: Tensor) -> Tensor:
+    """The labeled spans (B, T, T, N) 0/1 of the best tree of cost exactly ``k`` (B,): the kernel
+    chooses the spans and their costs, each span's label is its best at that cost."""
+    spans = spans.double()
+    chosen = chain_ops().cky_count_spans(_by_cost(spans, cost).contiguous(), lengths.contiguous(),
+                                         k.long().contiguous())
+    label = spans.masked_fill(cost != chosen.clamp(min=0).unsqueeze(3), float("-inf")).argmax(3)
+    onehot = torch.nn.functional.one_hot(label, spans.shape[3]).to(spans.dtype)
+    return onehot * (chosen >= 0).unsqueeze(3)

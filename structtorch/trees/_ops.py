@@ -233,3 +233,29 @@ def count_search(arcs: Tensor, cost: Tensor, lengths: Tensor, single_root: bool,
     arcs, backend = arcs.detach(), backend_of(arcs)
     table = count_table_op(arcs, cost, lengths, single_root, backend)
     return count_heads_op(arcs, cost, lengths, single_root, choose(table), backend)
+
+
+def _cky_table_fake(spans, *rest):
+    return spans.new_empty((spans.shape[0], max(2 * spans.shape[1], 1)))
+
+
+@operator("cky_count_table", _cky_table_fake)
+def cky_count_table_op(spans: Tensor, cost: Tensor, lengths: Tensor, backend: str) -> Tensor:
+    """(B, 2T) float: the best score of the labeled trees whose 0/1 ``cost`` adds up to k."""
+    return (_module(backend) or _torch).cky_count_table(spans, cost, lengths).to(spans.dtype)
+
+
+@operator("cky_count_spans", lambda spans, *rest: torch.empty_like(spans))
+def cky_count_spans_op(spans: Tensor, cost: Tensor, lengths: Tensor, k: Tensor, backend: str) -> Tensor:
+    """Labeled spans (B, T, T, N) 0/1 of the best tree of cost exactly ``k`` (B,)."""
+    if backend == "torch":
+        return _torch.cky_count_viterbi(spans, cost, lengths, k)[1]
+    return _module(backend).cky_count_spans(spans, cost, lengths, k).to(spans.dtype)
+
+
+def cky_count_search(spans: Tensor, cost: Tensor, lengths: Tensor, choose) -> Tensor:
+    """Labeled spans (B, T, T, N) of the best tree of the count ``choose(table)`` (B,) picks from
+    the count table (no graph)."""
+    spans, backend = spans.detach(), backend_of(spans)
+    table = cky_count_table_op(spans, cost, lengths, backend)
+    return cky_count_spans_op(spans, cost, lengths, choose(table), backend)

@@ -133,9 +133,8 @@ def cky_loss_augmented(span_scores: Tensor, spans: Tensor, lengths: LengthsLike 
         if rescaling == "margin":
             found = _best(plain + delta, lengths)[1]
         else:
-            table = _torch.cky_count_table(plain, delta.long(), lengths)
-            count = _torch.slack_choice(table, target.detach())[1]
-            found = _torch.cky_count_viterbi(plain, delta.long(), lengths, count)[1]
+            found = _ops.cky_count_search(plain, delta.long(), lengths,
+                                          lambda table: _torch.slack_choice(table, target.detach())[1])
     value, found, loss = _torch.keep_or_replace(lambda y: span_score(full, y, lengths),
                                                 lambda y: span_score(delta, y, lengths), gold, found, target,
                                                 rescaling, found.sum((1, 2, 3)) == 0)
