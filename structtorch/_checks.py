@@ -198,10 +198,12 @@ class one_assertion:  # noqa: N801 - used like a function, as torch's context ma
 def _counted(x: Tensor, kind: str, message: str, **params) -> bool:
     """Add the check of ``x`` (a kind of :mod:`structtorch._triton_checks`) to the open
     :class:`one_assertion`, which counts the bad entries of all its checks at its end; False
-    (nothing done) outside one, under ``torch.compile`` or off the "triton" backend, where the
-    caller asserts on its own."""
+    (nothing done) outside one, under ``torch.compile``, under a ``torch.func`` transform (whose
+    wrapped tensors a Triton launch cannot read) or off the "triton" backend, where the caller
+    asserts on its own."""
     state = _BATCH.state
-    if state is None or torch.compiler.is_compiling() or _backend.backend_for(x) != "triton":
+    if (state is None or torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active()
+            or _backend.backend_for(x) != "triton"):
         return False
     state["checks"].append((plain(x), kind, params))
     state["messages"].append(message)
@@ -534,6 +536,19 @@ def _ignore_hint(value: int) -> str:
         return ""
     return (f"; if {value} marks unlabeled positions (partial labels), pass ignore_index={value} (taken by "
             "LinearChainCRF, loss_augmented, structured_hinge and train.chain_nll)")
+
+
+def check_in_range(x: Tensor, lengths: Tensor, low: int, high: int, message: str) -> None:
+    """A value check of integer ``x`` (B, T): every entry at a position below its row's length lies
+    in [low, high] (a ValueError with ``message`` on the host; on the "triton" backend one slot of
+    the call's counting launch, elsewhere a device assertion)."""
+    if not _VALIDATION["on"]:
+        return
+    T = x.shape[-1]
+    if not on_host(x) and _counted(x, "labels", message, lo=low, hi=high, lengths=lengths, T=T):
+        return
+    inside = torch.arange(T, device=x.device) < lengths[:, None]
+    check_that(lambda: ~inside | ((x >= low) & (x <= high)), message)
 
 
 def check_label_values(labels: Tensor, lengths: Tensor, N: int, name: str = "labels") -> None:

@@ -252,6 +252,36 @@ def _entry(make: Make, options: Options) -> Callable[[int], Callable[[], object]
     return lambda T: make(T, options(T))
 
 
+def _heads(T: int) -> torch.Tensor:
+    """Gold heads (B, T + 1) of sentences of T and 1 words: a chain to the root."""
+    heads = torch.arange(-1, T).expand(B, T + 1).clone()
+    heads[1, 2:] = -1
+    return heads
+
+
+def _tree_call(run: Callable) -> Make:
+    """A call on dependency arc scores (B, T + 1, T + 1) (or span scores (B, T, T, N) for CKY)."""
+    def make(T: int, kw: dict) -> Callable[[], object]:
+        arcs, spans = _randn(T, 12, B, T + 1, T + 1, grad=True), _randn(T, 13, B, T, T, N, grad=True)
+        return lambda: run(arcs, spans, _lengths(T), kw)
+
+    return make
+
+
+TREES = {"": lambda T: {}, "single_root": lambda T: {"single_root": True}}
+TREE_CALLS = {
+    "dependency_viterbi": (_tree_call(lambda a, s, n, kw: st.dependency_viterbi(a, n, **kw)), TREES),
+    "dependency_log_partition fwd+bwd": (_tree_call(lambda a, s, n, kw: _backward(
+        st.dependency_log_partition(a, n, **kw), a)), TREES),
+    "DependencyCRF NLL fwd+bwd": (_tree_call(lambda a, s, n, kw: _backward(
+        st.DependencyCRF(**kw)(a, _heads(a.shape[1] - 1), n), a)), TREES),
+    "cky_viterbi": (_tree_call(lambda a, s, n, kw: st.cky_viterbi(s, n)), {"": lambda T: {}}),
+    "cky_log_partition fwd+bwd": (_tree_call(lambda a, s, n, kw: _backward(st.cky_log_partition(s, n), s)),
+                                  {"": lambda T: {}}),
+}
+BASE.update(TREE_CALLS)
+
+
 CALLS: dict[str, Callable[[int], Callable[[], object]]] = {
     (name if not key else f"{name} [{key}]"): _entry(make, options)
     for name, (make, sets) in BASE.items() for key, options in sets.items()

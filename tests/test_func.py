@@ -88,3 +88,20 @@ def test_per_example_marginals_under_vmap_of_jacrev_match_the_marginals():
     us = torch.stack([_unary(s) for s in range(3)])
     grads = vmap(jacrev(lambda u: st.log_partition(u, A, lengths=L).sum()))(us)
     torch.testing.assert_close(grads, torch.stack([st.marginals(u, A, lengths=L) for u in us]), rtol=0, atol=1e-10)
+
+
+def test_transforms_on_the_triton_backend_check_values_without_the_counting_kernel():
+    """Under a transform the value checks assert with PyTorch ops: the Triton counting kernel cannot
+    read functorch's wrapped tensors (it raised "Cannot access storage of TensorWrapper")."""
+    from conftest import use_backend
+
+    g = torch.Generator().manual_seed(0)
+    unary, trans = torch.randn(2, 4, 3, generator=g, dtype=torch.float64), torch.randn(3, 3, generator=g,
+                                                                                       dtype=torch.float64)
+    with use_backend("triton"):
+        grad = torch.func.grad(lambda u: st.log_partition(u, trans).sum())(unary)
+        torch.testing.assert_close(grad, st.marginals(unary, trans))
+        bad = unary.clone()
+        bad[0, 1, 2] = float("nan")
+        with pytest.raises((ValueError, RuntimeError), match="unary"):
+            torch.func.grad(lambda u: st.log_partition(u, trans).sum())(bad)

@@ -42,6 +42,11 @@ BUDGETS = {
     "LinearChainCRF decode": 14,
     "StructuredHingeLoss margin fwd+bwd": 16,
     "StructuredHingeLoss slack fwd+bwd": 16,
+    "dependency_viterbi": 24,
+    "dependency_log_partition fwd+bwd": 6,
+    "DependencyCRF NLL fwd+bwd": 36,
+    "cky_viterbi": 22,
+    "cky_log_partition fwd+bwd": 28,
 }
 
 # what an option set may add to its call's budget: a mask gathers the positions and scatters the

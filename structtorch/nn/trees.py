@@ -8,10 +8,17 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .._checks import LengthsLike, check_bool, check_int
+from .._checks import LengthsLike, check_bool, check_int, one_assertion
 from .._library import NotScriptable
+from .._numerics import accumulate
 from ..trees.constituency import cky_log_partition, cky_marginals, cky_viterbi
-from ..trees.dependency import dependency_log_partition, dependency_marginals, dependency_viterbi
+from ..trees.constituency import log_partition_fn as cky_logz_fn
+from ..trees.dependency import (
+    dependency_log_partition,
+    dependency_marginals,
+    dependency_viterbi,
+    log_partition_fn,
+)
 from ..trees.layout import (
     checked_arcs,
     checked_heads,
@@ -70,6 +77,7 @@ class DependencyCRF(NotScriptable, nn.Module):
     def _kw(self) -> dict:
         return {"projective": self.projective, "single_root": self.single_root}
 
+    @one_assertion()
     def forward(self, arc_scores: Tensor, heads: Tensor, lengths: LengthsLike = None, *,
                 reduction: str = "mean", ignore_index: int | None = None) -> Tensor:
         """Negative log-likelihood -log p(heads | arc_scores) (>= 0).
@@ -98,12 +106,14 @@ class DependencyCRF(NotScriptable, nn.Module):
         reduction = _check_reduction(reduction)
         scores, checked, _, _ = checked_arcs(arc_scores, lengths, self.projective, self.single_root)
         gold, annotated = checked_heads(heads, checked, tuple(scores.shape[:2]), ignore_index=ignore_index)
-        logz = dependency_log_partition(scores, checked, **self._kw)
+        log_partition = log_partition_fn(self.projective, self.single_root, checked)
+        full = accumulate(scores)
         if ignore_index is None:
-            nll = logz - tree_score(scores, torch.where(words(checked, scores.shape[1]), gold, -1))
+            inside = words(checked, scores.shape[1])
+            nll = log_partition(full) - tree_score(full, torch.where(inside, gold, -1))
         else:
-            nll = logz - dependency_log_partition(consistent(scores, gold, annotated), checked, **self._kw)
-        return _reduce(nll, reduction, lambda: checked.sum())
+            nll = log_partition(full) - log_partition(consistent(full, gold, annotated))
+        return _reduce(nll.to(scores.dtype), reduction, lambda: checked.sum())
 
     def decode(self, arc_scores: Tensor, lengths: LengthsLike = None) -> tuple[Tensor, Tensor]:
         """(score (B,), heads (B, T + 1) int64): the best tree, as :func:`structtorch.dependency_viterbi`."""
@@ -155,6 +165,7 @@ class TreeCRF(NotScriptable, nn.Module):
                              f"dimension, got {scores.shape[3]}")
         return scores, checked
 
+    @one_assertion()
     def forward(self, span_scores: Tensor, spans: Tensor, lengths: LengthsLike = None, *,
                 reduction: str = "mean") -> Tensor:
         """Negative log-likelihood -log p(spans | span_scores) (>= 0).
@@ -172,8 +183,9 @@ class TreeCRF(NotScriptable, nn.Module):
         reduction = _check_reduction(reduction)
         scores, checked = self._checked(span_scores, lengths)
         gold = checked_tree_spans(spans, tuple(scores.shape))
-        nll = cky_log_partition(scores, checked) - span_score(scores, gold, checked)
-        return _reduce(nll, reduction, lambda: checked.sum())
+        full = accumulate(scores)
+        nll = cky_logz_fn(checked)(full) - span_score(full, gold, checked)
+        return _reduce(nll.to(scores.dtype), reduction, lambda: checked.sum())
 
     def decode(self, span_scores: Tensor, lengths: LengthsLike = None) -> tuple[Tensor, Tensor]:
         """(score (B,), spans (B, T, T, N) 0/1): the best tree, as :func:`structtorch.cky_viterbi`."""

@@ -103,5 +103,5 @@ def cky_count_spans(spans: Tensor, cost: Tensor, lengths: Tensor, k: Tensor) -> 
     chosen = chain_ops().cky_count_spans(_by_cost(spans, cost).contiguous(), lengths.contiguous(),
                                          k.long().contiguous())
     label = spans.masked_fill(cost != chosen.clamp(min=0).unsqueeze(3), float("-inf")).argmax(3)
-    onehot = torch.nn.functional.one_hot(label, spans.shape[3]).to(spans.dtype)
-    return onehot * (chosen >= 0).unsqueeze(3)
+    onehot = label.unsqueeze(3) == torch.arange(spans.shape[3], device=label.device)
+    return onehot.to(spans.dtype) * (chosen >= 0).unsqueeze(3)

@@ -16,15 +16,15 @@ from .._library import apply, operator, save_for_backward
 from .._numerics import grads_through
 from . import _torch
 
-COMPILED = ("compiled",)
+KERNELS = ("compiled", "triton")
 """The backends with tree kernels (elsewhere the PyTorch references run)."""
 
 
 def backend_of(arcs: Tensor) -> str:
-    """:func:`structtorch._backend.backend_for` with the trees' veto: "torch" where no tree kernel
-    exists (Triton kernels are not written yet)."""
+    """:func:`structtorch._backend.backend_for` with the trees' veto: "torch" for sentences of no
+    position (T + 1 = 0 or T = 0, nothing for a kernel to do)."""
     backend = _backend.backend_for(arcs)
-    return backend if backend in COMPILED else "torch"
+    return backend if backend in KERNELS and arcs.shape[1] > 0 else "torch"
 
 
 def _module(backend: str):
@@ -42,11 +42,13 @@ def _forward_fake(arcs, lengths, projective, single_root, backend):
     B, T1, _ = arcs.shape
     if backend == "torch":
         state = []
-    elif projective:
+    elif projective:  # the charts
         state = [arcs.new_empty((B, 5, T1, T1), dtype=torch.float64)]
-    else:
+    elif backend == "compiled":  # the weights and the inverse Laplacians (triton: the reference's none)
         state = [arcs.new_empty((B, T1, T1), dtype=torch.float64),
                  arcs.new_empty((B, T1 - 1, T1 - 1), dtype=torch.float64)]
+    else:
+        state = []
     return arcs.new_empty(B, dtype=torch.float64), state
 
 

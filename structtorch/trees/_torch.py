@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .._checks import on_host
 from .._numerics import NEG_INF, safe_logsumexp
 
 Reduce = Callable[[Tensor, int], Tensor]
@@ -297,9 +298,8 @@ def spanning_feasible(allowed: Tensor, lengths: Tensor, single_root: bool) -> Te
 def _feasible(structure: Tensor, allowed: Tensor, lengths: Tensor, single_root: bool) -> Tensor:
     """(B,) :func:`spanning_feasible`, skipped on the host when no arc of the structure is -inf
     (then every tree is allowed)."""
-    if allowed.device.type == "cpu" and not torch.compiler.is_compiling():
-        if not bool((structure & ~allowed).any()):
-            return torch.ones_like(lengths, dtype=torch.bool)
+    if on_host(allowed) and not bool((structure & ~allowed).any()):
+        return torch.ones_like(lengths, dtype=torch.bool)
     return spanning_feasible(allowed, lengths, single_root)
 
 

@@ -31,7 +31,8 @@ def _best(scores: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
     each span's best label (the first on ties), the bracketing by the operator."""
     top, label = scores.max(3)
     best, chosen = _ops.cky_brackets(top, lengths)
-    return best, chosen.unsqueeze(3) * torch.nn.functional.one_hot(label, scores.shape[3]).to(chosen.dtype)
+    onehot = label.unsqueeze(3) == torch.arange(scores.shape[3], device=label.device)  # no host sync
+    return best, chosen.unsqueeze(3) * onehot.to(chosen.dtype)
 
 
 @mixed_precision

@@ -9,7 +9,16 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._checks import LengthsLike, _fmt, check_bool, check_float, check_lengths, check_that
+from .._checks import (
+    LengthsLike,
+    _fmt,
+    check_bool,
+    check_float,
+    check_in_range,
+    check_lengths,
+    check_that,
+    validation_enabled,
+)
 
 PROJECTIVE_ONLY = "rescaling='slack' needs projective=True (a count dimension in Eisner's DP); for " \
                   "non-projective trees use rescaling='margin' (exact through Chu-Liu-Edmonds)"
@@ -55,10 +64,15 @@ def checked_heads(heads: object, lengths: Tensor, shape: tuple[int, int], name: 
     heads = heads.to(lengths.device).long()
     inside = words(lengths, shape[1])
     annotated = inside if ignore_index is None else inside & (heads != ignore_index)
-    m = torch.arange(shape[1], device=heads.device)
-    unlabeled = "" if ignore_index is None else f" (or ignore_index = {ignore_index})"
-    check_that(lambda: ~annotated | ((heads >= 0) & (heads < shape[1]) & (heads != m)),
-               f"{name} must hold a head in [0, T] other than the word itself{unlabeled} for every word 1..L")
+    if validation_enabled():
+        m = torch.arange(shape[1], device=heads.device)
+        probe = torch.where(heads == m, -1, heads)  # a word that heads itself is out of range
+        if ignore_index is not None:
+            probe = torch.where(annotated, probe, 0)
+        unlabeled = "" if ignore_index is None else f" (or ignore_index = {ignore_index})"
+        message = f"{name} must hold a head in [0, T] other than the word itself{unlabeled} for every word " \
+                  "1..L"
+        check_in_range(probe[:, 1:], lengths, 0, shape[1] - 1, message)
     return torch.where(annotated, heads, 0), annotated
 
 
