@@ -140,6 +140,31 @@ def _gpu_signatures():
         kinds = {f"KIND{s}": kind for s, (kind, _) in enumerate(group)}
         yield "value checks", checks._checks_kernel, sig, dict(**kinds, BLOCK=checks.BLOCK)
     yield from _chain_scan()
+    yield from _tree_signatures()
+
+
+TREE_LENGTHS = (8, 60, 200)
+"""Sentence lengths whose tiles are compiled: the tree kernels' (BLOCK_S, BLOCK_R) follow T + 1."""
+
+
+def _tree_signatures():
+    """Eisner's and CKY's forward and backward kernels (``trees/_triton.py``) in both semirings."""
+    from structtorch.trees import _triton as trees
+
+    i, f64 = "i32", "*fp64"
+    for T in TREE_LENGTHS:
+        S, R = trees._blocks(T + 1)
+        for viterbi in (True, False):
+            tiles = dict(VITERBI=viterbi, BLOCK_S=S, BLOCK_R=R)
+            for single in (True, False):
+                sig = dict(arcs=f64, lengths="*i64", charts=f64, value=f64, T1=i)
+                yield f"eisner forward ({R})", trees._eisner_forward_kernel, sig, dict(SINGLE=single, **tiles)
+                sig = dict(arcs=f64, lengths="*i64", charts=f64, value=f64, grad=f64, out=f64, gcharts=f64, T1=i)
+                yield f"eisner backward ({R})", trees._eisner_backward_kernel, sig, dict(SINGLE=single, **tiles)
+            sig = dict(spans=f64, lengths="*i64", charts=f64, value=f64, T=i)
+            yield f"cky forward ({R})", trees._cky_forward_kernel, sig, tiles
+            sig = dict(lengths="*i64", charts=f64, value=f64, grad=f64, out=f64, T=i)
+            yield f"cky backward ({R})", trees._cky_backward_kernel, sig, tiles
 
 
 def _chain_scan():

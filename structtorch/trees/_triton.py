@@ -51,7 +51,7 @@ def _shares(v, parent, VITERBI: tl.constexpr, BLOCK_R: tl.constexpr):
     if VITERBI:
         first = tl.argmax(tl.where(ok, v, NEG), 1)
         hit = tl.arange(0, BLOCK_R)[None, :] == first[:, None]
-        return tl.where(ok & hit, 1.0, 0.0)
+        return tl.where(ok & hit, 1.0, 0.0).to(tl.float64)
     return tl.where(ok, tl.exp(tl.where(ok, v, 0.0) - tl.where(ok, parent[:, None], 0.0)), 0.0)
 
 
@@ -204,10 +204,16 @@ def _eisner_backward_kernel(arcs, lengths, charts, value, grad, out, gcharts, T1
         tl.debug_barrier()
 
 
+TILE = 512
+"""Entries of a (BLOCK_S, BLOCK_R) tile: the splits of a width along the second axis (BLOCK_R >=
+T + 1), as many spans as fit along the first. Larger tiles put float64 registers on the stack on
+sm_90 (``tests/compile_kernels.py``)."""
+
+
 def _blocks(T1: int) -> tuple[int, int]:
-    """(BLOCK_S, BLOCK_R): the splits of a width along the tile's second axis, about 2048 entries."""
+    """(BLOCK_S, BLOCK_R) for sentences of T1 - 1 words."""
     R = max(16, triton.next_power_of_2(T1))
-    return max(1, min(16, 2048 // R)), R
+    return max(1, min(8, TILE // R)), R
 
 
 def _eisner(arcs: Tensor, lengths: Tensor, single_root: bool, viterbi: bool) -> tuple[Tensor, Tensor]:
