@@ -6,15 +6,20 @@ Backends
     The C++ CPU kernels of ``csrc/`` (built on first use, double accumulators), for CPU tensors:
     the linear-chain Viterbi, log-partition (forward and backward), marginals and CRF loss (logZ -
     score fused forward and backward), the bag sums of sparse features, the semi-Markov
-    Viterbi and log-partition (forward and backward; segment-mean PLiFs included), and the
-    Hamming-count tables of linear chains and segmentations.
+    Viterbi and log-partition (forward and backward; segment-mean PLiFs included), the
+    Hamming-count tables of linear chains and segmentations, and the trees: Eisner's and CKY's
+    inside and outside passes, Viterbi and count tables, the matrix-tree theorem and
+    Chu-Liu-Edmonds.
 ``"triton"``
     Fused Triton kernels, one launch per call, for CUDA tensors; with ``TRITON_INTERPRET=1`` set
     before Triton is imported, also for CPU tensors (Triton's interpreter: slow, for tests). They
     cover what the compiled kernels cover but the semi-Markov Hamming-count tables, and k-best
     lists, sampling, order-l window Viterbi, segmentation scores, and the whole loss-augmented
     search of the unweighted Hamming loss with h the identity (chains and windows: margin and
-    slack; segmentations: margin); few long chains run parallel-in-time kernels.
+    slack; segmentations: margin); few long chains run parallel-in-time kernels. Trees: Eisner's
+    and CKY's forward and outside passes (log-partition, marginals, Viterbi); Chu-Liu-Edmonds runs
+    on the host (the compiled kernel on a CPU copy), the matrix-tree theorem and the trees' count
+    tables by the PyTorch references.
 ``"torch"``
     The batched PyTorch loops of each structure's ``_torch.py``: the reference, and the path on
     every other device. Weighted or custom losses of the semi-Markov and window searches, the
@@ -33,10 +38,11 @@ Lookup
 ------
 :func:`backend_for` names the backend for tensors like the given one; :func:`kernel_module` finds a
 structure's implementation of it: the module ``_cpu`` ("compiled") or ``_triton`` ("triton") of the
-structure's package (``structtorch.chain``, ``structtorch.semimarkov``, ``structtorch.lossaug``),
+structure's package (``structtorch.chain``, ``structtorch.semimarkov``, ``structtorch.lossaug``,
+``structtorch.trees``),
 None for "torch", where the structure calls its own ``_torch.py``. Each structure asks
 :func:`backend_for` once per call and adds only its own vetoes, cases its kernels do not take,
-which then run "torch": empty sequences (T = 0) in ``chain`` and ``semimarkov``, more than 32767
+which then run "torch": empty sequences (T = 0) in ``chain``, ``semimarkov`` and ``trees``, more than 32767
 labels on the compiled chain kernels (int16 backpointers). The
 Triton kernels share their tile loops and reductions through :mod:`structtorch._triton_common`.
 """

@@ -143,7 +143,7 @@ def _gpu_signatures():
     yield from _tree_signatures()
 
 
-TREE_LENGTHS = (8, 60, 200)
+TREE_LENGTHS = (8, 30, 60, 100, 200, 400)
 """Sentence lengths whose tiles are compiled: the tree kernels' (BLOCK_S, BLOCK_R) follow T + 1."""
 
 
@@ -360,6 +360,7 @@ def main() -> int:
     from structtorch.chain import _triton_scan as scan
     from structtorch.lossaug import _triton as hamming
     from structtorch.semimarkov import _triton as semi
+    from structtorch.trees import _triton as trees
 
     warps = {"semi backward": semi.backward_warps(True, False), "semi sample": semi.SAMPLE_WARPS,  # as launched
              "chain forward": chain.FORWARD_WARPS, "chain backward": chain.BACKWARD_WARPS,  # them (else 4)
@@ -377,7 +378,9 @@ def main() -> int:
              "chain scan backward": scan.BACKWARD_WARPS, "hamming fold (32)": hamming.FOLD_WARPS,
              "hamming fold (64)": hamming.FOLD_WARPS, "hamming fold (64, costs)": hamming.FOLD_WARPS_WIDE,
              "hamming choose": hamming.CHOOSE_WARPS, "window choose": hamming.CHOOSE_WARPS,
-             ("chain scan backward", "*fp64"): scan.BACKWARD_WARPS_FLOAT64}  # (name, input type): by dtype
+             ("chain scan backward", "*fp64"): scan.BACKWARD_WARPS_FLOAT64,  # (name, input type): by dtype
+             **{f"{kernel} ({trees._blocks(T + 1)[1]})": trees.warps(T + 1) for T in TREE_LENGTHS
+                for kernel in ("eisner forward", "eisner backward", "cky forward", "cky backward")}}
     args = [a for a in sys.argv[1:] if a not in ("--record", "--skip-known")]
     record, skip_known = "--record" in sys.argv, "--skip-known" in sys.argv
     part = next((a for a in args if re.fullmatch(r"\d+/\d+", a)), "0/1")  # K/N: every N-th variant from K

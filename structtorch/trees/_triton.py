@@ -118,7 +118,11 @@ def _eisner_forward_kernel(arcs, lengths, charts, value, T1, SINGLE: tl.constexp
         on = r <= L
         cand = (tl.load(A + r, mask=on, other=NEG) + tl.load(c0 + T1 + r, mask=on, other=NEG)
                 + tl.load(c1 + r * T1 + L, mask=on, other=NEG))
-        total = tl.sum(_reduce(cand[None, :], VITERBI), 0)
+        total = tl.max(cand, 0)
+        if not VITERBI:
+            safe = tl.where(total == NEG, 0.0, total)
+            mass = tl.sum(tl.exp(cand - safe), 0)
+            total = tl.where(mass > 0, tl.log(tl.where(mass > 0, mass, 1.0)) + safe, NEG)
     else:
         total = tl.load(c1 + L)
     tl.store(value + b, tl.where(L > 0, total, 0.0))
@@ -206,14 +210,19 @@ def _eisner_backward_kernel(arcs, lengths, charts, value, grad, out, gcharts, T1
 
 TILE = 512
 """Entries of a (BLOCK_S, BLOCK_R) tile: the splits of a width along the second axis (BLOCK_R >=
-T + 1), as many spans as fit along the first. Larger tiles put float64 registers on the stack on
-sm_90 (``tests/compile_kernels.py``)."""
+T + 1), as many spans as fit along the first (at most 8)."""
 
 
 def _blocks(T1: int) -> tuple[int, int]:
     """(BLOCK_S, BLOCK_R) for sentences of T1 - 1 words."""
     R = max(16, triton.next_power_of_2(T1))
     return max(1, min(8, TILE // R)), R
+
+
+def warps(T1: int) -> int:
+    """Warps of every tree kernel for sentences of T1 - 1 words: the settings that keep every variant
+    off the stack on sm_90 with Triton 3.6, 3.8 and 3.9 (``tests/compile_kernels.py``)."""
+    return 16 if _blocks(T1)[1] >= 256 else 8
 
 
 def _eisner(arcs: Tensor, lengths: Tensor, single_root: bool, viterbi: bool) -> tuple[Tensor, Tensor]:
@@ -223,7 +232,7 @@ def _eisner(arcs: Tensor, lengths: Tensor, single_root: bool, viterbi: bool) -> 
     value = arcs.new_empty(B)
     S, R = _blocks(T1)
     launch("eisner_forward", _eisner_forward_kernel, (B,), arcs, lengths.contiguous(), charts, value, T1,
-           SINGLE=single_root, VITERBI=viterbi, BLOCK_S=S, BLOCK_R=R)
+           SINGLE=single_root, VITERBI=viterbi, BLOCK_S=S, BLOCK_R=R, num_warps=warps(T1))
     return value, charts
 
 
@@ -235,7 +244,7 @@ def _eisner_backward(arcs: Tensor, lengths: Tensor, single_root: bool, value: Te
     S, R = _blocks(T1)
     launch("eisner_backward", _eisner_backward_kernel, (B,), arcs.double().contiguous(), lengths.contiguous(),
            charts, value, grad.double().contiguous(), out, gcharts, T1, SINGLE=single_root, VITERBI=viterbi,
-           BLOCK_S=S, BLOCK_R=R)
+           BLOCK_S=S, BLOCK_R=R, num_warps=warps(T1))
     return out
 
 
@@ -369,7 +378,7 @@ def _cky(spans: Tensor, lengths: Tensor, viterbi: bool) -> tuple[Tensor, Tensor]
     value = spans.new_empty(B)
     S, R = _blocks(T)
     launch("cky_forward", _cky_forward_kernel, (B,), spans, lengths.contiguous(), charts, value, T,
-           VITERBI=viterbi, BLOCK_S=S, BLOCK_R=R)
+           VITERBI=viterbi, BLOCK_S=S, BLOCK_R=R, num_warps=warps(T))
     return value, charts
 
 
@@ -379,7 +388,7 @@ def _cky_backward(spans: Tensor, lengths: Tensor, value: Tensor, charts: Tensor,
     out = spans.new_empty(B, T, T, dtype=torch.float64)
     S, R = _blocks(T)
     launch("cky_backward", _cky_backward_kernel, (B,), lengths.contiguous(), charts, value,
-           grad.double().contiguous(), out, T, VITERBI=viterbi, BLOCK_S=S, BLOCK_R=R)
+           grad.double().contiguous(), out, T, VITERBI=viterbi, BLOCK_S=S, BLOCK_R=R, num_warps=warps(T))
     return out
 
 
