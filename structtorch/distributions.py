@@ -816,6 +816,14 @@ class _TreeDistribution(_StructureDistribution):
         tree); differentiable."""
         return self._run("entropy", lambda: self._entropy64().to(self._scores.dtype))
 
+    def _sampled(self, n: object, generator: object, draw) -> Tensor:
+        """``draw(scores, n)`` on the detached scores in the accumulation dtype, without a graph,
+        ``n`` and ``generator`` checked."""
+        n = check_int("n", n, 1)
+        check_generator(generator)
+        with torch.no_grad():
+            return draw(accumulate(self._scores.detach()), n)
+
     def _log_prob(self, structure: Tensor, event: int, score) -> Tensor:
         """score(structure) - logZ for structures (..., B, *event shape) with leading dimensions."""
         if not isinstance(structure, Tensor):
@@ -894,11 +902,8 @@ class DependencyDistribution(_TreeDistribution):
     def sample(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         """``n`` trees per sentence drawn exactly: heads (n, B, T + 1) (see
         :func:`structtorch.dependency_sample`)."""
-        n = check_int("n", n, 1)
-        check_generator(generator)
-        with torch.no_grad():
-            return sample_heads(accumulate(self._scores.detach()), self._lengths, n, self.projective,
-                                self.single_root, generator)
+        return self._sampled(n, generator, lambda scores, k: sample_heads(
+            scores, self._lengths, k, self.projective, self.single_root, generator))
 
     def score(self, structure: Tensor) -> Tensor:
         """Scores (B,) of heads (B, T + 1) (differentiable)."""
@@ -984,11 +989,8 @@ class TreeDistribution(_TreeDistribution):
     def sample(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         """``n`` trees per sentence drawn exactly: (n, B, T, T, N) 0/1 (see
         :func:`structtorch.cky_sample`)."""
-        n = check_int("n", n, 1)
-        check_generator(generator)
-        with torch.no_grad():
-            spans = sample_spans(accumulate(self._scores.detach()), self._lengths, n, generator)
-        return spans.to(self._scores.dtype)
+        return self._sampled(n, generator, lambda scores, k: sample_spans(
+            scores, self._lengths, k, generator).to(self._scores.dtype))
 
     def score(self, structure: Tensor) -> Tensor:
         """Scores (B,) of labeled trees (B, T, T, N) 0/1 (differentiable)."""
@@ -1016,21 +1018,9 @@ def _no_tree_loss_options(h: object, weights: object) -> None:
                          "of the parts (or cost= per part)")
 
 
-@torch.distributions.kl.register_kl(DependencyDistribution, DependencyDistribution)
-def _kl_dependency(p: DependencyDistribution, q: DependencyDistribution) -> Tensor:
+def _kl(p: _StructureDistribution, q: _StructureDistribution) -> Tensor:
     return p.kl_divergence(q)
 
 
-@torch.distributions.kl.register_kl(TreeDistribution, TreeDistribution)
-def _kl_tree(p: TreeDistribution, q: TreeDistribution) -> Tensor:
-    return p.kl_divergence(q)
-
-
-@torch.distributions.kl.register_kl(ChainDistribution, ChainDistribution)
-def _kl_chain(p: ChainDistribution, q: ChainDistribution) -> Tensor:
-    return p.kl_divergence(q)
-
-
-@torch.distributions.kl.register_kl(SemiMarkovDistribution, SemiMarkovDistribution)
-def _kl_semimarkov(p: SemiMarkovDistribution, q: SemiMarkovDistribution) -> Tensor:
-    return p.kl_divergence(q)
+for _cls in (ChainDistribution, SemiMarkovDistribution, DependencyDistribution, TreeDistribution):
+    torch.distributions.kl.register_kl(_cls, _cls)(_kl)

@@ -195,12 +195,27 @@ void outside(const double* A, int64_t L, bool single_root, const Charts& c, doub
   }
 }
 
-std::tuple<int64_t, int64_t> check_arcs(const Check& check, const at::Tensor& arcs, const at::Tensor& lengths) {
-  TORCH_CHECK(arcs.dim() == 3, check.op, ": arcs must have shape (B, T + 1, T + 1), got ", arcs.sizes());
-  const int64_t B = arcs.size(0), n = arcs.size(1);
-  check.tensor(arcs, "arcs", at::kDouble, {B, n, n});
-  check.lengths(lengths, B, n - 1);
+// The saved state of a backward: grad and logz (B,) and the charts of the given shape.
+void check_saved(const Check& check, const at::Tensor& grad, const at::Tensor& logz, const at::Tensor& charts,
+                 at::IntArrayRef shape) {
+  check.tensor(grad, "grad", at::kDouble, {shape[0]});
+  check.tensor(logz, "logz", at::kDouble, {shape[0]});
+  check.tensor(charts, "charts", at::kDouble, shape);
+}
+
+// (B, n) of a float64 (B, n, n) tensor ``name`` whose rows have lengths in [0, n - offset].
+std::tuple<int64_t, int64_t> check_square(const Check& check, const at::Tensor& x, const char* name,
+                                          const at::Tensor& lengths, int64_t offset) {
+  TORCH_CHECK(x.dim() == 3, check.op, ": ", name, " must have shape (B, n, n), got ", x.sizes());
+  const int64_t B = x.size(0), n = x.size(1);
+  check.tensor(x, name, at::kDouble, {B, n, n});
+  check.lengths(lengths, B, n - offset);
   return {B, n};
+}
+
+// Arc scores (B, T + 1, T + 1) with lengths in [0, T]: (B, T + 1).
+std::tuple<int64_t, int64_t> check_arcs(const Check& check, const at::Tensor& arcs, const at::Tensor& lengths) {
+  return check_square(check, arcs, "arcs", lengths, 1);
 }
 
 // logZ (B,) and the charts (B, 5, T + 1, T + 1) the backward reads.
@@ -227,9 +242,7 @@ at::Tensor eisner_logz_backward(const at::Tensor& grad, const at::Tensor& arcs, 
                                 bool single_root, const at::Tensor& logz, const at::Tensor& charts) {
   const Check check{"eisner_logz_backward"};
   const auto [B, n] = check_arcs(check, arcs, lengths);
-  check.tensor(grad, "grad", at::kDouble, {B});
-  check.tensor(logz, "logz", at::kDouble, {B});
-  check.tensor(charts, "charts", at::kDouble, {B, 5, n, n});
+  check_saved(check, grad, logz, charts, {B, 5, n, n});
   auto out = at::zeros_like(arcs);
   const double *A = arcs.data_ptr<double>(), *g = grad.data_ptr<double>(), *z = logz.data_ptr<double>();
   const int64_t* len = lengths.data_ptr<int64_t>();
@@ -391,11 +404,7 @@ double cky_inside(const double* x, int64_t L, int64_t n, double* in, double* inn
 }
 
 std::tuple<int64_t, int64_t> check_spans(const Check& check, const at::Tensor& spans, const at::Tensor& lengths) {
-  TORCH_CHECK(spans.dim() == 3, check.op, ": spans must have shape (B, T, T), got ", spans.sizes());
-  const int64_t B = spans.size(0), n = spans.size(1);
-  check.tensor(spans, "spans", at::kDouble, {B, n, n});
-  check.lengths(lengths, B, n);
-  return {B, n};
+  return check_square(check, spans, "spans", lengths, 0);
 }
 
 // logZ (B,) and the charts (B, 2, T, T) the backward reads.
@@ -418,9 +427,7 @@ at::Tensor cky_logz_backward(const at::Tensor& grad, const at::Tensor& spans, co
                              const at::Tensor& logz, const at::Tensor& charts) {
   const Check check{"cky_logz_backward"};
   const auto [B, n] = check_spans(check, spans, lengths);
-  check.tensor(grad, "grad", at::kDouble, {B});
-  check.tensor(logz, "logz", at::kDouble, {B});
-  check.tensor(charts, "charts", at::kDouble, {B, 2, n, n});
+  check_saved(check, grad, logz, charts, {B, 2, n, n});
   auto out = at::zeros_like(spans);
   const double *g = grad.data_ptr<double>(), *z = logz.data_ptr<double>(), *ch = charts.data_ptr<double>();
   const int64_t* len = lengths.data_ptr<int64_t>();

@@ -67,6 +67,15 @@ def _fill(ptr, value, T1, rows, BLOCK_S: tl.constexpr, BLOCK_R: tl.constexpr):
 
 
 @triton.jit
+def _rows(s0, n, w, k, BLOCK_S: tl.constexpr):
+    """The tile of spans [s, t = s + w], s = s0..s0 + BLOCK_S - 1 below n: (s, rows (s < n), t,
+    the mask of their first w splits along k)."""
+    s = s0 + tl.arange(0, BLOCK_S)
+    rows = s < n
+    return s, rows, s + w, rows[:, None] & (k < w)
+
+
+@triton.jit
 def _eisner_forward_kernel(arcs, lengths, charts, value, T1, SINGLE: tl.constexpr, VITERBI: tl.constexpr,
                            BLOCK_S: tl.constexpr, BLOCK_R: tl.constexpr):
     b = tl.program_id(0)
@@ -85,12 +94,8 @@ def _eisner_forward_kernel(arcs, lengths, charts, value, T1, SINGLE: tl.constexp
     k = tl.arange(0, BLOCK_R)[None, :]
     for w in range(1, L + 1):
         n = L - w + 1  # spans [s, s + w], s = 0..L-w
-        below = k < w
         for s0 in range(0, n, BLOCK_S):
-            s = s0 + tl.arange(0, BLOCK_S)
-            rows = s < n
-            t = s + w
-            m = rows[:, None] & below
+            s, rows, t, m = _rows(s0, n, w, k, BLOCK_S)
             # split r = s + k: complete [s, r] headed at s + complete [r + 1, t] headed at t
             v = (tl.load(c1 + s[:, None] * T1 + s[:, None] + k, mask=m, other=NEG)
                  + tl.load(c0 + (s[:, None] + k + 1) * T1 + t[:, None], mask=m, other=NEG))
@@ -100,10 +105,7 @@ def _eisner_forward_kernel(arcs, lengths, charts, value, T1, SINGLE: tl.constexp
             tl.store(i0 + s * T1 + t, j + tl.load(A + t * T1 + s, mask=rows, other=0.0), mask=rows & (s > 0))
         tl.debug_barrier()
         for s0 in range(0, n, BLOCK_S):
-            s = s0 + tl.arange(0, BLOCK_S)
-            rows = s < n
-            t = s + w
-            m = rows[:, None] & below
+            s, rows, t, m = _rows(s0, n, w, k, BLOCK_S)
             # headed at t: complete [s, r] headed at t... r = s + k: c0[s][r] + i0[r][t]
             v = (tl.load(c0 + s[:, None] * T1 + s[:, None] + k, mask=m, other=NEG)
                  + tl.load(i0 + (s[:, None] + k) * T1 + t[:, None], mask=m, other=NEG))
@@ -173,12 +175,8 @@ def _eisner_backward_kernel(arcs, lengths, charts, value, grad, out, gcharts, T1
     for step in range(0, top):
         w = top - step
         n = top - w + 1
-        below = k < w
         for s0 in range(0, n, BLOCK_S):
-            s = s0 + tl.arange(0, BLOCK_S)
-            rows = s < n
-            t = s + w
-            m = rows[:, None] & below
+            s, rows, t, m = _rows(s0, n, w, k, BLOCK_S)
             row = s[:, None] * T1 + s[:, None] + k  # [s][s + k]
             col = (s[:, None] + k) * T1 + t[:, None]  # [s + k][t]
             # c1[s][t]: i1[s][r] + c1[r][t], r = s + 1 + k
@@ -191,10 +189,7 @@ def _eisner_backward_kernel(arcs, lengths, charts, value, grad, out, gcharts, T1
             _spread(x, parent, c0 + row, i0 + col, g0 + row, h0 + col, m & (s[:, None] > 0), VITERBI, BLOCK_R)
         tl.debug_barrier()
         for s0 in range(0, n, BLOCK_S):
-            s = s0 + tl.arange(0, BLOCK_S)
-            rows = s < n
-            t = s + w
-            m = rows[:, None] & below
+            s, rows, t, m = _rows(s0, n, w, k, BLOCK_S)
             x0 = tl.load(h0 + s * T1 + t, mask=rows & (s > 0), other=0.0)
             x1 = tl.load(h1 + s * T1 + t, mask=rows, other=0.0)
             tl.store(G + t * T1 + s, x0, mask=rows & (s > 0))  # i0[s][t] = j + arcs[t][s]
@@ -318,10 +313,7 @@ def _cky_forward_kernel(spans, lengths, charts, value, T, VITERBI: tl.constexpr,
     for w in range(1, L):
         n = L - w  # spans [s, s + w], s = 0..L-w-1, split after s + k
         for s0 in range(0, n, BLOCK_S):
-            s = s0 + tl.arange(0, BLOCK_S)
-            rows = s < n
-            t = s + w
-            m = rows[:, None] & (k < w)
+            s, rows, t, m = _rows(s0, n, w, k, BLOCK_S)
             v = (tl.load(inside + s[:, None] * T + s[:, None] + k, mask=m, other=NEG)
                  + tl.load(inside + (s[:, None] + k + 1) * T + t[:, None], mask=m, other=NEG))
             part = _reduce(v, VITERBI)
@@ -354,10 +346,7 @@ def _cky_backward_kernel(lengths, charts, value, grad, out, T, VITERBI: tl.const
         n = top - w
         for half in tl.static_range(2):  # left parts, then right parts (rows write other rows' right parts)
             for s0 in range(0, n, BLOCK_S):
-                s = s0 + tl.arange(0, BLOCK_S)
-                rows = s < n
-                t = s + w
-                m = rows[:, None] & (k < w)
+                s, rows, t, m = _rows(s0, n, w, k, BLOCK_S)
                 left = s[:, None] * T + s[:, None] + k
                 right = (s[:, None] + k + 1) * T + t[:, None]
                 v = tl.load(inside + left, mask=m, other=NEG) + tl.load(inside + right, mask=m, other=NEG)
