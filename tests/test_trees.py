@@ -554,3 +554,22 @@ def test_partial_annotation_equals_enumeration(tree_backend, B, T, seed, project
     hinge = st.structured_hinge(st.DependencyDistribution(arcs, lengths, projective=projective), partial,
                                 rescaling=rescaling, ignore_index=-100, reduction="none")
     assert (hinge >= 0).all()
+
+
+def test_batches_without_words(tree_backend):
+    """T = 0: every function, gradient, loss, sampler and layer gives the empty tree (value 0)."""
+    arcs = torch.zeros(2, 1, 1, dtype=torch.float64, requires_grad=True)
+    spans = torch.zeros(2, 0, 0, 3, dtype=torch.float64, requires_grad=True)
+    heads = torch.full((2, 1), -1)
+    for projective in (True, False):
+        assert (dependency_log_partition(arcs, projective=projective) == 0).all()
+        assert (dependency_viterbi(arcs, projective=projective)[1] == -1).all()
+        assert dependency_marginals(arcs, projective=projective).shape == (2, 1, 1)
+        assert (st.DependencyCRF(projective=projective)(arcs, heads, reduction="none") == 0).all()
+        dependency_log_partition(arcs, projective=projective).sum().backward()
+    assert (dependency_loss_augmented(arcs, heads, rescaling="slack")[0] == 0).all()
+    assert (cky_log_partition(spans) == 0).all() and cky_viterbi(spans)[1].shape == (2, 0, 0, 3)
+    assert cky_marginals(spans).shape == (2, 0, 0, 3)
+    assert (cky_loss_augmented(spans, torch.zeros(2, 0, 0, 3), rescaling="slack")[0] == 0).all()
+    assert st.dependency_sample(arcs, 2).shape == (2, 2, 1) and st.cky_sample(spans, 2).shape == (2, 2, 0, 0, 3)
+    cky_log_partition(spans).sum().backward()

@@ -69,14 +69,22 @@ def backward_op(grad: Tensor, arcs: Tensor, lengths: Tensor, projective: bool, s
                 logz: Tensor, state: list[Tensor], backend: str) -> Tensor:
     """grad (B,) times the arc marginals (B, T + 1, T + 1)."""
     if backend == "torch":
-        leaf = arcs.detach().requires_grad_()
-        with torch.enable_grad():
-            (out,) = torch.autograd.grad(_reference(leaf, lengths, projective, single_root), leaf,
-                                         grad.to(arcs.dtype), allow_unused=True)
-        return torch.zeros_like(arcs) if out is None else out
+        return _grad_of(lambda a: _reference(a, lengths, projective, single_root), arcs, grad)
     module = _module(backend)
     backward = module.log_partition_backward if projective else module.matrix_tree_backward
     return backward(arcs, lengths, single_root, logz, state, grad)
+
+
+def _grad_of(reference, x: Tensor, grad: Tensor) -> Tensor:
+    """grad (B,) times the gradient of ``reference(x)`` (B,) w.r.t. ``x``, by autograd (the PyTorch
+    backend's backward); zeros where the value does not depend on ``x`` (no words)."""
+    leaf = x.detach().requires_grad_()
+    with torch.enable_grad():
+        value = reference(leaf)
+        if not value.requires_grad:
+            return torch.zeros_like(x)
+        (out,) = torch.autograd.grad(value, leaf, grad.to(value.dtype), allow_unused=True)
+    return torch.zeros_like(x) if out is None else out.to(x.dtype)
 
 
 def _heads_fake(arcs, *rest):
@@ -91,6 +99,14 @@ def heads_op(arcs: Tensor, lengths: Tensor, projective: bool, single_root: bool,
     if projective:
         return module.viterbi(arcs, lengths, single_root)[1]
     return module.mst(arcs, lengths, single_root)
+
+
+def _through(reference: Tensor, x: Tensor, grad: Tensor) -> Tensor:
+    """The gradient of ``reference`` w.r.t. ``x`` with a graph (double backward); zeros where the
+    reference does not depend on ``x`` (sentences without words)."""
+    if not reference.requires_grad:
+        return torch.zeros_like(x)
+    return grads_through(reference, (x,), (True,), grad)[0]
 
 
 class LogPartition(torch.autograd.Function):
@@ -118,7 +134,7 @@ class LogPartition(torch.autograd.Function):
         projective, single_root, backend = ctx.options
         if torch.is_grad_enabled():  # double backward: differentiate the reference
             reference = _reference(arcs, lengths, projective, single_root).double()
-            (out,) = grads_through(reference, (arcs,), (True,), grad)
+            out = _through(reference, arcs, grad)
         else:
             out = backward_op(grad, arcs, lengths, projective, single_root, logz, state, backend)
         return out, None, None, None, None
@@ -153,11 +169,7 @@ def cky_backward_op(grad: Tensor, spans: Tensor, lengths: Tensor, logz: Tensor, 
                     backend: str) -> Tensor:
     """grad (B,) times the bracket marginals (B, T, T)."""
     if backend == "torch":
-        leaf = spans.detach().requires_grad_()
-        with torch.enable_grad():
-            (out,) = torch.autograd.grad(_torch.cky_log_partition(leaf, lengths), leaf, grad.to(spans.dtype),
-                                         allow_unused=True)
-        return torch.zeros_like(spans) if out is None else out
+        return _grad_of(lambda s: _torch.cky_log_partition(s, lengths), spans, grad)
     return _module(backend).cky_log_partition_backward(spans, lengths, logz, state, grad)
 
 
@@ -194,7 +206,7 @@ class CKYLogPartition(torch.autograd.Function):
         spans, lengths, logz, *state = ctx.saved_tensors
         (backend,) = ctx.options
         if torch.is_grad_enabled():
-            (out,) = grads_through(_torch.cky_log_partition(spans, lengths).double(), (spans,), (True,), grad)
+            out = _through(_torch.cky_log_partition(spans, lengths).double(), spans, grad)
         else:
             out = cky_backward_op(grad, spans, lengths, logz, state, backend)
         return out, None, None

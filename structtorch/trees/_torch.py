@@ -180,6 +180,8 @@ def argmax_of(value: Callable[[Tensor], Tensor], scores: Tensor) -> tuple[Tensor
     with torch.enable_grad():
         leaf = scores.detach().requires_grad_()
         score = value(leaf)
+        if not score.requires_grad:  # no parts at all (sentences without words)
+            return score.detach(), torch.zeros_like(scores)
         finite = score > NEG_INF
         (grad,) = torch.autograd.grad(torch.where(finite, score, 0.0).sum(), leaf, allow_unused=True)
     return score.detach(), torch.zeros_like(scores) if grad is None else grad

@@ -279,11 +279,9 @@ def matrix_tree_forward(arcs: Tensor, lengths: Tensor, single_root: bool) -> tup
 
 def matrix_tree_backward(arcs: Tensor, lengths: Tensor, single_root: bool, logz: Tensor, state: list[Tensor],
                          grad: Tensor) -> Tensor:
-    leaf = arcs.detach().requires_grad_()
-    with torch.enable_grad():
-        logz = _torch.matrix_tree(leaf, lengths, single_root)
-        (out,) = torch.autograd.grad(logz, leaf, grad.to(arcs.dtype))
-    return out
+    from ._ops import _grad_of
+
+    return _grad_of(lambda a: _torch.matrix_tree(a, lengths, single_root), arcs, grad)
 
 
 count_table = _torch.count_table
