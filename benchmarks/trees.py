@@ -14,7 +14,10 @@ Each library gets its own conventions: torch-struct's arc potentials (B, T, T) w
 diagonal, SuPar's scores[b, dependent, head] with the root at 0, SuPar's constituency fenceposts.
 A peer that is not installed is skipped with a note (``pip install -e .[bench]`` brings them).
 
-    python benchmarks/trees.py [--threads 1] [--budget 0.5]
+A last table times what has no peer, slack-rescaled loss-augmented inference (the count tables of
+Eisner's DP and of CKY), compiled against the PyTorch reference (``use_backend("torch")``).
+
+    python benchmarks/trees.py [--threads 1] [--budget 0.5] [--no-peers] [--no-reference]
 """
 
 from __future__ import annotations
@@ -78,7 +81,8 @@ def cases(B: int, T: int, torch_struct, supar) -> dict[str, dict[str, object]]:
         rows[f"CKY viterbi (N={LABELS})"]["torch-struct"] = lambda: torch_struct.TreeCRF(span_leaf).argmax
         rows[f"CKY logZ fwd+bwd (N={LABELS})"]["torch-struct"] = _backward(
             lambda s: torch_struct.TreeCRF(s).partition, spans)
-        rows["CKY logZ fwd+bwd (N=1)"]["torch-struct"] = _backward(lambda s: torch_struct.TreeCRF(s).partition, one)
+        rows["CKY logZ fwd+bwd (N=1)"]["torch-struct"] = _backward(
+            lambda s: torch_struct.TreeCRF(s).partition, one)
     if supar is not None:
         dep_head = arcs.transpose(1, 2).contiguous()  # SuPar: scores[b, dependent, head]
         fence = torch.zeros(B, T + 1, T + 1)
@@ -95,33 +99,73 @@ def cases(B: int, T: int, torch_struct, supar) -> dict[str, dict[str, object]]:
     return rows
 
 
+def _slack_cases(B: int, T: int) -> dict[str, object]:
+    """{case: forward+backward of the slack-rescaled value} on random scores and gold trees."""
+    g = torch.Generator().manual_seed(0)
+    arcs = torch.randn(B, T + 1, T + 1, generator=g)
+    heads = st.dependency_viterbi(torch.randn(B, T + 1, T + 1, generator=g))[1]
+    spans = torch.randn(B, T, T, LABELS, generator=g)
+    gold = st.cky_viterbi(torch.randn(B, T, T, LABELS, generator=g))[1]
+    def dependency(a: torch.Tensor) -> torch.Tensor:
+        return st.dependency_loss_augmented(a, heads, rescaling="slack")[0]
+
+    def constituency(s: torch.Tensor) -> torch.Tensor:
+        return st.cky_loss_augmented(s, gold, rescaling="slack")[0]
+
+    return {"dependency (Eisner)": _backward(dependency, arcs),
+            f"constituency (CKY, N={LABELS})": _backward(constituency, spans)}
+
+
+def reference_table(budget: float) -> None:
+    """Slack-rescaled loss-augmented inference (forward and backward), compiled and reference."""
+    print("\nslack rescaling, value and gradient: compiled kernels against the PyTorch reference")
+    print("| case | B,T | compiled | reference | ratio |")
+    print("|---|---|---|---|---|")
+    for B, T in ((16, 10), (16, 20)):
+        for name, fn in _slack_cases(B, T).items():
+            fast = median_time(fn, budget, torch.device("cpu"))
+            with st.use_backend("torch"):
+                slow = median_time(fn, budget, torch.device("cpu"), max_runs=3)
+            print(f"| {name} | {B},{T} | {fmt(fast)} | {fmt(slow)} | {slow / fast:.0f}x |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--budget", type=float, default=0.5, help="seconds per timing")
+    parser.add_argument("--no-peers", action="store_true", help="skip the table against the peers")
+    parser.add_argument("--no-reference", action="store_true", help="skip the table against the reference")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")  # torch-struct's distribution warnings
     torch_struct = _peer("torch_struct")
     try:
-        import supar.structs  # noqa: F401 - the submodule
         import supar
+        import supar.structs  # noqa: F401 - the submodule
     except ImportError:
         print("(supar is not installed: its column is skipped)")
         supar = None
+    if not args.no_peers:
+        peer_table(args.budget, torch_struct, supar)
+    if not args.no_reference:
+        reference_table(args.budget)
+
+
+def peer_table(budget: float, torch_struct, supar) -> None:
+    """Every case of :func:`cases` at every size, structtorch and the installed peers."""
     peers = ["torch-struct", "SuPar"]
-    print(f"CPU, {args.threads} thread(s); medians; ratio = peer / structtorch")
+    print(f"CPU, {torch.get_num_threads()} thread(s); medians; ratio = peer / structtorch")
     print(f"| B,T | case | structtorch | {' | '.join(peers)} |")
     print("|---|---|---|" + "---|" * len(peers))
     for B, T in SIZES:
         for row, fns in cases(B, T, torch_struct, supar).items():
-            ours = median_time(fns["structtorch"], args.budget, torch.device("cpu"))
+            ours = median_time(fns["structtorch"], budget, torch.device("cpu"))
             cells = []
             for peer in peers:
                 if peer not in fns:
                     cells.append("-")
                     continue
-                theirs = median_time(fns[peer], args.budget, torch.device("cpu"))
+                theirs = median_time(fns[peer], budget, torch.device("cpu"))
                 cells.append(f"{fmt(theirs)} ({theirs / ours:.1f}x)")
             print(f"| {B},{T} | {row} | {fmt(ours)} | {' | '.join(cells)} |", flush=True)
 
