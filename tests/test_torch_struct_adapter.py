@@ -8,7 +8,7 @@ potentials (B, N, N, NT) as structtorch's, the Log and Max semirings, ``sum``, `
 released torch-struct (0.5): brute-force enumeration stands in for it. Where torch-struct itself
 is installed, its results must agree with the adapter's too.
 
-Not mapped: ``test_kmax`` (k-best trees are not built in structtorch) and the semirings that are
+``test_kmax`` runs on ``st.dependency_kbest``. Not mapped: the semirings that are
 not Log or Max (entropy, sparsemax, sampled: structtorch has ``entropy`` and ``sample`` instead)."""
 
 from __future__ import annotations
@@ -212,3 +212,18 @@ def test_params(model, seed):
     vals.requires_grad_(True)
     model("log").sum(vals).sum().backward()
     assert vals.grad is not None and torch.isfinite(vals.grad).all()
+
+
+@settings(max_examples=30, deadline=None)
+@given(hst.integers(0, 2**16))
+def test_kmax(seed):
+    """torch-struct's KMaxSemiring(2) on DepTree: the best equals Max's, the second is no better,
+    the first argmax equals Max's and the second differs (st.dependency_kbest)."""
+    torch.manual_seed(seed)
+    vals, _ = _rand()
+    arcs = DepTree.arcs(vals)
+    scores, heads = st.dependency_kbest(arcs, 2)
+    max1 = DepTree("max").sum(vals)
+    assert (scores[:, 0] == max1).all() and (scores[:, 1] <= max1).all()
+    assert torch.equal(heads[:, 0], st.dependency_viterbi(arcs)[1]) or torch.isclose(scores[:, 0], max1).all()
+    assert (heads[:, 1] != heads[:, 0]).any(1).all()

@@ -573,3 +573,37 @@ def test_batches_without_words(tree_backend):
     assert (cky_loss_augmented(spans, torch.zeros(2, 0, 0, 3), rescaling="slack")[0] == 0).all()
     assert st.dependency_sample(arcs, 2).shape == (2, 2, 1) and st.cky_sample(spans, 2).shape == (2, 2, 0, 0, 3)
     cky_log_partition(spans).sum().backward()
+
+
+@settings(max_examples=30, deadline=None, database=None)
+@given(hst.integers(1, 2), hst.integers(1, 5), hst.integers(1, 6), hst.integers(0, 2**16), hst.booleans(),
+       hst.booleans())
+def test_kbest_trees_equal_enumeration(B, T, k, seed, integer, single_root):
+    arcs = _random((B, T + 1, T + 1), seed, integer, 0.2)
+    lengths = _lengths(B, T, seed)
+    scores, heads = st.dependency_kbest(arcs, k, lengths, single_root=single_root)
+    for b in range(B):
+        L = int(lengths[b])
+        trees = _dependency_trees(L, single_root, True)
+        every = _arc_scores(arcs[b], trees)
+        every = every[every > -INF]
+        want = torch.cat([every.sort(descending=True).values, torch.full((k,), -INF, dtype=torch.float64)])[:k]
+        if L == 0:
+            want = torch.tensor([0.0] + [-INF] * (k - 1), dtype=torch.float64)
+        torch.testing.assert_close(scores[b], want)
+        seen = set()
+        for j in range(k):
+            if scores[b, j] == -INF:
+                assert (heads[b, j] == -1).all()
+                continue
+            tree = tuple(heads[b, j, 1:L + 1].tolist())
+            assert tree not in seen and (L == 0 or (trees == heads[b, j, 1:L + 1]).all(1).any())
+            seen.add(tree)
+            assert float(_arc_scores(arcs[b], heads[b, j, 1:L + 1][None])) == pytest.approx(float(scores[b, j]))
+
+
+def test_kbest_refuses_non_projective_trees():
+    with pytest.raises(NotImplementedError, match="projective trees only"):
+        st.dependency_kbest(torch.randn(1, 3, 3), 2, projective=False)
+    with pytest.raises(ValueError, match="k must be"):
+        st.dependency_kbest(torch.randn(1, 3, 3), 0)

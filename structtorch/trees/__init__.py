@@ -8,6 +8,7 @@ the references)."""
 
 from .constituency import cky_log_partition, cky_loss_augmented, cky_marginals, cky_viterbi
 from .dependency import (
+    dependency_kbest,
     dependency_log_partition,
     dependency_loss_augmented,
     dependency_marginals,
@@ -17,4 +18,4 @@ from .sampling import cky_sample, dependency_sample
 
 __all__ = ["dependency_viterbi", "dependency_log_partition", "dependency_marginals",
            "dependency_loss_augmented", "cky_viterbi", "cky_log_partition", "cky_marginals",
-           "cky_loss_augmented", "dependency_sample", "cky_sample"]
+           "cky_loss_augmented", "dependency_sample", "cky_sample", "dependency_kbest"]

@@ -75,6 +75,19 @@ def counting(K: int) -> Semiring:
     return Semiring(best, convolve, K + 1)
 
 
+def kmax(k: int) -> Semiring:
+    """The k best values (values (..., k), descending): the product keeps the k best pairwise sums,
+    the sum the k best of all its terms' lists. Eisner's DP is unambiguous (one derivation per
+    tree), so its k best derivations are k distinct trees."""
+    def times(a: Tensor, b: Tensor) -> Tensor:
+        return (a.unsqueeze(-1) + b.unsqueeze(-2)).flatten(-2).topk(k, -1).values
+
+    def reduce(x: Tensor, dim: int) -> Tensor:
+        return x.movedim(dim, -2).flatten(-2).topk(k, -1).values
+
+    return Semiring(reduce, times, k)
+
+
 def with_counts(scores: Tensor, cost: Tensor, K: int) -> Tensor:
     """Scores (...) as count-semiring values (..., K + 1): the score at its integer ``cost``."""
     k = torch.arange(K + 1, device=scores.device)
@@ -205,6 +218,28 @@ def viterbi(arcs: Tensor, lengths: Tensor, single_root: bool = False) -> tuple[T
     the root, beyond each length and on infeasible rows)."""
     score, grad = argmax_of(lambda a: eisner(a, lengths, MAX, single_root), arcs)
     return score, heads_of(grad, lengths, score > NEG_INF)
+
+
+def kbest(arcs: Tensor, lengths: Tensor, k: int, single_root: bool = False) -> tuple[Tensor, Tensor]:
+    """(scores (B, k) descending, heads (B, k, T + 1)) of the k best projective trees: the k-max
+    semiring's table, each tree read off the gradient of its entry (-inf and heads -1 where fewer
+    than k trees exist)."""
+    B, T1 = arcs.shape[:2]
+    with torch.enable_grad():
+        leaf = arcs.detach().requires_grad_()
+        values = torch.cat([leaf.unsqueeze(-1), leaf.new_full((B, T1, T1, k - 1), NEG_INF)], -1)
+        table = eisner(values, lengths, kmax(k), single_root)  # (B, k)
+        heads = []
+        for j in range(k):
+            found = table[:, j] > NEG_INF
+            if not table.requires_grad:
+                grad = torch.zeros_like(arcs)
+            else:
+                entry = torch.where(found, table[:, j], 0.0).sum()
+                (grad,) = torch.autograd.grad(entry, leaf, retain_graph=True, allow_unused=True)
+                grad = torch.zeros_like(arcs) if grad is None else grad
+            heads.append(heads_of(grad, lengths, found))
+    return table.detach(), torch.stack(heads, 1)
 
 
 def count_table(arcs: Tensor, cost: Tensor, lengths: Tensor, single_root: bool = False) -> Tensor:

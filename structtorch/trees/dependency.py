@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._checks import LengthsLike, check_float, check_target_score
+from .._checks import LengthsLike, check_float, check_int, check_target_score
 from .._expectations import logz_and_grads
 from .._numerics import NEG_INF, accumulate
 from .._precision import mixed_precision
@@ -18,7 +18,7 @@ from . import _ops, _torch
 from .layout import PROJECTIVE_ONLY, checked_arcs, checked_heads, consistent, tree_score, words
 
 __all__ = ["dependency_viterbi", "dependency_log_partition", "dependency_marginals",
-           "dependency_loss_augmented"]
+           "dependency_loss_augmented", "dependency_kbest"]
 
 
 def log_partition_fn(projective: bool, single_root: bool, lengths: Tensor):
@@ -87,6 +87,43 @@ def dependency_viterbi(arc_scores: Tensor, lengths: LengthsLike = None, *, proje
     found = (heads >= 0).any(1) | (lengths == 0)
     total = tree_score(accumulate(scores), heads)
     return torch.where(found, total, NEG_INF).to(scores.dtype), heads
+
+
+@mixed_precision
+def dependency_kbest(arc_scores: Tensor, k: int, lengths: LengthsLike = None, *, projective: bool = True,
+                     single_root: bool = False) -> tuple[Tensor, Tensor]:
+    """The k best projective dependency trees of each sentence (Eisner's DP in the k-max semiring,
+    O(T^3 k^2); the PyTorch reference on every backend).
+
+    Parameters
+    ----------
+    arc_scores, lengths, single_root
+        As for :func:`dependency_log_partition`.
+    k : int
+        Trees per sentence, >= 1.
+    projective : bool
+        True; k-best non-projective trees (Camerini et al.'s algorithm) are not built: a
+        NotImplementedError.
+
+    Returns
+    -------
+    scores : Tensor (B, k)
+        Descending, distinct trees; -inf where a sentence has fewer than k trees. Differentiable
+        (each score's gradient is its tree's arc indicator).
+    heads : Tensor (B, k, T + 1) int64
+        -1 at the root, beyond each length and in the missing entries.
+    """
+    scores, lengths, projective, single = checked_arcs(arc_scores, lengths, projective, single_root)
+    k = check_int("k", k, 1)
+    if not projective:
+        raise NotImplementedError("dependency_kbest takes projective trees only (k-best non-projective "
+                                  "trees, Camerini et al.'s algorithm, are not built); the best one is "
+                                  "dependency_viterbi(..., projective=False)")
+    table, heads = _torch.kbest(accumulate(scores.detach()), lengths, k, single)
+    B, T1 = scores.shape[:2]
+    flat = heads.reshape(B * k, T1)
+    total = tree_score(accumulate(scores).repeat_interleave(k, 0), flat).view(B, k)
+    return torch.where(table > NEG_INF, total, NEG_INF).to(scores.dtype), heads
 
 
 def hamming_costs(gold: Tensor, T1: int) -> Tensor:
