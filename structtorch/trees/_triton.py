@@ -76,6 +76,14 @@ def _rows(s0, n, w, k, BLOCK_S: tl.constexpr):
 
 
 @triton.jit
+def _splits(left, right, s, t, k, m, T):
+    """The tile of split terms left[s][s + k] + right[s + k + 1][t] of the spans [s, t] (charts of
+    row stride T): the left part's start and the right part's end are the span's."""
+    return (tl.load(left + s[:, None] * T + s[:, None] + k, mask=m, other=NEG)
+            + tl.load(right + (s[:, None] + k + 1) * T + t[:, None], mask=m, other=NEG))
+
+
+@triton.jit
 def _eisner_forward_kernel(arcs, lengths, charts, value, T1, SINGLE: tl.constexpr, VITERBI: tl.constexpr,
                            BLOCK_S: tl.constexpr, BLOCK_R: tl.constexpr):
     b = tl.program_id(0)
@@ -97,9 +105,7 @@ def _eisner_forward_kernel(arcs, lengths, charts, value, T1, SINGLE: tl.constexp
         for s0 in range(0, n, BLOCK_S):
             s, rows, t, m = _rows(s0, n, w, k, BLOCK_S)
             # split r = s + k: complete [s, r] headed at s + complete [r + 1, t] headed at t
-            v = (tl.load(c1 + s[:, None] * T1 + s[:, None] + k, mask=m, other=NEG)
-                 + tl.load(c0 + (s[:, None] + k + 1) * T1 + t[:, None], mask=m, other=NEG))
-            j = _reduce(v, VITERBI)
+            j = _reduce(_splits(c1, c0, s, t, k, m, T1), VITERBI)
             tl.store(jj + s * T1 + t, j, mask=rows)
             tl.store(i1 + s * T1 + t, j + tl.load(A + s * T1 + t, mask=rows, other=0.0), mask=rows)
             tl.store(i0 + s * T1 + t, j + tl.load(A + t * T1 + s, mask=rows, other=0.0), mask=rows & (s > 0))
@@ -312,9 +318,7 @@ def _cky_forward_kernel(spans, lengths, charts, value, T, VITERBI: tl.constexpr,
         n = L - w  # spans [s, s + w], s = 0..L-w-1, split after s + k
         for s0 in range(0, n, BLOCK_S):
             s, rows, t, m = _rows(s0, n, w, k, BLOCK_S)
-            v = (tl.load(inside + s[:, None] * T + s[:, None] + k, mask=m, other=NEG)
-                 + tl.load(inside + (s[:, None] + k + 1) * T + t[:, None], mask=m, other=NEG))
-            part = _reduce(v, VITERBI)
+            part = _reduce(_splits(inside, inside, s, t, k, m, T), VITERBI)
             tl.store(inner + s * T + t, part, mask=rows)
             tl.store(inside + s * T + t, part + tl.load(X + s * T + t, mask=rows, other=0.0), mask=rows)
         tl.debug_barrier()
