@@ -128,7 +128,7 @@ def mutations(kind: str, value, T: int = T, N: int = N):
         yield [[0.0]], TypeError
         yield value.long(), TypeError
         yield value.to(torch.complex64), TypeError
-        yield value.unsqueeze(0), ValueError
+        yield value[(None,) * 3], ValueError  # three more dimensions: no argument takes that shape
         yield value[..., :1] if value.shape[-1] > 1 else value.expand(*value.shape[:-1], 2), ValueError
         for bad in (math.nan, math.inf):
             x = value.clone()

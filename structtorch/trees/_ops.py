@@ -69,22 +69,10 @@ def backward_op(grad: Tensor, arcs: Tensor, lengths: Tensor, projective: bool, s
                 logz: Tensor, state: list[Tensor], backend: str) -> Tensor:
     """grad (B,) times the arc marginals (B, T + 1, T + 1)."""
     if backend == "torch":
-        return _grad_of(lambda a: _reference(a, lengths, projective, single_root), arcs, grad)
+        return _torch.grad_of(lambda a: _reference(a, lengths, projective, single_root), arcs, grad)
     module = _module(backend)
     backward = module.log_partition_backward if projective else module.matrix_tree_backward
     return backward(arcs, lengths, single_root, logz, state, grad)
-
-
-def _grad_of(reference, x: Tensor, grad: Tensor) -> Tensor:
-    """grad (B,) times the gradient of ``reference(x)`` (B,) w.r.t. ``x``, by autograd (the PyTorch
-    backend's backward); zeros where the value does not depend on ``x`` (no words)."""
-    leaf = x.detach().requires_grad_()
-    with torch.enable_grad():
-        value = reference(leaf)
-        if not value.requires_grad:
-            return torch.zeros_like(x)
-        (out,) = torch.autograd.grad(value, leaf, grad.to(value.dtype), allow_unused=True)
-    return torch.zeros_like(x) if out is None else out.to(x.dtype)
 
 
 def _heads_fake(arcs, *rest):
@@ -169,7 +157,7 @@ def cky_backward_op(grad: Tensor, spans: Tensor, lengths: Tensor, logz: Tensor, 
                     backend: str) -> Tensor:
     """grad (B,) times the bracket marginals (B, T, T)."""
     if backend == "torch":
-        return _grad_of(lambda s: _torch.cky_log_partition(s, lengths), spans, grad)
+        return _torch.grad_of(lambda s: _torch.cky_log_partition(s, lengths), spans, grad)
     return _module(backend).cky_log_partition_backward(spans, lengths, logz, state, grad)
 
 

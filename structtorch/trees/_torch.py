@@ -200,6 +200,18 @@ def argmax_of(value: Callable[[Tensor], Tensor], scores: Tensor) -> tuple[Tensor
     return score.detach(), torch.zeros_like(scores) if grad is None else grad
 
 
+def grad_of(reference, x: Tensor, grad: Tensor) -> Tensor:
+    """grad (B,) times the gradient of ``reference(x)`` (B,) w.r.t. ``x``, by autograd (the PyTorch
+    backend's backward); zeros where the value does not depend on ``x`` (no words)."""
+    leaf = x.detach().requires_grad_()
+    with torch.enable_grad():
+        value = reference(leaf)
+        if not value.requires_grad:
+            return torch.zeros_like(x)
+        (out,) = torch.autograd.grad(value, leaf, grad.to(value.dtype), allow_unused=True)
+    return torch.zeros_like(x) if out is None else out.to(x.dtype)
+
+
 def heads_of(indicator: Tensor, lengths: Tensor, found: Tensor) -> Tensor:
     """Heads (B, T + 1) from an arc indicator (B, T + 1, T + 1): -1 at the root, beyond each length
     and on rows without a tree (``found`` False)."""

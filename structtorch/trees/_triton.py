@@ -285,9 +285,7 @@ def matrix_tree_forward(arcs: Tensor, lengths: Tensor, single_root: bool) -> tup
 
 def matrix_tree_backward(arcs: Tensor, lengths: Tensor, single_root: bool, logz: Tensor, state: list[Tensor],
                          grad: Tensor) -> Tensor:
-    from ._ops import _grad_of
-
-    return _grad_of(lambda a: _torch.matrix_tree(a, lengths, single_root), arcs, grad)
+    return _torch.grad_of(lambda a: _torch.matrix_tree(a, lengths, single_root), arcs, grad)
 
 
 count_table = _torch.count_table
