@@ -69,7 +69,7 @@ def dependency_marginals(arc_scores: Tensor, lengths: LengthsLike = None, *, pro
 def dependency_viterbi(arc_scores: Tensor, lengths: LengthsLike = None, *, projective: bool = True,
                        single_root: bool = False) -> tuple[Tensor, Tensor]:
     """The best dependency tree of each sentence (Eisner's algorithm, or Chu-Liu-Edmonds with
-    ``projective=False``, on the host one sentence at a time).
+    ``projective=False``: a compiled CPU kernel, run on a CPU copy of GPU tensors, a host sync).
 
     Arguments as for :func:`dependency_log_partition`.
 
