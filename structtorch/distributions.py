@@ -587,6 +587,12 @@ class SemiMarkovDistribution(_StructureDistribution):
         and starts (B, T) bool, as :func:`structtorch.semimarkov_viterbi` returns them."""
         return self._run("argmax", lambda: self._put_segmentation(*self._viterbi()[1:]))
 
+    @staticmethod
+    def as_target(best: tuple[Tensor, Tensor]) -> Tensor:
+        """The labels (B, T) of a segmentation ``(labels, starts)``: what :func:`structtorch.train.fit`
+        compares with the data's labels."""
+        return best[0]
+
     @property
     def max(self) -> Tensor:
         """Tensor (B,): the best score (0 for zero-length rows, -inf for infeasible ones); its gradient
@@ -883,6 +889,20 @@ class DependencyDistribution(_TreeDistribution):
         return self._run("argmax", lambda: _tree_ops.best_heads(
             accumulate(self._scores.detach()), self._lengths, self.projective, self.single_root))
 
+    @staticmethod
+    def as_target(best: Tensor) -> Tensor:
+        """The words' heads (B, T) of heads (B, T + 1): the form of the labels of
+        :class:`structtorch.SequenceData` for :func:`structtorch.train.fit` (-1 beyond each length)."""
+        return best[..., 1:]
+
+    def _heads(self, structure: object) -> object:
+        """Heads (..., B, T + 1) from heads or from the words' heads (..., B, T) (the root column
+        prepended); anything else as it is (for the checks to name)."""
+        words = self._scores.shape[1] - 1
+        if isinstance(structure, Tensor) and structure.dim() >= 2 and structure.shape[-1] == words:
+            return torch.cat([torch.full_like(structure[..., :1], -1), structure], -1)
+        return structure
+
     @property
     def max(self) -> Tensor:
         """Tensor (B,): the best tree's score; its gradient is the indicator of its arcs."""
@@ -897,7 +917,7 @@ class DependencyDistribution(_TreeDistribution):
             inside = tree_words(lengths, heads.shape[1])
             return tree_score(scores, torch.where(inside, heads.long(), -1))
 
-        return self._log_prob(structure, 1, score)
+        return self._log_prob(self._heads(structure), 1, score)
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> Tensor:
         """``n`` trees per sentence drawn exactly: heads (n, B, T + 1) (see
@@ -906,15 +926,16 @@ class DependencyDistribution(_TreeDistribution):
             scores, self._lengths, k, self.projective, self.single_root, generator))
 
     def score(self, structure: Tensor) -> Tensor:
-        """Scores (B,) of heads (B, T + 1) (differentiable)."""
+        """Scores (B,) of heads (B, T + 1), or of the words' heads (B, T) (differentiable)."""
         inside = tree_words(self._lengths, self._scores.shape[1])
-        return tree_score(self._scores, torch.where(inside, structure.long(), -1))
+        return tree_score(self._scores, torch.where(inside, self._heads(structure).long(), -1))
 
     def loss_augmented(self, target: Tensor, *, h: HLike = None, rescaling: str = "margin",
                        weights: Tensor | None = None, cost: Tensor | None = None,
                        ignore_index: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """The most violating tree for the gold heads ``target`` (B, T + 1): ``(value (B,), heads
-        (B, T + 1), loss (B,))``, the value in the structured hinge's form (as
+        """The most violating tree for the gold heads ``target`` (B, T + 1) (or the words' heads (B, T),
+        as :func:`structtorch.train.fit` passes them): ``(value (B,), heads (B, T + 1), loss (B,))``,
+        the value in the structured hinge's form (as
         :func:`structtorch.loss_augmented`): max over trees y' of s(y') + Delta - s(target) (margin)
         or Delta (1 + s(y') - s(target)) (slack), Delta the Hamming loss of the heads (or the sum
         of per-arc ``cost``); with ``ignore_index``, partial annotation (s(target) the best tree
@@ -922,8 +943,8 @@ class DependencyDistribution(_TreeDistribution):
         :func:`structtorch.structured_hinge` takes this distribution as its structure."""
         _no_tree_loss_options(h, weights)
         value, heads, loss, target_score = dependency_loss_augmented_with_target(
-            self._scores, target, self._lengths, rescaling, self.projective, self.single_root, cost,
-            ignore_index)
+            self._scores, self._heads(target), self._lengths, rescaling, self.projective, self.single_root,
+            cost, ignore_index)
         if rescaling == "margin":
             value = value - target_score
         return value, heads, loss

@@ -7,7 +7,9 @@ The model/loss pairs (the loss protocol of :mod:`structtorch.learn.train`):
   ``loss(unary, transitions, labels, lengths=, start=, end=)``; decoding is Viterbi;
 * the model's ``forward`` takes ``lengths`` and returns a structure (anything with
   ``loss_augmented`` and ``argmax``): the loss is ``loss(structure, labels)`` (``(labels, starts)``
-  for data with segment ``starts``), decoding its argmax;
+  for data with segment ``starts``), decoding its argmax (in the labels' form through the
+  structure's ``as_target`` where it has one: a segmentation's labels; a dependency tree's words'
+  heads, the labels of tree data being the head of each word, 0 for the root);
 * the loss is a :class:`structtorch.LinearChainCRF`: the model returns the unary scores alone, the
   loss is the CRF's mean NLL, decoding the CRF's, and the CRF's parameters are trained too.
 """
@@ -165,9 +167,9 @@ class Task:
         if self.crf is not None:
             return self.crf.decode(self._unary(batch.x), lengths=batch.lengths)[1]
         out = self._output(batch)
-        if _is_structure(out):
+        if _is_structure(out):  # in the labels' form: a segmentation's labels, a tree's words' heads
             best = out.argmax
-            return best[0] if isinstance(best, tuple) else best  # segmentations: their labels
+            return out.as_target(best) if hasattr(out, "as_target") else best
         pot = _as_potentials(out)
         return viterbi(pot.pop("unary"), pot.pop("transitions"), lengths=batch.lengths, **pot)[1]
 

@@ -15,6 +15,10 @@ closed-form optimal step (line search) or ``2n / (k + 2n)``. No learning rate. A
 the duality gap ``primal(w) - dual(alpha)`` (an upper bound on the suboptimality) is computed
 with one batched oracle call over the data; it is the stopping criterion.
 
+A model whose ``forward(x, lengths)`` returns a structure (a :class:`structtorch.DependencyDistribution`
+over arc scores linear in w, with the words' heads as the data's labels; a segmentation) is solved
+the same way through the structure's ``loss_augmented`` and ``score``.
+
 The potentials must be linear in the parameters, ``score(x, y) = <w, Psi(x, y)>``
 (:class:`structtorch.LinearChainPotentials`, :class:`structtorch.nn.sparse.SparseFeaturePotentials`;
 checked numerically at the start). Psi differences are the gradients of path-score differences
@@ -131,7 +135,10 @@ class BCFW:
         self.line_search = check_bool("line_search", line_search)
         self.vector = ParameterVector(list(model.parameters()))
         self.params = self.vector.params
-        check_linear(model, data.x[: min(len(data), 4)], seed)
+        first = data.batch(torch.arange(min(len(data), 4)))
+        self.structure = Task(model, self.loss).returns_structure(first)
+        kwargs = {"lengths": first.lengths} if self.structure else {}
+        check_linear(model, first.x, seed, kwargs=kwargs, affine=self.structure)
         n, d, dev = len(data), self.vector.d, self.vector.device
         self.n, self.d = n, d
         self.w = torch.zeros(d, dtype=torch.float64, device=dev)
@@ -152,6 +159,8 @@ class BCFW:
     def _oracle(self, batch: SequenceData, psi: bool = True) -> tuple[Tensor, Tensor, Tensor | None]:
         """At the loaded parameters: (H_i (B,), L_i(y*) (B,), sum_i psi_i(y*) (d,), a sparse vector;
         None without ``psi``) in float64."""
+        if self.structure:
+            return self._structure_oracle(batch, psi)
         with torch.set_grad_enabled(psi):
             pot = _outputs(self.model, batch.x)
         unary, trans = pot.pop("unary"), pot.pop("transitions")
@@ -165,6 +174,20 @@ class BCFW:
         with torch.set_grad_enabled(psi):
             diff = path_score(unary, trans, batch.labels, **kw) - path_score(unary, trans, worst, **kw)
         value = value.detach().double()
+        return value, value + diff.detach().double(), self.vector.sparse_grad(diff.sum()) if psi else None
+
+    def _structure_oracle(self, batch: SequenceData, psi: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+        """:meth:`_oracle` for a model that returns a structure (``model(x, lengths=)``: trees,
+        segmentations): its ``loss_augmented`` (the hinge's form, s(y*) + L - s(y)) and ``score``."""
+        with torch.set_grad_enabled(psi):
+            out = self.model(batch.x, lengths=batch.lengths)
+        target = batch.labels if batch.starts is None else (batch.labels, batch.starts)
+        with torch.no_grad():
+            found = out.loss_augmented(target, h=self.loss.h, rescaling="margin", cost=batch.cost)
+        worst = found[1] if len(found) == 3 else tuple(found[1:-1])  # segmentations: (labels, starts)
+        with torch.set_grad_enabled(psi):
+            diff = out.score(target) - out.score(worst)  # <w, psi_i(y*)>; its gradient is psi_i(y*)
+        value = found[0].detach().double()
         return value, value + diff.detach().double(), self.vector.sparse_grad(diff.sum()) if psi else None
 
     def _step(self, i: int) -> None:
