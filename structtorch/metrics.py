@@ -44,15 +44,33 @@ def _inside(labels: Tensor, lengths: Tensor) -> Tensor:
     return torch.arange(labels.shape[1], device=labels.device) < lengths[:, None]
 
 
+def _missed_spans(path: Tensor, labels: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """(gold labeled spans missed (B,), gold labeled spans (B,)) of constituency trees given as 0/1
+    spans (B, T, T, N), inside each length."""
+    from .trees.layout import inside_spans
+
+    gold = (labels != 0) & inside_spans(lengths, labels.shape[1])
+    return (gold & (path == 0)).flatten(1).sum(1), gold.flatten(1).sum(1)
+
+
 def accuracy(path: Tensor, labels: Tensor, lengths: Tensor) -> float:
-    """Token accuracy of ``path`` (B, T) against ``labels`` (B, T) inside ``lengths`` (B,)."""
+    """Token accuracy of ``path`` (B, T) against ``labels`` (B, T) inside ``lengths`` (B,); for
+    constituency trees (0/1 spans (B, T, T, N)) the fraction of gold labeled spans found (trees of
+    one length have as many spans: recall = precision)."""
+    if labels.dim() == 4:
+        missed, gold = _missed_spans(path, labels, lengths)
+        return 1.0 - float(missed.sum()) / max(int(gold.sum()), 1)
     inside = _inside(labels, lengths)
     wrong = (path != labels) & inside
     return 1.0 - float(wrong.sum()) / max(int(inside.sum()), 1)
 
 
 def hamming(path: Tensor, labels: Tensor, lengths: Tensor) -> float:
-    """Mean Hamming distance per sequence of ``path`` (B, T) to ``labels`` (B, T)."""
+    """Mean Hamming distance per sequence of ``path`` (B, T) to ``labels`` (B, T) (constituency
+    trees: the gold labeled spans missed)."""
+    if labels.dim() == 4:
+        missed = _missed_spans(path, labels, lengths)[0]
+        return float(missed.double().mean()) if len(labels) else 0.0
     wrong = (path != labels) & _inside(labels, lengths)
     return float(wrong.sum(1).double().mean()) if len(labels) else 0.0
 

@@ -19,6 +19,8 @@ class SequenceData:
     ----------
     x : Tensor (B, T, F) float32 features, 0 beyond each length
     labels : Tensor (B, T) int64 labels, 0 beyond each length
+        (Dependency trees: each word's head, 0 for the root; constituency trees: their labeled
+        spans (B, T, T, N) 0/1, for a model that returns a :class:`structtorch.TreeDistribution`.)
     lengths : Tensor (B,) int64
     starts : Tensor (B, T) bool, optional
         For segmentations: True where a segment begins (``labels`` then holds each position's

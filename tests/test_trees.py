@@ -657,3 +657,46 @@ def test_structural_svms_on_trees_reach_one_optimum():
     st.train.fit(model, data, st.StructuredHingeLoss("slack"), epochs=30, progress=False,
                  optimizer=torch.optim.Adam(model.parameters(), lr=0.1))
     assert st.train.evaluate(model, data)["accuracy"] > 0.85
+
+
+class _LinearSpans(torch.nn.Module):
+    """Span scores linear in (W, V): s[i, j, n] = (x_i + x_j) W[:, n] + V[min(j - i, 3), n]."""
+
+    def __init__(self, features: int, labels: int):
+        super().__init__()
+        self.W = torch.nn.Parameter(torch.zeros(features, labels, dtype=torch.float64))
+        self.V = torch.nn.Parameter(torch.zeros(4, labels, dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> st.TreeDistribution:
+        T = x.shape[1]
+        width = (torch.arange(T)[None, :] - torch.arange(T)[:, None]).clamp(0, 3)
+        scores = (x[:, :, None] + x[:, None, :]) @ self.W + torch.nn.functional.one_hot(width, 4).double() @ self.V
+        return st.TreeDistribution(scores, lengths)
+
+
+def test_structural_svms_on_constituency_trees():
+    """Labeled spans (B, T, T, N) as the data's labels (padded beyond the longest sentence: the
+    cutting planes trim both position dimensions): the gaps bound one optimum; the metrics count
+    the gold labeled spans found."""
+    from structtorch.sequence_data import SequenceData
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(12, 6, 5, generator=g, dtype=torch.float64)
+    lengths = torch.randint(2, 6, (12,), generator=g)
+    truth = _LinearSpans(5, 2)
+    with torch.no_grad():
+        truth.W.copy_(torch.randn(5, 2, generator=g))
+        truth.V.copy_(torch.randn(4, 2, generator=g))
+        data = SequenceData(x, truth(x, lengths).argmax, lengths)
+    last = {}
+    for solver, epochs, tol in (("cutting_plane", 100, 1e-4), ("bcfw", 30, 1.0)):
+        model = _LinearSpans(5, 2)
+        history = st.train.fit(model, data, st.StructuredHingeLoss("margin"), solver=solver, C=1.0, epochs=epochs,
+                               progress=False, solver_options={"tol": tol})
+        last[solver] = history.epochs[-1]
+        assert last[solver]["gap"] <= tol
+        assert st.train.evaluate(model, data)["accuracy"] > 0.9
+    cp, bcfw = last["cutting_plane"], last["bcfw"]
+    assert cp["objective"] - cp["gap"] - 1e-9 <= bcfw["objective"] and bcfw["objective"] - bcfw["gap"] <= cp["objective"]
+    perfect = st.metrics.accuracy(data.labels, data.labels, lengths), st.metrics.hamming(data.labels, data.labels, lengths)
+    assert perfect == (1.0, 0.0)

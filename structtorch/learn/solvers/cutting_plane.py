@@ -104,14 +104,15 @@ def cheapest_cuts(lengths: Tensor, overhead: int) -> tuple[Tensor, list[tuple[in
 
 def _trimmed(data: SequenceData) -> SequenceData:
     """``data`` without the padding beyond its longest sequence (where its features are time-aligned
-    with its labels)."""
+    with its labels; constituency trees' spans (B, T, T, N) along both position dimensions)."""
     T = int(data.lengths.max()) if len(data) else 0
     if data.x.dim() < 2 or data.x.shape[1] != data.labels.shape[1] or T >= data.labels.shape[1]:
         return data
     def cut(x: Tensor | None) -> Tensor | None:
         return None if x is None else x[:, :T]
 
-    return SequenceData(data.x[:, :T], data.labels[:, :T], data.lengths, cut(data.starts), cut(data.cost))
+    labels = data.labels[:, :T, :T] if data.labels.dim() == 4 else data.labels[:, :T]
+    return SequenceData(data.x[:, :T], labels, data.lengths, cut(data.starts), cut(data.cost))
 
 
 def _hinge(loss: object) -> StructuredHingeLoss:
