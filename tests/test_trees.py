@@ -527,8 +527,8 @@ def test_structured_hinge_takes_tree_distributions():
 def test_partial_annotation_equals_enumeration(tree_backend, B, T, seed, projective, rescaling):
     """Heads given for some words (-100 elsewhere): Delta counts the annotated words, the gold tree
     is the best tree that agrees with them, and the CRF's loss is -log p(agreeing trees)."""
-    if rescaling == "slack" and not projective:
-        return
+    if rescaling == "slack" and (not projective or tree_backend == "triton"):  # (triton: the reference's
+        return  # count tables, tested on the torch backend)
     arcs = _random((B, T + 1, T + 1), seed, False, 0.0)
     lengths = _lengths(B, T, seed, low=1)
     full = dependency_viterbi(_random((B, T + 1, T + 1), seed + 5, False, 0.0), lengths, projective=projective)[1]
