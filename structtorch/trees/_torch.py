@@ -308,11 +308,6 @@ def _structure(lengths: Tensor, T1: int) -> Tensor:
     return head[:, :, None] & word[:, None, :] & ~eye
 
 
-def allowed_arcs(arcs: Tensor, lengths: Tensor) -> Tensor:
-    """(B, T + 1, T + 1) bool: the arcs a tree of each row may use (of the structure, finite)."""
-    return _structure(lengths, arcs.shape[1]) & (arcs > NEG_INF)
-
-
 TRACED_SQUARINGS = 11
 """Squarings of the reachability closure under ``torch.compile``/``torch.export``, where the
 length is symbolic: paths of up to 2048 arcs (sentences of up to 2048 words)."""
